@@ -1,0 +1,391 @@
+//! Typed, strided views of a [`Buffer`]: the one place where shapes, strides and offsets are
+//! validated, whatever protocol they came from.
+
+use crate::{Buffer, DType, Error, Result};
+
+/// Where the elements of an array are, relative to the start of a buffer.
+///
+/// Strides and offset are in bytes, as in NumPy and CAI; the SUAI and DLPack forms (in elements)
+/// are derived on export.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    dtype: DType,
+    shape: Vec<usize>,
+    strides: Vec<isize>,
+    offset: usize,
+    readonly: bool,
+}
+
+impl Layout {
+    /// A C-contiguous layout of `shape` at byte `offset`.
+    pub fn contiguous(dtype: DType, shape: Vec<usize>, offset: usize) -> Result<Layout> {
+        Layout::new(dtype, shape, None, offset, false)
+    }
+
+    /// A layout with explicit byte `strides` (`None` = C-contiguous). Checks that the shape's
+    /// element count and byte size fit in `isize` and that `strides` has one entry per dimension.
+    pub fn new(
+        dtype: DType,
+        shape: Vec<usize>,
+        strides: Option<Vec<isize>>,
+        offset: usize,
+        readonly: bool,
+    ) -> Result<Layout> {
+        shape
+            .iter()
+            .try_fold(dtype.itemsize(), |acc, &n| acc.checked_mul(n))
+            .filter(|&n| n <= isize::MAX as usize)
+            .ok_or_else(|| {
+                Error::invalid("shape", format!("{shape:?} overflows the address space"))
+            })?;
+        let strides = match strides {
+            Some(strides) => {
+                if strides.len() != shape.len() {
+                    return Err(Error::invalid(
+                        "strides",
+                        format!(
+                            "has {} entries for {} dimensions",
+                            strides.len(),
+                            shape.len()
+                        ),
+                    ));
+                }
+                strides
+            }
+            None => c_strides(&shape, dtype.itemsize()),
+        };
+        Ok(Layout {
+            dtype,
+            shape,
+            strides,
+            offset,
+            readonly,
+        })
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Byte strides, one per dimension.
+    pub fn strides(&self) -> &[isize] {
+        &self.strides
+    }
+
+    /// Byte offset of element 0 from the start of the buffer.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    pub fn readonly(&self) -> bool {
+        self.readonly
+    }
+
+    /// The same layout, read-only.
+    pub fn into_readonly(mut self, readonly: bool) -> Layout {
+        self.readonly = readonly;
+        self
+    }
+
+    pub fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Number of elements.
+    pub fn size(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Size of the elements in bytes (not the span they occupy).
+    pub fn nbytes(&self) -> usize {
+        self.size() * self.dtype.itemsize()
+    }
+
+    /// Whether the elements are laid out in C order without gaps. Dimensions of extent 1 may have
+    /// any stride, and an empty array is contiguous.
+    pub fn is_c_contiguous(&self) -> bool {
+        self.size() == 0
+            || is_packed(
+                self.shape.iter().rev().zip(self.strides.iter().rev()),
+                self.dtype.itemsize(),
+            )
+    }
+
+    /// Whether the elements are laid out in Fortran order without gaps.
+    pub fn is_f_contiguous(&self) -> bool {
+        self.size() == 0
+            || is_packed(
+                self.shape.iter().zip(self.strides.iter()),
+                self.dtype.itemsize(),
+            )
+    }
+
+    /// The byte range the elements occupy relative to element 0: `(lowest, end)` with `lowest <= 0`,
+    /// or `None` for an array with no elements. Wide integers, so that absurd strides are reported
+    /// rather than wrapped.
+    pub fn extent(&self) -> Option<(i128, i128)> {
+        if self.size() == 0 {
+            return None;
+        }
+        let (mut low, mut high) = (0i128, 0i128);
+        for (&n, &stride) in self.shape.iter().zip(&self.strides) {
+            let reach = (n as i128 - 1) * stride as i128;
+            if reach < 0 {
+                low += reach;
+            } else {
+                high += reach;
+            }
+        }
+        Some((low, high + self.dtype.itemsize() as i128))
+    }
+
+    /// Checks that every element lies inside a buffer of `len` bytes starting at address `base`,
+    /// and that element 0 and the strides are aligned for the element type. `pointer_key` names the
+    /// descriptor key that carried the address (e.g. "data" or "offset").
+    pub fn check_fits(&self, base: usize, len: usize, pointer_key: &'static str) -> Result<()> {
+        if self.offset > len {
+            return Err(Error::invalid(
+                "offset",
+                format!("{} is past the end of the {len}-byte buffer", self.offset),
+            ));
+        }
+        let Some((low, end)) = self.extent() else {
+            return Ok(());
+        };
+        let first = self.offset as i128 + low;
+        let last = self.offset as i128 + end;
+        if first < 0 || last > len as i128 {
+            return Err(Error::invalid(
+                "strides",
+                format!(
+                    "shape {:?} with byte strides {:?} from offset {} reaches bytes {first}..{last}, \
+                     outside the {len}-byte buffer",
+                    self.shape, self.strides, self.offset
+                ),
+            ));
+        }
+        let align = self.dtype.alignment();
+        let element0 = base.wrapping_add(self.offset);
+        if !element0.is_multiple_of(align) {
+            return Err(Error::invalid(
+                pointer_key,
+                format!(
+                    "element 0 at {element0:#x} is not aligned to {align} bytes for {}",
+                    self.dtype
+                ),
+            ));
+        }
+        for (&n, &stride) in self.shape.iter().zip(&self.strides) {
+            if n > 1 && stride.rem_euclid(align as isize) != 0 {
+                return Err(Error::invalid(
+                    "strides",
+                    format!(
+                        "byte stride {stride} is not a multiple of {align}, the alignment of {}",
+                        self.dtype
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Strides in elements, for SUAI and DLPack. Fails when a byte stride is not a whole number of
+    /// elements.
+    pub fn element_strides(&self) -> Result<Vec<i64>> {
+        let itemsize = self.dtype.itemsize() as isize;
+        self.strides
+            .iter()
+            .zip(&self.shape)
+            .map(|(&stride, &n)| {
+                if stride % itemsize == 0 {
+                    Ok((stride / itemsize) as i64)
+                } else if n <= 1 {
+                    // Any stride describes a dimension of extent 0 or 1; pick the natural one.
+                    Ok(1)
+                } else {
+                    Err(Error::unexportable(format!(
+                        "strides: byte stride {stride} is not a multiple of the item size {itemsize}"
+                    )))
+                }
+            })
+            .collect()
+    }
+}
+
+/// C-order byte strides for `shape`.
+pub fn c_strides(shape: &[usize], itemsize: usize) -> Vec<isize> {
+    let mut strides = vec![0isize; shape.len()];
+    let mut step = itemsize as isize;
+    for (stride, &n) in strides.iter_mut().zip(shape).rev() {
+        *stride = step;
+        step = step.wrapping_mul(n.max(1) as isize);
+    }
+    strides
+}
+
+fn is_packed<'a>(dims: impl Iterator<Item = (&'a usize, &'a isize)>, itemsize: usize) -> bool {
+    let mut expected = itemsize as isize;
+    for (&n, &stride) in dims {
+        if n != 1 {
+            if stride != expected {
+                return false;
+            }
+            expected *= n as isize;
+        }
+    }
+    true
+}
+
+/// A buffer seen through a layout: what every exchange protocol exports and imports.
+#[derive(Debug, Clone)]
+pub struct Array {
+    buffer: Buffer,
+    layout: Layout,
+}
+
+impl Array {
+    /// Views `buffer` through `layout`, checking that every element is inside the buffer and aligned.
+    pub fn new(buffer: Buffer, layout: Layout) -> Result<Array> {
+        layout.check_fits(buffer.ptr() as usize, buffer.len(), "offset")?;
+        Ok(Array { buffer, layout })
+    }
+
+    /// The whole buffer as a one-dimensional array of bytes.
+    pub fn bytes(buffer: Buffer) -> Array {
+        let layout = Layout {
+            dtype: DType::UINT8,
+            shape: vec![buffer.len()],
+            strides: vec![1],
+            offset: 0,
+            readonly: false,
+        };
+        Array { buffer, layout }
+    }
+
+    pub fn buffer(&self) -> &Buffer {
+        &self.buffer
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Address of element 0.
+    pub fn data_ptr(&self) -> usize {
+        self.buffer.ptr() as usize + self.layout.offset
+    }
+
+    /// Whether writes through this view are refused.
+    pub fn readonly(&self) -> bool {
+        self.layout.readonly
+    }
+
+    /// The same view, with its read-only flag set to `readonly`.
+    pub fn with_readonly(&self, readonly: bool) -> Array {
+        Array {
+            buffer: self.buffer.clone(),
+            layout: self.layout.clone().into_readonly(readonly),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(shape: &[usize], strides: Option<&[isize]>, offset: usize) -> Result<Layout> {
+        Layout::new(
+            DType::FLOAT32,
+            shape.to_vec(),
+            strides.map(<[_]>::to_vec),
+            offset,
+            false,
+        )
+    }
+
+    #[test]
+    fn contiguous_strides_and_flags() {
+        let l = layout(&[2, 3, 4], None, 0).unwrap();
+        assert_eq!(l.strides(), &[48, 16, 4]);
+        assert!(l.is_c_contiguous() && !l.is_f_contiguous());
+        assert_eq!((l.size(), l.nbytes()), (24, 96));
+        let f = layout(&[2, 3], Some(&[4, 8]), 0).unwrap();
+        assert!(f.is_f_contiguous() && !f.is_c_contiguous());
+        let unit = layout(&[1, 5], Some(&[999, 4]), 0).unwrap();
+        assert!(unit.is_c_contiguous());
+        assert!(
+            layout(&[0, 7], Some(&[-12345, 3]), 0)
+                .unwrap()
+                .is_c_contiguous()
+        );
+    }
+
+    #[test]
+    fn negative_strides_fit_when_element_zero_is_at_the_end() {
+        // 4 floats reversed: element 0 is the last one in the 16-byte buffer.
+        let reversed = layout(&[4], Some(&[-4]), 12).unwrap();
+        assert_eq!(reversed.extent(), Some((-12, 4)));
+        reversed.check_fits(0x1000, 16, "data").unwrap();
+        let err = layout(&[4], Some(&[-4]), 8)
+            .unwrap()
+            .check_fits(0x1000, 16, "data")
+            .unwrap_err();
+        assert!(err.to_string().starts_with("strides: "), "{err}");
+    }
+
+    #[test]
+    fn out_of_bounds_overflow_and_misalignment_name_their_key() {
+        let err = layout(&[5], None, 0)
+            .unwrap()
+            .check_fits(0x1000, 16, "data")
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("outside the 16-byte buffer"),
+            "{err}"
+        );
+        let err = layout(&[usize::MAX / 2, 3], None, 0).unwrap_err();
+        assert!(err.to_string().starts_with("shape: "), "{err}");
+        let err = layout(&[2], Some(&[4, 4]), 0).unwrap_err();
+        assert!(
+            err.to_string().starts_with("strides: has 2 entries"),
+            "{err}"
+        );
+        let err = layout(&[2], None, 2)
+            .unwrap()
+            .check_fits(0x1000, 64, "offset")
+            .unwrap_err();
+        assert!(err.to_string().starts_with("offset: "), "{err}");
+        let err = layout(&[2], Some(&[6]), 0)
+            .unwrap()
+            .check_fits(0x1000, 64, "data")
+            .unwrap_err();
+        assert!(
+            err.to_string().starts_with("strides: byte stride 6"),
+            "{err}"
+        );
+        let err = layout(&[2], None, 0)
+            .unwrap()
+            .check_fits(0x1001, 64, "data")
+            .unwrap_err();
+        assert!(err.to_string().starts_with("data: "), "{err}");
+        let huge = layout(&[3], Some(&[isize::MAX]), 0).unwrap();
+        assert!(huge.check_fits(0, usize::MAX, "data").is_err());
+    }
+
+    #[test]
+    fn element_strides_require_whole_elements() {
+        let l = layout(&[3, 2], Some(&[-24, 4]), 48).unwrap();
+        assert_eq!(l.element_strides().unwrap(), vec![-6, 1]);
+        let odd = Layout::new(DType::COMPLEX128, vec![2], Some(vec![24]), 0, false).unwrap();
+        assert!(
+            odd.element_strides()
+                .unwrap_err()
+                .to_string()
+                .starts_with("strides: ")
+        );
+    }
+}

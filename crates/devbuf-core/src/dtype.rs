@@ -1,0 +1,440 @@
+//! Element types, in the three spellings the protocols use: NumPy typestrs (CAI, SUAI, the
+//! buffer protocol's neighbours), DLPack type codes, and the names users type.
+
+use std::fmt;
+
+use dlpark::ffi::{DLDataType, DLDataTypeCode};
+
+use crate::{Error, Result};
+
+/// The family of an element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScalarKind {
+    Bool,
+    Int,
+    UInt,
+    Float,
+    /// bfloat16: DLPack has it, NumPy typestrs do not.
+    BFloat,
+    Complex,
+}
+
+/// Byte order of multi-byte elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ByteOrder {
+    Little,
+    Big,
+    /// One-byte elements (typestr prefix `|`).
+    NotApplicable,
+}
+
+impl ByteOrder {
+    /// The byte order of this machine.
+    pub const NATIVE: ByteOrder = if cfg!(target_endian = "big") {
+        ByteOrder::Big
+    } else {
+        ByteOrder::Little
+    };
+}
+
+/// An element type: kind, size and byte order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DType {
+    kind: ScalarKind,
+    itemsize: u8,
+    order: ByteOrder,
+}
+
+impl DType {
+    pub const BOOL: DType = DType::native(ScalarKind::Bool, 1);
+    pub const INT8: DType = DType::native(ScalarKind::Int, 1);
+    pub const INT16: DType = DType::native(ScalarKind::Int, 2);
+    pub const INT32: DType = DType::native(ScalarKind::Int, 4);
+    pub const INT64: DType = DType::native(ScalarKind::Int, 8);
+    pub const UINT8: DType = DType::native(ScalarKind::UInt, 1);
+    pub const UINT16: DType = DType::native(ScalarKind::UInt, 2);
+    pub const UINT32: DType = DType::native(ScalarKind::UInt, 4);
+    pub const UINT64: DType = DType::native(ScalarKind::UInt, 8);
+    pub const FLOAT16: DType = DType::native(ScalarKind::Float, 2);
+    pub const FLOAT32: DType = DType::native(ScalarKind::Float, 4);
+    pub const FLOAT64: DType = DType::native(ScalarKind::Float, 8);
+    pub const BFLOAT16: DType = DType::native(ScalarKind::BFloat, 2);
+    pub const COMPLEX64: DType = DType::native(ScalarKind::Complex, 8);
+    pub const COMPLEX128: DType = DType::native(ScalarKind::Complex, 16);
+
+    const fn native(kind: ScalarKind, itemsize: u8) -> DType {
+        DType {
+            kind,
+            itemsize,
+            order: if itemsize == 1 {
+                ByteOrder::NotApplicable
+            } else {
+                ByteOrder::NATIVE
+            },
+        }
+    }
+
+    /// A type of `kind` and `itemsize` bytes, if devbuf supports that combination.
+    pub fn new(kind: ScalarKind, itemsize: usize, order: ByteOrder) -> Option<DType> {
+        let valid = match kind {
+            ScalarKind::Bool => itemsize == 1,
+            ScalarKind::Int | ScalarKind::UInt => matches!(itemsize, 1 | 2 | 4 | 8),
+            ScalarKind::Float => matches!(itemsize, 2 | 4 | 8),
+            ScalarKind::BFloat => itemsize == 2,
+            ScalarKind::Complex => matches!(itemsize, 8 | 16),
+        };
+        valid.then_some(DType {
+            kind,
+            itemsize: itemsize as u8,
+            order: if itemsize == 1 {
+                ByteOrder::NotApplicable
+            } else {
+                order
+            },
+        })
+    }
+
+    pub fn kind(self) -> ScalarKind {
+        self.kind
+    }
+
+    /// Size of one element in bytes.
+    pub fn itemsize(self) -> usize {
+        self.itemsize as usize
+    }
+
+    pub fn byte_order(self) -> ByteOrder {
+        self.order
+    }
+
+    /// The alignment an element needs: its size, or its component's size for complex types.
+    pub fn alignment(self) -> usize {
+        match self.kind {
+            ScalarKind::Complex => self.itemsize() / 2,
+            _ => self.itemsize(),
+        }
+    }
+
+    /// Whether elements are stored in this machine's byte order.
+    pub fn is_native(self) -> bool {
+        self.order != ByteOrder::opposite_of_native()
+    }
+
+    /// Parses a NumPy array-interface typestr such as `"<f4"`, `"|b1"` or `">i8"`.
+    pub fn from_typestr(typestr: &str) -> Result<DType> {
+        let bad = |why: &str| Error::invalid("typestr", format!("{typestr:?} {why}"));
+        let mut chars = typestr.chars();
+        let order = match chars.next() {
+            Some('<') => ByteOrder::Little,
+            Some('>') => ByteOrder::Big,
+            Some('|') => ByteOrder::NotApplicable,
+            Some('=') => ByteOrder::NATIVE,
+            _ => {
+                return Err(bad(
+                    "does not start with a byte order ('<', '>', '|' or '=')",
+                ));
+            }
+        };
+        let kind = match chars.next() {
+            Some('b') => ScalarKind::Bool,
+            Some('i') => ScalarKind::Int,
+            Some('u') => ScalarKind::UInt,
+            Some('f') => ScalarKind::Float,
+            Some('c') => ScalarKind::Complex,
+            _ => {
+                return Err(bad(
+                    "has a type code devbuf does not support (use b, i, u, f or c)",
+                ));
+            }
+        };
+        let itemsize: usize = chars
+            .as_str()
+            .parse()
+            .map_err(|_| bad("has no valid item size"))?;
+        let dtype = DType::new(kind, itemsize, order)
+            .ok_or_else(|| bad("is not a supported size for its type code"))?;
+        if order == ByteOrder::NotApplicable && itemsize != 1 {
+            return Err(bad("uses '|' for a multi-byte type"));
+        }
+        Ok(dtype)
+    }
+
+    /// The NumPy typestr. bfloat16 has none.
+    pub fn typestr(self) -> Result<&'static str> {
+        use ByteOrder::*;
+        use ScalarKind::*;
+        Ok(match (self.kind, self.itemsize, self.order) {
+            (Bool, 1, _) => "|b1",
+            (Int, 1, _) => "|i1",
+            (UInt, 1, _) => "|u1",
+            (Int, 2, Little) => "<i2",
+            (Int, 4, Little) => "<i4",
+            (Int, 8, Little) => "<i8",
+            (UInt, 2, Little) => "<u2",
+            (UInt, 4, Little) => "<u4",
+            (UInt, 8, Little) => "<u8",
+            (Float, 2, Little) => "<f2",
+            (Float, 4, Little) => "<f4",
+            (Float, 8, Little) => "<f8",
+            (Complex, 8, Little) => "<c8",
+            (Complex, 16, Little) => "<c16",
+            (Int, 2, Big) => ">i2",
+            (Int, 4, Big) => ">i4",
+            (Int, 8, Big) => ">i8",
+            (UInt, 2, Big) => ">u2",
+            (UInt, 4, Big) => ">u4",
+            (UInt, 8, Big) => ">u8",
+            (Float, 2, Big) => ">f2",
+            (Float, 4, Big) => ">f4",
+            (Float, 8, Big) => ">f8",
+            (Complex, 8, Big) => ">c8",
+            (Complex, 16, Big) => ">c16",
+            _ => {
+                return Err(Error::unexportable(format!(
+                    "typestr: {self} has no NumPy typestr; export it through DLPack"
+                )));
+            }
+        })
+    }
+
+    /// Parses a user's spelling: a typestr (`"<f4"`), its short form (`"f4"`), or a name
+    /// (`"float32"`, `"bfloat16"`, `"bool"`).
+    pub fn parse(name: &str) -> Result<DType> {
+        let named = match name {
+            "bool" | "?" => Some(DType::BOOL),
+            "int8" => Some(DType::INT8),
+            "int16" => Some(DType::INT16),
+            "int32" => Some(DType::INT32),
+            "int64" => Some(DType::INT64),
+            "uint8" => Some(DType::UINT8),
+            "uint16" => Some(DType::UINT16),
+            "uint32" => Some(DType::UINT32),
+            "uint64" => Some(DType::UINT64),
+            "float16" => Some(DType::FLOAT16),
+            "float32" => Some(DType::FLOAT32),
+            "float64" => Some(DType::FLOAT64),
+            "bfloat16" => Some(DType::BFLOAT16),
+            "complex64" => Some(DType::COMPLEX64),
+            "complex128" => Some(DType::COMPLEX128),
+            _ => None,
+        };
+        if let Some(dtype) = named {
+            return Ok(dtype);
+        }
+        let with_order = match name.chars().next() {
+            Some('<' | '>' | '|' | '=') => DType::from_typestr(name),
+            _ => DType::from_typestr(&format!("={name}")),
+        };
+        with_order.map_err(|_| {
+            Error::invalid(
+                "dtype",
+                format!("{name:?} is not a supported dtype (e.g. \"float32\", \"<f4\", \"u1\")"),
+            )
+        })
+    }
+
+    /// Converts a DLPack data type. Only single-lane types devbuf knows are accepted.
+    pub fn from_dlpack(dtype: DLDataType) -> Result<DType> {
+        let bad = |why: String| Error::invalid("dtype", why);
+        if dtype.lanes != 1 {
+            return Err(bad(format!(
+                "vector types ({} lanes) are not supported",
+                dtype.lanes
+            )));
+        }
+        let kind = match dtype.code {
+            DLDataTypeCode::INT => ScalarKind::Int,
+            DLDataTypeCode::UINT => ScalarKind::UInt,
+            DLDataTypeCode::FLOAT => ScalarKind::Float,
+            DLDataTypeCode::BFLOAT => ScalarKind::BFloat,
+            DLDataTypeCode::COMPLEX => ScalarKind::Complex,
+            DLDataTypeCode::BOOL => ScalarKind::Bool,
+            other => {
+                return Err(bad(format!(
+                    "DLPack type code {} is not supported",
+                    other.0
+                )));
+            }
+        };
+        if !dtype.bits.is_multiple_of(8) {
+            return Err(bad(format!(
+                "{} bits is not a whole number of bytes",
+                dtype.bits
+            )));
+        }
+        DType::new(kind, dtype.bits as usize / 8, ByteOrder::NATIVE).ok_or_else(|| {
+            bad(format!(
+                "{} bits is not supported for DLPack type code {}",
+                dtype.bits, dtype.code.0
+            ))
+        })
+    }
+
+    /// The DLPack data type. DLPack has no byte order: non-native types cannot be exported.
+    pub fn to_dlpack(self) -> Result<DLDataType> {
+        if !self.is_native() {
+            return Err(Error::unexportable(format!(
+                "dtype: {self} is not in native byte order, which DLPack cannot describe"
+            )));
+        }
+        let code = match self.kind {
+            ScalarKind::Bool => DLDataTypeCode::BOOL,
+            ScalarKind::Int => DLDataTypeCode::INT,
+            ScalarKind::UInt => DLDataTypeCode::UINT,
+            ScalarKind::Float => DLDataTypeCode::FLOAT,
+            ScalarKind::BFloat => DLDataTypeCode::BFLOAT,
+            ScalarKind::Complex => DLDataTypeCode::COMPLEX,
+        };
+        Ok(DLDataType {
+            code,
+            bits: self.itemsize * 8,
+            lanes: 1,
+        })
+    }
+
+    /// The Python buffer protocol (struct module) format character, native order only.
+    pub fn buffer_format(self) -> Option<&'static str> {
+        if !self.is_native() {
+            return None;
+        }
+        Some(match (self.kind, self.itemsize) {
+            (ScalarKind::Bool, 1) => "?",
+            (ScalarKind::Int, 1) => "b",
+            (ScalarKind::Int, 2) => "h",
+            (ScalarKind::Int, 4) => "i",
+            (ScalarKind::Int, 8) => "q",
+            (ScalarKind::UInt, 1) => "B",
+            (ScalarKind::UInt, 2) => "H",
+            (ScalarKind::UInt, 4) => "I",
+            (ScalarKind::UInt, 8) => "Q",
+            (ScalarKind::Float, 2) => "e",
+            (ScalarKind::Float, 4) => "f",
+            (ScalarKind::Float, 8) => "d",
+            (ScalarKind::Complex, 8) => "Zf",
+            (ScalarKind::Complex, 16) => "Zd",
+            _ => return None,
+        })
+    }
+
+    /// The canonical name, as NumPy spells it.
+    pub fn name(self) -> &'static str {
+        match (self.kind, self.itemsize) {
+            (ScalarKind::Bool, _) => "bool",
+            (ScalarKind::Int, 1) => "int8",
+            (ScalarKind::Int, 2) => "int16",
+            (ScalarKind::Int, 4) => "int32",
+            (ScalarKind::Int, _) => "int64",
+            (ScalarKind::UInt, 1) => "uint8",
+            (ScalarKind::UInt, 2) => "uint16",
+            (ScalarKind::UInt, 4) => "uint32",
+            (ScalarKind::UInt, _) => "uint64",
+            (ScalarKind::Float, 2) => "float16",
+            (ScalarKind::Float, 4) => "float32",
+            (ScalarKind::Float, _) => "float64",
+            (ScalarKind::BFloat, _) => "bfloat16",
+            (ScalarKind::Complex, 8) => "complex64",
+            (ScalarKind::Complex, _) => "complex128",
+        }
+    }
+}
+
+impl ByteOrder {
+    const fn opposite_of_native() -> ByteOrder {
+        match ByteOrder::NATIVE {
+            ByteOrder::Big => ByteOrder::Little,
+            _ => ByteOrder::Big,
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())?;
+        if !self.is_native() {
+            f.write_str(" (byte-swapped)")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [DType; 15] = [
+        DType::BOOL,
+        DType::INT8,
+        DType::INT16,
+        DType::INT32,
+        DType::INT64,
+        DType::UINT8,
+        DType::UINT16,
+        DType::UINT32,
+        DType::UINT64,
+        DType::FLOAT16,
+        DType::FLOAT32,
+        DType::FLOAT64,
+        DType::BFLOAT16,
+        DType::COMPLEX64,
+        DType::COMPLEX128,
+    ];
+
+    #[test]
+    fn typestrs_round_trip_for_every_numpy_type() {
+        for dtype in ALL.into_iter().filter(|d| d.kind() != ScalarKind::BFloat) {
+            let typestr = dtype.typestr().unwrap();
+            assert_eq!(DType::from_typestr(typestr).unwrap(), dtype, "{typestr}");
+            assert_eq!(DType::parse(dtype.name()).unwrap(), dtype);
+        }
+        let swapped = DType::from_typestr(">f8").unwrap();
+        assert!(!swapped.is_native());
+        assert_eq!(swapped.typestr().unwrap(), ">f8");
+        assert!(swapped.to_dlpack().is_err());
+        assert_eq!(DType::from_typestr("<u1").unwrap(), DType::UINT8);
+        assert_eq!(DType::parse("f4").unwrap(), DType::FLOAT32);
+    }
+
+    #[test]
+    fn dlpack_codes_round_trip_including_bfloat16() {
+        for dtype in ALL {
+            let dl = dtype.to_dlpack().unwrap();
+            assert_eq!(DType::from_dlpack(dl).unwrap(), dtype);
+        }
+        let bf16 = DType::BFLOAT16.to_dlpack().unwrap();
+        assert_eq!(
+            (bf16.code, bf16.bits, bf16.lanes),
+            (DLDataTypeCode::BFLOAT, 16, 1)
+        );
+        assert!(DType::BFLOAT16.typestr().is_err());
+    }
+
+    #[test]
+    fn bad_types_name_their_key() {
+        for bad in ["f4", "<x4", "<f3", "<f", "|i4", "<c4", "<b2", ""] {
+            let err = DType::from_typestr(bad).unwrap_err();
+            assert!(err.to_string().starts_with("typestr: "), "{bad}: {err}");
+        }
+        let err = DType::from_dlpack(DLDataType {
+            code: DLDataTypeCode::FLOAT,
+            bits: 32,
+            lanes: 4,
+        })
+        .unwrap_err();
+        assert!(err.to_string().starts_with("dtype: "), "{err}");
+        let err = DType::from_dlpack(DLDataType {
+            code: DLDataTypeCode::FLOAT8_E4M3,
+            bits: 8,
+            lanes: 1,
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("type code 8"), "{err}");
+        assert!(DType::parse("float128").is_err());
+    }
+
+    #[test]
+    fn alignment_of_complex_is_its_component() {
+        assert_eq!(DType::COMPLEX128.alignment(), 8);
+        assert_eq!(DType::FLOAT64.alignment(), 8);
+        assert_eq!(DType::BOOL.alignment(), 1);
+    }
+}

@@ -1,0 +1,431 @@
+//! The three descriptor forms, parsed and produced in one place:
+//!
+//! | protocol | strides | offset |
+//! |---|---|---|
+//! | `__cuda_array_interface__` (CAI v3) | bytes, `None` = C order | none: `data` is element 0 |
+//! | `__sycl_usm_array_interface__` (SUAI v1) | elements, `None` = C order | elements from `data` |
+//! | DLPack `DLTensor` | elements (always filled since 1.2; `NULL` accepted) | `byte_offset` |
+//!
+//! Imports produce a [`ForeignLayout`]: the exact span of bytes the elements occupy (what a foreign
+//! [`crate::Buffer`] should wrap) and the layout of the elements inside it. Exports derive each
+//! protocol's fields from an [`Array`].
+
+use dlpark::ffi::DLTensor;
+
+use crate::{Array, DType, Error, Layout, Result};
+
+/// The keys of a CAI or SUAI dictionary, after the caller converted each Python value to its Rust
+/// type (a wrong Python type is the caller's error to report, naming the key).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InterfaceDict {
+    pub version: i64,
+    /// `(address, read-only)`.
+    pub data: (usize, bool),
+    pub shape: Vec<i64>,
+    pub typestr: String,
+    /// `descr` (CAI) or `typedescr` (SUAI): `(name, typestr)` pairs.
+    pub descr: Option<Vec<(String, String)>>,
+    pub strides: Option<Vec<i64>>,
+    /// SUAI's `offset`, in elements. Always 0 for CAI.
+    pub offset: i64,
+    /// Whether CAI's `mask` was given and not `None`.
+    pub has_mask: bool,
+}
+
+/// Where an imported array's elements are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForeignLayout {
+    /// Address of the lowest byte any element occupies (element 0's address for empty arrays).
+    pub base: usize,
+    /// Bytes from `base` to the end of the highest element (0 for empty arrays).
+    pub len: usize,
+    /// The elements' layout relative to `base`.
+    pub layout: Layout,
+}
+
+/// The CAI versions devbuf reads.
+pub const CAI_VERSIONS: std::ops::RangeInclusive<i64> = 0..=3;
+/// The SUAI version devbuf reads and writes.
+pub const SUAI_VERSION: i64 = 1;
+
+/// Validates a `__cuda_array_interface__` dictionary.
+pub fn import_cai(dict: &InterfaceDict) -> Result<ForeignLayout> {
+    if !CAI_VERSIONS.contains(&dict.version) {
+        return Err(Error::invalid(
+            "version",
+            format!(
+                "CAI version {} is not supported (devbuf reads versions 0 to 3)",
+                dict.version
+            ),
+        ));
+    }
+    if dict.has_mask {
+        return Err(Error::invalid(
+            "mask",
+            "masked arrays are not supported; pass mask=None",
+        ));
+    }
+    let dtype = parse_dtype(dict)?;
+    let strides = dict.strides.clone();
+    foreign_layout(
+        dtype,
+        &dict.shape,
+        strides,
+        dict.data.0,
+        dict.data.1,
+        "data",
+    )
+}
+
+/// Validates a `__sycl_usm_array_interface__` dictionary (the `syclobj` key is the SYCL
+/// backend's business).
+pub fn import_suai(dict: &InterfaceDict) -> Result<ForeignLayout> {
+    if dict.version != SUAI_VERSION {
+        return Err(Error::invalid(
+            "version",
+            format!(
+                "SUAI version {} is not supported (expected 1)",
+                dict.version
+            ),
+        ));
+    }
+    let dtype = parse_dtype(dict)?;
+    let itemsize = dtype.itemsize() as i64;
+    if dict.offset < 0 {
+        return Err(Error::invalid(
+            "offset",
+            format!("{} is negative", dict.offset),
+        ));
+    }
+    let offset_bytes = dict
+        .offset
+        .checked_mul(itemsize)
+        .and_then(|bytes| usize::try_from(bytes).ok())
+        .ok_or_else(|| Error::invalid("offset", format!("{} elements overflows", dict.offset)))?;
+    let element0 = dict.data.0.checked_add(offset_bytes).ok_or_else(|| {
+        Error::invalid(
+            "offset",
+            format!("{} elements past data overflows", dict.offset),
+        )
+    })?;
+    let strides = dict
+        .strides
+        .as_ref()
+        .map(|strides| {
+            strides
+                .iter()
+                .map(|&s| {
+                    s.checked_mul(itemsize)
+                        .ok_or_else(|| Error::invalid("strides", format!("{s} elements overflows")))
+                })
+                .collect::<Result<Vec<_>>>()
+        })
+        .transpose()?;
+    let key = if dict.offset == 0 { "data" } else { "offset" };
+    foreign_layout(dtype, &dict.shape, strides, element0, dict.data.1, key)
+}
+
+/// Validates a DLTensor: its shape, strides (in elements; `NULL` means C order), dtype and
+/// `byte_offset`.
+///
+/// # Safety
+/// `tensor.shape` and (when not null) `tensor.strides` point to `tensor.ndim` readable values.
+pub unsafe fn import_dltensor(tensor: &DLTensor, readonly: bool) -> Result<ForeignLayout> {
+    let dtype = DType::from_dlpack(tensor.dtype)?;
+    let ndim = usize::try_from(tensor.ndim)
+        .map_err(|_| Error::invalid("ndim", format!("{} is negative", tensor.ndim)))?;
+    if ndim > 0 && tensor.shape.is_null() {
+        return Err(Error::invalid(
+            "shape",
+            format!("is NULL for {ndim} dimensions"),
+        ));
+    }
+    let read = |ptr: *const i64| -> &[i64] {
+        if ndim == 0 {
+            &[]
+        } else {
+            // SAFETY: the caller guarantees `ndim` readable values behind non-null pointers.
+            unsafe { std::slice::from_raw_parts(ptr, ndim) }
+        }
+    };
+    let shape = read(tensor.shape);
+    let itemsize = dtype.itemsize() as i64;
+    let strides = if tensor.strides.is_null() {
+        None
+    } else {
+        Some(
+            read(tensor.strides)
+                .iter()
+                .map(|&s| {
+                    s.checked_mul(itemsize)
+                        .ok_or_else(|| Error::invalid("strides", format!("{s} elements overflows")))
+                })
+                .collect::<Result<Vec<_>>>()?,
+        )
+    };
+    let element0 = (tensor.data as usize)
+        .checked_add(tensor.byte_offset as usize)
+        .ok_or_else(|| {
+            Error::invalid("byte_offset", format!("{} overflows", tensor.byte_offset))
+        })?;
+    let element0 = if tensor.data.is_null() { 0 } else { element0 };
+    foreign_layout(dtype, shape, strides, element0, readonly, "data")
+}
+
+fn parse_dtype(dict: &InterfaceDict) -> Result<DType> {
+    let dtype = DType::from_typestr(&dict.typestr)?;
+    if let Some(descr) = &dict.descr {
+        let plain = match descr.as_slice() {
+            [(name, typestr)] => {
+                name.is_empty() && DType::from_typestr(typestr).ok() == Some(dtype)
+            }
+            _ => false,
+        };
+        if !plain {
+            return Err(Error::invalid(
+                "descr",
+                format!(
+                    "{descr:?} describes a structured type; only plain {:?} is supported",
+                    dict.typestr
+                ),
+            ));
+        }
+    }
+    Ok(dtype)
+}
+
+/// Builds the foreign span for elements whose element 0 is at `element0`, with byte strides.
+fn foreign_layout(
+    dtype: DType,
+    shape: &[i64],
+    strides: Option<Vec<i64>>,
+    element0: usize,
+    readonly: bool,
+    pointer_key: &'static str,
+) -> Result<ForeignLayout> {
+    let shape = shape
+        .iter()
+        .map(|&n| {
+            usize::try_from(n)
+                .map_err(|_| Error::invalid("shape", format!("extent {n} is negative")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let strides = strides
+        .map(|strides| {
+            strides
+                .into_iter()
+                .map(|s| {
+                    isize::try_from(s)
+                        .map_err(|_| Error::invalid("strides", format!("{s} overflows")))
+                })
+                .collect::<Result<Vec<_>>>()
+        })
+        .transpose()?;
+    let at_element0 = Layout::new(dtype, shape, strides, 0, readonly)?;
+    let Some((low, end)) = at_element0.extent() else {
+        return Ok(ForeignLayout {
+            base: element0,
+            len: 0,
+            layout: at_element0,
+        });
+    };
+    if element0 == 0 {
+        return Err(Error::invalid(
+            pointer_key,
+            "is a null pointer for a non-empty array",
+        ));
+    }
+    let base = element0 as i128 + low;
+    let len = end - low;
+    if base < 0 || base + len > usize::MAX as i128 {
+        return Err(Error::invalid(
+            "strides",
+            format!(
+                "{:?} reach outside the address space from {element0:#x}",
+                at_element0.strides()
+            ),
+        ));
+    }
+    let (base, len, offset) = (base as usize, len as usize, (-low) as usize);
+    let layout = Layout::new(
+        dtype,
+        at_element0.shape().to_vec(),
+        Some(at_element0.strides().to_vec()),
+        offset,
+        readonly,
+    )?;
+    layout.check_fits(base, len, pointer_key)?;
+    Ok(ForeignLayout { base, len, layout })
+}
+
+/// SUAI's view of an array: `data` (a USM pointer into the allocation), `offset` and `strides`
+/// in elements (`None` when C-contiguous).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SuaiFields {
+    pub data: usize,
+    pub offset: usize,
+    pub strides: Option<Vec<i64>>,
+}
+
+impl Array {
+    /// CAI's `data[0]`: element 0's address, or 0 for an empty array (CAI v3's rule).
+    pub fn cai_data(&self) -> usize {
+        if self.layout().size() == 0 {
+            0
+        } else {
+            self.data_ptr()
+        }
+    }
+
+    /// CAI's `strides`: byte strides, or `None` when C-contiguous.
+    pub fn cai_strides(&self) -> Option<&[isize]> {
+        (!self.layout().is_c_contiguous()).then(|| self.layout().strides())
+    }
+
+    /// SUAI's `data`, `offset` and `strides`. When the byte offset is not a whole number of
+    /// elements, `data` absorbs the remainder (it stays a pointer into the same allocation).
+    pub fn suai_fields(&self) -> Result<SuaiFields> {
+        let layout = self.layout();
+        let itemsize = layout.dtype().itemsize();
+        let strides = if layout.is_c_contiguous() {
+            None
+        } else {
+            Some(layout.element_strides()?)
+        };
+        Ok(SuaiFields {
+            data: self.buffer().ptr() as usize + layout.offset() % itemsize,
+            offset: layout.offset() / itemsize,
+            strides,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dlpark::ffi::{DLDataType, DLDataTypeCode, DLDevice, DLDeviceType};
+
+    fn cai(shape: &[i64], strides: Option<&[i64]>, data: usize) -> InterfaceDict {
+        InterfaceDict {
+            version: 3,
+            data: (data, false),
+            shape: shape.to_vec(),
+            typestr: "<f4".into(),
+            strides: strides.map(<[_]>::to_vec),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn cai_with_negative_strides_covers_the_whole_span() {
+        // A 3x2 float32 array whose rows run backwards: element 0 is 16 bytes above the base.
+        let f = import_cai(&cai(&[3, 2], Some(&[-8, 4]), 0x1010)).unwrap();
+        assert_eq!((f.base, f.len, f.layout.offset()), (0x1000, 24, 16));
+        assert_eq!(f.layout.strides(), &[-8, 4]);
+    }
+
+    #[test]
+    fn suai_offsets_and_strides_are_in_elements() {
+        let dict = InterfaceDict {
+            version: 1,
+            data: (0x2000, true),
+            shape: vec![4],
+            typestr: "<f8".into(),
+            strides: Some(vec![-2]),
+            offset: 6,
+            ..Default::default()
+        };
+        let f = import_suai(&dict).unwrap();
+        assert_eq!((f.base, f.len, f.layout.offset()), (0x2000, 56, 48));
+        assert!(f.layout.readonly());
+        let err = import_suai(&InterfaceDict {
+            version: 2,
+            ..dict.clone()
+        })
+        .unwrap_err();
+        assert!(err.to_string().starts_with("version: "), "{err}");
+        let err = import_suai(&InterfaceDict { offset: -1, ..dict }).unwrap_err();
+        assert!(err.to_string().starts_with("offset: "), "{err}");
+    }
+
+    #[test]
+    fn malformed_dicts_name_their_key() {
+        let bad = |dict: InterfaceDict, key: &str| {
+            let err = import_cai(&dict).unwrap_err();
+            assert!(
+                err.to_string().starts_with(&format!("{key}: ")),
+                "{key}: {err}"
+            );
+        };
+        bad(
+            InterfaceDict {
+                version: 4,
+                ..cai(&[2], None, 0x1000)
+            },
+            "version",
+        );
+        bad(
+            InterfaceDict {
+                has_mask: true,
+                ..cai(&[2], None, 0x1000)
+            },
+            "mask",
+        );
+        bad(
+            InterfaceDict {
+                typestr: "<q8".into(),
+                ..cai(&[2], None, 0x1000)
+            },
+            "typestr",
+        );
+        bad(cai(&[-2], None, 0x1000), "shape");
+        bad(cai(&[2], None, 0), "data");
+        bad(cai(&[2], None, 0x1002), "data");
+        bad(cai(&[2, 2], Some(&[4]), 0x1000), "strides");
+        bad(cai(&[2], Some(&[i64::MAX]), 0x1000), "strides");
+        bad(cai(&[3], Some(&[-4]), 0x4), "strides");
+        bad(
+            InterfaceDict {
+                descr: Some(vec![("x".into(), "<f4".into()), ("y".into(), "<f4".into())]),
+                ..cai(&[2], None, 0x1000)
+            },
+            "descr",
+        );
+        // A plain descr and an empty array with a null pointer are fine.
+        import_cai(&InterfaceDict {
+            descr: Some(vec![(String::new(), "<f4".into())]),
+            ..cai(&[2], None, 0x1000)
+        })
+        .unwrap();
+        assert_eq!(import_cai(&cai(&[0, 3], None, 0)).unwrap().len, 0);
+    }
+
+    #[test]
+    fn dltensor_null_strides_mean_c_order_and_byte_offset_counts() {
+        let mut shape = [2i64, 3];
+        let tensor = DLTensor {
+            data: 0x3000 as *mut _,
+            device: DLDevice {
+                device_type: DLDeviceType::CPU,
+                device_id: 0,
+            },
+            ndim: 2,
+            dtype: DLDataType {
+                code: DLDataTypeCode::INT,
+                bits: 16,
+                lanes: 1,
+            },
+            shape: shape.as_mut_ptr(),
+            strides: std::ptr::null_mut(),
+            byte_offset: 64,
+        };
+        // SAFETY: shape points to 2 values; strides is null.
+        let f = unsafe { import_dltensor(&tensor, false) }.unwrap();
+        assert_eq!((f.base, f.len), (0x3040, 12));
+        assert_eq!(f.layout.strides(), &[6, 2]);
+        let negative = DLTensor { ndim: -1, ..tensor };
+        // SAFETY: ndim is rejected before any read.
+        let err = unsafe { import_dltensor(&negative, false) }.unwrap_err();
+        assert!(err.to_string().starts_with("ndim: "), "{err}");
+    }
+}

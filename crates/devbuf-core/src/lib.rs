@@ -1,0 +1,33 @@
+//! devbuf's memory model, shared by every backend.
+//!
+//! - [`MemKind`] and [`DeviceInfo`]: what memory is and whose it is.
+//! - [`Queue`] and [`Backend`]: the small interface each backend implements.
+//! - [`Buffer`]: bytes with an owner, freed exactly once after the last view.
+//! - [`DType`], [`Layout`], [`Array`]: typed strided views, validated in one place.
+//! - [`interface`] and [`dlpack`]: the CAI, SUAI and DLPack descriptor forms.
+//! - [`host`]: the host backend, always available.
+//! - [`conformance`] (feature `conformance`): the checks every backend passes.
+
+mod array;
+mod buffer;
+pub mod dlpack;
+mod dtype;
+mod error;
+pub mod host;
+pub mod interface;
+mod kind;
+mod queue;
+
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
+
+pub use array::{Array, Layout, c_strides};
+pub use buffer::{Buffer, DEFAULT_ALIGNMENT, Owner};
+pub use dlpark;
+pub use dtype::{ByteOrder, DType, ScalarKind};
+pub use error::{Error, Result};
+pub use host::{HostBackend, HostQueue};
+pub use kind::{DeviceInfo, MemKind};
+pub use queue::{
+    Availability, Backend, CompletedEvent, Event, ExportedHandle, Queue, QueueEvent, split_selector,
+};

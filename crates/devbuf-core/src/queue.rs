@@ -1,0 +1,259 @@
+//! The traits every backend implements: [`Queue`] (one device and context) and [`Backend`]
+//! (discovery and availability).
+//!
+//! The trait is deliberately small, in the spirit of RMM's `device_memory_resource` and wgpu-hal:
+//! raw allocation, ordered copies and fills, waits, and pointer classification. Ownership,
+//! sub-views and the exchange protocols are built once on top of it ([`crate::Buffer`],
+//! [`crate::interface`]).
+
+use std::any::Any;
+use std::ffi::{CStr, c_void};
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use dlpark::ffi::DLDevice;
+
+use crate::{DeviceInfo, MemKind, Result};
+
+/// A device and context with an in-order stream of work on it.
+///
+/// Implementations never panic and never let a foreign exception reach Rust: every runtime
+/// failure is an [`crate::Error`].
+pub trait Queue: Send + Sync + fmt::Debug + 'static {
+    /// The device this queue runs on.
+    fn device(&self) -> &DeviceInfo;
+
+    /// Whether this queue can allocate `kind` memory.
+    fn supports(&self, kind: MemKind) -> bool {
+        self.device().supports(kind)
+    }
+
+    /// Whether the host CPU may dereference memory of `kind` that this queue allocated.
+    fn host_accessible(&self, kind: MemKind) -> bool {
+        matches!(kind, MemKind::Host | MemKind::Shared)
+    }
+
+    /// Allocates `size` bytes (never 0: [`crate::Buffer`] rounds 0 up) aligned to `align` (a power
+    /// of two). The memory must be released with [`Queue::deallocate`] with the same arguments.
+    fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>>;
+
+    /// Releases memory from [`Queue::allocate`].
+    ///
+    /// # Safety
+    /// `ptr`, `kind`, `size` and `align` are exactly those of one earlier successful `allocate` on
+    /// this queue, the memory is released once, and no work on it is pending.
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, kind: MemKind, size: usize, align: usize);
+
+    /// Enqueues a copy of `len` bytes, ordered after earlier work on this queue. The copy may still
+    /// be running when this returns: call [`Queue::wait`] before the host reads `dst` or reuses `src`.
+    ///
+    /// # Safety
+    /// Both ranges are valid for `len` bytes, reachable by this queue (its own allocations or host
+    /// memory), do not overlap, and stay alive until the copy completes.
+    unsafe fn copy(&self, dst: *mut u8, src: *const u8, len: usize) -> Result<()>;
+
+    /// Enqueues setting `len` bytes at `dst` to `byte`, ordered like [`Queue::copy`].
+    ///
+    /// # Safety
+    /// `dst` is valid for `len` bytes, reachable by this queue, and alive until the fill completes.
+    unsafe fn fill(&self, dst: *mut u8, byte: u8, len: usize) -> Result<()>;
+
+    /// Blocks the calling thread until all work enqueued so far has completed.
+    fn wait(&self) -> Result<()>;
+
+    /// Records an event that completes when all work enqueued so far has completed.
+    fn record_event(&self) -> Result<Event>;
+
+    /// Makes work enqueued on this queue from now on wait for `event`, without blocking the host
+    /// where the runtime allows it.
+    fn wait_event(&self, event: &Event) -> Result<()>;
+
+    /// Classifies a pointer: the kind of this queue's own allocations, [`MemKind::Unknown`] for
+    /// everything else (another context's memory, stack, heap, garbage).
+    fn kind_of(&self, ptr: *const u8) -> MemKind;
+
+    /// The DLPack device of memory of `kind` allocated by this queue.
+    fn dlpack_device(&self, kind: MemKind) -> DLDevice;
+
+    /// A fresh, owned copy of the runtime's handle to this queue, for protocols that pass queues
+    /// between libraries (SUAI's `syclobj`). `None` where the backend has no such handle.
+    fn export_handle(&self) -> Option<ExportedHandle> {
+        None
+    }
+
+    /// The native stream handle work is enqueued on (a `CUstream`), where the backend has one.
+    fn native_stream(&self) -> Option<usize> {
+        None
+    }
+
+    /// Downcasting, for backend-specific protocol details.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A runtime handle given away to a foreign library (e.g. a "SyclQueueRef" capsule payload).
+/// Whoever receives it must call `destroy` once on `ptr`; dropping it unused destroys it.
+pub struct ExportedHandle {
+    /// The capsule name the protocol uses for this handle.
+    pub name: &'static CStr,
+    /// The handle itself.
+    pub ptr: NonNull<c_void>,
+    /// Releases the handle.
+    pub destroy: unsafe extern "C" fn(*mut c_void),
+}
+
+impl ExportedHandle {
+    /// Gives up ownership of the handle: the caller must call `destroy` on the returned pointer.
+    pub fn into_raw(self) -> (NonNull<c_void>, unsafe extern "C" fn(*mut c_void)) {
+        let parts = (self.ptr, self.destroy);
+        std::mem::forget(self);
+        parts
+    }
+}
+
+impl Drop for ExportedHandle {
+    fn drop(&mut self) {
+        // SAFETY: the handle is still owned here (into_raw forgets self), so it is released once.
+        unsafe { (self.destroy)(self.ptr.as_ptr()) }
+    }
+}
+
+impl fmt::Debug for ExportedHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ExportedHandle({:?} at {:p})", self.name, self.ptr)
+    }
+}
+
+// SAFETY: runtime handles (sycl::queue copies) are thread-safe reference-counted objects.
+unsafe impl Send for ExportedHandle {}
+
+/// A backend's event: a point in one queue's stream of work.
+pub trait QueueEvent: Send + Sync + fmt::Debug {
+    /// Blocks until the event has completed.
+    fn wait(&self) -> Result<()>;
+    /// Whether the event has completed, without blocking.
+    fn is_complete(&self) -> Result<bool>;
+    /// Downcasting, so a queue can wait on its own backend's events on the device.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A shareable handle to a [`QueueEvent`].
+#[derive(Clone, Debug)]
+pub struct Event(Arc<dyn QueueEvent>);
+
+impl Event {
+    /// Wraps a backend event.
+    pub fn new(event: impl QueueEvent + 'static) -> Self {
+        Event(Arc::new(event))
+    }
+
+    /// Blocks until the event has completed.
+    pub fn wait(&self) -> Result<()> {
+        self.0.wait()
+    }
+
+    /// Whether the event has completed, without blocking.
+    pub fn is_complete(&self) -> Result<bool> {
+        self.0.is_complete()
+    }
+
+    /// The backend's own event, if it is of type `T`.
+    pub fn downcast_ref<T: 'static>(&self) -> Option<&T> {
+        self.0.as_any().downcast_ref()
+    }
+}
+
+/// An event that has already completed: what synchronous backends record.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CompletedEvent;
+
+impl QueueEvent for CompletedEvent {
+    fn wait(&self) -> Result<()> {
+        Ok(())
+    }
+    fn is_complete(&self) -> Result<bool> {
+        Ok(true)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Whether a backend's runtime can be used in this process, and if not, why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Availability {
+    /// The runtime loaded and has at least one usable device.
+    Available,
+    /// The runtime is missing or unusable; the reason says what was tried.
+    Unavailable(String),
+}
+
+impl Availability {
+    /// Whether the backend can be used.
+    pub fn is_available(&self) -> bool {
+        matches!(self, Availability::Available)
+    }
+}
+
+/// A family of devices behind one runtime: discovery, availability and opening queues.
+pub trait Backend: Send + Sync {
+    /// The backend's name, also the first part of its selectors ("host", "sycl", "cuda", "opencl").
+    fn name(&self) -> &'static str;
+
+    /// Whether the runtime is usable, with the reason when it is not. Never panics.
+    fn availability(&self) -> Availability;
+
+    /// All devices the runtime reports, usable or not (see [`DeviceInfo::unusable_reason`]).
+    fn devices(&self) -> Result<Vec<DeviceInfo>>;
+
+    /// Opens a queue. `spec` is the selector after "`name`:", or empty for the backend's default.
+    fn open(&self, spec: &str) -> Result<Arc<dyn Queue>>;
+
+    /// A queue on the device a DLPack producer named, if `device` belongs to this backend.
+    fn queue_for_dlpack_device(&self, device: DLDevice) -> Option<Result<Arc<dyn Queue>>>;
+}
+
+/// Splits a device selector such as "sycl:opencl:cpu:0", "cuda:1" or "host" into the backend name
+/// and the backend-specific rest.
+pub fn split_selector(selector: &str) -> (&str, &str) {
+    match selector.split_once(':') {
+        Some((backend, rest)) => (backend, rest),
+        None => (selector, ""),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selectors_split_at_the_first_colon() {
+        assert_eq!(split_selector("host"), ("host", ""));
+        assert_eq!(
+            split_selector("sycl:opencl:cpu:0"),
+            ("sycl", "opencl:cpu:0")
+        );
+        assert_eq!(split_selector("cuda:1"), ("cuda", "1"));
+    }
+
+    #[test]
+    fn exported_handle_is_destroyed_once_unless_taken() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static DESTROYED: AtomicUsize = AtomicUsize::new(0);
+        unsafe extern "C" fn destroy(_: *mut c_void) {
+            DESTROYED.fetch_add(1, Ordering::SeqCst);
+        }
+        let make = || ExportedHandle {
+            name: c"SyclQueueRef",
+            ptr: NonNull::dangling(),
+            destroy,
+        };
+        drop(make());
+        assert_eq!(DESTROYED.load(Ordering::SeqCst), 1);
+        let (ptr, release) = make().into_raw();
+        assert_eq!(DESTROYED.load(Ordering::SeqCst), 1);
+        // SAFETY: we own the handle taken out above.
+        unsafe { release(ptr.as_ptr()) };
+        assert_eq!(DESTROYED.load(Ordering::SeqCst), 2);
+    }
+}
