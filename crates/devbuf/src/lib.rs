@@ -1,0 +1,83 @@
+#![doc = include_str!("../../../README.md")]
+
+pub mod matrix;
+
+use std::sync::{Arc, OnceLock};
+
+pub use devbuf_core::*;
+
+/// Every backend compiled in, in the order the default device is looked for (the host backend,
+/// always available, last).
+pub fn backends() -> &'static [Box<dyn Backend>] {
+    static BACKENDS: OnceLock<Vec<Box<dyn Backend>>> = OnceLock::new();
+    BACKENDS.get_or_init(|| vec![Box::new(HostBackend)])
+}
+
+/// The backend called `name`.
+pub fn backend(name: &str) -> Result<&'static dyn Backend> {
+    backends()
+        .iter()
+        .find(|backend| backend.name() == name)
+        .map(|backend| backend.as_ref())
+        .ok_or_else(|| Error::DeviceNotFound {
+            selector: name.into(),
+            reason: format!(
+                "no backend named {name:?} (compiled in: {})",
+                backends().iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
+            ),
+        })
+}
+
+/// Opens a queue from a selector: "host", "sycl", "sycl:<dpctl filter string>", "cuda", "cuda:N",
+/// or "" for the default device (see [`default_queue`]).
+pub fn open(selector: &str) -> Result<Arc<dyn Queue>> {
+    if selector.is_empty() {
+        return default_queue();
+    }
+    let (name, spec) = split_selector(selector);
+    let backend = backend(name)?;
+    if let Availability::Unavailable(reason) = backend.availability() {
+        return Err(Error::Unavailable {
+            backend: backend.name(),
+            reason,
+        });
+    }
+    backend.open(spec)
+}
+
+/// The default device's queue: the one `DEVBUF_DEVICE` selects if set, else the first available
+/// backend's default device, in the order of [`backends`].
+pub fn default_queue() -> Result<Arc<dyn Queue>> {
+    if let Ok(selector) = std::env::var("DEVBUF_DEVICE")
+        && !selector.is_empty()
+    {
+        return open(&selector);
+    }
+    let mut reasons = Vec::new();
+    for backend in backends() {
+        match backend.availability() {
+            Availability::Available => match backend.open("") {
+                Ok(queue) => return Ok(queue),
+                Err(err) => reasons.push(err.to_string()),
+            },
+            Availability::Unavailable(reason) => reasons.push(format!("{}: {reason}", backend.name())),
+        }
+    }
+    Err(Error::DeviceNotFound {
+        selector: String::new(),
+        reason: reasons.join("; "),
+    })
+}
+
+/// A queue on the device a DLPack producer named.
+pub fn queue_for_dlpack_device(device: dlpark::ffi::DLDevice) -> Result<Arc<dyn Queue>> {
+    backends()
+        .iter()
+        .find_map(|backend| backend.queue_for_dlpack_device(device))
+        .unwrap_or_else(|| {
+            Err(Error::DeviceNotFound {
+                selector: format!("DLPack device ({}, {})", device.device_type.0, device.device_id),
+                reason: "no backend compiled into devbuf handles this DLPack device type".into(),
+            })
+        })
+}

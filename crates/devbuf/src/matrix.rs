@@ -1,0 +1,108 @@
+//! The conformance matrix: every check of [`devbuf_core::conformance`] on every device of every
+//! backend compiled in. Unavailable backends and unusable devices are rows of skips with the reason.
+
+use std::fmt;
+
+use devbuf_core::conformance::{CHECKS, Outcome, run_all};
+
+use crate::{Availability, backends, split_selector};
+
+/// One device's (or one unavailable backend's) results.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// The device's selector, or the backend name when it has no usable runtime.
+    pub label: String,
+    /// `(check name, outcome)` for every check.
+    pub outcomes: Vec<(&'static str, Outcome)>,
+}
+
+impl Row {
+    fn skipped(label: String, reason: &str) -> Row {
+        let outcomes = CHECKS
+            .iter()
+            .map(|check| (check.name, Outcome::Skip(reason.to_string())))
+            .collect();
+        Row { label, outcomes }
+    }
+
+    /// Whether any check failed.
+    pub fn failed(&self) -> bool {
+        self.outcomes.iter().any(|(_, o)| matches!(o, Outcome::Fail(_)))
+    }
+}
+
+/// The matrix for every backend compiled in.
+pub fn run() -> Vec<Row> {
+    let mut rows = Vec::new();
+    for backend in backends() {
+        if let Availability::Unavailable(reason) = backend.availability() {
+            rows.push(Row::skipped(backend.name().into(), &reason));
+            continue;
+        }
+        let devices = match backend.devices() {
+            Ok(devices) => devices,
+            Err(err) => {
+                rows.push(Row {
+                    label: backend.name().into(),
+                    outcomes: vec![("devices", Outcome::Fail(err.to_string()))],
+                });
+                continue;
+            }
+        };
+        for device in devices {
+            let label = device.selector.clone();
+            if let Some(reason) = &device.unusable_reason {
+                rows.push(Row::skipped(label, &format!("{}: {reason}", device.name)));
+                continue;
+            }
+            match backend.open(split_selector(&device.selector).1) {
+                Ok(queue) => rows.push(Row {
+                    label,
+                    outcomes: run_all(&queue),
+                }),
+                Err(err) => rows.push(Row {
+                    label,
+                    outcomes: vec![("open", Outcome::Fail(err.to_string()))],
+                }),
+            }
+        }
+    }
+    rows
+}
+
+/// Prints rows as a table of pass / FAIL / skip, with the reasons as numbered notes below it.
+pub struct Table<'a>(pub &'a [Row]);
+
+impl fmt::Display for Table<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let label_width = self.0.iter().map(|r| r.label.len()).max().unwrap_or(0).max(6);
+        write!(f, "{:label_width$}", "device")?;
+        for check in CHECKS {
+            write!(f, "  {:>7}", check.name)?;
+        }
+        writeln!(f)?;
+        let mut notes: Vec<String> = Vec::new();
+        for row in self.0 {
+            write!(f, "{:label_width$}", row.label)?;
+            for (_, outcome) in &row.outcomes {
+                let cell = match outcome {
+                    Outcome::Pass => "pass".to_string(),
+                    Outcome::Fail(why) | Outcome::Skip(why) => {
+                        let word = if matches!(outcome, Outcome::Fail(_)) { "FAIL" } else { "skip" };
+                        let note = notes.iter().position(|n| n == why).unwrap_or_else(|| {
+                            notes.push(why.clone());
+                            notes.len() - 1
+                        });
+                        format!("{word}[{}]", note + 1)
+                    }
+                };
+                write!(f, "  {cell:>7}")?;
+            }
+            writeln!(f)?;
+        }
+        for (i, note) in notes.iter().enumerate() {
+            writeln!(f, "[{}] {note}", i + 1)?;
+        }
+        Ok(())
+    }
+}
