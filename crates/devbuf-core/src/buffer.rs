@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::{DeviceInfo, Error, MemKind, Queue, Result};
+use crate::{DeviceInfo, Error, Event, MemKind, Queue, Result};
 
 /// Alignment of [`Buffer::alloc`]: DLPack's recommended data alignment, and CUDA's own.
 pub const DEFAULT_ALIGNMENT: usize = 256;
@@ -56,6 +56,14 @@ enum Release {
     Foreign(Mutex<Option<Owner>>),
 }
 
+/// Work enqueued on an allocation that may not have completed yet.
+#[derive(Debug, Clone)]
+struct PendingWork {
+    queue: Arc<dyn Queue>,
+    /// Completes when the queue's work on the allocation (and everything before it) is done.
+    event: Event,
+}
+
 /// One allocation, shared by every [`Buffer`] that views it.
 struct Allocation {
     /// Address of the first byte (0 only for empty foreign memory).
@@ -63,12 +71,25 @@ struct Allocation {
     kind: MemKind,
     queue: Arc<dyn Queue>,
     release: Release,
+    /// At most one entry per queue: queues are in order, so a queue's latest event covers its
+    /// earlier work.
+    pending: Mutex<Vec<PendingWork>>,
 }
 
 impl Drop for Allocation {
     fn drop(&mut self) {
+        let pending = std::mem::take(self.pending.get_mut());
         match &mut self.release {
             Release::Queue { size, align } => {
+                // The queue releases memory after its own work; other queues' work must come first.
+                for work in pending
+                    .iter()
+                    .filter(|w| !Arc::ptr_eq(&w.queue, &self.queue))
+                {
+                    if self.queue.wait_event(&work.event).is_err() {
+                        let _ = work.event.wait();
+                    }
+                }
                 if let Some(ptr) = NonNull::new(self.base as *mut u8) {
                     // SAFETY: this allocation came from `queue.allocate(kind, size, align)` and
                     // Drop runs once, after the last Buffer referring to it is gone.
@@ -76,6 +97,10 @@ impl Drop for Allocation {
                 }
             }
             Release::Foreign(owner) => {
+                // Foreign memory has no ordered release: block until devbuf's work on it is done.
+                for work in &pending {
+                    let _ = work.event.wait();
+                }
                 if let Some(owner) = owner.get_mut().take() {
                     // A panicking deleter must not unwind into a C caller (DLPack deleters run
                     // this from `extern "C"` code); the panic message has already been printed.
@@ -145,6 +170,7 @@ impl Buffer {
                 kind,
                 queue: Arc::clone(queue),
                 release: Release::Queue { size, align },
+                pending: Mutex::new(Vec::new()),
             }),
             offset: 0,
             len: nbytes,
@@ -170,6 +196,7 @@ impl Buffer {
                 kind,
                 queue,
                 release: Release::Foreign(Mutex::new(Some(owner))),
+                pending: Mutex::new(Vec::new()),
             }),
             offset: 0,
             len,
@@ -243,20 +270,11 @@ impl Buffer {
     /// kinds, queues and backends: the copy runs on whichever queue reaches both sides, or is
     /// staged through host memory when none does.
     pub fn copy_from(&self, src: &Buffer) -> Result<()> {
-        if src.len != self.len {
-            return Err(Error::invalid(
-                "nbytes",
-                format!("source has {} bytes, destination has {}", src.len, self.len),
-            ));
-        }
+        self.check_copy_source(src.len, || {
+            self.same_allocation(src) && ranges_overlap(self, src)
+        })?;
         if self.len == 0 {
             return Ok(());
-        }
-        if self.same_allocation(src) && ranges_overlap(self, src) {
-            return Err(Error::invalid(
-                "src",
-                "source and destination views overlap",
-            ));
         }
         let (dst_queue, src_queue) = (self.queue(), src.queue());
         let queue = if reaches(dst_queue, src) {
@@ -267,31 +285,55 @@ impl Buffer {
             let staged = src.to_vec()?;
             return self.copy_from_host(&staged);
         };
+        self.order_on(queue)?;
+        src.order_on(queue)?;
         // SAFETY: both views are alive (we hold them), in range and disjoint, the queue reaches
         // both, and we wait for the copy before returning.
         unsafe { queue.copy(self.ptr(), src.ptr(), self.len)? };
-        queue.wait()
+        self.finish_on(queue, &[src])
+    }
+
+    /// Enqueues a copy of `src` into this view on `queue` (which must reach both), ordered after
+    /// pending work on both allocations, and returns without waiting. The work is recorded on both
+    /// allocations: they stay alive until it completes, and [`Buffer::sync_queue`] reports it.
+    pub fn enqueue_copy_from(&self, src: &Buffer, queue: &Arc<dyn Queue>) -> Result<Event> {
+        self.check_copy_source(src.len, || {
+            self.same_allocation(src) && ranges_overlap(self, src)
+        })?;
+        for side in [self, src] {
+            if !reaches(queue, side) {
+                return Err(Error::Unsupported {
+                    device: queue.device().selector.clone(),
+                    what: "an asynchronous copy".into(),
+                    reason: format!("the queue cannot reach {side:?}"),
+                });
+            }
+        }
+        self.order_on(queue)?;
+        src.order_on(queue)?;
+        if self.len > 0 {
+            // SAFETY: both views are in range, disjoint and reachable by `queue`; both
+            // allocations record the work and outlive it (Allocation::drop waits for it).
+            unsafe { queue.copy(self.ptr(), src.ptr(), self.len)? };
+        }
+        let event = queue.record_event()?;
+        self.record_work(queue, event.clone());
+        src.record_work(queue, event.clone());
+        Ok(event)
     }
 
     /// Copies `src` (host memory, same length) into this view and waits for the copy.
     pub fn copy_from_host(&self, src: &[u8]) -> Result<()> {
-        if src.len() != self.len {
-            return Err(Error::invalid(
-                "nbytes",
-                format!(
-                    "source has {} bytes, destination has {}",
-                    src.len(),
-                    self.len
-                ),
-            ));
-        }
+        self.check_copy_source(src.len(), || false)?;
         if self.len == 0 {
             return Ok(());
         }
+        let queue = self.queue();
+        self.order_on(queue)?;
         // SAFETY: `src` is borrowed host memory and the view is alive; we wait before returning,
         // so `src` outlives the copy.
-        unsafe { self.queue().copy(self.ptr(), src.as_ptr(), self.len)? };
-        self.queue().wait()
+        unsafe { queue.copy(self.ptr(), src.as_ptr(), self.len)? };
+        self.finish_on(queue, &[])
     }
 
     /// Copies this view into `dst` (host memory, same length) and waits for the copy.
@@ -309,9 +351,11 @@ impl Buffer {
         if self.len == 0 {
             return Ok(());
         }
+        let queue = self.queue();
+        self.order_on(queue)?;
         // SAFETY: `dst` is exclusively borrowed host memory; we wait before returning.
-        unsafe { self.queue().copy(dst.as_mut_ptr(), self.ptr(), self.len)? };
-        self.queue().wait()
+        unsafe { queue.copy(dst.as_mut_ptr(), self.ptr(), self.len)? };
+        self.finish_on(queue, &[])
     }
 
     /// The bytes of this view, copied to a new host vector.
@@ -326,9 +370,112 @@ impl Buffer {
         if self.len == 0 {
             return Ok(());
         }
+        let queue = self.queue();
+        self.order_on(queue)?;
         // SAFETY: the view is alive and in range; we wait before returning.
-        unsafe { self.queue().fill(self.ptr(), byte, self.len)? };
-        self.queue().wait()
+        unsafe { queue.fill(self.ptr(), byte, self.len)? };
+        self.finish_on(queue, &[])
+    }
+
+    /// Enqueues setting this view to `byte` on its own queue and returns without waiting; the
+    /// work is recorded like [`Buffer::enqueue_copy_from`]'s.
+    pub fn enqueue_fill(&self, byte: u8) -> Result<Event> {
+        let queue = self.queue();
+        self.order_on(queue)?;
+        if self.len > 0 {
+            // SAFETY: the view is in range; the allocation records the work and outlives it.
+            unsafe { queue.fill(self.ptr(), byte, self.len)? };
+        }
+        let event = queue.record_event()?;
+        self.record_work(queue, event.clone());
+        Ok(event)
+    }
+
+    /// Records that work on this allocation was enqueued on `queue` and completes with `event`
+    /// (for work devbuf did not enqueue itself, e.g. a consumer's kernel).
+    pub fn record_work(&self, queue: &Arc<dyn Queue>, event: Event) {
+        let mut pending = self.alloc.pending.lock();
+        match pending.iter_mut().find(|w| Arc::ptr_eq(&w.queue, queue)) {
+            Some(work) => work.event = event,
+            None => pending.push(PendingWork {
+                queue: Arc::clone(queue),
+                event,
+            }),
+        }
+    }
+
+    /// Makes work enqueued on `queue` from now on wait for pending work on this allocation from
+    /// other queues (on the device where the runtime can, else by blocking).
+    pub fn order_on(&self, queue: &Arc<dyn Queue>) -> Result<()> {
+        let mut pending = self.alloc.pending.lock();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        pending.retain(|w| !w.event.is_complete().unwrap_or(false));
+        for work in pending.iter().filter(|w| !Arc::ptr_eq(&w.queue, queue)) {
+            queue.wait_event(&work.event)?;
+        }
+        Ok(())
+    }
+
+    /// The queue a consumer must synchronize with to see every pending write to this allocation:
+    /// `None` when nothing is pending, the one queue with pending work, or, when several queues
+    /// have pending work, `home` after it was made to wait for the others (CAI v3's producer rule).
+    pub fn sync_queue(&self, home: &Arc<dyn Queue>) -> Result<Option<Arc<dyn Queue>>> {
+        let mut pending = self.alloc.pending.lock();
+        if pending.is_empty() {
+            return Ok(None);
+        }
+        pending.retain(|w| !w.event.is_complete().unwrap_or(false));
+        match pending.as_slice() {
+            [] => Ok(None),
+            [only] => Ok(Some(Arc::clone(&only.queue))),
+            several => {
+                for work in several.iter().filter(|w| !Arc::ptr_eq(&w.queue, home)) {
+                    home.wait_event(&work.event)?;
+                }
+                let joined = home.record_event()?;
+                *pending = vec![PendingWork {
+                    queue: Arc::clone(home),
+                    event: joined,
+                }];
+                Ok(Some(Arc::clone(home)))
+            }
+        }
+    }
+
+    /// Blocks until all pending work on this allocation has completed.
+    pub fn synchronize(&self) -> Result<()> {
+        let pending = std::mem::take(&mut *self.alloc.pending.lock());
+        pending.iter().try_for_each(|work| work.event.wait())
+    }
+
+    fn check_copy_source(&self, src_len: usize, overlaps: impl FnOnce() -> bool) -> Result<()> {
+        if src_len != self.len {
+            return Err(Error::invalid(
+                "nbytes",
+                format!("source has {src_len} bytes, destination has {}", self.len),
+            ));
+        }
+        if overlaps() {
+            return Err(Error::invalid(
+                "src",
+                "source and destination views overlap",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Waits for `queue` and forgets its (now complete) work on this and `others`' allocations.
+    fn finish_on(&self, queue: &Arc<dyn Queue>, others: &[&Buffer]) -> Result<()> {
+        queue.wait()?;
+        for buffer in std::iter::once(self).chain(others.iter().copied()) {
+            let mut pending = buffer.alloc.pending.lock();
+            if !pending.is_empty() {
+                pending.retain(|w| !Arc::ptr_eq(&w.queue, queue));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -353,5 +500,202 @@ impl fmt::Debug for Buffer {
             .field("device", &self.device().selector)
             .field("owned", &self.is_owned())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Pending-work tracking is plain state: these tests drive it with a queue whose events only
+    //! complete when the queue is waited on, standing in for an asynchronous runtime.
+    use super::*;
+    use crate::{HostQueue, QueueEvent};
+    use std::any::Any;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    #[derive(Debug)]
+    struct ManualEvent {
+        label: String,
+        done: Arc<AtomicBool>,
+        waits: Arc<AtomicUsize>,
+    }
+
+    impl QueueEvent for ManualEvent {
+        fn wait(&self) -> Result<()> {
+            self.waits.fetch_add(1, Ordering::SeqCst);
+            self.done.store(true, Ordering::SeqCst);
+            Ok(())
+        }
+        fn is_complete(&self) -> Result<bool> {
+            Ok(self.done.load(Ordering::SeqCst))
+        }
+        fn as_any(&self) -> &dyn Any {
+            self
+        }
+    }
+
+    /// Host memory, but its work only "completes" when the queue is waited on.
+    #[derive(Debug)]
+    struct DeferredQueue {
+        host: HostQueue,
+        name: &'static str,
+        recorded: Mutex<Vec<Arc<AtomicBool>>>,
+        /// Labels of the events this queue was told to wait for.
+        waited_for: Mutex<Vec<String>>,
+        event_waits: Arc<AtomicUsize>,
+    }
+
+    impl DeferredQueue {
+        fn new(name: &'static str) -> Arc<DeferredQueue> {
+            Arc::new(DeferredQueue {
+                host: HostQueue::new(),
+                name,
+                recorded: Mutex::new(Vec::new()),
+                waited_for: Mutex::new(Vec::new()),
+                event_waits: Arc::new(AtomicUsize::new(0)),
+            })
+        }
+    }
+
+    impl Queue for DeferredQueue {
+        fn device(&self) -> &DeviceInfo {
+            self.host.device()
+        }
+        fn host_accessible(&self, _kind: MemKind) -> bool {
+            true
+        }
+        fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {
+            self.host.allocate(kind, size, align)
+        }
+        unsafe fn deallocate(&self, ptr: NonNull<u8>, kind: MemKind, size: usize, align: usize) {
+            // SAFETY: forwarded unchanged from the caller's contract.
+            unsafe { self.host.deallocate(ptr, kind, size, align) }
+        }
+        unsafe fn copy(&self, dst: *mut u8, src: *const u8, len: usize) -> Result<()> {
+            // SAFETY: forwarded unchanged from the caller's contract.
+            unsafe { self.host.copy(dst, src, len) }
+        }
+        unsafe fn fill(&self, dst: *mut u8, byte: u8, len: usize) -> Result<()> {
+            // SAFETY: forwarded unchanged from the caller's contract.
+            unsafe { self.host.fill(dst, byte, len) }
+        }
+        fn wait(&self) -> Result<()> {
+            for done in self.recorded.lock().drain(..) {
+                done.store(true, Ordering::SeqCst);
+            }
+            Ok(())
+        }
+        fn record_event(&self) -> Result<Event> {
+            let mut recorded = self.recorded.lock();
+            let done = Arc::new(AtomicBool::new(false));
+            recorded.push(Arc::clone(&done));
+            Ok(Event::new(ManualEvent {
+                label: format!("{}#{}", self.name, recorded.len()),
+                done,
+                waits: Arc::clone(&self.event_waits),
+            }))
+        }
+        fn wait_event(&self, event: &Event) -> Result<()> {
+            let label = event
+                .downcast_ref::<ManualEvent>()
+                .map_or_else(|| "foreign".to_string(), |e| e.label.clone());
+            self.waited_for.lock().push(label);
+            Ok(())
+        }
+        fn kind_of(&self, ptr: *const u8) -> MemKind {
+            self.host.kind_of(ptr)
+        }
+        fn dlpack_device(&self, kind: MemKind) -> dlpark::ffi::DLDevice {
+            self.host.dlpack_device(kind)
+        }
+        fn as_any(&self) -> &dyn Any {
+            self
+        }
+    }
+
+    fn queues() -> (
+        Arc<DeferredQueue>,
+        Arc<dyn Queue>,
+        Arc<DeferredQueue>,
+        Arc<dyn Queue>,
+    ) {
+        let (a, b) = (DeferredQueue::new("a"), DeferredQueue::new("b"));
+        let (qa, qb): (Arc<dyn Queue>, Arc<dyn Queue>) = (a.clone(), b.clone());
+        (a, qa, b, qb)
+    }
+
+    #[test]
+    fn one_queue_with_pending_work_is_the_sync_queue_until_it_completes() {
+        let (_, qa, _, qb) = queues();
+        let buffer = Buffer::alloc(&qa, MemKind::Device, 64).unwrap();
+        assert!(buffer.sync_queue(&qa).unwrap().is_none());
+        let src = Buffer::alloc(&qb, MemKind::Device, 64).unwrap();
+        buffer.enqueue_copy_from(&src, &qb).unwrap();
+        // Only b has work on it: b is the stream to export, even though a is the home queue.
+        let sync = buffer.sync_queue(&qa).unwrap().unwrap();
+        assert!(Arc::ptr_eq(&sync, &qb));
+        qb.wait().unwrap();
+        assert!(buffer.sync_queue(&qa).unwrap().is_none());
+    }
+
+    #[test]
+    fn work_on_several_queues_is_joined_on_the_home_queue() {
+        let (a, qa, _, qb) = queues();
+        let buffer = Buffer::alloc(&qa, MemKind::Device, 64).unwrap();
+        let other = Buffer::alloc(&qa, MemKind::Device, 64).unwrap();
+        buffer.enqueue_fill(1).unwrap();
+        other.enqueue_copy_from(&buffer, &qb).unwrap();
+        let sync = buffer.sync_queue(&qa).unwrap().unwrap();
+        assert!(Arc::ptr_eq(&sync, &qa));
+        assert_eq!(*a.waited_for.lock(), vec!["b#1".to_string()]);
+        // The join is itself recorded: one entry remains, on a.
+        qa.wait().unwrap();
+        assert!(buffer.sync_queue(&qa).unwrap().is_none());
+    }
+
+    #[test]
+    fn new_work_waits_for_other_queues_and_blocking_ops_forget_their_own() {
+        let (a, qa, _, qb) = queues();
+        let buffer = Buffer::alloc(&qa, MemKind::Device, 8).unwrap();
+        let src = Buffer::alloc(&qb, MemKind::Device, 8).unwrap();
+        src.copy_from_host(&[5; 8]).unwrap();
+        buffer.enqueue_copy_from(&src, &qb).unwrap();
+        // A blocking fill on a must first wait for b's copy, device-side.
+        buffer.fill(9).unwrap();
+        assert_eq!(*a.waited_for.lock(), vec!["b#1".to_string()]);
+        assert_eq!(buffer.to_vec().unwrap(), vec![9; 8]);
+        buffer.synchronize().unwrap();
+        assert!(buffer.sync_queue(&qa).unwrap().is_none());
+    }
+
+    #[test]
+    fn dropping_memory_with_pending_work_orders_the_release_after_it() {
+        let (a, qa, _, qb) = queues();
+        let owned = Buffer::alloc(&qa, MemKind::Device, 8).unwrap();
+        owned.enqueue_fill(3).unwrap();
+        let src = Buffer::alloc(&qb, MemKind::Device, 8).unwrap();
+        owned.enqueue_copy_from(&src, &qb).unwrap();
+        drop(owned);
+        // a frees its own allocation stream-ordered after waiting for b's work on it.
+        assert_eq!(*a.waited_for.lock(), vec!["b#1".to_string()]);
+
+        let deleted = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&deleted);
+        let mut memory = vec![0u8; 8];
+        // SAFETY: `memory` outlives the buffer; the deleter only sets a flag.
+        let foreign = unsafe {
+            Buffer::from_foreign(
+                Arc::clone(&qa),
+                memory.as_mut_ptr(),
+                8,
+                MemKind::Unknown,
+                Owner::deleter(move || flag.store(true, Ordering::SeqCst)),
+            )
+        };
+        foreign.enqueue_fill(4).unwrap();
+        let waits_before = a.event_waits.load(Ordering::SeqCst);
+        drop(foreign);
+        // Foreign memory has no ordered release: the host blocked on the event, then deleted.
+        assert_eq!(a.event_waits.load(Ordering::SeqCst), waits_before + 1);
+        assert!(deleted.load(Ordering::SeqCst));
     }
 }

@@ -316,6 +316,30 @@ impl DType {
         })
     }
 
+    /// Parses a buffer-protocol (struct module) format of one element of `itemsize` bytes, as
+    /// NumPy, `array`, `bytes` and `memoryview` produce them ("B", "<f", "=d", "Zf", "l"...).
+    /// `None` (no format requested) means unsigned bytes.
+    pub fn from_buffer_format(format: Option<&str>, itemsize: usize) -> Result<DType> {
+        let format = format.unwrap_or("B");
+        let bad = |why: &str| Error::invalid("format", format!("{format:?} {why}"));
+        let (order, code) = match format.as_bytes() {
+            [b'<', rest @ ..] => (ByteOrder::Little, rest),
+            [b'>' | b'!', rest @ ..] => (ByteOrder::Big, rest),
+            [b'@' | b'=', rest @ ..] => (ByteOrder::NATIVE, rest),
+            rest => (ByteOrder::NATIVE, rest),
+        };
+        let kind = match code {
+            b"?" => ScalarKind::Bool,
+            b"b" | b"h" | b"i" | b"l" | b"q" | b"n" => ScalarKind::Int,
+            b"B" | b"c" | b"H" | b"I" | b"L" | b"Q" | b"N" => ScalarKind::UInt,
+            b"e" | b"f" | b"d" => ScalarKind::Float,
+            b"Zf" | b"Zd" => ScalarKind::Complex,
+            _ => return Err(bad("is not a supported element format")),
+        };
+        DType::new(kind, itemsize, order)
+            .ok_or_else(|| bad(&format!("with item size {itemsize} is not supported")))
+    }
+
     /// The canonical name, as NumPy spells it.
     pub fn name(self) -> &'static str {
         match (self.kind, self.itemsize) {
@@ -429,6 +453,29 @@ mod tests {
         .unwrap_err();
         assert!(err.to_string().contains("type code 8"), "{err}");
         assert!(DType::parse("float128").is_err());
+    }
+
+    #[test]
+    fn buffer_formats_parse_with_their_item_size() {
+        for dtype in ALL.into_iter().filter(|d| d.kind() != ScalarKind::BFloat) {
+            let format = dtype.buffer_format().unwrap();
+            assert_eq!(
+                DType::from_buffer_format(Some(format), dtype.itemsize()).unwrap(),
+                dtype
+            );
+        }
+        assert_eq!(DType::from_buffer_format(None, 1).unwrap(), DType::UINT8);
+        assert_eq!(
+            DType::from_buffer_format(Some("<l"), 8).unwrap(),
+            DType::INT64
+        );
+        assert!(
+            !DType::from_buffer_format(Some(">d"), 8)
+                .unwrap()
+                .is_native()
+        );
+        let err = DType::from_buffer_format(Some("T{i:x:}"), 4).unwrap_err();
+        assert!(err.to_string().starts_with("format: "), "{err}");
     }
 
     #[test]

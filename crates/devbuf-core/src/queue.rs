@@ -38,11 +38,12 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// of two). The memory must be released with [`Queue::deallocate`] with the same arguments.
     fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>>;
 
-    /// Releases memory from [`Queue::allocate`].
+    /// Releases memory from [`Queue::allocate`], after the work already enqueued on this queue
+    /// (stream-ordered where the runtime can, else by waiting when work is pending).
     ///
     /// # Safety
     /// `ptr`, `kind`, `size` and `align` are exactly those of one earlier successful `allocate` on
-    /// this queue, the memory is released once, and no work on it is pending.
+    /// this queue, the memory is released once, and no other queue has pending work on it.
     unsafe fn deallocate(&self, ptr: NonNull<u8>, kind: MemKind, size: usize, align: usize);
 
     /// Enqueues a copy of `len` bytes, ordered after earlier work on this queue. The copy may still

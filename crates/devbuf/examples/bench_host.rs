@@ -34,7 +34,9 @@ fn main() {
         }
     });
     let devbuf_alloc = median_ns(31, 20_000, || {
-        drop(black_box(Buffer::alloc(&queue, MemKind::Host, 1024).unwrap()));
+        drop(black_box(
+            Buffer::alloc(&queue, MemKind::Host, 1024).unwrap(),
+        ));
     });
 
     const LEN: usize = 64 << 20;

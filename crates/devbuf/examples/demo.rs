@@ -10,7 +10,10 @@ fn main() -> devbuf::Result<()> {
     println!("default device: {device} [{}]", device.vendor);
     let message = b"devbuf: zero-copy device memory across library boundaries";
     let mut previous: Option<Buffer> = None;
-    for kind in MemKind::ALLOCATABLE.into_iter().filter(|&k| queue.supports(k)) {
+    for kind in MemKind::ALLOCATABLE
+        .into_iter()
+        .filter(|&k| queue.supports(k))
+    {
         let buffer = Buffer::alloc(&queue, kind, message.len())?;
         match &previous {
             None => buffer.copy_from_host(message)?,
@@ -24,7 +27,10 @@ fn main() -> devbuf::Result<()> {
         previous = Some(buffer);
     }
     if let Some(last) = previous {
-        println!("  read back: {:?}", String::from_utf8_lossy(&last.to_vec()?));
+        println!(
+            "  read back: {:?}",
+            String::from_utf8_lossy(&last.to_vec()?)
+        );
     }
     println!();
     let rows = devbuf::matrix::run();

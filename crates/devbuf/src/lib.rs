@@ -23,7 +23,11 @@ pub fn backend(name: &str) -> Result<&'static dyn Backend> {
             selector: name.into(),
             reason: format!(
                 "no backend named {name:?} (compiled in: {})",
-                backends().iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
+                backends()
+                    .iter()
+                    .map(|b| b.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         })
 }
@@ -60,7 +64,9 @@ pub fn default_queue() -> Result<Arc<dyn Queue>> {
                 Ok(queue) => return Ok(queue),
                 Err(err) => reasons.push(err.to_string()),
             },
-            Availability::Unavailable(reason) => reasons.push(format!("{}: {reason}", backend.name())),
+            Availability::Unavailable(reason) => {
+                reasons.push(format!("{}: {reason}", backend.name()))
+            }
         }
     }
     Err(Error::DeviceNotFound {
@@ -76,7 +82,10 @@ pub fn queue_for_dlpack_device(device: dlpark::ffi::DLDevice) -> Result<Arc<dyn 
         .find_map(|backend| backend.queue_for_dlpack_device(device))
         .unwrap_or_else(|| {
             Err(Error::DeviceNotFound {
-                selector: format!("DLPack device ({}, {})", device.device_type.0, device.device_id),
+                selector: format!(
+                    "DLPack device ({}, {})",
+                    device.device_type.0, device.device_id
+                ),
                 reason: "no backend compiled into devbuf handles this DLPack device type".into(),
             })
         })

@@ -27,7 +27,9 @@ impl Row {
 
     /// Whether any check failed.
     pub fn failed(&self) -> bool {
-        self.outcomes.iter().any(|(_, o)| matches!(o, Outcome::Fail(_)))
+        self.outcomes
+            .iter()
+            .any(|(_, o)| matches!(o, Outcome::Fail(_)))
     }
 }
 
@@ -75,7 +77,13 @@ pub struct Table<'a>(pub &'a [Row]);
 
 impl fmt::Display for Table<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let label_width = self.0.iter().map(|r| r.label.len()).max().unwrap_or(0).max(6);
+        let label_width = self
+            .0
+            .iter()
+            .map(|r| r.label.len())
+            .max()
+            .unwrap_or(0)
+            .max(6);
         write!(f, "{:label_width$}", "device")?;
         for check in CHECKS {
             write!(f, "  {:>7}", check.name)?;
@@ -88,7 +96,11 @@ impl fmt::Display for Table<'_> {
                 let cell = match outcome {
                     Outcome::Pass => "pass".to_string(),
                     Outcome::Fail(why) | Outcome::Skip(why) => {
-                        let word = if matches!(outcome, Outcome::Fail(_)) { "FAIL" } else { "skip" };
+                        let word = if matches!(outcome, Outcome::Fail(_)) {
+                            "FAIL"
+                        } else {
+                            "skip"
+                        };
                         let note = notes.iter().position(|n| n == why).unwrap_or_else(|| {
                             notes.push(why.clone());
                             notes.len() - 1
