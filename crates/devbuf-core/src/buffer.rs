@@ -612,20 +612,17 @@ mod tests {
         }
     }
 
-    fn queues() -> (
-        Arc<DeferredQueue>,
-        Arc<dyn Queue>,
-        Arc<DeferredQueue>,
-        Arc<dyn Queue>,
-    ) {
-        let (a, b) = (DeferredQueue::new("a"), DeferredQueue::new("b"));
-        let (qa, qb): (Arc<dyn Queue>, Arc<dyn Queue>) = (a.clone(), b.clone());
-        (a, qa, b, qb)
+    /// A deferred queue, also as the trait object the buffer API takes.
+    type QueuePair = (Arc<DeferredQueue>, Arc<dyn Queue>);
+
+    fn deferred(name: &'static str) -> QueuePair {
+        let queue = DeferredQueue::new(name);
+        (queue.clone(), queue)
     }
 
     #[test]
     fn one_queue_with_pending_work_is_the_sync_queue_until_it_completes() {
-        let (_, qa, _, qb) = queues();
+        let ((_, qa), (_, qb)) = (deferred("a"), deferred("b"));
         let buffer = Buffer::alloc(&qa, MemKind::Device, 64).unwrap();
         assert!(buffer.sync_queue(&qa).unwrap().is_none());
         let src = Buffer::alloc(&qb, MemKind::Device, 64).unwrap();
@@ -639,7 +636,7 @@ mod tests {
 
     #[test]
     fn work_on_several_queues_is_joined_on_the_home_queue() {
-        let (a, qa, _, qb) = queues();
+        let ((a, qa), (_, qb)) = (deferred("a"), deferred("b"));
         let buffer = Buffer::alloc(&qa, MemKind::Device, 64).unwrap();
         let other = Buffer::alloc(&qa, MemKind::Device, 64).unwrap();
         buffer.enqueue_fill(1).unwrap();
@@ -654,7 +651,7 @@ mod tests {
 
     #[test]
     fn new_work_waits_for_other_queues_and_blocking_ops_forget_their_own() {
-        let (a, qa, _, qb) = queues();
+        let ((a, qa), (_, qb)) = (deferred("a"), deferred("b"));
         let buffer = Buffer::alloc(&qa, MemKind::Device, 8).unwrap();
         let src = Buffer::alloc(&qb, MemKind::Device, 8).unwrap();
         src.copy_from_host(&[5; 8]).unwrap();
@@ -669,7 +666,7 @@ mod tests {
 
     #[test]
     fn dropping_memory_with_pending_work_orders_the_release_after_it() {
-        let (a, qa, _, qb) = queues();
+        let ((a, qa), (_, qb)) = (deferred("a"), deferred("b"));
         let owned = Buffer::alloc(&qa, MemKind::Device, 8).unwrap();
         owned.enqueue_fill(3).unwrap();
         let src = Buffer::alloc(&qb, MemKind::Device, 8).unwrap();
