@@ -49,9 +49,10 @@ impl DlpackDims {
     /// Fills `out` to describe `array` (whose dims these are) on `device`, pointing into `self`.
     /// `data` is element 0 (`NULL` for an empty array) and `byte_offset` is 0, which is what
     /// consumers that ignore `byte_offset` need.
-    pub fn fill(&mut self, array: &Array, device: DLDevice, out: &mut DLTensor) -> Result<()> {
+    pub fn fill(&self, array: &Array, device: DLDevice, out: &mut DLTensor) -> Result<()> {
         let ndim = self.ndim();
-        let base = self.values.as_mut_ptr();
+        // DLTensor's pointers are mutable in C, but consumers only read through them.
+        let base = self.values.as_ptr().cast_mut();
         *out = DLTensor {
             data: if array.layout().size() == 0 {
                 std::ptr::null_mut()
@@ -90,7 +91,7 @@ struct LegacyExport {
 /// must call its deleter once (or hand it to a consumer that will).
 pub fn export_versioned(
     array: &Array,
-    mut dims: DlpackDims,
+    dims: DlpackDims,
     device: DLDevice,
     mut flags: DlpackFlags,
 ) -> Result<NonNull<DLManagedTensorVersioned>> {
@@ -120,7 +121,7 @@ pub fn export_versioned(
 /// Exports `array` as a legacy (pre-1.0) managed tensor, for consumers that ask for no version.
 pub fn export_legacy(
     array: &Array,
-    mut dims: DlpackDims,
+    dims: DlpackDims,
     device: DLDevice,
 ) -> Result<NonNull<DLManagedTensor>> {
     let mut dl_tensor = empty_tensor(device);

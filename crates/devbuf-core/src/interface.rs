@@ -67,7 +67,7 @@ pub fn import_cai(dict: &InterfaceDict) -> Result<ForeignLayout> {
     }
     let dtype = parse_dtype(dict)?;
     let strides = dict.strides.clone();
-    foreign_layout(
+    import_strided(
         dtype,
         &dict.shape,
         strides,
@@ -122,7 +122,7 @@ pub fn import_suai(dict: &InterfaceDict) -> Result<ForeignLayout> {
         })
         .transpose()?;
     let key = if dict.offset == 0 { "data" } else { "offset" };
-    foreign_layout(dtype, &dict.shape, strides, element0, dict.data.1, key)
+    import_strided(dtype, &dict.shape, strides, element0, dict.data.1, key)
 }
 
 /// Validates a DLTensor: its shape, strides (in elements; `NULL` means C order), dtype and
@@ -169,7 +169,7 @@ pub unsafe fn import_dltensor(tensor: &DLTensor, readonly: bool) -> Result<Forei
             Error::invalid("byte_offset", format!("{} overflows", tensor.byte_offset))
         })?;
     let element0 = if tensor.data.is_null() { 0 } else { element0 };
-    foreign_layout(dtype, shape, strides, element0, readonly, "data")
+    import_strided(dtype, shape, strides, element0, readonly, "data")
 }
 
 fn parse_dtype(dict: &InterfaceDict) -> Result<DType> {
@@ -194,8 +194,9 @@ fn parse_dtype(dict: &InterfaceDict) -> Result<DType> {
     Ok(dtype)
 }
 
-/// Builds the foreign span for elements whose element 0 is at `element0`, with byte strides.
-fn foreign_layout(
+/// The foreign span of elements whose element 0 is at `element0`, with byte strides (`None` = C
+/// order): what the buffer protocol gives, and what the other imports reduce to.
+pub fn import_strided(
     dtype: DType,
     shape: &[i64],
     strides: Option<Vec<i64>>,
