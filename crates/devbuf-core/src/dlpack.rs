@@ -4,9 +4,12 @@
 //! An exported tensor owns a clone of the array's [`Buffer`], so the memory outlives the producer's
 //! Python object. Its deleter needs no GIL and never unwinds into the C caller.
 
+use std::cell::UnsafeCell;
 use std::ffi::c_void;
+use std::mem::ManuallyDrop;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use dlpark::DlpackFlags;
 use dlpark::ffi::{
@@ -71,74 +74,158 @@ impl DlpackDims {
     }
 }
 
-/// What a versioned export owns; `tensor` comes first so the tensor pointer is the context pointer.
-#[repr(C)]
-struct VersionedExport {
-    tensor: DLManagedTensorVersioned,
-    dims: DlpackDims,
-    buffer: Buffer,
+/// The two DLPack managed-tensor ABIs devbuf produces.
+pub trait ManagedTensorAbi: Sized {
+    /// The capsule name of an unconsumed tensor of this ABI.
+    const CAPSULE_NAME: &'static std::ffi::CStr;
+    /// The capsule name a consumer gives it once it took ownership.
+    const USED_CAPSULE_NAME: &'static std::ffi::CStr;
+    /// A tensor with no manager context yet.
+    fn new(
+        dl_tensor: DLTensor,
+        deleter: unsafe extern "C" fn(*mut Self),
+        flags: DlpackFlags,
+    ) -> Self;
+    /// Sets the manager context.
+    fn set_manager_ctx(&mut self, ctx: *mut c_void);
 }
 
-/// What a legacy export owns, laid out like [`VersionedExport`].
-#[repr(C)]
-struct LegacyExport {
-    tensor: DLManagedTensor,
-    dims: DlpackDims,
-    buffer: Buffer,
+impl ManagedTensorAbi for DLManagedTensorVersioned {
+    const CAPSULE_NAME: &'static std::ffi::CStr = c"dltensor_versioned";
+    const USED_CAPSULE_NAME: &'static std::ffi::CStr = c"used_dltensor_versioned";
+    fn new(
+        dl_tensor: DLTensor,
+        deleter: unsafe extern "C" fn(*mut Self),
+        flags: DlpackFlags,
+    ) -> Self {
+        DLManagedTensorVersioned {
+            version: VERSION,
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(deleter),
+            flags,
+            dl_tensor,
+        }
+    }
+    fn set_manager_ctx(&mut self, ctx: *mut c_void) {
+        self.manager_ctx = ctx;
+    }
 }
 
-/// Exports `array` as a versioned managed tensor on `device`. The caller owns the result and
-/// must call its deleter once (or hand it to a consumer that will).
-pub fn export_versioned(
+impl ManagedTensorAbi for DLManagedTensor {
+    const CAPSULE_NAME: &'static std::ffi::CStr = c"dltensor";
+    const USED_CAPSULE_NAME: &'static std::ffi::CStr = c"used_dltensor";
+    /// The legacy ABI has no flags: a read-only export is the consumer's to respect unannounced.
+    fn new(
+        dl_tensor: DLTensor,
+        deleter: unsafe extern "C" fn(*mut Self),
+        _flags: DlpackFlags,
+    ) -> Self {
+        DLManagedTensor {
+            dl_tensor,
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(deleter),
+        }
+    }
+    fn set_manager_ctx(&mut self, ctx: *mut c_void) {
+        self.manager_ctx = ctx;
+    }
+}
+
+/// What an export owns; `tensor` comes first so the tensor pointer is the context pointer.
+///
+/// Two parties may hold it: the consumer (through the deleter) and, for `__dlpack__`, the
+/// capsule object, whose destructor always runs. Each holds one of `refs`; the memory is released
+/// once (`released`), by whichever of "the deleter ran" or "the capsule died unconsumed" comes
+/// first, and the block is freed with the last reference. So a consumer that calls the deleter
+/// without renaming the capsule (seen in torch for unsupported devices) cannot cause a double free.
+#[repr(C)]
+struct Export<T> {
+    tensor: T,
+    dims: DlpackDims,
+    buffer: UnsafeCell<ManuallyDrop<Buffer>>,
+    released: AtomicBool,
+    refs: AtomicUsize,
+}
+
+impl<T> Export<T> {
+    /// Drops the exported buffer, once.
+    fn release_memory(&self) {
+        if !self.released.swap(true, Ordering::AcqRel) {
+            // SAFETY: the swap makes this the only access to the buffer, ever.
+            unsafe { ManuallyDrop::drop(&mut *self.buffer.get()) }
+        }
+    }
+}
+
+/// Drops one reference to an export, freeing it with the last; `release` also releases the memory.
+///
+/// # Safety
+/// `tensor` is the tensor of a live `Export<T>` and the caller owns one of its references.
+unsafe fn drop_reference<T>(tensor: *mut T, release: bool) {
+    let export = tensor.cast::<Export<T>>();
+    // SAFETY: the caller owns a reference, so the export is alive.
+    let last = unsafe {
+        if release {
+            (*export).release_memory();
+        }
+        (*export).refs.fetch_sub(1, Ordering::AcqRel) == 1
+    };
+    if last {
+        // SAFETY: that was the last reference; the export was leaked from a Box in `export`.
+        drop(unsafe { Box::from_raw(export) });
+    }
+}
+
+unsafe extern "C" fn delete_export<T>(tensor: *mut T) {
+    if !tensor.is_null() {
+        // Unwinding must not cross into the C caller.
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            // SAFETY: DLPack gives the consumer's reference back through the deleter, once.
+            unsafe { drop_reference(tensor, true) }
+        }));
+    }
+}
+
+/// Exports `array` on `device` as a managed tensor of ABI `T` (versioned or legacy). The result
+/// holds one reference for the consumer (released through its deleter) and, when `in_capsule`,
+/// one for the capsule that will carry it (released with [`release_capsule`]).
+pub fn export<T: ManagedTensorAbi>(
     array: &Array,
     dims: DlpackDims,
     device: DLDevice,
     mut flags: DlpackFlags,
-) -> Result<NonNull<DLManagedTensorVersioned>> {
+    in_capsule: bool,
+) -> Result<NonNull<T>> {
     if array.readonly() {
         flags |= DlpackFlags::READ_ONLY;
     }
     let mut dl_tensor = empty_tensor(device);
     // The tensor points into `dims`' heap block, which moving `dims` into the box keeps in place.
     dims.fill(array, device, &mut dl_tensor)?;
-    let raw = Box::into_raw(Box::new(VersionedExport {
-        tensor: DLManagedTensorVersioned {
-            version: VERSION,
-            manager_ctx: std::ptr::null_mut(),
-            deleter: Some(delete_versioned),
-            flags,
-            dl_tensor,
-        },
+    let raw = Box::into_raw(Box::new(Export {
+        tensor: T::new(dl_tensor, delete_export::<T>, flags),
         dims,
-        buffer: array.buffer().clone(),
+        buffer: UnsafeCell::new(ManuallyDrop::new(array.buffer().clone())),
+        released: AtomicBool::new(false),
+        refs: AtomicUsize::new(if in_capsule { 2 } else { 1 }),
     }));
-    // SAFETY: `raw` is a live box we own until the consumer calls the deleter.
-    unsafe { (*raw).tensor.manager_ctx = raw.cast() };
+    // SAFETY: `raw` is a live box; nobody else has seen it yet.
+    unsafe { (*raw).tensor.set_manager_ctx(raw.cast()) };
     // SAFETY: Box::into_raw never returns null.
     Ok(unsafe { NonNull::new_unchecked(raw.cast()) })
 }
 
-/// Exports `array` as a legacy (pre-1.0) managed tensor, for consumers that ask for no version.
-pub fn export_legacy(
-    array: &Array,
-    dims: DlpackDims,
-    device: DLDevice,
-) -> Result<NonNull<DLManagedTensor>> {
-    let mut dl_tensor = empty_tensor(device);
-    dims.fill(array, device, &mut dl_tensor)?;
-    let raw = Box::into_raw(Box::new(LegacyExport {
-        tensor: DLManagedTensor {
-            dl_tensor,
-            manager_ctx: std::ptr::null_mut(),
-            deleter: Some(delete_legacy),
-        },
-        dims,
-        buffer: array.buffer().clone(),
+/// The capsule's side of an export from [`export`] with `in_capsule`: call it from the capsule
+/// destructor. `consumed` is whether a consumer renamed the capsule (and so owns the tensor);
+/// if not, the memory is released here.
+///
+/// # Safety
+/// `tensor` came from [`export::<T>`] with `in_capsule`, and this is called once, by its capsule.
+pub unsafe fn release_capsule<T: ManagedTensorAbi>(tensor: NonNull<T>, consumed: bool) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the capsule owns one reference, given back here once.
+        unsafe { drop_reference(tensor.as_ptr(), !consumed) }
     }));
-    // SAFETY: `raw` is a live box we own until the consumer calls the deleter.
-    unsafe { (*raw).tensor.manager_ctx = raw.cast() };
-    // SAFETY: Box::into_raw never returns null.
-    Ok(unsafe { NonNull::new_unchecked(raw.cast()) })
 }
 
 fn empty_tensor(device: DLDevice) -> DLTensor {
@@ -154,26 +241,6 @@ fn empty_tensor(device: DLDevice) -> DLTensor {
         shape: std::ptr::null_mut(),
         strides: std::ptr::null_mut(),
         byte_offset: 0,
-    }
-}
-
-unsafe extern "C" fn delete_versioned(tensor: *mut DLManagedTensorVersioned) {
-    if !tensor.is_null() {
-        // Unwinding must not cross into the C caller.
-        let _ = catch_unwind(AssertUnwindSafe(|| {
-            // SAFETY: `tensor` is the first field of a VersionedExport leaked by export_versioned,
-            // and DLPack calls the deleter once.
-            drop(unsafe { Box::from_raw(tensor.cast::<VersionedExport>()) })
-        }));
-    }
-}
-
-unsafe extern "C" fn delete_legacy(tensor: *mut DLManagedTensor) {
-    if !tensor.is_null() {
-        let _ = catch_unwind(AssertUnwindSafe(|| {
-            // SAFETY: as in delete_versioned, for a LegacyExport.
-            drop(unsafe { Box::from_raw(tensor.cast::<LegacyExport>()) })
-        }));
     }
 }
 
@@ -261,9 +328,10 @@ impl ManagedTensor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{DType, Layout, MemKind, Queue, host::HostQueue};
+    use crate::{DType, Layout, MemKind, Owner, Queue, host::HostQueue};
     use dlpark::ffi::DLDeviceType;
     use std::sync::Arc;
+    use std::sync::atomic::Ordering;
 
     #[test]
     fn export_then_import_round_trips_and_deleter_frees_once() {
@@ -280,7 +348,9 @@ mod tests {
             device_type: DLDeviceType::CPU,
             device_id: 0,
         };
-        let tensor = export_versioned(&array, dims, device, DlpackFlags::empty()).unwrap();
+        let tensor =
+            export::<DLManagedTensorVersioned>(&array, dims, device, DlpackFlags::empty(), false)
+                .unwrap();
         let managed = ManagedTensor::Versioned(tensor);
         // SAFETY: we own the tensor until delete below.
         let (dl, readonly) = unsafe { managed.tensor() }.unwrap();
@@ -309,7 +379,9 @@ mod tests {
             device_type: DLDeviceType::CPU,
             device_id: 0,
         };
-        let tensor = export_versioned(&array, dims, device, DlpackFlags::empty()).unwrap();
+        let tensor =
+            export::<DLManagedTensorVersioned>(&array, dims, device, DlpackFlags::empty(), false)
+                .unwrap();
         // SAFETY: we own the tensor.
         unsafe { (*tensor.as_ptr()).version.major = 2 };
         let managed = ManagedTensor::Versioned(tensor);
@@ -318,5 +390,66 @@ mod tests {
         assert!(err.to_string().starts_with("version: DLPack 2."), "{err}");
         // SAFETY: we own it; the deleter is still ours.
         unsafe { managed.delete() };
+    }
+
+    /// A foreign byte array whose deleter counts its runs, exported in a capsule.
+    fn counted_export() -> (
+        NonNull<DLManagedTensorVersioned>,
+        Arc<std::sync::atomic::AtomicUsize>,
+    ) {
+        use std::sync::atomic::AtomicUsize;
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&runs);
+        let mut memory = vec![1u8; 32].into_boxed_slice();
+        let ptr = memory.as_mut_ptr();
+        // SAFETY: the memory moves into the deleter, which frees it.
+        let buffer = unsafe {
+            Buffer::from_foreign(
+                HostQueue::shared(),
+                ptr,
+                32,
+                MemKind::Unknown,
+                Owner::deleter(move || {
+                    drop(memory);
+                    counter.fetch_add(1, Ordering::SeqCst);
+                }),
+            )
+        };
+        let array = Array::bytes(buffer);
+        let dims = DlpackDims::new(&array).unwrap();
+        let device = DLDevice {
+            device_type: DLDeviceType::CPU,
+            device_id: 0,
+        };
+        let tensor = export(&array, dims, device, DlpackFlags::empty(), true).unwrap();
+        (tensor, runs)
+    }
+
+    #[test]
+    fn capsule_and_consumer_release_the_memory_once_in_any_order() {
+        // Unconsumed: the capsule releases it.
+        let (tensor, runs) = counted_export();
+        // SAFETY: the capsule's reference, given back once.
+        unsafe { release_capsule(tensor, false) };
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+        // Consumed: the capsule dies first, the consumer's deleter releases.
+        let (tensor, runs) = counted_export();
+        // SAFETY: as above; then the consumer's reference through its deleter.
+        unsafe {
+            release_capsule(tensor, true);
+            assert_eq!(runs.load(Ordering::SeqCst), 0);
+            ManagedTensor::Versioned(tensor).delete();
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+        // A consumer that calls the deleter without renaming the capsule: still exactly once.
+        let (tensor, runs) = counted_export();
+        // SAFETY: the consumer's reference, then the capsule's (which believes it is unconsumed).
+        unsafe {
+            ManagedTensor::Versioned(tensor).delete();
+            release_capsule(tensor, false);
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
     }
 }
