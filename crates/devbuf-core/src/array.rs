@@ -1,7 +1,9 @@
 //! Typed, strided views of a [`Buffer`]: the one place where shapes, strides and offsets are
 //! validated, whatever protocol they came from.
 
-use crate::{Buffer, DType, Error, Result};
+use std::sync::Arc;
+
+use crate::{Buffer, DType, Error, MemKind, Queue, Result};
 
 /// Where the elements of an array are, relative to the start of a buffer.
 ///
@@ -284,6 +286,26 @@ impl Array {
         self.layout.readonly
     }
 
+    /// A writable copy of the elements in a new `kind` allocation on `queue`, with the same strides.
+    /// Only the bytes the elements span are copied.
+    pub fn copy_to(&self, queue: &Arc<dyn Queue>, kind: MemKind) -> Result<Array> {
+        let (low, end) = self.layout.extent().unwrap_or((0, 0));
+        // check_fits guaranteed the span lies inside the buffer.
+        let start = (self.layout.offset as i128 + low) as usize;
+        let span = self.buffer.slice(start..start + (end - low) as usize)?;
+        let copy = Buffer::alloc(queue, kind, span.len())?;
+        copy.copy_from(&span)?;
+        let layout = Layout {
+            offset: (-low) as usize,
+            readonly: false,
+            ..self.layout.clone()
+        };
+        Ok(Array {
+            buffer: copy,
+            layout,
+        })
+    }
+
     /// The same view, with its read-only flag set to `readonly`.
     pub fn with_readonly(&self, readonly: bool) -> Array {
         Array {
@@ -374,6 +396,25 @@ mod tests {
         assert!(err.to_string().starts_with("data: "), "{err}");
         let huge = layout(&[3], Some(&[isize::MAX]), 0).unwrap();
         assert!(huge.check_fits(0, usize::MAX, "data").is_err());
+    }
+
+    #[test]
+    fn copies_keep_the_layout_of_strided_views() {
+        let queue = crate::HostQueue::shared();
+        let buffer = Buffer::alloc(&queue, MemKind::Device, 64).unwrap();
+        buffer
+            .copy_from_host(&(0..64).collect::<Vec<u8>>())
+            .unwrap();
+        // Every other float32, backwards, starting at byte 40.
+        let layout = Layout::new(DType::FLOAT32, vec![3], Some(vec![-8]), 40, true).unwrap();
+        let view = Array::new(buffer, layout).unwrap();
+        let copy = view.copy_to(&queue, MemKind::Host).unwrap();
+        assert_eq!(copy.buffer().len(), 20);
+        assert_eq!(copy.layout().offset(), 16);
+        assert!(!copy.readonly());
+        let bytes = copy.buffer().to_vec().unwrap();
+        assert_eq!(&bytes[16..20], &[40, 41, 42, 43]);
+        assert_eq!(&bytes[0..4], &[24, 25, 26, 27]);
     }
 
     #[test]

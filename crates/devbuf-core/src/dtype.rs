@@ -1,6 +1,7 @@
 //! Element types, in the three spellings the protocols use: NumPy typestrs (CAI, SUAI, the
 //! buffer protocol's neighbours), DLPack type codes, and the names users type.
 
+use std::ffi::CStr;
 use std::fmt;
 
 use dlpark::ffi::{DLDataType, DLDataTypeCode};
@@ -292,26 +293,27 @@ impl DType {
         })
     }
 
-    /// The Python buffer protocol (struct module) format character, native order only.
-    pub fn buffer_format(self) -> Option<&'static str> {
+    /// The Python buffer protocol (struct module) format, native order only, as the C string the
+    /// protocol hands out.
+    pub fn buffer_format(self) -> Option<&'static CStr> {
         if !self.is_native() {
             return None;
         }
         Some(match (self.kind, self.itemsize) {
-            (ScalarKind::Bool, 1) => "?",
-            (ScalarKind::Int, 1) => "b",
-            (ScalarKind::Int, 2) => "h",
-            (ScalarKind::Int, 4) => "i",
-            (ScalarKind::Int, 8) => "q",
-            (ScalarKind::UInt, 1) => "B",
-            (ScalarKind::UInt, 2) => "H",
-            (ScalarKind::UInt, 4) => "I",
-            (ScalarKind::UInt, 8) => "Q",
-            (ScalarKind::Float, 2) => "e",
-            (ScalarKind::Float, 4) => "f",
-            (ScalarKind::Float, 8) => "d",
-            (ScalarKind::Complex, 8) => "Zf",
-            (ScalarKind::Complex, 16) => "Zd",
+            (ScalarKind::Bool, 1) => c"?",
+            (ScalarKind::Int, 1) => c"b",
+            (ScalarKind::Int, 2) => c"h",
+            (ScalarKind::Int, 4) => c"i",
+            (ScalarKind::Int, 8) => c"q",
+            (ScalarKind::UInt, 1) => c"B",
+            (ScalarKind::UInt, 2) => c"H",
+            (ScalarKind::UInt, 4) => c"I",
+            (ScalarKind::UInt, 8) => c"Q",
+            (ScalarKind::Float, 2) => c"e",
+            (ScalarKind::Float, 4) => c"f",
+            (ScalarKind::Float, 8) => c"d",
+            (ScalarKind::Complex, 8) => c"Zf",
+            (ScalarKind::Complex, 16) => c"Zd",
             _ => return None,
         })
     }
@@ -458,7 +460,7 @@ mod tests {
     #[test]
     fn buffer_formats_parse_with_their_item_size() {
         for dtype in ALL.into_iter().filter(|d| d.kind() != ScalarKind::BFloat) {
-            let format = dtype.buffer_format().unwrap();
+            let format = dtype.buffer_format().unwrap().to_str().unwrap();
             assert_eq!(
                 DType::from_buffer_format(Some(format), dtype.itemsize()).unwrap(),
                 dtype

@@ -1,0 +1,404 @@
+//! `Array` (a typed, strided view) and `Buffer` (its byte-array subclass): the objects every
+//! protocol exports. The protocol methods live in `export.rs`; this file holds the objects and
+//! their plain attributes.
+
+use std::sync::OnceLock;
+
+use devbuf::dlpack::DlpackDims;
+use devbuf::{Array, Buffer, DType, Layout};
+use pyo3::exceptions::{PyBufferError, PyIndexError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyCapsule, PyDict, PySlice, PyTuple};
+
+use crate::device::{PyDevice, PyQueue};
+use crate::errors::IntoPyResult;
+
+/// What the protocol getters build once and hand out copies of.
+pub(crate) struct ExportCache {
+    pub(crate) suai: PyOnceLock<Py<PyDict>>,
+    pub(crate) cai: PyOnceLock<Py<PyDict>>,
+    pub(crate) dlpack_device: PyOnceLock<Py<PyTuple>>,
+    pub(crate) shape: PyOnceLock<Py<PyTuple>>,
+}
+
+/// A typed, strided view of device, shared or host memory.
+#[pyclass(frozen, subclass, module = "devbuf", name = "Array")]
+pub struct PyArray {
+    pub(crate) array: Array,
+    pub(crate) queue: Py<PyQueue>,
+    /// DLPack shape and element strides, made on first use; `None` when a stride is not a whole
+    /// number of elements.
+    dims: OnceLock<Option<DlpackDims>>,
+    pub(crate) cache: ExportCache,
+}
+
+impl PyArray {
+    pub(crate) fn new(array: Array, queue: Py<PyQueue>) -> PyArray {
+        PyArray {
+            array,
+            queue,
+            dims: OnceLock::new(),
+            cache: ExportCache {
+                suai: PyOnceLock::new(),
+                cai: PyOnceLock::new(),
+                dlpack_device: PyOnceLock::new(),
+                shape: PyOnceLock::new(),
+            },
+        }
+    }
+
+    pub(crate) fn wrap(py: Python<'_>, array: Array, queue: Py<PyQueue>) -> PyResult<Py<PyArray>> {
+        Py::new(py, PyArray::new(array, queue))
+    }
+
+    pub(crate) fn dims(&self) -> Option<&DlpackDims> {
+        self.dims
+            .get_or_init(|| DlpackDims::new(&self.array).ok())
+            .as_ref()
+    }
+
+    /// The bytes the elements occupy, when they are C-contiguous.
+    fn contiguous_bytes(&self, what: &str) -> PyResult<Buffer> {
+        let layout = self.array.layout();
+        if !layout.is_c_contiguous() {
+            return Err(PyBufferError::new_err(format!(
+                "{what} needs a C-contiguous array; this one has byte strides {:?}",
+                layout.strides()
+            )));
+        }
+        self.array
+            .buffer()
+            .slice(layout.offset()..layout.offset() + layout.nbytes())
+            .py()
+    }
+
+    fn layout(&self) -> &Layout {
+        self.array.layout()
+    }
+}
+
+#[pymethods]
+impl PyArray {
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let shape = self.cache.shape.get_or_try_init(py, || {
+            PyTuple::new(py, self.layout().shape()).map(Bound::unbind)
+        })?;
+        Ok(shape.bind(py).clone())
+    }
+
+    /// The element type's name, as NumPy spells it ("float32", "uint8", "bfloat16"...).
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.layout().dtype().name()
+    }
+
+    /// The NumPy typestr of the element type ("<f4"...); bfloat16 has none.
+    #[getter]
+    fn typestr(&self) -> PyResult<&'static str> {
+        self.layout().dtype().typestr().py()
+    }
+
+    /// Strides in bytes.
+    #[getter]
+    fn strides(&self) -> Vec<isize> {
+        self.layout().strides().to_vec()
+    }
+
+    /// Byte offset of element 0 from the start of `buffer`.
+    #[getter]
+    fn offset(&self) -> usize {
+        self.layout().offset()
+    }
+
+    #[getter]
+    fn ndim(&self) -> usize {
+        self.layout().ndim()
+    }
+
+    /// Number of elements.
+    #[getter]
+    fn size(&self) -> usize {
+        self.layout().size()
+    }
+
+    #[getter]
+    fn itemsize(&self) -> usize {
+        self.layout().dtype().itemsize()
+    }
+
+    /// Bytes of the elements (size × itemsize).
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.layout().nbytes()
+    }
+
+    #[getter]
+    fn readonly(&self) -> bool {
+        self.array.readonly()
+    }
+
+    /// Address of element 0.
+    #[getter]
+    fn ptr(&self) -> usize {
+        self.array.data_ptr()
+    }
+
+    /// "host", "device", "shared", or "unknown" (foreign memory the runtime cannot classify).
+    #[getter]
+    fn kind(&self) -> &'static str {
+        self.array.buffer().kind().as_str()
+    }
+
+    #[getter]
+    fn device(&self, py: Python<'_>) -> Py<PyDevice> {
+        self.queue.get().device.clone_ref(py)
+    }
+
+    #[getter]
+    fn queue(&self, py: Python<'_>) -> Py<PyQueue> {
+        self.queue.clone_ref(py)
+    }
+
+    #[getter]
+    fn c_contiguous(&self) -> bool {
+        self.layout().is_c_contiguous()
+    }
+
+    #[getter]
+    fn f_contiguous(&self) -> bool {
+        self.layout().is_f_contiguous()
+    }
+
+    /// The memory this array views (the whole buffer, not only the bytes its elements span).
+    #[getter]
+    fn buffer(&self, py: Python<'_>) -> PyResult<Py<PyBuffer>> {
+        PyBuffer::wrap_readonly(
+            py,
+            self.array.buffer().clone(),
+            self.queue.clone_ref(py),
+            self.array.readonly(),
+        )
+    }
+
+    /// Copies `source` (anything `devbuf.asarray` takes: DLPack, SUAI, CAI or buffer-protocol
+    /// objects) into this array. Both must be C-contiguous with the same number of bytes.
+    fn copy_from(&self, py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<()> {
+        if self.array.readonly() {
+            return Err(PyValueError::new_err("copy_from: this array is read-only"));
+        }
+        let source = crate::import::import_object(py, source, false)?;
+        let source = source.get().contiguous_bytes("copy_from's source")?;
+        let destination = self.contiguous_bytes("copy_from")?;
+        py.detach(|| destination.copy_from(&source)).py()
+    }
+
+    /// The bytes of a C-contiguous array, copied to the host.
+    fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = self.contiguous_bytes("to_bytes")?;
+        let data = py.detach(|| bytes.to_vec()).py()?;
+        Ok(PyBytes::new(py, &data))
+    }
+
+    /// The SYCL USM array interface (version 1), for SYCL memory.
+    #[getter]
+    fn __sycl_usm_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        crate::export::suai(self, py)
+    }
+
+    /// The CUDA array interface (version 3), for CUDA memory.
+    #[getter]
+    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        crate::export::cai(self, py)
+    }
+
+    /// `(device type, device id)` of the memory, in DLPack's codes.
+    fn __dlpack_device__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        crate::export::dlpack_device(self, py)
+    }
+
+    /// A DLPack capsule of this array (see the array API's `__dlpack__`).
+    #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<&Bound<'py, PyAny>>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        crate::export::dlpack(self, py, stream, max_version, dl_device, copy)
+    }
+
+    /// DLPack 1.3's C exchange table ("dlpack_exchange_api" capsule).
+    #[classattr]
+    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Py<PyCapsule>> {
+        crate::exchange::capsule(py).map(Bound::unbind)
+    }
+
+    /// The exchange table under the name of the proposal it came from.
+    #[classattr]
+    fn __c_dlpack_exchange_api__(py: Python<'_>) -> PyResult<Py<PyCapsule>> {
+        crate::exchange::capsule(py).map(Bound::unbind)
+    }
+
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut pyo3::ffi::Py_buffer,
+        flags: std::ffi::c_int,
+    ) -> PyResult<()> {
+        // SAFETY: CPython passes a writable view.
+        unsafe { crate::export::get_buffer(&slf, view, flags) }
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {
+        // Nothing to free: shape and strides point into the array, which the view keeps alive.
+    }
+
+    fn __len__(&self) -> PyResult<usize> {
+        self.layout()
+            .shape()
+            .first()
+            .copied()
+            .ok_or_else(|| PyTypeError::new_err("len() of a 0-d array"))
+    }
+
+    fn __repr__(&self) -> String {
+        let device = self.array.buffer().device();
+        format!(
+            "<devbuf.Array shape={:?} dtype={} kind={} device={:?}{}>",
+            self.layout().shape(),
+            self.layout().dtype(),
+            self.array.buffer().kind(),
+            device.selector,
+            if self.array.readonly() {
+                " read-only"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+/// Bytes on a device with an owner: devbuf's allocation, or foreign memory kept alive for as long
+/// as any view of it. A Buffer is also a one-dimensional `uint8` Array, so it exports every
+/// protocol its memory supports.
+#[pyclass(frozen, extends = PyArray, module = "devbuf", name = "Buffer")]
+pub struct PyBuffer {}
+
+impl PyBuffer {
+    pub(crate) fn wrap(
+        py: Python<'_>,
+        buffer: Buffer,
+        queue: Py<PyQueue>,
+    ) -> PyResult<Py<PyBuffer>> {
+        Self::wrap_readonly(py, buffer, queue, false)
+    }
+
+    fn wrap_readonly(
+        py: Python<'_>,
+        buffer: Buffer,
+        queue: Py<PyQueue>,
+        readonly: bool,
+    ) -> PyResult<Py<PyBuffer>> {
+        let bytes = Array::bytes(buffer).with_readonly(readonly);
+        Py::new(
+            py,
+            PyClassInitializer::from(PyArray::new(bytes, queue)).add_subclass(PyBuffer {}),
+        )
+    }
+}
+
+#[pymethods]
+impl PyBuffer {
+    /// Number of bytes.
+    #[getter]
+    fn nbytes(slf: &Bound<'_, Self>) -> usize {
+        slf.as_super().get().array.buffer().len()
+    }
+
+    /// Address of the first byte.
+    #[getter]
+    fn ptr(slf: &Bound<'_, Self>) -> usize {
+        slf.as_super().get().array.buffer().ptr() as usize
+    }
+
+    /// Whether devbuf allocated this memory (False for imported, foreign memory).
+    #[getter]
+    fn owned(slf: &Bound<'_, Self>) -> bool {
+        slf.as_super().get().array.buffer().is_owned()
+    }
+
+    /// A typed view: `dtype` a name or typestr ("float32", "<f4"), `shape` (default: as many
+    /// elements as fit after `offset`), `strides` and `offset` in bytes, as in NumPy.
+    #[pyo3(signature = (dtype, shape = None, strides = None, offset = 0))]
+    fn view(
+        slf: &Bound<'_, Self>,
+        dtype: &str,
+        shape: Option<Vec<usize>>,
+        strides: Option<Vec<isize>>,
+        offset: usize,
+    ) -> PyResult<Py<PyArray>> {
+        let py = slf.py();
+        let this = slf.as_super().get();
+        let dtype = DType::parse(dtype).py()?;
+        let buffer = this.array.buffer();
+        let shape =
+            shape.unwrap_or_else(|| vec![buffer.len().saturating_sub(offset) / dtype.itemsize()]);
+        let layout = Layout::new(dtype, shape, strides, offset, this.array.readonly()).py()?;
+        let array = Array::new(buffer.clone(), layout).py()?;
+        PyArray::wrap(py, array, this.queue.clone_ref(py))
+    }
+
+    /// Sets every byte to `value` (0-255).
+    fn fill(slf: &Bound<'_, Self>, value: u8) -> PyResult<()> {
+        let this = slf.as_super().get();
+        if this.array.readonly() {
+            return Err(PyValueError::new_err("fill: this buffer is read-only"));
+        }
+        let buffer = this.array.buffer();
+        slf.py().detach(|| buffer.fill(value)).py()
+    }
+
+    /// `buffer[start:stop]`: a sub-buffer sharing ownership of the allocation.
+    fn __getitem__(slf: &Bound<'_, Self>, index: &Bound<'_, PySlice>) -> PyResult<Py<PyBuffer>> {
+        let this = slf.as_super().get();
+        let buffer = this.array.buffer();
+        let indices = index.indices(buffer.len() as isize)?;
+        if indices.step != 1 {
+            return Err(PyIndexError::new_err(
+                "Buffer slices must be contiguous (step 1)",
+            ));
+        }
+        let (start, stop) = (
+            indices.start as usize,
+            indices.stop.max(indices.start) as usize,
+        );
+        let part = buffer.slice(start..stop).py()?;
+        PyBuffer::wrap_readonly(
+            slf.py(),
+            part,
+            this.queue.clone_ref(slf.py()),
+            this.array.readonly(),
+        )
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> String {
+        let this = slf.as_super().get();
+        let buffer = this.array.buffer();
+        format!(
+            "<devbuf.Buffer {} bytes of {} memory at {:#x} on {:?}{}{}>",
+            buffer.len(),
+            buffer.kind(),
+            buffer.ptr() as usize,
+            buffer.device().selector,
+            if buffer.is_owned() { "" } else { " (foreign)" },
+            if this.array.readonly() {
+                " read-only"
+            } else {
+                ""
+            }
+        )
+    }
+}

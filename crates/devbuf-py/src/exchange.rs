@@ -1,0 +1,286 @@
+//! DLPack 1.3's C exchange API: a static table of C functions published on the `Array` type as
+//! `__dlpack_c_exchange_api__` (a "dlpack_exchange_api" capsule), so C and Rust consumers
+//! exchange tensors without going through Python calls.
+//!
+//! Every function is `extern "C"`, catches panics, and reports failure by returning -1 with a
+//! Python exception set (or through `SetError` for the allocator, which may run without the GIL).
+
+use std::ffi::{CString, c_char, c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::ptr::NonNull;
+
+use devbuf::dlpack::{self, DlpackDims, ManagedTensor};
+use devbuf::dlpark::DlpackFlags;
+use devbuf::dlpark::ffi::{
+    DLDevice, DLDeviceType, DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader,
+    DLTensor,
+};
+use devbuf::{Array, Buffer, DType, Layout, MemKind};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::PyCapsule;
+use pyo3::{Borrowed, ffi};
+
+use crate::array::PyArray;
+use crate::device::shared_queue_for_dlpack;
+use crate::errors::IntoPyResult;
+
+/// The table; it lives for the whole process, as the protocol requires.
+struct Table(DLPackExchangeAPI);
+
+// SAFETY: the table is immutable; `prev_api` is null.
+unsafe impl Sync for Table {}
+
+static TABLE: Table = Table(DLPackExchangeAPI {
+    header: DLPackExchangeAPIHeader {
+        version: dlpack::VERSION,
+        prev_api: std::ptr::null_mut(),
+    },
+    managed_tensor_allocator: Some(managed_tensor_allocator),
+    managed_tensor_from_py_object_no_sync: Some(managed_tensor_from_py_object),
+    managed_tensor_to_py_object_no_sync: Some(managed_tensor_to_py_object),
+    dltensor_from_py_object_no_sync: Some(dltensor_from_py_object),
+    current_work_stream: Some(current_work_stream),
+});
+
+/// The capsule published as `Array.__dlpack_c_exchange_api__`.
+pub(crate) fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
+    let table = std::ptr::from_ref(&TABLE.0).cast_mut().cast::<c_void>();
+    // SAFETY: a static table and a static name; no destructor is needed.
+    let capsule = unsafe { ffi::PyCapsule_New(table, c"dlpack_exchange_api".as_ptr(), None) };
+    if capsule.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: a new reference to a capsule.
+    Ok(unsafe { Bound::from_owned_ptr(py, capsule).cast_into_unchecked() })
+}
+
+/// Runs `body`, turning an Err or a panic into -1 with the Python exception set.
+fn guarded(body: impl FnOnce(Python<'_>) -> PyResult<()>) -> c_int {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        Python::attach(|py| match body(py) {
+            Ok(()) => 0,
+            Err(err) => {
+                err.restore(py);
+                -1
+            }
+        })
+    }));
+    outcome.unwrap_or_else(|_| {
+        Python::attach(|py| {
+            PyRuntimeError::new_err("devbuf: panic in a DLPack exchange function").restore(py)
+        });
+        -1
+    })
+}
+
+/// Borrows `py_object` as one of our arrays.
+///
+/// # Safety
+/// `py_object` is a live Python object and the thread is attached.
+unsafe fn borrow_array<'a, 'py>(
+    py: Python<'py>,
+    py_object: *mut c_void,
+) -> PyResult<Borrowed<'a, 'py, PyArray>> {
+    if py_object.is_null() {
+        return Err(PyTypeError::new_err("py_object: NULL"));
+    }
+    // SAFETY: the caller guarantees a live object.
+    let object = unsafe { Borrowed::from_ptr(py, py_object.cast()) };
+    object.cast::<PyArray>().map_err(|_| {
+        PyTypeError::new_err(
+            "py_object: not a devbuf Array or Buffer (use the exchange table of its own type)",
+        )
+    })
+}
+
+fn own_device(array: &PyArray) -> DLDevice {
+    let buffer = array.array.buffer();
+    buffer.queue().dlpack_device(buffer.kind())
+}
+
+unsafe extern "C" fn managed_tensor_from_py_object(
+    py_object: *mut c_void,
+    out: *mut *mut DLManagedTensorVersioned,
+) -> c_int {
+    guarded(|py| {
+        // SAFETY: the protocol passes a live object of our type and a writable out-pointer.
+        let array = unsafe { borrow_array(py, py_object)? };
+        let this = array.get();
+        let dims = DlpackDims::new(&this.array).py()?;
+        let tensor = dlpack::export::<DLManagedTensorVersioned>(
+            &this.array,
+            dims,
+            own_device(this),
+            DlpackFlags::empty(),
+            false,
+        )
+        .py()?;
+        // SAFETY: `out` is writable (caller).
+        unsafe { *out = tensor.as_ptr() };
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn dltensor_from_py_object(py_object: *mut c_void, out: *mut DLTensor) -> c_int {
+    // The fast path: no allocation, no Python calls; the caller holds the GIL (it passes us a
+    // PyObject), so we borrow without re-attaching.
+    let filled = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the caller holds the GIL and passes a live object and a writable DLTensor.
+        let py = unsafe { Python::assume_attached() };
+        // SAFETY: as above.
+        let array = unsafe { borrow_array(py, py_object) }?;
+        let this = array.get();
+        let dims = this.dims().ok_or_else(|| {
+            pyo3::exceptions::PyBufferError::new_err("strides: not whole elements")
+        })?;
+        // SAFETY: `out` is writable (caller); the dims live as long as the array.
+        dims.fill(&this.array, own_device(this), unsafe { &mut *out })
+            .py()
+    }));
+    match filled {
+        Ok(Ok(())) => 0,
+        Ok(Err(err)) => {
+            // SAFETY: the caller holds the GIL.
+            err.restore(unsafe { Python::assume_attached() });
+            -1
+        }
+        Err(_) => guarded(|_| {
+            Err(PyRuntimeError::new_err(
+                "devbuf: panic in dltensor_from_py_object",
+            ))
+        }),
+    }
+}
+
+unsafe extern "C" fn managed_tensor_to_py_object(
+    tensor: *mut DLManagedTensorVersioned,
+    out_py_object: *mut *mut c_void,
+) -> c_int {
+    guarded(|py| {
+        let tensor = NonNull::new(tensor).ok_or_else(|| PyTypeError::new_err("tensor: NULL"))?;
+        let array = crate::import::import_owned_tensor(py, ManagedTensor::Versioned(tensor))?;
+        // SAFETY: `out_py_object` is writable (caller); it receives a new reference.
+        unsafe { *out_py_object = array.into_ptr().cast() };
+        Ok(())
+    })
+}
+
+/// The kind of memory a DLPack device type means.
+fn kind_for(device_type: DLDeviceType) -> Option<MemKind> {
+    match device_type {
+        DLDeviceType::CPU | DLDeviceType::CUDAHOST => Some(MemKind::Host),
+        DLDeviceType::CUDA | DLDeviceType::ONEAPI => Some(MemKind::Device),
+        DLDeviceType::CUDAMANAGED => Some(MemKind::Shared),
+        _ => None,
+    }
+}
+
+unsafe extern "C" fn managed_tensor_allocator(
+    prototype: *mut DLTensor,
+    out: *mut *mut DLManagedTensorVersioned,
+    error_ctx: *mut c_void,
+    set_error: Option<unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char)>,
+) -> c_int {
+    // No Python here: the allocator may be called without the GIL and reports through SetError.
+    let result = catch_unwind(AssertUnwindSafe(
+        || -> Result<(), (&'static str, String)> {
+            // SAFETY: the caller passes a valid prototype with `ndim` shape entries.
+            let prototype =
+                unsafe { prototype.as_ref() }.ok_or(("ValueError", "prototype: NULL".into()))?;
+            let dtype =
+                DType::from_dlpack(prototype.dtype).map_err(|e| ("ValueError", e.to_string()))?;
+            let ndim = usize::try_from(prototype.ndim)
+                .map_err(|_| ("ValueError", "ndim: negative".to_string()))?;
+            let shape = if ndim == 0 {
+                Vec::new()
+            } else if prototype.shape.is_null() {
+                return Err(("ValueError", "shape: NULL".into()));
+            } else {
+                // SAFETY: DLPack promises `ndim` readable values.
+                unsafe { std::slice::from_raw_parts(prototype.shape, ndim) }
+                    .iter()
+                    .map(|&n| {
+                        usize::try_from(n)
+                            .map_err(|_| ("ValueError", format!("shape: extent {n} is negative")))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
+            };
+            let device = prototype.device;
+            let kind = kind_for(device.device_type).ok_or_else(|| {
+                (
+                    "ValueError",
+                    format!(
+                        "device: devbuf cannot allocate on DLPack device type {}",
+                        device.device_type.0
+                    ),
+                )
+            })?;
+            let error = |e: devbuf::Error| {
+                let kind = match e {
+                    devbuf::Error::OutOfMemory { .. } => "MemoryError",
+                    _ => "RuntimeError",
+                };
+                (kind, e.to_string())
+            };
+            let layout =
+                Layout::contiguous(dtype, shape, 0).map_err(|e| ("ValueError", e.to_string()))?;
+            let queue = devbuf::queue_for_dlpack_device(device).map_err(error)?;
+            let buffer = Buffer::alloc(&queue, kind, layout.nbytes()).map_err(error)?;
+            let array = Array::new(buffer, layout).map_err(error)?;
+            let dims = DlpackDims::new(&array).map_err(error)?;
+            let device = queue.dlpack_device(kind);
+            let tensor = dlpack::export::<DLManagedTensorVersioned>(
+                &array,
+                dims,
+                device,
+                DlpackFlags::empty(),
+                false,
+            )
+            .map_err(error)?;
+            // SAFETY: `out` is writable (caller).
+            unsafe { *out = tensor.as_ptr() };
+            Ok(())
+        },
+    ));
+    let failure = match result {
+        Ok(Ok(())) => return 0,
+        Ok(Err(failure)) => failure,
+        Err(_) => (
+            "RuntimeError",
+            "devbuf: panic in the DLPack allocator".to_string(),
+        ),
+    };
+    if let Some(set_error) = set_error {
+        let kind = CString::new(failure.0).unwrap_or_default();
+        let message = CString::new(failure.1.replace('\0', " ")).unwrap_or_default();
+        // SAFETY: the caller's error callback with its own context and two C strings.
+        unsafe { set_error(error_ctx, kind.as_ptr(), message.as_ptr()) };
+    }
+    -1
+}
+
+unsafe extern "C" fn current_work_stream(
+    device_type: DLDeviceType,
+    device_id: i32,
+    out_current_stream: *mut *mut c_void,
+) -> c_int {
+    if device_type == DLDeviceType::CPU {
+        // SAFETY: `out_current_stream` is writable (caller).
+        unsafe { *out_current_stream = std::ptr::null_mut() };
+        return 0;
+    }
+    guarded(|py| {
+        let queue = shared_queue_for_dlpack(
+            py,
+            DLDevice {
+                device_type,
+                device_id,
+            },
+        )?;
+        let stream = queue.get().queue.native_stream().unwrap_or(0);
+        // SAFETY: `out_current_stream` is writable (caller).
+        unsafe { *out_current_stream = stream as *mut c_void };
+        Ok(())
+    })
+}

