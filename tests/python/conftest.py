@@ -1,0 +1,40 @@
+"""Shared fixtures: which backends are usable here, and skips that say why (or fail, for the
+backends listed in DEVBUF_REQUIRE, so CI never silently skips a runtime it installed)."""
+
+import gc
+import os
+
+import pytest
+
+import devbuf
+
+
+def backend_info(name):
+    return next((b for b in devbuf.backends() if b.name == name), None)
+
+
+def require_backend(name):
+    """Skips the calling test with the backend's own reason when it is unavailable."""
+    info = backend_info(name)
+    reason = "not compiled in" if info is None else info.reason
+    if info is not None and info.available:
+        return info
+    required = {b.strip() for b in os.environ.get("DEVBUF_REQUIRE", "").split(",")}
+    if name in required or "all" in required:
+        pytest.fail(f"{name} is required by DEVBUF_REQUIRE but unavailable: {reason}")
+    pytest.skip(f"{name} backend unavailable: {reason}")
+
+
+def usable_kinds(device):
+    return [k for k in ("host", "device", "shared") if k in device.kinds]
+
+
+@pytest.fixture
+def collect():
+    """Runs the garbage collector until nothing is left to collect."""
+
+    def run():
+        while gc.collect():
+            pass
+
+    return run
