@@ -119,8 +119,8 @@ pub(crate) unsafe fn free(
         (CudaKind::Device, DeviceAllocator::StreamOrdered) => call("cuMemFreeAsync", || unsafe {
             sys::cuMemFreeAsync(ptr as u64, stream)
         }),
-        // SAFETY: the caller's contract; managed memory is released like device memory.
         (CudaKind::Device | CudaKind::Shared, _) => {
+            // SAFETY: the caller's contract; managed memory is released like device memory.
             call("cuMemFree", || unsafe { sys::cuMemFree_v2(ptr as u64) })
         }
         // SAFETY: the caller's contract.
