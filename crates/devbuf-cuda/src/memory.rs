@@ -22,6 +22,25 @@ use crate::driver::{DriverError, call};
 /// The alignment every CUDA allocation has at least.
 pub(crate) const NATIVE_ALIGNMENT: usize = 256;
 
+/// How many bytes to ask the driver for so that an `align`-aligned block of `size` bytes fits;
+/// `None` when that overflows. CUDA's own alignment covers alignments up to [`NATIVE_ALIGNMENT`].
+pub(crate) fn request_size(size: usize, align: usize) -> Option<usize> {
+    if align > NATIVE_ALIGNMENT {
+        size.checked_add(align - 1)
+    } else {
+        Some(size)
+    }
+}
+
+/// Where the `align`-aligned block starts in an allocation of [`request_size`] bytes at `base`.
+pub(crate) fn aligned_start(base: usize, align: usize) -> usize {
+    if align > NATIVE_ALIGNMENT {
+        base.next_multiple_of(align)
+    } else {
+        base
+    }
+}
+
 /// Where a queue's device memory comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum DeviceAllocator {
@@ -186,6 +205,25 @@ fn classify_attributes(memory_type: u32, is_managed: bool, ordinal: i32) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn over_aligned_blocks_fit_in_what_is_requested() {
+        for base in [0x7f00_0000_0000usize, 0x7f00_0000_0100, 0x7f00_0001_ff00] {
+            for align in [1, 64, 256, 512, 4096, 1 << 16, 1 << 21] {
+                for size in [1, 255, 256, 4097, 1 << 20] {
+                    let requested = request_size(size, align).unwrap();
+                    let start = aligned_start(base, align);
+                    assert_eq!(start % align, 0, "{base:#x} {align}");
+                    assert!(start >= base && start + size <= base + requested);
+                    if align <= NATIVE_ALIGNMENT {
+                        assert_eq!((start, requested), (base, size));
+                    }
+                }
+            }
+        }
+        assert_eq!(request_size(usize::MAX, 512), None);
+        assert_eq!(request_size(usize::MAX, 256), Some(usize::MAX));
+    }
 
     #[test]
     fn attributes_classify_like_the_driver_documents() {

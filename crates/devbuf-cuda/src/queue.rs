@@ -190,6 +190,7 @@ fn stream_context(ours: &PrimaryContext, handle: usize) -> Result<CUcontext, Dri
     ) {
         return Ok(ours.raw());
     }
+    let _current = ours.enter()?;
     let mut context = ptr::null_mut();
     // SAFETY: `context` is a valid out-pointer; the stream's owner keeps it alive for this call.
     call("cuStreamGetCtx", || unsafe {
@@ -237,17 +238,13 @@ impl Queue for CudaQueue {
             });
         };
         // CUDA aligns to 256 bytes; beyond that, over-allocate and move the start.
-        let padded = if align > NATIVE_ALIGNMENT {
-            size.checked_add(align - 1).ok_or_else(|| {
-                self.out_of_memory(kind, size, format!("padding to {align} bytes overflows"))
-            })?
-        } else {
-            size
-        };
+        let requested = memory::request_size(size, align).ok_or_else(|| {
+            self.out_of_memory(kind, size, format!("padding to {align} bytes overflows"))
+        })?;
         let _current = self.stream.context().enter()?;
         let base = memory::allocate(
             cuda_kind,
-            padded,
+            requested,
             self.allocator,
             self.can_map_host_memory,
             self.stream.raw(),
@@ -257,7 +254,7 @@ impl Queue for CudaQueue {
             Some(_) => self.out_of_memory(kind, size, err.to_string()),
             None => err.into(),
         })?;
-        let aligned = base.next_multiple_of(align.max(1));
+        let aligned = memory::aligned_start(base, align);
         if aligned != base {
             self.over_aligned.lock().insert(aligned, base);
         }
