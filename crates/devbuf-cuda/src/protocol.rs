@@ -114,7 +114,7 @@ pub fn cai_import_sync_enabled() -> bool {
 
 /// The meaning of a value of [`CAI_SYNC_ENV`]: "0" (or "false", "no", "off") turns sync off,
 /// anything else, or nothing, leaves it on.
-pub fn sync_enabled_by(value: Option<&str>) -> bool {
+fn sync_enabled_by(value: Option<&str>) -> bool {
     !value.is_some_and(|value| {
         matches!(
             value.trim().to_ascii_lowercase().as_str(),

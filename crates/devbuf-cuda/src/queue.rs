@@ -305,14 +305,18 @@ impl Queue for CudaQueue {
         });
         match filled {
             Ok(()) => Ok(()),
-            // Pageable host memory the device cannot address: set it on the host, in order.
+            // Host memory the driver will not set (pageable memory it cannot address): set it on
+            // the host, after the work enqueued before.
             Err(err)
                 if err.is(CUresult::CUDA_ERROR_INVALID_VALUE)
-                    && memory::pointer_info(dst as usize)?.is_none() =>
+                    && matches!(
+                        memory::pointer_info(dst as usize)?,
+                        None | Some((_, MemKind::Host))
+                    ) =>
             {
                 self.stream.synchronize()?;
-                // SAFETY: the caller guarantees `dst` is valid for `len` bytes; CUDA does not
-                // know it, so it is host memory, and earlier work on it has completed.
+                // SAFETY: the caller guarantees `dst` is valid for `len` bytes; it is host memory
+                // (pinned, or unknown to CUDA) and earlier work on it has completed.
                 unsafe { ptr::write_bytes(dst, byte, len) };
                 Ok(())
             }

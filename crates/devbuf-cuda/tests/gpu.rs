@@ -15,6 +15,7 @@ use cudarc::driver::sys::{self, CUcontext, CUpointer_attribute, CUresult, CUstre
 use devbuf_core::conformance::pattern;
 use devbuf_core::dlpark::ffi::DLDeviceType;
 use devbuf_core::{Backend, Buffer, CompletedEvent, Error, Event, MemKind, Owner, Queue};
+use devbuf_cuda::protocol::decode_cai_stream;
 use devbuf_cuda::{CudaBackend, CudaQueue, ProtocolStream};
 
 /// Device 0's shared queue, or `None` after printing why the test is skipped.
@@ -445,8 +446,9 @@ fn importing_a_cai_stream_orders_our_work_after_the_producers_without_blocking()
     let producer_done = producer.record_event().unwrap();
 
     let started = Instant::now();
-    let stream = cuda(&producer).stream() as i64;
-    cuda(&ours).sync_cai_import(Some(stream)).unwrap();
+    // What `sync_cai_import` does unless DEVBUF_CUDA_ARRAY_INTERFACE_SYNC=0 turned it off.
+    let stream = decode_cai_stream(Some(cuda(&producer).stream() as i64)).unwrap();
+    cuda(&ours).wait_for_stream(stream).unwrap();
     // SAFETY: both buffers stay alive until the queues are drained below.
     unsafe { ours.copy(result.ptr(), data.ptr(), len) }.unwrap();
     let ours_done = ours.record_event().unwrap();
