@@ -106,7 +106,11 @@ impl CudaQueue {
     /// Makes work enqueued on this queue from now on wait for all work enqueued so far on
     /// `producer`, without blocking the host: an event recorded on `producer`, waited on by our
     /// stream (what cuda.core does for a CAI `stream`).
-    pub fn wait_for_stream(&self, producer: ProtocolStream) -> Result<()> {
+    ///
+    /// # Safety
+    /// A [`ProtocolStream::Handle`] is a live `CUstream` (the driver cannot tell a stale or made-up
+    /// handle from a real one).
+    pub unsafe fn wait_for_stream(&self, producer: ProtocolStream) -> Result<()> {
         let Some(handle) = producer.handle() else {
             return Ok(());
         };
@@ -122,7 +126,10 @@ impl CudaQueue {
 
     /// Makes work enqueued on `consumer` from now on wait for all work enqueued on this queue so
     /// far, without blocking the host (what a producer does for `__dlpack__(stream=...)`).
-    pub fn make_stream_wait(&self, consumer: ProtocolStream) -> Result<()> {
+    ///
+    /// # Safety
+    /// A [`ProtocolStream::Handle`] is a live `CUstream`.
+    pub unsafe fn make_stream_wait(&self, consumer: ProtocolStream) -> Result<()> {
         let Some(handle) = consumer.handle() else {
             return Ok(());
         };
@@ -137,18 +144,27 @@ impl CudaQueue {
 
     /// Imports a foreign CAI's `stream` entry: rejects 0, and unless
     /// [`protocol::CAI_SYNC_ENV`] turned it off, orders this queue's work after the producer's.
-    pub fn sync_cai_import(&self, stream: Option<i64>) -> Result<()> {
+    ///
+    /// # Safety
+    /// `stream`, unless 1 or 2, is a live `CUstream` (the CAI producer's promise).
+    pub unsafe fn sync_cai_import(&self, stream: Option<i64>) -> Result<()> {
         let producer = protocol::decode_cai_stream(stream)?;
         if protocol::cai_import_sync_enabled() {
-            self.wait_for_stream(producer)?;
+            // SAFETY: the caller's promise about `stream`.
+            unsafe { self.wait_for_stream(producer) }?;
         }
         Ok(())
     }
 
     /// Honours `__dlpack__(stream=...)` on memory of this queue: rejects 0, and orders the
     /// consumer's stream after this queue's work (nothing for -1).
-    pub fn sync_dlpack_export(&self, stream: Option<i64>) -> Result<()> {
-        self.make_stream_wait(protocol::decode_dlpack_stream(stream)?)
+    ///
+    /// # Safety
+    /// `stream`, unless -1, 1 or 2, is a live `CUstream` (the DLPack consumer's promise).
+    pub unsafe fn sync_dlpack_export(&self, stream: Option<i64>) -> Result<()> {
+        let consumer = protocol::decode_dlpack_stream(stream)?;
+        // SAFETY: the caller's promise about `stream`.
+        unsafe { self.make_stream_wait(consumer) }
     }
 
     /// What the driver says `ptr` is: `(device ordinal, kind)`, or `None` for memory CUDA does

@@ -448,7 +448,8 @@ fn importing_a_cai_stream_orders_our_work_after_the_producers_without_blocking()
     let started = Instant::now();
     // What `sync_cai_import` does unless DEVBUF_CUDA_ARRAY_INTERFACE_SYNC=0 turned it off.
     let stream = decode_cai_stream(Some(cuda(&producer).stream() as i64)).unwrap();
-    cuda(&ours).wait_for_stream(stream).unwrap();
+    // SAFETY: the producer's stream lives until the end of the test.
+    unsafe { cuda(&ours).wait_for_stream(stream) }.unwrap();
     // SAFETY: both buffers stay alive until the queues are drained below.
     unsafe { ours.copy(result.ptr(), data.ptr(), len) }.unwrap();
     let ours_done = ours.record_event().unwrap();
@@ -491,9 +492,8 @@ fn exporting_to_a_dlpack_stream_orders_the_consumers_work_after_ours() {
     // SAFETY: `data` stays alive until both queues are drained below.
     unsafe { ours.fill(data.ptr(), 0xCD, len) }.unwrap();
     let consumer_stream = cuda(&consumer).stream() as i64;
-    cuda(&ours)
-        .sync_dlpack_export(Some(consumer_stream))
-        .unwrap();
+    // SAFETY: the consumer's stream lives until the end of the test.
+    unsafe { cuda(&ours).sync_dlpack_export(Some(consumer_stream)) }.unwrap();
     // SAFETY: both buffers stay alive until the queues are drained below.
     unsafe { consumer.copy(result.ptr(), data.ptr(), len) }.unwrap();
     let consumer_done = consumer.record_event().unwrap();
@@ -514,33 +514,39 @@ fn protocol_streams_are_validated_and_the_default_streams_accepted() {
         return;
     };
     let queue = &*shared;
+    let cai = |stream| {
+        // SAFETY: the only handle passed is the queue's own live stream; the other values are
+        // rejected or the special streams 1 and 2.
+        unsafe { queue.sync_cai_import(stream) }
+    };
+    let dlpack = |stream| {
+        // SAFETY: as for `cai`.
+        unsafe { queue.sync_dlpack_export(stream) }
+    };
     for bad in [Some(0), Some(-1)] {
         assert!(matches!(
-            queue.sync_cai_import(bad),
+            cai(bad),
             Err(Error::InvalidDescriptor { key: "stream", .. })
         ));
     }
     for bad in [Some(0), Some(-2)] {
         assert!(matches!(
-            queue.sync_dlpack_export(bad),
+            dlpack(bad),
             Err(Error::InvalidDescriptor { key: "stream", .. })
         ));
     }
-    for ok in [None, Some(1), Some(2), Some(queue.stream() as i64)] {
-        queue.sync_cai_import(ok).unwrap();
+    let own = Some(queue.stream() as i64);
+    for ok in [None, Some(1), Some(2), own] {
+        cai(ok).unwrap();
     }
-    for ok in [
-        None,
-        Some(-1),
-        Some(1),
-        Some(2),
-        Some(queue.stream() as i64),
-    ] {
-        queue.sync_dlpack_export(ok).unwrap();
+    for ok in [None, Some(-1), Some(1), Some(2), own] {
+        dlpack(ok).unwrap();
     }
     for stream in [ProtocolStream::Legacy, ProtocolStream::PerThread] {
-        queue.wait_for_stream(stream).unwrap();
-        queue.make_stream_wait(stream).unwrap();
+        // SAFETY: the special streams need no handle to stay alive.
+        unsafe { queue.wait_for_stream(stream) }.unwrap();
+        // SAFETY: as above.
+        unsafe { queue.make_stream_wait(stream) }.unwrap();
     }
     queue.wait().unwrap();
 }
