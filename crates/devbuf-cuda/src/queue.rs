@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
-use cudarc::driver::sys::{self, CUcontext, CUevent, CUresult, CUstream};
+use cudarc::driver::sys::{self, CUcontext, CUevent, CUstream};
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
 use devbuf_core::{DeviceInfo, Error, Event, MemKind, Queue, Result};
 use parking_lot::Mutex;
@@ -322,9 +322,9 @@ impl Queue for CudaQueue {
         match filled {
             Ok(()) => Ok(()),
             // Host memory the driver will not set (pageable memory it cannot address): set it on
-            // the host, after the work enqueued before.
+            // the host, after the work enqueued before (a broken context fails that wait).
             Err(err)
-                if err.is(CUresult::CUDA_ERROR_INVALID_VALUE)
+                if err.code.is_some()
                     && matches!(
                         memory::pointer_info(dst as usize)?,
                         None | Some((_, MemKind::Host))
