@@ -1,0 +1,102 @@
+//! [`CudaBackend`]: discovery, availability, selectors, and one shared queue per device.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
+use devbuf_core::{Availability, Backend, DeviceInfo, Error, MemKind, Queue, Result};
+use parking_lot::Mutex;
+
+use crate::device;
+use crate::driver::{self, BACKEND};
+use crate::queue::CudaQueue;
+
+/// The CUDA backend: selectors "cuda" (device 0) and "cuda:N".
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CudaBackend;
+
+impl CudaBackend {
+    /// The process-wide queue of device `ordinal` (created on first use, with its own stream):
+    /// what [`Backend::open`] returns, and the queue foreign CUDA memory is imported with.
+    pub fn shared_queue(ordinal: u32) -> Result<Arc<CudaQueue>> {
+        static SHARED: OnceLock<Mutex<HashMap<u32, Arc<CudaQueue>>>> = OnceLock::new();
+        let mut queues = SHARED.get_or_init(Default::default).lock();
+        if let Some(queue) = queues.get(&ordinal) {
+            return Ok(Arc::clone(queue));
+        }
+        let queue = Arc::new(CudaQueue::new(ordinal)?);
+        queues.insert(ordinal, Arc::clone(&queue));
+        Ok(queue)
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn availability(&self) -> Availability {
+        match driver::driver() {
+            Ok(_) => Availability::Available,
+            Err(reason) => Availability::Unavailable(reason.into()),
+        }
+    }
+
+    fn devices(&self) -> Result<Vec<DeviceInfo>> {
+        let driver = driver::loaded()?;
+        (0..driver.device_count)
+            .map(|ordinal| Ok(device::query(driver, ordinal)?.info))
+            .collect()
+    }
+
+    fn open(&self, spec: &str) -> Result<Arc<dyn Queue>> {
+        let ordinal = match spec {
+            "" => 0,
+            spec => spec.parse().map_err(|_| Error::DeviceNotFound {
+                selector: format!("{BACKEND}:{spec}"),
+                reason: "a CUDA selector is \"cuda\" or \"cuda:N\" with N a device ordinal".into(),
+            })?,
+        };
+        Ok(Self::shared_queue(ordinal)?)
+    }
+
+    fn queue_for_dlpack_device(&self, device: DLDevice) -> Option<Result<Arc<dyn Queue>>> {
+        let ordinal = match device.device_type {
+            DLDeviceType::CUDA => device.device_id,
+            // Pinned and managed memory is reachable from every device; DLPack names none.
+            DLDeviceType::CUDAHOST | DLDeviceType::CUDAMANAGED => 0,
+            _ => return None,
+        };
+        Some(match u32::try_from(ordinal) {
+            Ok(ordinal) => Self::shared_queue(ordinal).map(|queue| queue as Arc<dyn Queue>),
+            Err(_) => Err(Error::DeviceNotFound {
+                selector: format!("DLPack device (kDLCUDA, {ordinal})"),
+                reason: "a CUDA device id is never negative".into(),
+            }),
+        })
+    }
+}
+
+/// What the driver says `ptr` is, for importing foreign memory (CAI, DLPack): the ordinal of its
+/// device (for pinned and managed memory, the device current when it was allocated) and its kind;
+/// `Ok(None)` for memory CUDA does not know, such as pageable host memory.
+pub fn classify(ptr: usize) -> Result<Option<(u32, MemKind)>> {
+    // The query runs in device 0's primary context: pointer attributes are global under unified
+    // addressing, but the driver wants some context current.
+    CudaBackend::shared_queue(0)?.classify(ptr)
+}
+
+/// The queue to import foreign memory at `ptr` with, and the memory's kind: the shared queue of
+/// the device the memory belongs to. `Ok(None)` for memory CUDA does not know.
+pub fn queue_for_pointer(ptr: usize) -> Result<Option<(Arc<CudaQueue>, MemKind)>> {
+    match classify(ptr)? {
+        Some((ordinal, kind)) => Ok(Some((CudaBackend::shared_queue(ordinal)?, kind))),
+        None => Ok(None),
+    }
+}
+
+/// The default device's shared queue for tests and examples; the error says why CUDA cannot be
+/// used here.
+pub fn default_queue() -> Result<Arc<dyn Queue>, String> {
+    CudaBackend.open("").map_err(|err| err.to_string())
+}

@@ -1,0 +1,91 @@
+//! What a device can do: its [`DeviceInfo`] and whether its stream-ordered memory pool can be used.
+
+use std::ffi::{CStr, c_char};
+
+use cudarc::driver::sys::{self, CUdevice, CUdevice_attribute};
+use devbuf_core::{DeviceInfo, MemKind};
+
+use crate::driver::{BACKEND, Driver, DriverError, call};
+
+/// What devbuf needs to know about one device.
+#[derive(Debug, Clone)]
+pub(crate) struct DeviceCaps {
+    pub info: DeviceInfo,
+    /// Whether device memory comes from the device's stream-ordered pool.
+    pub memory_pools: bool,
+    /// Whether pinned host memory can be mapped into the device's address space.
+    pub can_map_host_memory: bool,
+}
+
+/// Queries device `ordinal`; needs no context.
+pub(crate) fn query(driver: &Driver, ordinal: u32) -> Result<DeviceCaps, DriverError> {
+    let mut device: CUdevice = 0;
+    // SAFETY: `device` is a valid out-pointer; a bad ordinal is an error code.
+    call("cuDeviceGet", || unsafe {
+        sys::cuDeviceGet(&mut device, ordinal as i32)
+    })?;
+    let mut name = [0 as c_char; 256];
+    // SAFETY: the driver writes at most `len` bytes, NUL included, into `name`.
+    call("cuDeviceGetName", || unsafe {
+        sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, device)
+    })?;
+    // SAFETY: the driver NUL-terminated the name within the buffer.
+    let name = unsafe { CStr::from_ptr(name.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    let mut total = 0;
+    // SAFETY: `total` is a valid out-pointer.
+    call("cuDeviceTotalMem", || unsafe {
+        sys::cuDeviceTotalMem_v2(&mut total, device)
+    })?;
+    let attribute = |attribute| -> Result<i32, DriverError> {
+        let mut value = 0;
+        // SAFETY: `value` is a valid out-pointer; an attribute unknown to an old driver is an
+        // error code.
+        call("cuDeviceGetAttribute", || unsafe {
+            sys::cuDeviceGetAttribute(&mut value, attribute, device)
+        })?;
+        Ok(value)
+    };
+    let unified_addressing =
+        attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)? != 0;
+    let managed = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY)? != 0;
+    let can_map_host_memory =
+        attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY)? != 0;
+    // Drivers older than 11.2 do not know the attribute: no pools there.
+    let memory_pools = driver.stream_ordered_allocator
+        && attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)
+            .is_ok_and(|supported| supported != 0);
+
+    let (kinds, unusable_reason) = if unified_addressing {
+        let mut kinds = vec![MemKind::Host, MemKind::Device];
+        if managed {
+            kinds.push(MemKind::Shared);
+        }
+        (kinds, None)
+    } else {
+        (
+            vec![],
+            Some(
+                "the device lacks unified addressing, which devbuf needs to copy between any two \
+                 pointers"
+                    .into(),
+            ),
+        )
+    };
+    Ok(DeviceCaps {
+        info: DeviceInfo {
+            backend: BACKEND,
+            index: ordinal,
+            name,
+            vendor: "NVIDIA".into(),
+            driver: format!("CUDA {}", driver.cuda_version()),
+            selector: format!("{BACKEND}:{ordinal}"),
+            global_mem_bytes: total as u64,
+            kinds,
+            unusable_reason,
+        },
+        memory_pools,
+        can_map_host_memory,
+    })
+}

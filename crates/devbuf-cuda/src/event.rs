@@ -1,0 +1,123 @@
+//! CUDA events: points in a stream's work that other streams can wait for on the device.
+
+use std::any::Any;
+use std::ptr;
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUcontext, CUevent, CUevent_flags, CUresult, CUstream};
+use devbuf_core::{QueueEvent, Result};
+
+use crate::context::{self, PrimaryContext};
+use crate::driver::{DriverError, call};
+
+/// An event in some context, destroyed on drop. Timing is off: we only order work with it.
+#[derive(Debug)]
+pub(crate) struct RawEvent {
+    raw: CUevent,
+    context: CUcontext,
+}
+
+impl RawEvent {
+    /// Creates an event in `context`, which the caller keeps alive while the event lives.
+    pub fn create(context: CUcontext) -> Result<Self, DriverError> {
+        let _current = context::enter(context)?;
+        let mut raw = ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer and `context` is current.
+        call("cuEventCreate", || unsafe {
+            sys::cuEventCreate(&mut raw, CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
+        })?;
+        Ok(RawEvent { raw, context })
+    }
+
+    /// Records the event after all work enqueued on `stream` so far. `stream` is a stream of the
+    /// event's context, or one of the special handles 1 and 2 (resolved in that context).
+    pub fn record(&self, stream: CUstream) -> Result<(), DriverError> {
+        let _current = context::enter(self.context)?;
+        // SAFETY: the event is alive, the stream is alive (its owner's promise) and in the current
+        // context.
+        call("cuEventRecord", || unsafe {
+            sys::cuEventRecord(self.raw, stream)
+        })
+    }
+
+    pub fn raw(&self) -> CUevent {
+        self.raw
+    }
+}
+
+impl Drop for RawEvent {
+    fn drop(&mut self) {
+        // The driver releases a recorded event once it completes; waits already enqueued on it
+        // are unaffected.
+        if let Ok(_current) = context::enter(self.context) {
+            // SAFETY: we created this event and destroy it once, in its own context.
+            let _ = call("cuEventDestroy", || unsafe {
+                sys::cuEventDestroy_v2(self.raw)
+            });
+        }
+    }
+}
+
+// SAFETY: events are driver handles usable from any thread.
+unsafe impl Send for RawEvent {}
+// SAFETY: as above; `&RawEvent` only records, waits and queries, which the driver serialises.
+unsafe impl Sync for RawEvent {}
+
+/// An event a [`crate::CudaQueue`] recorded on its stream; what its `record_event` returns.
+#[derive(Debug)]
+pub struct CudaEvent {
+    event: RawEvent,
+    // Keeps the context alive while the event lives; dropped after `event`.
+    _context: Arc<PrimaryContext>,
+}
+
+impl CudaEvent {
+    /// Records a new event on `stream`, a stream of `context`.
+    pub(crate) fn record(
+        context: &Arc<PrimaryContext>,
+        stream: CUstream,
+    ) -> Result<Self, DriverError> {
+        let event = RawEvent::create(context.raw())?;
+        event.record(stream)?;
+        Ok(CudaEvent {
+            event,
+            _context: Arc::clone(context),
+        })
+    }
+
+    /// The `CUevent` handle, for libraries that wait on it themselves.
+    pub fn handle(&self) -> usize {
+        self.event.raw() as usize
+    }
+
+    pub(crate) fn raw(&self) -> CUevent {
+        self.event.raw()
+    }
+}
+
+impl QueueEvent for CudaEvent {
+    fn wait(&self) -> Result<()> {
+        let _current = context::enter(self.event.context)?;
+        // SAFETY: the event is alive and recorded.
+        call("cuEventSynchronize", || unsafe {
+            sys::cuEventSynchronize(self.event.raw)
+        })?;
+        Ok(())
+    }
+
+    fn is_complete(&self) -> Result<bool> {
+        let _current = context::enter(self.event.context)?;
+        // SAFETY: the event is alive and recorded.
+        match call("cuEventQuery", || unsafe {
+            sys::cuEventQuery(self.event.raw)
+        }) {
+            Ok(()) => Ok(true),
+            Err(err) if err.is(CUresult::CUDA_ERROR_NOT_READY) => Ok(false),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,396 @@
+//! [`CudaQueue`]: a device's primary context and one stream, as a [`devbuf_core::Queue`].
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::ptr::{self, NonNull};
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUcontext, CUevent, CUstream};
+use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
+use devbuf_core::{DeviceInfo, Error, Event, MemKind, Queue, Result};
+use parking_lot::Mutex;
+
+use crate::context::PrimaryContext;
+use crate::device::{self, DeviceCaps};
+use crate::driver::{self, BACKEND, DriverError, call};
+use crate::event::{CudaEvent, RawEvent};
+use crate::memory::{self, CudaKind, DeviceAllocator, NATIVE_ALIGNMENT};
+use crate::protocol::{self, ProtocolStream};
+use crate::stream::Stream;
+
+/// A queue on one CUDA device: its primary context and one stream, on which every copy, fill and
+/// stream-ordered allocation is enqueued. Usable from any number of threads at once.
+#[derive(Debug)]
+pub struct CudaQueue {
+    device: DeviceInfo,
+    stream: Stream,
+    allocator: DeviceAllocator,
+    can_map_host_memory: bool,
+    /// Aligned address handed out → address the driver returned, for allocations aligned beyond
+    /// [`NATIVE_ALIGNMENT`] whose start had to move.
+    over_aligned: Mutex<HashMap<usize, usize>>,
+}
+
+impl CudaQueue {
+    /// A queue on device `ordinal` with a new non-blocking stream in its primary context.
+    pub fn new(ordinal: u32) -> Result<Self> {
+        let (caps, context) = open_device(ordinal)?;
+        let stream = Stream::create(&context)?;
+        Ok(Self::with(caps, stream))
+    }
+
+    /// A queue that enqueues its work on `stream`, a stream someone else owns (CuPy's, torch's,
+    /// Numba's), or 1 for the legacy default stream. The stream must belong to device `ordinal`'s
+    /// primary context; 0 (ambiguous) and 2 (a different stream on every thread) are refused.
+    ///
+    /// # Safety
+    /// `stream` stays alive for as long as the queue and every buffer allocated from it.
+    pub unsafe fn with_stream(ordinal: u32, stream: usize) -> Result<Self> {
+        let (caps, context) = open_device(ordinal)?;
+        match ProtocolStream::from_handle(stream)? {
+            ProtocolStream::Legacy => {}
+            ProtocolStream::Handle(handle) => {
+                let owner = stream_context(&context, handle)?;
+                if owner != context.raw() {
+                    return Err(Error::invalid(
+                        "stream",
+                        format!(
+                            "{handle:#x} is not a stream of {}'s primary context",
+                            caps.info.selector
+                        ),
+                    ));
+                }
+            }
+            ProtocolStream::PerThread | ProtocolStream::NoSync => {
+                return Err(Error::invalid(
+                    "stream",
+                    "2 (the per-thread default stream) names a different stream on every thread, \
+                     and a queue is shared between threads: pass a stream handle or 1",
+                ));
+            }
+        }
+        let stream = Stream::borrow(&context, stream as CUstream);
+        Ok(Self::with(caps, stream))
+    }
+
+    fn with(caps: DeviceCaps, stream: Stream) -> Self {
+        CudaQueue {
+            device: caps.info,
+            stream,
+            allocator: if caps.memory_pools {
+                DeviceAllocator::StreamOrdered
+            } else {
+                DeviceAllocator::Synchronous
+            },
+            can_map_host_memory: caps.can_map_host_memory,
+            over_aligned: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The device's ordinal.
+    pub fn ordinal(&self) -> u32 {
+        self.stream.context().ordinal()
+    }
+
+    /// The `CUstream` work is enqueued on; never 0, so it is also the integer that names it in a
+    /// CAI `stream` entry and a `__dlpack__(stream=...)` argument (1 for the legacy default stream).
+    pub fn stream(&self) -> usize {
+        self.stream.raw() as usize
+    }
+
+    /// Whether device memory comes from the device's stream-ordered memory pool.
+    pub fn uses_memory_pool(&self) -> bool {
+        self.allocator == DeviceAllocator::StreamOrdered
+    }
+
+    /// Makes work enqueued on this queue from now on wait for all work enqueued so far on
+    /// `producer`, without blocking the host: an event recorded on `producer`, waited on by our
+    /// stream (what cuda.core does for a CAI `stream`).
+    ///
+    /// # Safety
+    /// A [`ProtocolStream::Handle`] is a live `CUstream` (the driver cannot tell a stale or made-up
+    /// handle from a real one).
+    pub unsafe fn wait_for_stream(&self, producer: ProtocolStream) -> Result<()> {
+        let Some(handle) = producer.handle() else {
+            return Ok(());
+        };
+        if handle == self.stream() {
+            return Ok(());
+        }
+        // An event must be recorded in its stream's own context.
+        let event = RawEvent::create(stream_context(self.stream.context(), handle)?)?;
+        event.record(handle as CUstream)?;
+        self.enqueue_wait(self.stream.raw(), self.stream.context().raw(), event.raw())?;
+        Ok(())
+    }
+
+    /// Makes work enqueued on `consumer` from now on wait for all work enqueued on this queue so
+    /// far, without blocking the host (what a producer does for `__dlpack__(stream=...)`).
+    ///
+    /// # Safety
+    /// A [`ProtocolStream::Handle`] is a live `CUstream`.
+    pub unsafe fn make_stream_wait(&self, consumer: ProtocolStream) -> Result<()> {
+        let Some(handle) = consumer.handle() else {
+            return Ok(());
+        };
+        if handle == self.stream() {
+            return Ok(());
+        }
+        let event = CudaEvent::record(self.stream.context(), self.stream.raw())?;
+        let consumer_context = stream_context(self.stream.context(), handle)?;
+        self.enqueue_wait(handle as CUstream, consumer_context, event.raw())?;
+        Ok(())
+    }
+
+    /// Imports a foreign CAI's `stream` entry: rejects 0, and unless
+    /// [`protocol::CAI_SYNC_ENV`] turned it off, orders this queue's work after the producer's.
+    ///
+    /// # Safety
+    /// `stream`, unless 1 or 2, is a live `CUstream` (the CAI producer's promise).
+    pub unsafe fn sync_cai_import(&self, stream: Option<i64>) -> Result<()> {
+        let producer = protocol::decode_cai_stream(stream)?;
+        if protocol::cai_import_sync_enabled() {
+            // SAFETY: the caller's promise about `stream`.
+            unsafe { self.wait_for_stream(producer) }?;
+        }
+        Ok(())
+    }
+
+    /// Honours `__dlpack__(stream=...)` on memory of this queue: rejects 0, and orders the
+    /// consumer's stream after this queue's work (nothing for -1).
+    ///
+    /// # Safety
+    /// `stream`, unless -1, 1 or 2, is a live `CUstream` (the DLPack consumer's promise).
+    pub unsafe fn sync_dlpack_export(&self, stream: Option<i64>) -> Result<()> {
+        let consumer = protocol::decode_dlpack_stream(stream)?;
+        // SAFETY: the caller's promise about `stream`.
+        unsafe { self.make_stream_wait(consumer) }
+    }
+
+    /// What the driver says `ptr` is: `(device ordinal, kind)`, or `None` for memory CUDA does
+    /// not know.
+    pub fn classify(&self, ptr: usize) -> Result<Option<(u32, MemKind)>> {
+        let _current = self.stream.context().enter()?;
+        Ok(memory::pointer_info(ptr)?)
+    }
+
+    fn enqueue_wait(
+        &self,
+        stream: CUstream,
+        context: CUcontext,
+        event: CUevent,
+    ) -> Result<(), DriverError> {
+        let _current = crate::context::enter(context)?;
+        // SAFETY: the stream is alive (ours, or its owner's promise) in the current context, and
+        // the event is alive and recorded; waiting on another context's event is allowed.
+        call("cuStreamWaitEvent", || unsafe {
+            sys::cuStreamWaitEvent(stream, event, 0)
+        })
+    }
+
+    fn out_of_memory(&self, kind: MemKind, size: usize, reason: String) -> Error {
+        Error::OutOfMemory {
+            kind,
+            size,
+            device: self.device.selector.clone(),
+            reason,
+        }
+    }
+}
+
+/// The context a stream belongs to; 1 and 2 resolve in `ours`, the context current when used.
+fn stream_context(ours: &PrimaryContext, handle: usize) -> Result<CUcontext, DriverError> {
+    if matches!(
+        ProtocolStream::from_handle(handle),
+        Ok(ProtocolStream::Legacy | ProtocolStream::PerThread)
+    ) {
+        return Ok(ours.raw());
+    }
+    let _current = ours.enter()?;
+    let mut context = ptr::null_mut();
+    // SAFETY: `context` is a valid out-pointer; the stream's owner keeps it alive for this call.
+    call("cuStreamGetCtx", || unsafe {
+        sys::cuStreamGetCtx(handle as CUstream, &mut context)
+    })?;
+    Ok(context)
+}
+
+/// Checks that device `ordinal` exists and is usable, and retains its primary context.
+fn open_device(ordinal: u32) -> Result<(DeviceCaps, Arc<PrimaryContext>)> {
+    let driver = driver::loaded()?;
+    if ordinal >= driver.device_count {
+        return Err(Error::DeviceNotFound {
+            selector: format!("{BACKEND}:{ordinal}"),
+            reason: format!(
+                "the driver shows this process {} CUDA device(s), {BACKEND}:0 to {BACKEND}:{}",
+                driver.device_count,
+                driver.device_count - 1
+            ),
+        });
+    }
+    let caps = device::query(driver, ordinal)?;
+    if let Some(reason) = &caps.info.unusable_reason {
+        return Err(Error::Unsupported {
+            device: caps.info.selector.clone(),
+            what: "a devbuf queue".into(),
+            reason: reason.clone(),
+        });
+    }
+    let context = Arc::new(PrimaryContext::retain(ordinal)?);
+    Ok((caps, context))
+}
+
+impl Queue for CudaQueue {
+    fn device(&self) -> &DeviceInfo {
+        &self.device
+    }
+
+    fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {
+        let Some(cuda_kind) = CudaKind::of(kind).filter(|_| self.supports(kind)) else {
+            return Err(Error::Unsupported {
+                device: self.device.selector.clone(),
+                what: format!("{kind} allocation"),
+                reason: format!("the device has no {kind} memory"),
+            });
+        };
+        // CUDA aligns to 256 bytes; beyond that, over-allocate and move the start.
+        let requested = memory::request_size(size, align).ok_or_else(|| {
+            self.out_of_memory(kind, size, format!("padding to {align} bytes overflows"))
+        })?;
+        let _current = self.stream.context().enter()?;
+        let base = memory::allocate(
+            cuda_kind,
+            requested,
+            self.allocator,
+            self.can_map_host_memory,
+            self.stream.raw(),
+        )
+        .map_err(|err| match err.code {
+            // Whatever the driver refuses (out of memory, a size beyond its limits) is MemoryError.
+            Some(_) => self.out_of_memory(kind, size, err.to_string()),
+            None => err.into(),
+        })?;
+        let aligned = memory::aligned_start(base, align);
+        if aligned != base {
+            self.over_aligned.lock().insert(aligned, base);
+        }
+        NonNull::new(aligned as *mut u8)
+            .ok_or_else(|| self.out_of_memory(kind, size, "the driver returned null".into()))
+    }
+
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, kind: MemKind, _size: usize, align: usize) {
+        let Some(cuda_kind) = CudaKind::of(kind) else {
+            return;
+        };
+        let aligned = ptr.as_ptr() as usize;
+        let base = if align > NATIVE_ALIGNMENT {
+            self.over_aligned.lock().remove(&aligned).unwrap_or(aligned)
+        } else {
+            aligned
+        };
+        // A failure here (the driver already shut down at process exit) cannot be reported and
+        // leaves nothing to free.
+        if let Ok(_current) = self.stream.context().enter() {
+            // SAFETY: the caller passes back one allocation of ours, once, with no work pending;
+            // `base` is what the driver returned for it.
+            let _ = unsafe { memory::free(cuda_kind, base, self.allocator, self.stream.raw()) };
+        }
+    }
+
+    unsafe fn copy(&self, dst: *mut u8, src: *const u8, len: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let _current = self.stream.context().enter()?;
+        // SAFETY: the caller guarantees both ranges are valid for `len` bytes until the copy
+        // completes; with unified addressing the driver works out where each side is.
+        call("cuMemcpyAsync", || unsafe {
+            sys::cuMemcpyAsync(dst as u64, src as u64, len, self.stream.raw())
+        })?;
+        Ok(())
+    }
+
+    unsafe fn fill(&self, dst: *mut u8, byte: u8, len: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let _current = self.stream.context().enter()?;
+        // SAFETY: the caller guarantees `dst` is valid for `len` bytes until the fill completes.
+        let filled = call("cuMemsetD8Async", || unsafe {
+            sys::cuMemsetD8Async(dst as u64, byte, len, self.stream.raw())
+        });
+        match filled {
+            Ok(()) => Ok(()),
+            // Host memory the driver will not set (pageable memory it cannot address): set it on
+            // the host, after the work enqueued before (a broken context fails that wait).
+            Err(err)
+                if err.code.is_some()
+                    && matches!(
+                        memory::pointer_info(dst as usize)?,
+                        None | Some((_, MemKind::Host))
+                    ) =>
+            {
+                self.stream.synchronize()?;
+                // SAFETY: the caller guarantees `dst` is valid for `len` bytes; it is host memory
+                // (pinned, or unknown to CUDA) and earlier work on it has completed.
+                unsafe { ptr::write_bytes(dst, byte, len) };
+                Ok(())
+            }
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    fn wait(&self) -> Result<()> {
+        Ok(self.stream.synchronize()?)
+    }
+
+    fn record_event(&self) -> Result<Event> {
+        Ok(Event::new(CudaEvent::record(
+            self.stream.context(),
+            self.stream.raw(),
+        )?))
+    }
+
+    fn wait_event(&self, event: &Event) -> Result<()> {
+        match event.downcast_ref::<CudaEvent>() {
+            Some(cuda) => {
+                Ok(self.enqueue_wait(self.stream.raw(), self.stream.context().raw(), cuda.raw())?)
+            }
+            // Another backend's event: the device cannot wait for it, the host can.
+            None => event.wait(),
+        }
+    }
+
+    fn kind_of(&self, ptr: *const u8) -> MemKind {
+        match self.classify(ptr as usize) {
+            // Pinned and managed memory is reachable from every device; device memory is ours
+            // only on our device.
+            Ok(Some((ordinal, kind))) if kind != MemKind::Device || ordinal == self.ordinal() => {
+                kind
+            }
+            _ => MemKind::Unknown,
+        }
+    }
+
+    fn dlpack_device(&self, kind: MemKind) -> DLDevice {
+        let (device_type, device_id) = match kind {
+            MemKind::Device => (DLDeviceType::CUDA, self.ordinal() as i32),
+            MemKind::Host => (DLDeviceType::CUDAHOST, 0),
+            MemKind::Shared => (DLDeviceType::CUDAMANAGED, 0),
+            // Memory the driver does not know is plain host memory, if anything.
+            MemKind::Unknown => (DLDeviceType::CPU, 0),
+        };
+        DLDevice {
+            device_type,
+            device_id,
+        }
+    }
+
+    fn native_stream(&self) -> Option<usize> {
+        Some(self.stream())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,83 @@
+//! A queue's stream: one it created (non-blocking, destroyed with the queue) or one it borrows.
+
+use std::ptr;
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUstream, CUstream_flags};
+
+use crate::context::PrimaryContext;
+use crate::driver::{DriverError, call};
+
+/// A stream in a primary context.
+#[derive(Debug)]
+pub(crate) struct Stream {
+    raw: CUstream,
+    owned: bool,
+    context: Arc<PrimaryContext>,
+}
+
+// SAFETY: a CUstream is a driver handle usable from any thread; the driver serialises the work
+// enqueued on it from several threads.
+unsafe impl Send for Stream {}
+// SAFETY: as above; `&Stream` only hands out the handle.
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    /// A new stream that does not synchronise with the legacy default stream, so that other
+    /// libraries' default-stream work does not serialise with ours.
+    pub fn create(context: &Arc<PrimaryContext>) -> Result<Self, DriverError> {
+        let _current = context.enter()?;
+        let mut raw = ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer and the context is current.
+        call("cuStreamCreate", || unsafe {
+            sys::cuStreamCreate(&mut raw, CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
+        })?;
+        Ok(Stream {
+            raw,
+            owned: true,
+            context: Arc::clone(context),
+        })
+    }
+
+    /// Borrows `raw`, a stream of `context` (or one of the special handles 1 and 2) that its owner
+    /// keeps alive for as long as this value lives.
+    pub fn borrow(context: &Arc<PrimaryContext>, raw: CUstream) -> Self {
+        Stream {
+            raw,
+            owned: false,
+            context: Arc::clone(context),
+        }
+    }
+
+    pub fn raw(&self) -> CUstream {
+        self.raw
+    }
+
+    pub fn context(&self) -> &Arc<PrimaryContext> {
+        &self.context
+    }
+
+    /// Blocks until all work enqueued so far has completed.
+    pub fn synchronize(&self) -> Result<(), DriverError> {
+        let _current = self.context.enter()?;
+        // SAFETY: the stream is alive (owned, or kept alive by its owner) and its context current.
+        call("cuStreamSynchronize", || unsafe {
+            sys::cuStreamSynchronize(self.raw)
+        })
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
+        // The driver releases the stream once work still on it completes.
+        if let Ok(_current) = self.context.enter() {
+            // SAFETY: we created this stream and destroy it once; its context is current.
+            let _ = call("cuStreamDestroy", || unsafe {
+                sys::cuStreamDestroy_v2(self.raw)
+            });
+        }
+    }
+}
