@@ -96,10 +96,10 @@ pub fn run_one(check: &Check, queue: &Arc<dyn Queue>) -> Outcome {
     )
 }
 
-/// Runs the check named `name` for a test: panics on failure; on a skip, prints the reason, and
-/// panics too when the environment variable `DEVBUF_REQUIRE` lists the backend (CI sets it so that
-/// a runtime it installed can never be silently skipped).
-pub fn assert_check(name: &str, queue: &Result<Arc<dyn Queue>, String>) {
+/// Runs the check named `name` for a test of `backend`: panics on failure; on a skip, prints the
+/// reason, and panics too when the environment variable `DEVBUF_REQUIRE` lists the backend (CI
+/// sets it so that a runtime it installed can never be silently skipped).
+pub fn assert_check(name: &str, backend: &str, queue: &Result<Arc<dyn Queue>, String>) {
     let check = CHECKS
         .iter()
         .find(|check| check.name == name)
@@ -108,9 +108,9 @@ pub fn assert_check(name: &str, queue: &Result<Arc<dyn Queue>, String>) {
         Ok(queue) => match run_one(check, queue) {
             Outcome::Pass => {}
             Outcome::Fail(why) => panic!("{name} failed on {}: {why}", queue.device()),
-            Outcome::Skip(why) => skip(queue.device().backend, name, &why),
+            Outcome::Skip(why) => skip(backend, name, &why),
         },
-        Err(why) => skip("", name, why),
+        Err(why) => skip(backend, name, why),
     }
 }
 
@@ -125,19 +125,20 @@ fn skip(backend: &str, name: &str, why: &str) {
     eprintln!("skip {name}: {why}");
 }
 
-/// Generates one `#[test]` per conformance check. `$queue` is an expression of type
-/// `Result<Arc<dyn Queue>, String>` (the error is why the backend is unavailable).
+/// Generates one `#[test]` per conformance check for `$backend` (its name, for `DEVBUF_REQUIRE`).
+/// `$queue` is an expression of type `Result<Arc<dyn Queue>, String>` (the error is why the
+/// backend is unavailable).
 #[macro_export]
 macro_rules! conformance_tests {
-    ($queue:expr) => {
-        $crate::conformance_tests!(@tests $queue;
+    ($backend:literal, $queue:expr) => {
+        $crate::conformance_tests!(@tests $backend, $queue;
             alloc align copy fill kind_of foreign deleter subview threads oom events cross);
     };
-    (@tests $queue:expr; $($name:ident)*) => {
+    (@tests $backend:literal, $queue:expr; $($name:ident)*) => {
         $(
             #[test]
             fn $name() {
-                $crate::conformance::assert_check(stringify!($name), &$queue);
+                $crate::conformance::assert_check(stringify!($name), $backend, &$queue);
             }
         )*
     };
@@ -527,7 +528,7 @@ fn copies_across_backends(queue: &Arc<dyn Queue>) -> Outcome {
 mod tests {
     use super::*;
 
-    crate::conformance_tests!(Ok::<Arc<dyn Queue>, String>(HostQueue::shared()));
+    crate::conformance_tests!("host", Ok::<Arc<dyn Queue>, String>(HostQueue::shared()));
 
     #[test]
     fn a_private_host_queue_passes_every_check_and_does_not_know_the_shared_ones_pointers() {
