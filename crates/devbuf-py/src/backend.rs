@@ -5,7 +5,13 @@ use devbuf::dlpark::ffi::{DLDevice, DLDeviceType};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::device::PyQueue;
+use std::sync::Arc;
+
+use devbuf::Queue;
+use devbuf::cuda::CudaQueue;
+
+use crate::device::{PyQueue, shared_queue};
+use crate::errors::IntoPyResult;
 
 /// A DLPack device from `__dlpack_device__`'s pair.
 pub(crate) fn dl_device(device_type: i32, device_id: i32) -> DLDevice {
@@ -30,10 +36,18 @@ pub(crate) fn queue_from_syclobj(
     )))
 }
 
-/// The queue of the CUDA device that owns `ptr`.
+/// The shared queue of the CUDA device that owns `ptr` (CAI's `data`).
 pub(crate) fn queue_for_cuda_pointer(py: Python<'_>, ptr: usize) -> PyResult<Py<PyQueue>> {
-    let _ = py;
-    Err(PyValueError::new_err(format!(
-        "data: {ptr:#x} is not CUDA memory devbuf can reach"
-    )))
+    let found = py.detach(|| devbuf::cuda::queue_for_pointer(ptr)).py()?;
+    match found {
+        Some((queue, _)) => shared_queue(py, &queue.device().selector),
+        None => Err(PyValueError::new_err(format!(
+            "data: {ptr:#x} is not CUDA memory (the driver does not know the pointer)"
+        ))),
+    }
+}
+
+/// The CUDA queue behind a devbuf queue, if it is one.
+pub(crate) fn cuda_queue(queue: &Arc<dyn Queue>) -> Option<&CudaQueue> {
+    queue.as_any().downcast_ref::<CudaQueue>()
 }

@@ -7,10 +7,11 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use devbuf::dlpark::ffi::{DLDevice, DLDeviceType};
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::array::PyArray;
+use crate::backend;
 use crate::device::PyQueue;
 use crate::errors::IntoPyResult;
 
@@ -44,29 +45,57 @@ pub(crate) fn cai_export_stream(this: &PyArray) -> devbuf::Result<Option<usize>>
 }
 
 /// Readies memory for a zero-copy DLPack export to `device`, per the consumer's `stream`
-/// argument: -1 means the consumer synchronizes itself; otherwise pending work is completed first.
-/// The CPU takes no stream but None (or -1).
+/// argument (the array API's rules):
+/// - CUDA devices: -1 = the consumer synchronizes itself; None = the legacy default stream; 1, 2
+///   or a stream handle = that stream, which is made to wait for all pending work on the memory
+///   without blocking the host; 0 is refused.
+/// - The CPU (also for host-accessible CUDA or SYCL memory) takes None or -1, and pending device
+///   work is completed first.
+/// - Other devices (SYCL: the stream may be a queue object): pending work is completed first.
 pub(crate) fn prepare_dlpack_export(
     py: Python<'_>,
     this: &PyArray,
     device: DLDevice,
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
-    let stream_value = match stream {
-        Some(stream) if !stream.is_none() => stream.extract::<i64>().ok(),
-        _ => None,
-    };
-    if stream_value == Some(-1) {
+    let stream = stream.filter(|s| !s.is_none());
+    let buffer = this.array.buffer();
+    let home = buffer.queue();
+    let is_cuda_device = matches!(
+        device.device_type,
+        DLDeviceType::CUDA | DLDeviceType::CUDAHOST | DLDeviceType::CUDAMANAGED
+    );
+    if let (true, Some(home_cuda)) = (is_cuda_device, backend::cuda_queue(home)) {
+        let stream = stream
+            .map(|s| s.extract::<i64>())
+            .transpose()
+            .map_err(|_| PyTypeError::new_err("stream: expected None or an int (a CUDA stream)"))?;
+        // The queue that sees all pending work (joined there when it is on several), else ours.
+        let pending = py.detach(|| buffer.sync_queue(home)).py()?;
+        let producer = pending.as_ref().and_then(backend::cuda_queue).unwrap_or(home_cuda);
+        // SAFETY: the consumer passed `stream` to name one of its live CUDA streams (DLPack's
+        // contract); 0 is refused inside.
+        return py.detach(|| unsafe { producer.sync_dlpack_export(stream) }).py();
+    }
+    let stream_value = stream.map(|s| s.extract::<i64>().ok());
+    if stream_value == Some(Some(-1)) {
         return Ok(());
     }
-    if device.device_type == DLDeviceType::CPU && stream.is_some_and(|s| !s.is_none()) {
+    if device.device_type == DLDeviceType::CPU && stream.is_some() {
         return Err(PyValueError::new_err(format!(
             "stream: a CPU export takes stream=None (or -1), not {}",
             stream.map(|s| s.to_string()).unwrap_or_default()
         )));
     }
-    let buffer = this.array.buffer();
-    py.detach(|| buffer.synchronize()).py()
+    py.detach(|| {
+        buffer.synchronize()?;
+        // Work a consumer enqueued on our stream itself is not tracked: wait for the queue too.
+        match backend::cuda_queue(home) {
+            Some(_) => home.wait(),
+            None => Ok(()),
+        }
+    })
+    .py()
 }
 
 /// The `stream` argument a consumer on `queue` passes to a producer's `__dlpack__`: its native
@@ -93,7 +122,9 @@ pub(crate) fn order_after_producer(
     if current_work_stream(&mut stream) != 0 {
         return Err(PyErr::fetch(py));
     }
-    order_after_cai_stream(py, queue, (!stream.is_null()).then_some(stream as i64))
+    // A NULL current stream is the legacy default stream, which the protocols call 1.
+    let stream = if stream.is_null() { 1 } else { stream as i64 };
+    order_after_cai_stream(py, queue, Some(stream))
 }
 
 /// CAI v3's consumer rule: when the producer names a stream, later work on `queue` waits for it.

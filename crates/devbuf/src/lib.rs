@@ -5,12 +5,21 @@ pub mod matrix;
 use std::sync::{Arc, OnceLock};
 
 pub use devbuf_core::*;
+#[cfg(feature = "cuda")]
+pub use devbuf_cuda as cuda;
 
 /// Every backend compiled in, in the order the default device is looked for (the host backend,
 /// always available, last).
 pub fn backends() -> &'static [Box<dyn Backend>] {
     static BACKENDS: OnceLock<Vec<Box<dyn Backend>>> = OnceLock::new();
-    BACKENDS.get_or_init(|| vec![Box::new(HostBackend)])
+    #[allow(clippy::vec_init_then_push, reason = "each entry depends on a feature")]
+    BACKENDS.get_or_init(|| {
+        let mut backends: Vec<Box<dyn Backend>> = Vec::new();
+        #[cfg(feature = "cuda")]
+        backends.push(Box::new(devbuf_cuda::CudaBackend));
+        backends.push(Box::new(HostBackend));
+        backends
+    })
 }
 
 /// The backend called `name`.
