@@ -1,0 +1,89 @@
+"""DLPack 1.3's C exchange table, called from a consumer written in C."""
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import devbuf
+from consumer import load
+
+
+@pytest.fixture(scope="module")
+def consumer():
+    return load()
+
+
+def test_the_table_is_a_capsule_on_the_type_under_both_names():
+    table = devbuf.Array.__dlpack_c_exchange_api__
+    assert type(table).__name__ == "PyCapsule" and "dlpack_exchange_api" in repr(table)
+    assert devbuf.Buffer.__dlpack_c_exchange_api__ is not None
+    assert devbuf.Array.__c_dlpack_exchange_api__ is not None
+
+
+def test_non_owning_fill_describes_a_strided_view(consumer):
+    buffer = devbuf.alloc(96, device="host")
+    view = buffer.view("float64", shape=(3, 2), strides=(-32, 8), offset=64)
+    described = consumer.describe(view)
+    assert described == {
+        "data": view.ptr,
+        "device": (1, 0),
+        "ndim": 2,
+        "dtype": (2, 64, 1),
+        "shape": (3, 2),
+        "strides": (-4, 1),
+        "byte_offset": 0,
+    }
+    # The table checks that the object really is one of devbuf's.
+    with pytest.raises(TypeError, match="py_object"):
+        consumer.describe(_Impostor())
+
+
+class _Impostor:
+    """Claims devbuf's table without being a devbuf array."""
+
+    __dlpack_c_exchange_api__ = devbuf.Array.__dlpack_c_exchange_api__
+
+
+def test_owning_export_round_trips_through_the_producer(consumer):
+    source = np.arange(12, dtype=np.int32).reshape(3, 4)
+    imported = devbuf.asarray(source)
+    back, described, flags = consumer.round_trip(imported)
+    assert isinstance(back, devbuf.Array)
+    assert described["shape"] == (3, 4) and described["data"] == source.ctypes.data
+    assert back.ptr == source.ctypes.data and flags == 0
+    np.testing.assert_array_equal(np.from_dlpack(back), source)
+
+
+def test_deleter_releases_the_producer(consumer):
+    source = np.arange(4.0)
+    alive = weakref.ref(source)
+    imported = devbuf.asarray(source)
+    del source
+    consumer.export_and_delete(imported)
+    del imported
+    gc.collect()
+    assert alive() is None
+
+
+def test_allocator_makes_tensors_and_reports_errors(consumer):
+    like = devbuf.alloc(1, device="host")
+    made = consumer.allocate(like, (2, 5), (2, 32), (1, 0))
+    assert (made.shape, made.dtype, made.kind, made.c_contiguous) == ((2, 5), "float32", "host", True)
+    np.from_dlpack(made)[:] = 1.5
+    assert np.from_dlpack(made).sum() == 15.0
+    with pytest.raises(MemoryError):
+        consumer.allocate(like, (1 << 27, 1 << 30), (2, 64), (1, 0))
+    with pytest.raises(ValueError, match="device"):
+        consumer.allocate(like, (4,), (2, 32), (9, 0))
+
+
+def test_current_work_stream_is_null_on_the_cpu(consumer):
+    assert consumer.current_stream(devbuf.alloc(1, device="host"), 1, 0) == 0
+
+
+def test_the_table_serves_imports_of_types_that_publish_one(consumer):
+    # devbuf consumes its own table when it imports an object whose type publishes one.
+    source = devbuf.alloc(8, device="host")
+    assert devbuf.asarray(source).ptr == source.ptr
