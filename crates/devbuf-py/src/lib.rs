@@ -11,7 +11,28 @@ mod export;
 mod import;
 mod streams;
 
+use devbuf::conformance::Outcome;
 use pyo3::prelude::*;
+
+/// The Rust conformance matrix: `[(device label, [(check, "pass" | "FAIL" | "skip", reason)])]`.
+#[pyfunction]
+fn conformance_matrix(py: Python<'_>) -> Vec<(String, Vec<(&'static str, &'static str, String)>)> {
+    py.detach(devbuf::matrix::run)
+        .into_iter()
+        .map(|row| {
+            let outcomes = row
+                .outcomes
+                .into_iter()
+                .map(|(check, outcome)| match outcome {
+                    Outcome::Pass => (check, "pass", String::new()),
+                    Outcome::Fail(why) => (check, "FAIL", why),
+                    Outcome::Skip(why) => (check, "skip", why),
+                })
+                .collect();
+            (row.label, outcomes)
+        })
+        .collect()
+}
 
 #[pymodule]
 fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -28,5 +49,6 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(import::asarray, m)?)?;
     m.add_function(wrap_pyfunction!(import::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(streams::set_cai_export_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(conformance_matrix, m)?)?;
     Ok(())
 }

@@ -1,0 +1,69 @@
+"""``python -m devbuf info``: backends, devices, kinds, and why a backend is unavailable.
+``python -m devbuf matrix``: every conformance check and every consumer library on every device,
+pass / FAIL / skip with the reason; exits 1 on any FAIL."""
+
+import argparse
+import sys
+
+import devbuf
+from devbuf import _consumers
+from devbuf._devbuf import conformance_matrix
+
+
+def info() -> int:
+    print(f"devbuf {devbuf.__version__}")
+    for backend in devbuf.backends():
+        state = "available" if backend.available else f"unavailable: {backend.reason}"
+        print(f"\n{backend.name}: {state}")
+        for device in backend.devices:
+            print(f"  {device.selector}  {device.name} [{device.vendor}, driver {device.driver}]")
+            if device.usable:
+                memory = f", {device.global_mem_size / 2**30:.1f} GiB" if device.global_mem_size else ""
+                print(f"    kinds: {', '.join(device.kinds)}{memory}")
+            else:
+                print(f"    unusable: {device.reason}")
+    try:
+        print(f"\ndefault device: {devbuf.default_device().selector}")
+    except Exception as err:  # the default device may be unavailable; say why
+        print(f"\ndefault device: none ({err})")
+    return 0
+
+
+def matrix() -> int:
+    rows = conformance_matrix()
+    consumers = _consumers.CONSUMERS
+    checks = [check for check, _, _ in rows[0][1]] if rows else []
+    columns = checks + [name for name, _ in consumers]
+    notes: list[str] = []
+
+    def cell(status: str, reason: str) -> str:
+        if status == "pass":
+            return "pass"
+        if reason not in notes:
+            notes.append(reason)
+        return f"{status}[{notes.index(reason) + 1}]"
+
+    width = max([len(label) for label, _ in rows] + [6])
+    print(f"{'device':{width}}" + "".join(f"  {c:>8}" for c in columns))
+    failed = False
+    for label, outcomes in rows:
+        cells = [cell(status, reason) for _, status, reason in outcomes]
+        for _, check in consumers:
+            status, reason = _consumers.run(check, label)
+            cells.append(cell(status, reason))
+        failed |= any(c.startswith("FAIL") for c in cells)
+        print(f"{label:{width}}" + "".join(f"  {c:>8}" for c in cells))
+    for number, note in enumerate(notes, 1):
+        print(f"[{number}] {note}")
+    return 1 if failed else 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devbuf", description=__doc__)
+    parser.add_argument("command", choices=["info", "matrix"], nargs="?", default="info")
+    args = parser.parse_args(argv)
+    return info() if args.command == "info" else matrix()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

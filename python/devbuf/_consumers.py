@@ -1,0 +1,163 @@
+"""The consumer columns of ``python -m devbuf matrix``: a real library takes devbuf memory
+zero-copy, both sides see each other's writes, and devbuf takes the library's memory back.
+
+Each check returns ``(status, reason)``: "pass", "FAIL" or "skip", the reason saying why."""
+
+import importlib
+
+import devbuf
+
+PATTERN = bytes((i * 7 + 3) % 256 for i in range(256))
+
+
+def _library(name):
+    try:
+        return importlib.import_module(name), ""
+    except Exception as err:  # an import can fail in many ways; the matrix only reports it
+        return None, f"{name} is not importable here ({type(err).__name__}: {err})"
+
+
+def _device(label):
+    for backend in devbuf.backends():
+        for device in backend.devices:
+            if device.selector == label:
+                return device
+    return None
+
+
+def _expect(condition, message):
+    if not condition:
+        raise AssertionError(message)
+
+
+def numpy_check(label):
+    np, why = _library("numpy")
+    if np is None:
+        return "skip", why
+    device = _device(label)
+    if device is None or not device.usable:
+        return "skip", f"{label} has no usable device"
+    kinds = device.kinds if device.backend == "host" else [k for k in ("host", "shared") if k in device.kinds]
+    if not kinds:
+        return "skip", f"{label} has no host-accessible memory"
+    for kind in kinds:
+        buffer = devbuf.alloc(len(PATTERN), kind, device=label)
+        buffer.copy_from(PATTERN)
+        view = np.from_dlpack(buffer)
+        _expect(view.ctypes.data == buffer.ptr, f"np.from_dlpack copied {kind} memory")
+        _expect(view.tobytes() == PATTERN, f"NumPy read different bytes from {kind} memory")
+        view[:] = 0
+        _expect(buffer.to_bytes() == bytes(len(PATTERN)), f"devbuf did not see NumPy's write to {kind}")
+    theirs = np.arange(64, dtype=np.float32)
+    ours = devbuf.asarray(theirs)
+    _expect(ours.ptr == theirs.ctypes.data and ours.to_bytes() == theirs.tobytes(), "import of NumPy memory")
+    return "pass", ""
+
+
+def dpctl_check(label):
+    if not label.startswith("sycl:"):
+        return "skip", "not SYCL memory"
+    dpctl_memory, why = _library("dpctl.memory")
+    if dpctl_memory is None:
+        return "skip", why
+    device = _device(label)
+    if device is None or not device.usable:
+        return "skip", f"{label} has no usable device"
+    for kind in device.kinds:
+        buffer = devbuf.alloc(len(PATTERN), kind, device=label)
+        buffer.copy_from(PATTERN)
+        theirs = dpctl_memory.as_usm_memory(buffer)
+        _expect(theirs.get_usm_type() == kind, f"dpctl sees {theirs.get_usm_type()} memory, not {kind}")
+        _expect(theirs._pointer == buffer.ptr, f"dpctl copied {kind} memory")
+        _expect(bytes(theirs.copy_to_host()) == PATTERN, f"dpctl read different bytes from {kind}")
+        theirs.copy_from_host(bytes(len(PATTERN)))
+        _expect(buffer.to_bytes() == bytes(len(PATTERN)), f"devbuf did not see dpctl's write to {kind}")
+    mine = dpctl_memory.MemoryUSMDevice(len(PATTERN))
+    mine.copy_from_host(PATTERN)
+    imported = devbuf.asarray(mine)
+    _expect(imported.ptr == mine._pointer and imported.kind == "device", "import of dpctl memory")
+    _expect(imported.to_bytes() == PATTERN, "devbuf read different bytes from dpctl memory")
+    return "pass", ""
+
+
+def _cuda_device(label):
+    if not label.startswith("cuda"):
+        return None, "not CUDA memory"
+    device = _device(label)
+    if device is None or not device.usable:
+        return None, f"{label} has no usable device"
+    return device, ""
+
+
+def numba_check(label):
+    device, why = _cuda_device(label)
+    if device is None:
+        return "skip", why
+    numba_cuda, why = _library("numba.cuda")
+    if numba_cuda is None:
+        return "skip", why
+    np = importlib.import_module("numpy")
+    buffer = devbuf.alloc(len(PATTERN), "device", device=label)
+    buffer.copy_from(PATTERN)
+    theirs = numba_cuda.as_cuda_array(buffer)
+    _expect(theirs.__cuda_array_interface__["data"][0] == buffer.ptr, "Numba copied device memory")
+    _expect(theirs.copy_to_host().tobytes() == PATTERN, "Numba read different bytes")
+    mine = numba_cuda.to_device(np.arange(32, dtype=np.int64))
+    imported = devbuf.asarray(mine)
+    _expect(imported.to_bytes() == np.arange(32, dtype=np.int64).tobytes(), "import of Numba memory")
+    return "pass", ""
+
+
+def cupy_check(label):
+    device, why = _cuda_device(label)
+    if device is None:
+        return "skip", why
+    cupy, why = _library("cupy")
+    if cupy is None:
+        return "skip", why
+    buffer = devbuf.alloc(len(PATTERN), "device", device=label)
+    buffer.copy_from(PATTERN)
+    theirs = cupy.asarray(buffer)
+    _expect(theirs.data.ptr == buffer.ptr, "CuPy copied device memory")
+    _expect(cupy.asnumpy(theirs).tobytes() == PATTERN, "CuPy read different bytes")
+    mine = cupy.arange(32, dtype=cupy.float64)
+    imported = devbuf.asarray(mine)
+    _expect(imported.ptr == mine.data.ptr, "import of CuPy memory copied it")
+    _expect(imported.to_bytes() == cupy.asnumpy(mine).tobytes(), "import of CuPy memory")
+    return "pass", ""
+
+
+def torch_check(label):
+    device, why = _cuda_device(label)
+    if device is None:
+        return "skip", why
+    torch, why = _library("torch")
+    if torch is None:
+        return "skip", why
+    buffer = devbuf.alloc(len(PATTERN), "device", device=label)
+    buffer.copy_from(PATTERN)
+    theirs = torch.from_dlpack(buffer)
+    _expect(theirs.data_ptr() == buffer.ptr and theirs.is_cuda, "torch copied device memory")
+    _expect(bytes(theirs.cpu().numpy().tobytes()) == PATTERN, "torch read different bytes")
+    mine = torch.arange(32, dtype=torch.float32, device=f"cuda:{device.index}")
+    imported = devbuf.asarray(mine)
+    _expect(imported.ptr == mine.data_ptr(), "import of torch memory copied it")
+    _expect(imported.to_bytes() == mine.cpu().numpy().tobytes(), "import of torch memory")
+    return "pass", ""
+
+
+CONSUMERS = [
+    ("numpy", numpy_check),
+    ("dpctl", dpctl_check),
+    ("numba", numba_check),
+    ("cupy", cupy_check),
+    ("torch", torch_check),
+]
+
+
+def run(check, label):
+    """Runs one consumer check; an exception is a failure with its message, never a crash."""
+    try:
+        return check(label)
+    except Exception as err:
+        return "FAIL", f"{check.__name__} on {label}: {type(err).__name__}: {err}"
