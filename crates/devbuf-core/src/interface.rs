@@ -23,7 +23,7 @@ pub struct InterfaceDict {
     pub data: (usize, bool),
     pub shape: Vec<i64>,
     pub typestr: String,
-    /// `descr` (CAI) or `typedescr` (SUAI): `(name, typestr)` pairs.
+    /// CAI's `descr` or SUAI's `typedescr`: `(name, typestr)` pairs.
     pub descr: Option<Vec<(String, String)>>,
     pub strides: Option<Vec<i64>>,
     /// SUAI's `offset`, in elements. Always 0 for CAI.
@@ -65,7 +65,7 @@ pub fn import_cai(dict: &InterfaceDict) -> Result<ForeignLayout> {
             "masked arrays are not supported; pass mask=None",
         ));
     }
-    let dtype = parse_dtype(dict)?;
+    let dtype = parse_dtype(dict, "descr")?;
     let strides = dict.strides.clone();
     import_strided(
         dtype,
@@ -89,7 +89,7 @@ pub fn import_suai(dict: &InterfaceDict) -> Result<ForeignLayout> {
             ),
         ));
     }
-    let dtype = parse_dtype(dict)?;
+    let dtype = parse_dtype(dict, "typedescr")?;
     let itemsize = dtype.itemsize() as i64;
     if dict.offset < 0 {
         return Err(Error::invalid(
@@ -172,7 +172,8 @@ pub unsafe fn import_dltensor(tensor: &DLTensor, readonly: bool) -> Result<Forei
     import_strided(dtype, shape, strides, element0, readonly, "data")
 }
 
-fn parse_dtype(dict: &InterfaceDict) -> Result<DType> {
+/// The element type from `typestr`, checked against `descr` (CAI) / `typedescr` (SUAI).
+fn parse_dtype(dict: &InterfaceDict, descr_key: &'static str) -> Result<DType> {
     let dtype = DType::from_typestr(&dict.typestr)?;
     if let Some(descr) = &dict.descr {
         let plain = match descr.as_slice() {
@@ -183,7 +184,7 @@ fn parse_dtype(dict: &InterfaceDict) -> Result<DType> {
         };
         if !plain {
             return Err(Error::invalid(
-                "descr",
+                descr_key,
                 format!(
                     "{descr:?} describes a structured type; only plain {:?} is supported",
                     dict.typestr
@@ -238,7 +239,8 @@ pub fn import_strided(
     }
     let base = element0 as i128 + low;
     let len = end - low;
-    if base < 0 || base + len > usize::MAX as i128 {
+    // No allocation is larger than isize::MAX bytes (Rust's and C's object size limit).
+    if base < 0 || base + len > usize::MAX as i128 || len > isize::MAX as i128 {
         return Err(Error::invalid(
             "strides",
             format!(

@@ -184,14 +184,22 @@ impl PyArray {
 
     /// Copies `source` (anything `devbuf.asarray` takes: DLPack, SUAI, CAI or buffer-protocol
     /// objects) into this array. Both must be C-contiguous with the same number of bytes.
-    fn copy_from(&self, py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// With `blocking=False` the copy is only enqueued on this array's queue: it is pending work
+    /// that the protocols then report (CAI's `stream`) or wait for.
+    #[pyo3(signature = (source, *, blocking = true))]
+    fn copy_from(&self, py: Python<'_>, source: &Bound<'_, PyAny>, blocking: bool) -> PyResult<()> {
         if self.array.readonly() {
             return Err(PyValueError::new_err("copy_from: this array is read-only"));
         }
-        let source = crate::import::import_object(py, source, false)?;
-        let source = source.get().contiguous_bytes("copy_from's source")?;
+        let imported = crate::import::import_object(py, source, false)?;
+        let source = imported.get().contiguous_bytes("copy_from's source")?;
         let destination = self.contiguous_bytes("copy_from")?;
-        py.detach(|| destination.copy_from(&source)).py()
+        if blocking {
+            py.detach(|| destination.copy_from(&source)).py()
+        } else {
+            let queue = destination.queue().clone();
+            py.detach(|| destination.enqueue_copy_from(&source, &queue).map(drop)).py()
+        }
     }
 
     /// The bytes of a C-contiguous array, copied to the host.
@@ -351,14 +359,25 @@ impl PyBuffer {
         PyArray::wrap(py, array, this.queue.clone_ref(py))
     }
 
-    /// Sets every byte to `value` (0-255).
-    fn fill(slf: &Bound<'_, Self>, value: u8) -> PyResult<()> {
+    /// Sets every byte to `value` (0-255); with `blocking=False` the fill is only enqueued.
+    #[pyo3(signature = (value, *, blocking = true))]
+    fn fill(slf: &Bound<'_, Self>, value: u8, blocking: bool) -> PyResult<()> {
         let this = slf.as_super().get();
         if this.array.readonly() {
             return Err(PyValueError::new_err("fill: this buffer is read-only"));
         }
         let buffer = this.array.buffer();
-        slf.py().detach(|| buffer.fill(value)).py()
+        if blocking {
+            slf.py().detach(|| buffer.fill(value)).py()
+        } else {
+            slf.py().detach(|| buffer.enqueue_fill(value).map(drop)).py()
+        }
+    }
+
+    /// Blocks until all pending work on this memory (from any queue) has completed.
+    fn synchronize(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let buffer = slf.as_super().get().array.buffer();
+        slf.py().detach(|| buffer.synchronize()).py()
     }
 
     /// `buffer[start:stop]`: a sub-buffer sharing ownership of the allocation.

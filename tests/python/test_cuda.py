@@ -1,0 +1,183 @@
+"""The CUDA backend from Python: CAI v3 with its stream rules, DLPack devices and streams, and
+zero-copy hand-off with Numba, CuPy, PyTorch and cuda.core, in both directions.
+
+Every test needs a GPU and skips with the backend's own reason where there is none
+(DEVBUF_REQUIRE=cuda turns that skip into a failure)."""
+
+import importlib
+
+import numpy as np
+import pytest
+
+import devbuf
+from conftest import require_backend
+
+N = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    info = require_backend("cuda")
+    return info.devices[0]
+
+
+def library(name):
+    try:
+        return importlib.import_module(name)
+    except ImportError as err:
+        pytest.skip(f"{name} is not installed: {err}")
+
+
+def test_cuda_is_listed_with_its_kinds(cuda):
+    assert cuda.usable and cuda.selector == "cuda:0"
+    assert set(cuda.kinds) == {"host", "device", "shared"}
+    assert devbuf.Queue("cuda").stream not in (None, 0)
+
+
+@pytest.mark.parametrize("kind,dlpack", [("device", (2, 0)), ("host", (3, 0)), ("shared", (13, 0))])
+def test_each_kind_exports_cai_v3_and_its_dlpack_device(cuda, kind, dlpack):
+    buffer = devbuf.alloc(4096, kind, device="cuda")
+    view = buffer.view("float32", shape=(32, 32))
+    cai = view.__cuda_array_interface__
+    assert cai["version"] == 3 and cai["typestr"] == "<f4" and cai["shape"] == (32, 32)
+    assert cai["data"] == (buffer.ptr, False) and cai["strides"] is None and cai["stream"] is None
+    assert view.__dlpack_device__() == dlpack
+    assert not hasattr(view, "__sycl_usm_array_interface__")
+    strided = buffer.view("float32", shape=(16,), strides=(-8,), offset=128)
+    assert strided.__cuda_array_interface__["strides"] == (-8,)
+    assert buffer.view("uint8", shape=(0,)).__cuda_array_interface__["data"][0] == 0
+
+
+def test_pinned_and_managed_memory_reach_numpy_zero_copy(cuda):
+    for kind in ("host", "shared"):
+        buffer = devbuf.alloc(64, kind, device="cuda")
+        buffer.copy_from(bytes(range(64)))
+        view = np.from_dlpack(buffer)
+        assert view.ctypes.data == buffer.ptr and view.tobytes() == bytes(range(64))
+    device = devbuf.alloc(64, "device", device="cuda")
+    with pytest.raises(BufferError):
+        memoryview(device)
+    copy = np.from_dlpack(device.view("uint8"))  # device memory: NumPy gets a host copy
+    assert copy.ctypes.data != device.ptr
+
+
+def test_pending_work_names_its_stream_and_consumers_see_completed_data(cuda):
+    cupy = library("cupy")
+    buffer = devbuf.alloc(N * 4, "device", device="cuda")
+    buffer.fill(0)
+    buffer.fill(1, blocking=False)
+    stream = buffer.__cuda_array_interface__["stream"]
+    assert stream in (None, buffer.queue.stream)  # None only once the fill has finished
+    theirs = cupy.asarray(buffer.view("uint8"))
+    assert int(theirs.sum()) == N * 4  # CuPy synchronized on our stream before reading
+    buffer.synchronize()
+    assert buffer.__cuda_array_interface__["stream"] is None
+    devbuf.set_cai_export_stream(False)
+    try:
+        buffer.fill(2, blocking=False)
+        assert buffer.__cuda_array_interface__["stream"] is None
+    finally:
+        devbuf.set_cai_export_stream(True)
+        buffer.synchronize()
+
+
+def test_dlpack_stream_argument_rules(cuda):
+    buffer = devbuf.alloc(1024, "device", device="cuda")
+    for stream in (None, -1, 1, 2, devbuf.Queue("cuda").stream):
+        buffer.__dlpack__(stream=stream, max_version=(1, 0))
+    with pytest.raises(ValueError, match="stream"):
+        buffer.__dlpack__(stream=0, max_version=(1, 0))
+
+
+def test_numba_takes_devbuf_arrays_and_launches_kernels_on_them(cuda):
+    numba_cuda = library("numba.cuda")
+
+    @numba_cuda.jit
+    def add(a, b, out):
+        i = numba_cuda.grid(1)
+        if i < out.size:
+            out[i] = a[i] + b[i]
+
+    a, b, out = (devbuf.alloc(N * 4, "device", device="cuda").view("float32") for _ in range(3))
+    a.copy_from(np.arange(N, dtype=np.float32))
+    b.copy_from(np.full(N, 2.0, dtype=np.float32))
+    add[(N + 255) // 256, 256](a, b, out)
+    numba_cuda.synchronize()
+    result = np.frombuffer(out.to_bytes(), dtype=np.float32)
+    np.testing.assert_array_equal(result, np.arange(N, dtype=np.float32) + 2)
+    view = numba_cuda.as_cuda_array(out)
+    assert view.__cuda_array_interface__["data"][0] == out.ptr
+    theirs = numba_cuda.to_device(np.arange(10, dtype=np.int64))
+    imported = devbuf.asarray(theirs)
+    assert imported.ptr == theirs.__cuda_array_interface__["data"][0] and imported.kind == "device"
+    assert imported.to_bytes() == np.arange(10, dtype=np.int64).tobytes()
+
+
+def test_cupy_both_ways_including_a_pending_cupy_stream(cuda):
+    cupy = library("cupy")
+    a = devbuf.alloc(N * 8, "device", device="cuda").view("float64")
+    a.copy_from(np.arange(N, dtype=np.float64))
+    theirs = cupy.asarray(a)
+    assert theirs.data.ptr == a.ptr and float(theirs.sum()) == float(np.arange(N).sum())
+    theirs *= 2  # CuPy writes devbuf memory
+    assert np.frombuffer(a.to_bytes(), dtype=np.float64)[-1] == 2 * (N - 1)
+    with cupy.cuda.Stream(non_blocking=True) as stream:
+        pending = cupy.ones(N * 16, dtype=cupy.float32) * 3
+        assert pending.__cuda_array_interface__["stream"] == stream.ptr
+        imported = devbuf.asarray(pending)  # our queue now waits for CuPy's stream
+        assert imported.ptr == pending.data.ptr
+    assert np.frombuffer(imported.to_bytes(), dtype=np.float32).min() == 3
+
+
+def test_torch_both_ways(cuda):
+    torch = library("torch")
+    a = devbuf.alloc(1024 * 4, "device", device="cuda").view("int32")
+    a.copy_from(np.arange(1024, dtype=np.int32))
+    theirs = torch.from_dlpack(a)
+    assert theirs.is_cuda and theirs.data_ptr() == a.ptr and int(theirs.sum()) == 1024 * 1023 // 2
+    theirs += 1
+    assert np.frombuffer(a.to_bytes(), dtype=np.int32)[0] == 1
+    mine = torch.arange(100, dtype=torch.float16, device="cuda")
+    imported = devbuf.asarray(mine)
+    assert imported.ptr == mine.data_ptr() and imported.dtype == "float16"
+    assert imported.to_bytes() == mine.cpu().numpy().tobytes()
+    bf16 = torch.ones(8, dtype=torch.bfloat16, device="cuda")
+    assert devbuf.asarray(bf16).dtype == "bfloat16"
+    with pytest.raises(BufferError):
+        torch.from_dlpack(devbuf.alloc(16, "host", device="cuda"))  # torch refuses kDLCUDAHost
+
+
+def test_cuda_core_strided_memory_view(cuda):
+    utils = None
+    for name in ("cuda.core.utils", "cuda.core.experimental.utils"):
+        try:
+            utils = importlib.import_module(name)
+            break
+        except ImportError:
+            continue
+    if utils is None or not hasattr(utils, "StridedMemoryView"):
+        pytest.skip("cuda.core with StridedMemoryView is not installed")
+    a = devbuf.alloc(4096, "device", device="cuda").view("float32", shape=(32, 32))
+    view = utils.StridedMemoryView(a, stream_ptr=devbuf.Queue("cuda").stream)
+    assert view.ptr == a.ptr and tuple(view.shape) == (32, 32)
+
+
+def test_exchange_table_reports_our_stream(cuda):
+    from consumer import load
+
+    stream = load().current_stream(devbuf.alloc(1, device="cuda"), 2, 0)
+    assert stream == devbuf.Device("cuda:0").queue.stream
+
+
+def test_malformed_cai_names_the_key(cuda):
+    buffer = devbuf.alloc(64, "device", device="cuda")
+
+    class Producer:
+        def __init__(self, **changes):
+            self.__cuda_array_interface__ = {**buffer.__cuda_array_interface__, **changes}
+
+    with pytest.raises(ValueError, match="stream"):
+        devbuf.asarray(Producer(stream=0))
+    with pytest.raises(ValueError, match="data"):
+        devbuf.asarray(Producer(data=(np.zeros(8).ctypes.data, False)))
+    assert devbuf.asarray(Producer()).ptr == buffer.ptr
