@@ -100,6 +100,12 @@ pub fn run_one(check: &Check, queue: &Arc<dyn Queue>) -> Outcome {
 /// panics too when the environment variable `DEVBUF_REQUIRE` lists the backend (CI sets it so that
 /// a runtime it installed can never be silently skipped).
 pub fn assert_check(name: &str, queue: &Result<Arc<dyn Queue>, String>) {
+    assert_backend_check("", name, queue)
+}
+
+/// [`assert_check`] for a named backend: when `queue` is an error (the backend is unavailable),
+/// the skip counts as `backend`'s, so `DEVBUF_REQUIRE` listing it turns the skip into a failure.
+pub fn assert_backend_check(backend: &str, name: &str, queue: &Result<Arc<dyn Queue>, String>) {
     let check = CHECKS
         .iter()
         .find(|check| check.name == name)
@@ -110,7 +116,7 @@ pub fn assert_check(name: &str, queue: &Result<Arc<dyn Queue>, String>) {
             Outcome::Fail(why) => panic!("{name} failed on {}: {why}", queue.device()),
             Outcome::Skip(why) => skip(queue.device().backend, name, &why),
         },
-        Err(why) => skip("", name, why),
+        Err(why) => skip(backend, name, why),
     }
 }
 
@@ -126,18 +132,23 @@ fn skip(backend: &str, name: &str, why: &str) {
 }
 
 /// Generates one `#[test]` per conformance check. `$queue` is an expression of type
-/// `Result<Arc<dyn Queue>, String>` (the error is why the backend is unavailable).
+/// `Result<Arc<dyn Queue>, String>` (the error is why the backend is unavailable). Name the
+/// backend first (`conformance_tests!("sycl", queue)`) so that its unavailability counts as its
+/// skip for `DEVBUF_REQUIRE`.
 #[macro_export]
 macro_rules! conformance_tests {
-    ($queue:expr) => {
-        $crate::conformance_tests!(@tests $queue;
+    ($backend:literal, $queue:expr) => {
+        $crate::conformance_tests!(@tests $backend, $queue;
             alloc align copy fill kind_of foreign deleter subview threads oom events cross);
     };
-    (@tests $queue:expr; $($name:ident)*) => {
+    ($queue:expr) => {
+        $crate::conformance_tests!("", $queue);
+    };
+    (@tests $backend:literal, $queue:expr; $($name:ident)*) => {
         $(
             #[test]
             fn $name() {
-                $crate::conformance::assert_check(stringify!($name), &$queue);
+                $crate::conformance::assert_backend_check($backend, stringify!($name), &$queue);
             }
         )*
     };
