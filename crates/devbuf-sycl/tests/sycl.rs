@@ -113,7 +113,7 @@ fn filter_strings_and_indices_open_the_one_default_queue_of_a_device() {
 
 #[test]
 fn dlpack_device_is_kdloneapi_with_dpctls_device_index() {
-    let Some(_) = runtime_or_skip("dlpack device") else {
+    let Some(rt) = runtime_or_skip("dlpack device") else {
         return;
     };
     let backend = SyclBackend::new();
@@ -126,6 +126,21 @@ fn dlpack_device_is_kdloneapi_with_dpctls_device_index() {
         assert_eq!(device.device_id, index);
     }
     assert!(queue.is_default_context());
+    // ... which is the platform's default context, the one dpctl and dpnp require for DLPack.
+    let context = queue.export_context_handle().unwrap();
+    let api = rt.api();
+    // SAFETY: C API calls on live handles; what is made here is deleted here.
+    unsafe {
+        let devices = api.DPCTLContext_GetDevices(context.ptr.as_ptr().cast());
+        let device = api.DPCTLDeviceVector_GetAt(devices, 0);
+        let platform = api.DPCTLDevice_GetPlatform(device);
+        let platform_default = api.DPCTLPlatform_GetDefaultContext(platform);
+        assert!(api.DPCTLContext_AreEq(context.ptr.as_ptr().cast(), platform_default));
+        api.DPCTLContext_Delete(platform_default);
+        api.DPCTLPlatform_Delete(platform);
+        api.DPCTLDevice_Delete(device);
+        api.DPCTLDeviceVector_Delete(devices);
+    }
     let back = backend
         .queue_for_dlpack_device(queue.dlpack_device(MemKind::Device))
         .unwrap()
