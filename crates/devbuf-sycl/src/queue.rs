@@ -6,11 +6,11 @@ use std::ffi::{c_int, c_void};
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
 use devbuf_core::{DeviceInfo, Error, Event, ExportedHandle, MemKind, Queue, QueueEvent, Result};
 use devbuf_sycl_sys as sys;
+use parking_lot::Mutex;
 
 use crate::SYCL;
 use crate::raw::{Context, Device, RawEvent, RawQueue};
@@ -35,8 +35,10 @@ pub struct SyclQueue {
     knows_usm: bool,
     default_context: bool,
     dlpack_id: Option<i32>,
-    /// Set when a copy or fill may still be running; cleared by [`Queue::wait`].
-    pending: AtomicBool,
+    /// The event of the last command enqueued here, until a wait sees it complete. The queue is
+    /// in order, so it completes after everything enqueued before it. (Waiting on it is much
+    /// cheaper than a barrier: a barrier behind a large copy slows the copy down by half.)
+    last: Mutex<Option<Arc<RawEvent>>>,
 }
 
 impl SyclQueue {
@@ -68,7 +70,7 @@ impl SyclQueue {
             knows_usm: context.knows_usm(),
             default_context,
             dlpack_id: device.dpctl_index(),
-            pending: AtomicBool::new(false),
+            last: Mutex::new(None),
             queue,
             context,
         }
@@ -259,20 +261,14 @@ impl SyclQueue {
         })
     }
 
-    /// Accounts for a command just enqueued, whose event the C API returned (null: refused).
+    /// Records the event of a command just enqueued (null: the runtime refused it).
     fn enqueued(&self, event: sys::DPCTLSyclEventRef, operation: &'static str) -> Result<()> {
-        // SAFETY: `event` is null or an event we own; dropping it does not cancel the command.
-        match unsafe { RawEvent::from_raw(self.runtime(), event) } {
-            Some(_) => {
-                self.pending.store(true, Ordering::Release);
-                Ok(())
-            }
-            None => Err(Error::runtime(
-                SYCL,
-                operation,
-                "the SYCL runtime refused the command",
-            )),
-        }
+        // SAFETY: `event` is null or an event we own.
+        let event = unsafe { RawEvent::from_raw(self.runtime(), event) }.ok_or_else(|| {
+            Error::runtime(SYCL, operation, "the SYCL runtime refused the command")
+        })?;
+        *self.last.lock() = Some(Arc::new(event));
+        Ok(())
     }
 }
 
@@ -363,7 +359,7 @@ impl Queue for SyclQueue {
     unsafe fn deallocate(&self, ptr: NonNull<u8>, _kind: MemKind, _size: usize, _align: usize) {
         // Copies and fills are asynchronous: never free memory the device may still be using.
         // If waiting fails, leaking is the only safe choice.
-        if self.pending.load(Ordering::Acquire) && self.wait().is_err() {
+        if self.last.lock().is_some() && self.wait().is_err() {
             return;
         }
         // SAFETY: `ptr` is an allocation of this queue's context (the caller's contract) with no
@@ -413,22 +409,30 @@ impl Queue for SyclQueue {
     }
 
     fn wait(&self) -> Result<()> {
-        // A barrier's event rather than DPCTLQueue_Wait, which lets the runtime's exceptions
-        // escape; DPCTLEvent_Wait catches them.
-        let was_pending = self.pending.swap(false, Ordering::AcqRel);
-        let result = self
-            .barrier()
-            .and_then(|barrier| SyclEvent { event: barrier }.wait());
-        if result.is_err() && was_pending {
-            self.pending.store(true, Ordering::Release);
+        // The last command's event rather than DPCTLQueue_Wait, which lets the runtime's
+        // exceptions escape (DPCTLEvent_Wait catches them). Another thread may enqueue meanwhile:
+        // the event is forgotten only if it is still the last.
+        let Some(last) = self.last.lock().clone() else {
+            return Ok(());
+        };
+        SyclEvent {
+            event: Arc::clone(&last),
         }
-        result
+        .wait()?;
+        let mut current = self.last.lock();
+        if current.as_ref().is_some_and(|event| Arc::ptr_eq(event, &last)) {
+            *current = None;
+        }
+        Ok(())
     }
 
     fn record_event(&self) -> Result<Event> {
-        Ok(Event::new(SyclEvent {
-            event: self.barrier()?,
-        }))
+        let event = match self.last.lock().clone() {
+            Some(last) => last,
+            // Nothing of ours is pending, but work others enqueued on this queue may be.
+            None => Arc::new(self.barrier()?),
+        };
+        Ok(Event::new(SyclEvent { event }))
     }
 
     fn wait_event(&self, event: &Event) -> Result<()> {
@@ -487,10 +491,10 @@ impl Queue for SyclQueue {
     }
 }
 
-/// A point in a SYCL queue's work: the event of a barrier.
+/// A point in a SYCL queue's work: the event of its last command, or of a barrier.
 #[derive(Debug)]
 pub struct SyclEvent {
-    event: RawEvent,
+    event: Arc<RawEvent>,
 }
 
 impl SyclEvent {
