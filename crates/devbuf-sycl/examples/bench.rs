@@ -44,7 +44,11 @@ fn main() -> Result<(), String> {
             }
             samples.push(start.elapsed().as_nanos() as f64 / f64::from(ALLOCS_PER_RUN));
         }
-        report(&format!("alloc+free 1 KiB {kind}"), median(samples), ALLOC_RUNS);
+        report(
+            &format!("alloc+free 1 KiB {kind}"),
+            median(samples),
+            ALLOC_RUNS,
+        );
     }
 
     let shared = Buffer::alloc(&queue, MemKind::Shared, COPY_BYTES).map_err(fail)?;

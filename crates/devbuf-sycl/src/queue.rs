@@ -420,7 +420,10 @@ impl Queue for SyclQueue {
         }
         .wait()?;
         let mut current = self.last.lock();
-        if current.as_ref().is_some_and(|event| Arc::ptr_eq(event, &last)) {
+        if current
+            .as_ref()
+            .is_some_and(|event| Arc::ptr_eq(event, &last))
+        {
             *current = None;
         }
         Ok(())

@@ -247,6 +247,7 @@ impl Device {
             .unwrap_or_default();
         DeviceInfo {
             backend: SYCL,
+            // u32::MAX: a device dpctl does not list (it has no DLPack index either).
             index: self.dpctl_index().map_or(u32::MAX, |index| index as u32),
             name: self.rt.take_string(name),
             vendor: self.rt.take_string(vendor),

@@ -8,7 +8,9 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args: Vec<PathBuf> = std::env::args_os().skip(1).map(PathBuf::from).collect();
     let [include, wrapper, allowlist, output] = args.as_slice() else {
-        eprintln!("usage: devbuf-sycl-bindgen <dpctl include dir> <wrapper.h> <allowlist> <output.rs>");
+        eprintln!(
+            "usage: devbuf-sycl-bindgen <dpctl include dir> <wrapper.h> <allowlist> <output.rs>"
+        );
         return ExitCode::from(2);
     };
     let patterns = match std::fs::read_to_string(allowlist) {
