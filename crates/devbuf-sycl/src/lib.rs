@@ -19,7 +19,7 @@
 //!   classification.
 //! - `DPCTLfree_with_queue`: only our own allocations, freed through the queue that made them.
 //! - `DPCTLQueue_Wait` and `DPCTLPlatform_GetDefaultContext` are not used: waits go through
-//!   barrier events (`DPCTLEvent_Wait` catches), default contexts through dpctl's device cache.
+//!   events (`DPCTLEvent_Wait` catches), default contexts through dpctl's device cache.
 //!
 //! Queues are created with an asynchronous error handler, since SYCL's default one terminates.
 

@@ -39,6 +39,9 @@ pub struct SyclQueue {
     /// in order, so it completes after everything enqueued before it. (Waiting on it is much
     /// cheaper than a barrier: a barrier behind a large copy slows the copy down by half.)
     last: Mutex<Option<Arc<RawEvent>>>,
+    /// Identifies this queue in the events it records (shared with them, so never reused while
+    /// one is alive).
+    identity: Arc<()>,
 }
 
 impl SyclQueue {
@@ -71,6 +74,7 @@ impl SyclQueue {
             default_context,
             dlpack_id: device.dpctl_index(),
             last: Mutex::new(None),
+            identity: Arc::new(()),
             queue,
             context,
         }
@@ -261,6 +265,13 @@ impl SyclQueue {
         })
     }
 
+    fn event(&self, event: Arc<RawEvent>) -> SyclEvent {
+        SyclEvent {
+            event,
+            recorded_by: Arc::clone(&self.identity),
+        }
+    }
+
     /// Records the event of a command just enqueued (null: the runtime refused it).
     fn enqueued(&self, event: sys::DPCTLSyclEventRef, operation: &'static str) -> Result<()> {
         // SAFETY: `event` is null or an event we own.
@@ -415,10 +426,7 @@ impl Queue for SyclQueue {
         let Some(last) = self.last.lock().clone() else {
             return Ok(());
         };
-        SyclEvent {
-            event: Arc::clone(&last),
-        }
-        .wait()?;
+        self.event(Arc::clone(&last)).wait()?;
         let mut current = self.last.lock();
         if current
             .as_ref()
@@ -435,11 +443,13 @@ impl Queue for SyclQueue {
             // Nothing of ours is pending, but work others enqueued on this queue may be.
             None => Arc::new(self.barrier()?),
         };
-        Ok(Event::new(SyclEvent { event }))
+        Ok(Event::new(self.event(event)))
     }
 
     fn wait_event(&self, event: &Event) -> Result<()> {
         match event.downcast_ref::<SyclEvent>() {
+            // Our own event: the queue is in order, so later work already follows it.
+            Some(sycl) if Arc::ptr_eq(&sycl.recorded_by, &self.identity) => Ok(()),
             Some(sycl) if std::ptr::eq(sycl.event.rt, self.runtime()) => {
                 let dependencies = [sycl.event.as_ptr()];
                 // SAFETY: the queue and the event are live; the call catches the runtime's
@@ -498,6 +508,8 @@ impl Queue for SyclQueue {
 #[derive(Debug)]
 pub struct SyclEvent {
     event: Arc<RawEvent>,
+    /// The identity of the [`SyclQueue`] that recorded it.
+    recorded_by: Arc<()>,
 }
 
 impl SyclEvent {
