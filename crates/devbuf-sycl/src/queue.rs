@@ -112,7 +112,19 @@ impl SyclQueue {
     /// The queue for the root device a dpctl filter selector string picks ("opencl:cpu:0",
     /// "gpu", "1"), in that device's default context: SUAI's filter-string `syclobj`.
     pub fn open(rt: &'static Runtime, filter: &str) -> Result<Arc<SyclQueue>> {
-        SyclQueue::default_for(Device::from_filter(rt, filter)?)
+        let cached = rt
+            .filter_queues
+            .lock()
+            .iter()
+            .find_map(|(known, queue)| (known == filter).then(|| Arc::clone(queue)));
+        if let Some(queue) = cached {
+            return Ok(queue);
+        }
+        let queue = SyclQueue::default_for(Device::from_filter(rt, filter)?)?;
+        rt.filter_queues
+            .lock()
+            .push((filter.to_owned(), Arc::clone(&queue)));
+        Ok(queue)
     }
 
     /// A queue for a `sycl::queue` someone else owns: the payload of a "SyclQueueRef" capsule

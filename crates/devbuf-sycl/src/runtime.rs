@@ -36,6 +36,8 @@ pub struct Runtime {
     location: OsString,
     /// One in-order queue in the default context of each device, by dpctl device index.
     pub(crate) default_queues: Mutex<Vec<(i32, Arc<SyclQueue>)>>,
+    /// The default queue each filter string opened (resolving one takes tens of µs).
+    pub(crate) filter_queues: Mutex<Vec<(String, Arc<SyclQueue>)>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -68,6 +70,7 @@ impl Runtime {
             api,
             location: location.to_owned(),
             default_queues: Mutex::new(Vec::new()),
+            filter_queues: Mutex::new(Vec::new()),
         }));
         loaded.push(runtime);
         Ok(runtime)
