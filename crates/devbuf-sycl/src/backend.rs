@@ -84,9 +84,16 @@ impl SyclBackend {
 /// Why no device is usable: each device with its reason, or that there are none.
 fn no_usm_device_reason(devices: &[Device]) -> String {
     if devices.is_empty() {
-        return "the SYCL runtime lists no devices (is a device runtime, such as Intel's CPU \
-                OpenCL runtime, registered?)"
-            .into();
+        let mut reason = "the SYCL runtime lists no devices (is a device runtime, such as Intel's \
+                          CPU OpenCL runtime, registered?)"
+            .to_string();
+        if let Some(selector) = std::env::var_os("ONEAPI_DEVICE_SELECTOR") {
+            reason += &format!(
+                "; ONEAPI_DEVICE_SELECTOR={} may hide them",
+                selector.display()
+            );
+        }
+        return reason;
     }
     let each: Vec<_> = devices
         .iter()

@@ -8,6 +8,20 @@
 //! - [`SyclQueue`]: an in-order queue in a device's default context, or one imported from a
 //!   "SyclQueueRef"/"SyclContextRef" payload; implements [`devbuf_core::Queue`].
 //!
+//! # Importing and exporting SYCL objects
+//! For SUAI's `syclobj` (after [`SyclBackend::runtime`]):
+//! - a filter string: [`SyclQueue::open`];
+//! - a "SyclQueueRef" capsule (`dpctl.SyclQueue._get_capsule()`): [`SyclQueue::from_queue_ref`];
+//! - a "SyclContextRef" capsule (`dpctl.SyclContext._get_capsule()`):
+//!   [`SyclQueue::from_context_ref_and_pointer`] (the queue on the data's device, and its kind),
+//!   or [`SyclQueue::from_context_ref`].
+//!
+//! Then [`devbuf_core::Queue::kind_of`] tells whether the data is USM of that context (`unknown`:
+//! reject it, as dpctl does). Exports: [`devbuf_core::Queue::export_handle`] ("SyclQueueRef") and
+//! [`SyclQueue::export_context_handle`] ("SyclContextRef"); DLPack: kDLOneAPI with
+//! [`SyclQueue::dlpack_device_id`], only for memory of the default context
+//! ([`SyclQueue::is_default_context`]), the only memory dpctl and dpnp accept.
+//!
 //! # Exceptions
 //! A C++ exception that reaches Rust aborts the process. dpctl's C API catches them in most
 //! functions, but not in these, which devbuf only calls once they cannot throw:
