@@ -1,0 +1,63 @@
+//! devbuf's SYCL backend: USM allocation, copies, fills, events and pointer classification on
+//! SYCL devices, through dpctl's SYCL C API (`libDPCTLSyclInterface.so`, shipped by the dpctl
+//! Python package) loaded at run time.
+//!
+//! - [`Runtime`]: finding and loading the library ([`Runtime::load`] for an explicit path,
+//!   [`Runtime::find`] for `DEVBUF_SYCL_LIBRARY`, the loader's path and [`set_dpctl_dir`]).
+//! - [`SyclBackend`]: availability, devices (by dpctl filter string), default queue.
+//! - [`SyclQueue`]: an in-order queue in a device's default context, or one imported from a
+//!   "SyclQueueRef"/"SyclContextRef" payload; implements [`devbuf_core::Queue`].
+//!
+//! # Importing and exporting SYCL objects
+//! For SUAI's `syclobj` (after [`SyclBackend::runtime`]):
+//! - a filter string: [`SyclQueue::open`];
+//! - a "SyclQueueRef" capsule (`dpctl.SyclQueue._get_capsule()`): [`SyclQueue::from_queue_ref`];
+//! - a "SyclContextRef" capsule (`dpctl.SyclContext._get_capsule()`):
+//!   [`SyclQueue::from_context_ref_and_pointer`] (the queue on the data's device, and its kind),
+//!   or [`SyclQueue::from_context_ref`].
+//!
+//! Then [`devbuf_core::Queue::kind_of`] tells whether the data is USM of that context (`unknown`:
+//! reject it, as dpctl does). Exports: [`devbuf_core::Queue::export_handle`] ("SyclQueueRef") and
+//! [`SyclQueue::export_context_handle`] ("SyclContextRef"); DLPack: kDLOneAPI with
+//! [`SyclQueue::dlpack_device_id`], only for memory of the default context
+//! ([`SyclQueue::is_default_context`]), the only memory dpctl and dpnp accept.
+//!
+//! # Exceptions
+//! A C++ exception that reaches Rust aborts the process. dpctl's C API catches them in most
+//! functions, but not in these, which devbuf only calls once they cannot throw:
+//! - `DPCTLaligned_alloc_host` throws on a device without `usm_host_allocations` (PoCL): every
+//!   allocation first checks the device's aspect for its kind.
+//! - `DPCTLUSM_GetPointerType` throws in a context whose devices have no USM: pointers are only
+//!   classified in contexts with a USM-capable device; elsewhere they are `unknown`.
+//! - `DPCTLUSM_GetPointerDevice` throws for memory the context does not know: only called after
+//!   classification.
+//! - `DPCTLfree_with_queue`: only our own allocations, freed through the queue that made them.
+//! - `DPCTLQueue_Wait` and `DPCTLPlatform_GetDefaultContext` are not used: waits go through
+//!   events (`DPCTLEvent_Wait` catches), default contexts through dpctl's device cache.
+//!
+//! Queues are created with an asynchronous error handler, since SYCL's default one terminates.
+
+mod backend;
+mod queue;
+mod raw;
+mod runtime;
+
+use std::sync::Arc;
+
+use devbuf_core::Queue;
+
+pub use backend::SyclBackend;
+pub use queue::{SyclEvent, SyclQueue};
+pub use runtime::{LIBRARY_ENV, Runtime, set_dpctl_dir};
+
+/// The backend's name and the first part of its selectors ("sycl:opencl:cpu:0").
+pub const SYCL: &str = "sycl";
+
+/// The default SYCL queue ([`SyclBackend::default_queue`]), or why there is none: what the
+/// conformance kit and tools take.
+pub fn default_queue() -> Result<Arc<dyn Queue>, String> {
+    SyclBackend::new()
+        .default_queue()
+        .map(|queue| queue as Arc<dyn Queue>)
+        .map_err(|err| err.to_string())
+}
