@@ -25,6 +25,15 @@ def _device(label):
     return None
 
 
+def _unusable(label):
+    """Why the matrix row `label` has no usable device."""
+    for backend in devbuf.backends():
+        if backend.name == label and not backend.available:
+            return f"{label} backend unavailable"
+    device = _device(label)
+    return f"{label} is unusable: {device.reason}" if device is not None else f"no device {label}"
+
+
 def _expect(condition, message):
     if not condition:
         raise AssertionError(message)
@@ -36,15 +45,17 @@ def numpy_check(label):
         return "skip", why
     device = _device(label)
     if device is None or not device.usable:
-        return "skip", f"{label} has no usable device"
+        return "skip", _unusable(label)
     kinds = device.kinds if device.backend == "host" else [k for k in ("host", "shared") if k in device.kinds]
     if not kinds:
         return "skip", f"{label} has no host-accessible memory"
     for kind in kinds:
         buffer = devbuf.alloc(len(PATTERN), kind, device=label)
         buffer.copy_from(PATTERN)
-        view = np.from_dlpack(buffer)
+        # Host-accessible device memory reaches NumPy as CPU memory when NumPy asks for the CPU.
+        view = np.from_dlpack(buffer, device="cpu")
         _expect(view.ctypes.data == buffer.ptr, f"np.from_dlpack copied {kind} memory")
+        _expect(np.asarray(buffer).ctypes.data == buffer.ptr, f"np.asarray copied {kind} memory")
         _expect(view.tobytes() == PATTERN, f"NumPy read different bytes from {kind} memory")
         view[:] = 0
         _expect(buffer.to_bytes() == bytes(len(PATTERN)), f"devbuf did not see NumPy's write to {kind}")
@@ -62,7 +73,7 @@ def dpctl_check(label):
         return "skip", why
     device = _device(label)
     if device is None or not device.usable:
-        return "skip", f"{label} has no usable device"
+        return "skip", _unusable(label)
     for kind in device.kinds:
         buffer = devbuf.alloc(len(PATTERN), kind, device=label)
         buffer.copy_from(PATTERN)
@@ -85,7 +96,7 @@ def _cuda_device(label):
         return None, "not CUDA memory"
     device = _device(label)
     if device is None or not device.usable:
-        return None, f"{label} has no usable device"
+        return None, _unusable(label)
     return device, ""
 
 

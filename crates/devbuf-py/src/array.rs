@@ -198,7 +198,8 @@ impl PyArray {
             py.detach(|| destination.copy_from(&source)).py()
         } else {
             let queue = destination.queue().clone();
-            py.detach(|| destination.enqueue_copy_from(&source, &queue).map(drop)).py()
+            py.detach(|| destination.enqueue_copy_from(&source, &queue).map(drop))
+                .py()
         }
     }
 
@@ -370,7 +371,9 @@ impl PyBuffer {
         if blocking {
             slf.py().detach(|| buffer.fill(value)).py()
         } else {
-            slf.py().detach(|| buffer.enqueue_fill(value).map(drop)).py()
+            slf.py()
+                .detach(|| buffer.enqueue_fill(value).map(drop))
+                .py()
         }
     }
 

@@ -5,10 +5,18 @@ use devbuf::dlpark::ffi::{DLDevice, DLDeviceType};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+use std::collections::VecDeque;
+use std::ffi::CStr;
 use std::sync::Arc;
 
 use devbuf::Queue;
 use devbuf::cuda::CudaQueue;
+use devbuf::sycl::{Runtime, SyclQueue};
+use parking_lot::Mutex;
+use pyo3::exceptions::PyTypeError;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyCapsule, PyString};
+use pyo3::{ffi, intern};
 
 use crate::device::{PyQueue, shared_queue};
 use crate::errors::IntoPyResult;
@@ -21,19 +29,151 @@ pub(crate) fn dl_device(device_type: i32, device_id: i32) -> DLDevice {
     }
 }
 
-/// The queue a SUAI `syclobj` names.
+/// Queues recently resolved from `syclobj` objects (dpctl queues and contexts are long-lived and
+/// shared by many arrays), keyed by identity. Each entry holds its object, so an id is never
+/// reused while cached; the cache is small so that it keeps few objects alive.
+static SYCLOBJ_QUEUES: PyOnceLock<Mutex<VecDeque<(Py<PyAny>, Py<PyQueue>)>>> = PyOnceLock::new();
+const SYCLOBJ_CACHE_SIZE: usize = 16;
+
+/// The queue a SUAI `syclobj` names, for memory at `data`: every form dpctl accepts — a devbuf
+/// or dpctl queue, a dpctl context, any object with `_get_capsule()`, a "SyclQueueRef" or
+/// "SyclContextRef" capsule, or a filter string (the root device's default context).
 pub(crate) fn queue_from_syclobj(
     py: Python<'_>,
     syclobj: &Bound<'_, PyAny>,
+    data: usize,
 ) -> PyResult<Py<PyQueue>> {
     if let Ok(queue) = syclobj.cast::<PyQueue>() {
         return Ok(queue.clone().unbind());
     }
-    let _ = py;
-    Err(PyValueError::new_err(format!(
-        "syclobj: {} does not name a SYCL queue or context devbuf can open",
-        syclobj.repr()?
-    )))
+    if let Ok(filter) = syclobj.cast::<PyString>() {
+        return shared_queue(py, &format!("sycl:{}", filter.to_str()?));
+    }
+    let is_capsule = syclobj.cast::<PyCapsule>().is_ok();
+    let cache = SYCLOBJ_QUEUES.get_or_init(py, Default::default);
+    if !is_capsule && let Some((_, queue)) = cache.lock().iter().find(|(obj, _)| obj.is(syclobj)) {
+        return Ok(queue.clone_ref(py));
+    }
+    let capsule = if is_capsule {
+        syclobj.clone()
+    } else {
+        match syclobj.getattr_opt(intern!(py, "_get_capsule"))? {
+            Some(get_capsule) => get_capsule.call0()?,
+            None => {
+                return Err(PyValueError::new_err(format!(
+                    "syclobj: {} is none of a SYCL queue, context, capsule or filter string",
+                    syclobj.repr()?
+                )));
+            }
+        }
+    };
+    let queue = queue_from_capsule(py, &capsule, data)?;
+    if !is_capsule {
+        let mut cache = cache.lock();
+        if cache.len() == SYCLOBJ_CACHE_SIZE {
+            cache.pop_front();
+        }
+        cache.push_back((syclobj.clone().unbind(), queue.clone_ref(py)));
+    }
+    Ok(queue)
+}
+
+/// The queue a "SyclQueueRef" or "SyclContextRef" capsule names (borrowed: never freed here).
+fn queue_from_capsule(
+    py: Python<'_>,
+    capsule: &Bound<'_, PyAny>,
+    data: usize,
+) -> PyResult<Py<PyQueue>> {
+    let capsule = capsule
+        .cast::<PyCapsule>()
+        .map_err(|_| PyTypeError::new_err("syclobj: _get_capsule() did not return a capsule"))?;
+    // SAFETY: a live capsule; its name is a C string or null.
+    let name = unsafe {
+        let name = ffi::PyCapsule_GetName(capsule.as_ptr());
+        if name.is_null() {
+            c""
+        } else {
+            CStr::from_ptr(name)
+        }
+    };
+    // SAFETY: a live capsule and its own name.
+    let payload = unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), name.as_ptr()) };
+    if payload.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    let runtime = sycl_runtime(py)?;
+    let payload = payload as usize;
+    let queue: Arc<dyn Queue> = match name.to_bytes() {
+        // SAFETY: dpctl's capsule payloads are live handles of the library it loaded, which
+        // devbuf loads too (the package's __init__ points devbuf at dpctl's own library).
+        b"SyclQueueRef" | b"used_SyclQueueRef" => py
+            .detach(|| unsafe { SyclQueue::from_queue_ref(runtime, payload as *mut _) })
+            .py()?,
+        // SAFETY: as above.
+        b"SyclContextRef" | b"used_SyclContextRef" => {
+            py.detach(|| unsafe {
+                SyclQueue::from_context_ref_and_pointer(
+                    runtime,
+                    payload as *mut _,
+                    data as *const u8,
+                )
+            })
+            .py()?
+            .0
+        }
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "syclobj: a capsule named {:?} is neither \"SyclQueueRef\" nor \"SyclContextRef\"",
+                String::from_utf8_lossy(other)
+            )));
+        }
+    };
+    wrap_queue(py, queue)
+}
+
+/// The Python queue for a runtime queue: the shared one when it is its device's shared queue.
+fn wrap_queue(py: Python<'_>, queue: Arc<dyn Queue>) -> PyResult<Py<PyQueue>> {
+    if let Ok(shared) = shared_queue(py, &queue.device().selector)
+        && Arc::ptr_eq(&shared.get().queue, &queue)
+    {
+        return Ok(shared);
+    }
+    PyQueue::wrap(py, queue)
+}
+
+/// The SYCL runtime devbuf loaded.
+fn sycl_runtime(py: Python<'_>) -> PyResult<&'static Runtime> {
+    let queue = shared_queue(py, "sycl")?;
+    match sycl_queue(&queue.get().queue) {
+        Some(sycl) => Ok(sycl.runtime()),
+        None => Err(PyValueError::new_err(
+            "syclobj: the SYCL backend is not available",
+        )),
+    }
+}
+
+/// The SYCL queue behind a devbuf queue, if it is one.
+pub(crate) fn sycl_queue(queue: &Arc<dyn Queue>) -> Option<&SyclQueue> {
+    queue.as_any().downcast_ref::<SyclQueue>()
+}
+
+/// Why memory of `queue` cannot leave through DLPack zero-copy, if it cannot: dpctl and dpnp only
+/// accept SYCL memory bound to its device's default context.
+pub(crate) fn dlpack_export_refusal(queue: &Arc<dyn Queue>) -> Option<String> {
+    let sycl = sycl_queue(queue)?;
+    if !sycl.is_default_context() {
+        return Some(
+            "SYCL memory bound to a context other than its device's default context cannot be \
+             exported through DLPack (consumers look it up in the default context)"
+                .into(),
+        );
+    }
+    if sycl.dlpack_device_id().is_none() {
+        return Some(
+            "the SYCL device is not a root device dpctl lists: DLPack has no id for it".into(),
+        );
+    }
+    None
 }
 
 /// The shared queue of the CUDA device that owns `ptr` (CAI's `data`).

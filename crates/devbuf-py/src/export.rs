@@ -144,6 +144,12 @@ pub(crate) fn dlpack<'py>(
     };
     let zero_copy = copy != Some(true)
         && (target == own || (target == CPU && this.array.buffer().is_host_accessible()));
+    if zero_copy
+        && target == own
+        && let Some(refusal) = crate::backend::dlpack_export_refusal(this.array.buffer().queue())
+    {
+        return Err(PyBufferError::new_err(format!("__dlpack__: {refusal}")));
+    }
     let (array, copied) = if zero_copy {
         streams::prepare_dlpack_export(py, this, target, stream)?;
         (None, false)

@@ -426,7 +426,7 @@ fn import_suai<'py>(
         PyValueError::new_err("syclobj: missing from __sycl_usm_array_interface__")
     })?;
     let foreign = interface::import_suai(&parsed).py()?;
-    let queue = backend::queue_from_syclobj(py, &syclobj)?;
+    let queue = backend::queue_from_syclobj(py, &syclobj, foreign.base)?;
     let key = if parsed.offset == 0 { "data" } else { "offset" };
     wrap_foreign(
         py,

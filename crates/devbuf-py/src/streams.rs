@@ -72,10 +72,15 @@ pub(crate) fn prepare_dlpack_export(
             .map_err(|_| PyTypeError::new_err("stream: expected None or an int (a CUDA stream)"))?;
         // The queue that sees all pending work (joined there when it is on several), else ours.
         let pending = py.detach(|| buffer.sync_queue(home)).py()?;
-        let producer = pending.as_ref().and_then(backend::cuda_queue).unwrap_or(home_cuda);
+        let producer = pending
+            .as_ref()
+            .and_then(backend::cuda_queue)
+            .unwrap_or(home_cuda);
         // SAFETY: the consumer passed `stream` to name one of its live CUDA streams (DLPack's
         // contract); 0 is refused inside.
-        return py.detach(|| unsafe { producer.sync_dlpack_export(stream) }).py();
+        return py
+            .detach(|| unsafe { producer.sync_dlpack_export(stream) })
+            .py();
     }
     let stream_value = stream.map(|s| s.extract::<i64>().ok());
     if stream_value == Some(Some(-1)) {

@@ -7,6 +7,8 @@ use std::sync::{Arc, OnceLock};
 pub use devbuf_core::*;
 #[cfg(feature = "cuda")]
 pub use devbuf_cuda as cuda;
+#[cfg(feature = "sycl")]
+pub use devbuf_sycl as sycl;
 
 /// Every backend compiled in, in the order the default device is looked for (the host backend,
 /// always available, last).
@@ -15,6 +17,8 @@ pub fn backends() -> &'static [Box<dyn Backend>] {
     #[allow(clippy::vec_init_then_push, reason = "each entry depends on a feature")]
     BACKENDS.get_or_init(|| {
         let mut backends: Vec<Box<dyn Backend>> = Vec::new();
+        #[cfg(feature = "sycl")]
+        backends.push(Box::new(devbuf_sycl::SyclBackend::new()));
         #[cfg(feature = "cuda")]
         backends.push(Box::new(devbuf_cuda::CudaBackend));
         backends.push(Box::new(HostBackend));
