@@ -1,6 +1,8 @@
 """``python -m devbuf info``: backends, devices, kinds, and why a backend is unavailable.
 ``python -m devbuf matrix``: every conformance check and every consumer library on every device,
-pass / FAIL / skip with the reason; exits 1 on any FAIL."""
+pass / FAIL / skip with the reason; exits 1 on any FAIL.
+``python -m devbuf demo``: memory on the default device handed zero-copy to dpctl and NumPy and
+back, writes on one side read on the other; then the matrix."""
 
 import argparse
 import sys
@@ -58,11 +60,47 @@ def matrix() -> int:
     return 1 if failed else 0
 
 
+def demo() -> int:
+    import numpy as np
+
+    try:
+        import dpctl.memory as dpctl_memory
+    except ImportError:
+        dpctl_memory = None
+    device = devbuf.default_device()
+    print(f"default device: {device.selector} ({device.name}), kinds: {', '.join(device.kinds)}\n")
+    for kind in device.kinds:
+        array = devbuf.alloc(4 * 8, kind).view("float32")
+        array.copy_from(np.arange(8, dtype=np.float32))
+        print(f"{kind:>6} memory at {array.ptr:#x}: devbuf wrote {np.frombuffer(array.to_bytes(), np.float32)}")
+        if dpctl_memory is not None and device.backend == "sycl":
+            theirs = dpctl_memory.as_usm_memory(array)
+            same = "the same pointer" if theirs._pointer == array.ptr else "A COPY"
+            print(f"        dpctl sees {theirs.get_usm_type()} USM, {same}; dpctl writes 10..17")
+            theirs.copy_from_host(np.arange(10, 18, dtype=np.float32).tobytes())
+        if kind in ("host", "shared") or device.backend == "host":
+            view = np.asarray(array)
+            same = "the same pointer" if view.ctypes.data == array.ptr else "A COPY"
+            print(f"        NumPy reads {view} through {same}; NumPy doubles it")
+            view *= 2
+        print(f"        devbuf reads back {np.frombuffer(array.to_bytes(), np.float32)}")
+    theirs = np.linspace(0, 1, 5)
+    ours = devbuf.asarray(theirs)
+    print(f"\nNumPy array imported zero-copy: {ours} (same pointer: {ours.ptr == theirs.ctypes.data})")
+    if dpctl_memory is not None and device.backend == "sycl":
+        usm = dpctl_memory.MemoryUSMDevice(16)
+        usm.copy_from_host(b"dpctl's own USM!")
+        imported = devbuf.asarray(usm)
+        print(f"dpctl device USM imported zero-copy: {imported.kind} memory reading {imported.to_bytes()!r}")
+    print()
+    return matrix()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devbuf", description=__doc__)
-    parser.add_argument("command", choices=["info", "matrix"], nargs="?", default="info")
+    parser.add_argument("command", choices=["info", "matrix", "demo"], nargs="?", default="info")
     args = parser.parse_args(argv)
-    return info() if args.command == "info" else matrix()
+    return {"info": info, "matrix": matrix, "demo": demo}[args.command]()
 
 
 if __name__ == "__main__":

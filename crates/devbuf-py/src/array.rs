@@ -276,8 +276,8 @@ impl PyArray {
     fn __repr__(&self) -> String {
         let device = self.array.buffer().device();
         format!(
-            "<devbuf.Array shape={:?} dtype={} kind={} device={:?}{}>",
-            self.layout().shape(),
+            "<devbuf.Array shape={} dtype={} kind={} device={:?}{}>",
+            python_tuple(self.layout().shape()),
             self.layout().dtype(),
             self.array.buffer().kind(),
             device.selector,
@@ -287,6 +287,21 @@ impl PyArray {
                 ""
             }
         )
+    }
+}
+
+/// `(2, 3)`, `(5,)`, `()`: a shape as Python prints it.
+fn python_tuple(values: &[usize]) -> String {
+    match values {
+        [one] => format!("({one},)"),
+        _ => format!(
+            "({})",
+            values
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
 }
 
