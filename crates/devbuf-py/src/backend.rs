@@ -32,7 +32,8 @@ pub(crate) fn dl_device(device_type: i32, device_id: i32) -> DLDevice {
 /// Queues recently resolved from `syclobj` objects (dpctl queues and contexts are long-lived and
 /// shared by many arrays), keyed by identity. Each entry holds its object, so an id is never
 /// reused while cached; the cache is small so that it keeps few objects alive.
-static SYCLOBJ_QUEUES: PyOnceLock<Mutex<VecDeque<(Py<PyAny>, Py<PyQueue>)>>> = PyOnceLock::new();
+type SyclobjCache = Mutex<VecDeque<(Py<PyAny>, Py<PyQueue>)>>;
+static SYCLOBJ_QUEUES: PyOnceLock<SyclobjCache> = PyOnceLock::new();
 const SYCLOBJ_CACHE_SIZE: usize = 16;
 
 /// The queue a SUAI `syclobj` names, for memory at `data`: every form dpctl accepts — a devbuf
@@ -103,14 +104,15 @@ fn queue_from_capsule(
     }
     let runtime = sycl_runtime(py)?;
     let payload = payload as usize;
+    // dpctl's capsule payloads are live handles of the library it loaded, which devbuf loads too
+    // (the package's __init__ points devbuf at dpctl's own library).
     let queue: Arc<dyn Queue> = match name.to_bytes() {
-        // SAFETY: dpctl's capsule payloads are live handles of the library it loaded, which
-        // devbuf loads too (the package's __init__ points devbuf at dpctl's own library).
         b"SyclQueueRef" | b"used_SyclQueueRef" => py
+            // SAFETY: a live "SyclQueueRef" payload of this runtime (above).
             .detach(|| unsafe { SyclQueue::from_queue_ref(runtime, payload as *mut _) })
             .py()?,
-        // SAFETY: as above.
         b"SyclContextRef" | b"used_SyclContextRef" => {
+            // SAFETY: a live "SyclContextRef" payload of this runtime (above).
             py.detach(|| unsafe {
                 SyclQueue::from_context_ref_and_pointer(
                     runtime,

@@ -14,9 +14,12 @@ mod streams;
 use devbuf::conformance::Outcome;
 use pyo3::prelude::*;
 
-/// The Rust conformance matrix: `[(device label, [(check, "pass" | "FAIL" | "skip", reason)])]`.
+/// One check's result for Python: `(check, "pass" | "FAIL" | "skip", reason)`.
+type CheckRow = (&'static str, &'static str, String);
+
+/// The Rust conformance matrix: `[(device label, [check rows])]`.
 #[pyfunction]
-fn conformance_matrix(py: Python<'_>) -> Vec<(String, Vec<(&'static str, &'static str, String)>)> {
+fn conformance_matrix(py: Python<'_>) -> Vec<(String, Vec<CheckRow>)> {
     py.detach(devbuf::matrix::run)
         .into_iter()
         .map(|row| {
