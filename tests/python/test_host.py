@@ -271,10 +271,15 @@ def rss_bytes():
 
 
 def test_twenty_thousand_alloc_free_cycles_keep_rss_flat():
+    source = np.arange(16.0)
+
     def cycle(n):
         for i in range(n):
             buffer = devbuf.alloc(4096 + i % 7, kind=("host", "device", "shared")[i % 3], device="host")
             np.from_dlpack(buffer.view("uint8"))
+            buffer.__dlpack__()  # unconsumed capsules, both ABIs
+            buffer.__dlpack__(max_version=(1, 3), copy=bool(i % 2))
+            devbuf.asarray(source[i % 4 :])
             del buffer
 
     cycle(2000)

@@ -3,7 +3,12 @@
 
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use crate::{Buffer, DType, Error, MemKind, Queue, Result};
+
+/// Per-dimension values, inline up to four dimensions (no allocation for most arrays).
+type Dims<T> = SmallVec<[T; 4]>;
 
 /// Where the elements of an array are, relative to the start of a buffer.
 ///
@@ -12,15 +17,15 @@ use crate::{Buffer, DType, Error, MemKind, Queue, Result};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     dtype: DType,
-    shape: Vec<usize>,
-    strides: Vec<isize>,
+    shape: Dims<usize>,
+    strides: Dims<isize>,
     offset: usize,
     readonly: bool,
 }
 
 impl Layout {
     /// A C-contiguous layout of `shape` at byte `offset`.
-    pub fn contiguous(dtype: DType, shape: Vec<usize>, offset: usize) -> Result<Layout> {
+    pub fn contiguous(dtype: DType, shape: &[usize], offset: usize) -> Result<Layout> {
         Layout::new(dtype, shape, None, offset, false)
     }
 
@@ -28,8 +33,8 @@ impl Layout {
     /// element count and byte size fit in `isize` and that `strides` has one entry per dimension.
     pub fn new(
         dtype: DType,
-        shape: Vec<usize>,
-        strides: Option<Vec<isize>>,
+        shape: &[usize],
+        strides: Option<&[isize]>,
         offset: usize,
         readonly: bool,
     ) -> Result<Layout> {
@@ -52,13 +57,13 @@ impl Layout {
                         ),
                     ));
                 }
-                strides
+                Dims::from_slice(strides)
             }
-            None => c_strides(&shape, dtype.itemsize()),
+            None => c_strides(shape, dtype.itemsize()),
         };
         Ok(Layout {
             dtype,
-            shape,
+            shape: Dims::from_slice(shape),
             strides,
             offset,
             readonly,
@@ -85,6 +90,12 @@ impl Layout {
 
     pub fn readonly(&self) -> bool {
         self.readonly
+    }
+
+    /// The same layout with element 0 at byte `offset`.
+    pub fn with_offset(mut self, offset: usize) -> Layout {
+        self.offset = offset;
+        self
     }
 
     /// The same layout, read-only.
@@ -219,8 +230,8 @@ impl Layout {
 }
 
 /// C-order byte strides for `shape`.
-pub fn c_strides(shape: &[usize], itemsize: usize) -> Vec<isize> {
-    let mut strides = vec![0isize; shape.len()];
+fn c_strides(shape: &[usize], itemsize: usize) -> Dims<isize> {
+    let mut strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
     let mut step = itemsize as isize;
     for (stride, &n) in strides.iter_mut().zip(shape).rev() {
         *stride = step;
@@ -260,8 +271,8 @@ impl Array {
     pub fn bytes(buffer: Buffer) -> Array {
         let layout = Layout {
             dtype: DType::UINT8,
-            shape: vec![buffer.len()],
-            strides: vec![1],
+            shape: smallvec::smallvec![buffer.len()],
+            strides: smallvec::smallvec![1],
             offset: 0,
             readonly: false,
         };
@@ -320,13 +331,7 @@ mod tests {
     use super::*;
 
     fn layout(shape: &[usize], strides: Option<&[isize]>, offset: usize) -> Result<Layout> {
-        Layout::new(
-            DType::FLOAT32,
-            shape.to_vec(),
-            strides.map(<[_]>::to_vec),
-            offset,
-            false,
-        )
+        Layout::new(DType::FLOAT32, shape, strides, offset, false)
     }
 
     #[test]
@@ -406,7 +411,7 @@ mod tests {
             .copy_from_host(&(0..64).collect::<Vec<u8>>())
             .unwrap();
         // Every other float32, backwards, starting at byte 40.
-        let layout = Layout::new(DType::FLOAT32, vec![3], Some(vec![-8]), 40, true).unwrap();
+        let layout = Layout::new(DType::FLOAT32, &[3], Some(&[-8]), 40, true).unwrap();
         let view = Array::new(buffer, layout).unwrap();
         let copy = view.copy_to(&queue, MemKind::Host).unwrap();
         assert_eq!(copy.buffer().len(), 20);
@@ -421,7 +426,7 @@ mod tests {
     fn element_strides_require_whole_elements() {
         let l = layout(&[3, 2], Some(&[-24, 4]), 48).unwrap();
         assert_eq!(l.element_strides().unwrap(), vec![-6, 1]);
-        let odd = Layout::new(DType::COMPLEX128, vec![2], Some(vec![24]), 0, false).unwrap();
+        let odd = Layout::new(DType::COMPLEX128, &[2], Some(&[24]), 0, false).unwrap();
         assert!(
             odd.element_strides()
                 .unwrap_err()

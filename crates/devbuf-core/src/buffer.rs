@@ -444,6 +444,11 @@ impl Buffer {
         }
     }
 
+    /// Whether work devbuf recorded on this allocation may still be running.
+    pub fn has_pending_work(&self) -> bool {
+        !self.alloc.pending.lock().is_empty()
+    }
+
     /// Blocks until all pending work on this allocation has completed.
     pub fn synchronize(&self) -> Result<()> {
         let pending = std::mem::take(&mut *self.alloc.pending.lock());

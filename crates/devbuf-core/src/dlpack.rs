@@ -16,6 +16,7 @@ use dlpark::ffi::{
     DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION,
     DLPACK_MINOR_VERSION, DLPackVersion, DLTensor,
 };
+use smallvec::SmallVec;
 
 use crate::{Array, Buffer, Error, Owner, Result};
 
@@ -25,24 +26,22 @@ pub const VERSION: DLPackVersion = DLPackVersion {
     minor: DLPACK_MINOR_VERSION,
 };
 
-/// Shape and element strides of an array as DLPack wants them, in one block whose pointers stay
-/// put while the owner lives.
+/// Shape and element strides of an array as DLPack wants them, inline up to four dimensions.
+/// A DLTensor filled from them points into them: they must not move while it is used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DlpackDims {
     /// `shape` followed by `strides`.
-    values: Box<[i64]>,
+    values: SmallVec<[i64; 8]>,
 }
 
 impl DlpackDims {
     /// The DLPack dims of `array`; fails when a stride is not a whole number of elements.
     pub fn new(array: &Array) -> Result<Self> {
         let layout = array.layout();
-        let mut values = Vec::with_capacity(2 * layout.ndim());
+        let mut values = SmallVec::with_capacity(2 * layout.ndim());
         values.extend(layout.shape().iter().map(|&n| n as i64));
         values.extend(layout.element_strides()?);
-        Ok(DlpackDims {
-            values: values.into_boxed_slice(),
-        })
+        Ok(DlpackDims { values })
     }
 
     fn ndim(&self) -> usize {
@@ -88,6 +87,8 @@ pub trait ManagedTensorAbi: Sized {
     ) -> Self;
     /// Sets the manager context.
     fn set_manager_ctx(&mut self, ctx: *mut c_void);
+    /// The tensor described.
+    fn dl_tensor_mut(&mut self) -> &mut DLTensor;
 }
 
 impl ManagedTensorAbi for DLManagedTensorVersioned {
@@ -109,6 +110,9 @@ impl ManagedTensorAbi for DLManagedTensorVersioned {
     fn set_manager_ctx(&mut self, ctx: *mut c_void) {
         self.manager_ctx = ctx;
     }
+    fn dl_tensor_mut(&mut self) -> &mut DLTensor {
+        &mut self.dl_tensor
+    }
 }
 
 impl ManagedTensorAbi for DLManagedTensor {
@@ -129,6 +133,9 @@ impl ManagedTensorAbi for DLManagedTensor {
     fn set_manager_ctx(&mut self, ctx: *mut c_void) {
         self.manager_ctx = ctx;
     }
+    fn dl_tensor_mut(&mut self) -> &mut DLTensor {
+        &mut self.dl_tensor
+    }
 }
 
 /// What an export owns; `tensor` comes first so the tensor pointer is the context pointer.
@@ -145,6 +152,19 @@ struct Export<T> {
     buffer: UnsafeCell<ManuallyDrop<Buffer>>,
     released: AtomicBool,
     refs: AtomicUsize,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Export blocks alive on this thread (tests create and free theirs on one thread).
+    static LIVE_EXPORTS: std::cell::Cell<isize> = const { std::cell::Cell::new(0) };
+}
+
+#[cfg(test)]
+impl<T> Drop for Export<T> {
+    fn drop(&mut self) {
+        LIVE_EXPORTS.with(|live| live.set(live.get() - 1));
+    }
 }
 
 impl<T> Export<T> {
@@ -199,16 +219,19 @@ pub fn export<T: ManagedTensorAbi>(
     if array.readonly() {
         flags |= DlpackFlags::READ_ONLY;
     }
-    let mut dl_tensor = empty_tensor(device);
-    // The tensor points into `dims`' heap block, which moving `dims` into the box keeps in place.
-    dims.fill(array, device, &mut dl_tensor)?;
-    let raw = Box::into_raw(Box::new(Export {
-        tensor: T::new(dl_tensor, delete_export::<T>, flags),
+    let mut export = Box::new(Export {
+        tensor: T::new(empty_tensor(device), delete_export::<T>, flags),
         dims,
         buffer: UnsafeCell::new(ManuallyDrop::new(array.buffer().clone())),
         released: AtomicBool::new(false),
         refs: AtomicUsize::new(if in_capsule { 2 } else { 1 }),
-    }));
+    });
+    #[cfg(test)]
+    LIVE_EXPORTS.with(|live| live.set(live.get() + 1));
+    // The tensor points into the boxed dims, which stay put until the export is freed.
+    let Export { tensor, dims, .. } = &mut *export;
+    dims.fill(array, device, tensor.dl_tensor_mut())?;
+    let raw = Box::into_raw(export);
     // SAFETY: `raw` is a live box; nobody else has seen it yet.
     unsafe { (*raw).tensor.set_manager_ctx(raw.cast()) };
     // SAFETY: Box::into_raw never returns null.
@@ -216,15 +239,25 @@ pub fn export<T: ManagedTensorAbi>(
 }
 
 /// The capsule's side of an export from [`export`] with `in_capsule`: call it from the capsule
-/// destructor. `consumed` is whether a consumer renamed the capsule (and so owns the tensor);
-/// if not, the memory is released here.
+/// destructor. `consumed` is whether a consumer renamed the capsule (and so owns the tensor).
+/// An unconsumed capsule had no consumer: it releases the memory and the consumer's reference
+/// too, unless a consumer already called the deleter without renaming the capsule.
 ///
 /// # Safety
 /// `tensor` came from [`export::<T>`] with `in_capsule`, and this is called once, by its capsule.
 pub unsafe fn release_capsule<T: ManagedTensorAbi>(tensor: NonNull<T>, consumed: bool) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: the capsule owns one reference, given back here once.
-        unsafe { drop_reference(tensor.as_ptr(), !consumed) }
+        let export = tensor.as_ptr().cast::<Export<T>>();
+        // SAFETY: the capsule still holds its reference, so the export is alive.
+        let orphaned = !consumed && !unsafe { &*export }.released.load(Ordering::Acquire);
+        // SAFETY: the capsule's reference, given back here once; when orphaned, nobody ever
+        // received the consumer's reference, so it is given back here too.
+        unsafe {
+            if orphaned {
+                drop_reference(tensor.as_ptr(), true);
+            }
+            drop_reference(tensor.as_ptr(), !consumed);
+        }
     }));
 }
 
@@ -351,7 +384,7 @@ mod tests {
             .copy_from_host(&(0u8..24).collect::<Vec<_>>())
             .unwrap();
         // A reversed 2x3 int32 view: element 0 is the last row.
-        let layout = Layout::new(DType::INT32, vec![2, 3], Some(vec![-12, 4]), 12, true).unwrap();
+        let layout = Layout::new(DType::INT32, &[2, 3], Some(&[-12, 4]), 12, true).unwrap();
         let array = Array::new(buffer.clone(), layout).unwrap();
         let dims = DlpackDims::new(&array).unwrap();
         let device = DLDevice {
@@ -437,6 +470,7 @@ mod tests {
 
     #[test]
     fn capsule_and_consumer_release_the_memory_once_in_any_order() {
+        let live_before = LIVE_EXPORTS.with(|live| live.get());
         // Unconsumed: the capsule releases it.
         let (tensor, runs) = counted_export();
         // SAFETY: the capsule's reference, given back once.
@@ -461,5 +495,7 @@ mod tests {
             release_capsule(tensor, false);
         }
         assert_eq!(runs.load(Ordering::SeqCst), 1);
+        // And every export block was freed in all three orders.
+        assert_eq!(LIVE_EXPORTS.with(|live| live.get()), live_before);
     }
 }

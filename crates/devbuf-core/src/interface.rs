@@ -11,6 +11,7 @@
 //! protocol's fields from an [`Array`].
 
 use dlpark::ffi::DLTensor;
+use smallvec::SmallVec;
 
 use crate::{Array, DType, Error, Layout, Result};
 
@@ -211,7 +212,7 @@ pub fn import_strided(
             usize::try_from(n)
                 .map_err(|_| Error::invalid("shape", format!("extent {n} is negative")))
         })
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<Result<SmallVec<[usize; 4]>>>()?;
     let strides = strides
         .map(|strides| {
             strides
@@ -220,10 +221,10 @@ pub fn import_strided(
                     isize::try_from(s)
                         .map_err(|_| Error::invalid("strides", format!("{s} overflows")))
                 })
-                .collect::<Result<Vec<_>>>()
+                .collect::<Result<SmallVec<[isize; 4]>>>()
         })
         .transpose()?;
-    let at_element0 = Layout::new(dtype, shape, strides, 0, readonly)?;
+    let at_element0 = Layout::new(dtype, &shape, strides.as_deref(), 0, readonly)?;
     let Some((low, end)) = at_element0.extent() else {
         return Ok(ForeignLayout {
             base: element0,
@@ -250,13 +251,7 @@ pub fn import_strided(
         ));
     }
     let (base, len, offset) = (base as usize, len as usize, (-low) as usize);
-    let layout = Layout::new(
-        dtype,
-        at_element0.shape().to_vec(),
-        Some(at_element0.strides().to_vec()),
-        offset,
-        readonly,
-    )?;
+    let layout = at_element0.with_offset(offset);
     layout.check_fits(base, len, pointer_key)?;
     Ok(ForeignLayout { base, len, layout })
 }

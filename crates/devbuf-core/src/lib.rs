@@ -21,7 +21,7 @@ mod queue;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 
-pub use array::{Array, Layout, c_strides};
+pub use array::{Array, Layout};
 pub use buffer::{Buffer, DEFAULT_ALIGNMENT, Owner};
 pub use dlpark;
 pub use dtype::{ByteOrder, DType, ScalarKind};

@@ -370,7 +370,14 @@ impl PyBuffer {
         let buffer = this.array.buffer();
         let shape =
             shape.unwrap_or_else(|| vec![buffer.len().saturating_sub(offset) / dtype.itemsize()]);
-        let layout = Layout::new(dtype, shape, strides, offset, this.array.readonly()).py()?;
+        let layout = Layout::new(
+            dtype,
+            &shape,
+            strides.as_deref(),
+            offset,
+            this.array.readonly(),
+        )
+        .py()?;
         let array = Array::new(buffer.clone(), layout).py()?;
         PyArray::wrap(py, array, this.queue.clone_ref(py))
     }

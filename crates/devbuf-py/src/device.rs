@@ -186,10 +186,13 @@ impl PyQueue {
     fn alloc(slf: &Bound<'_, Self>, nbytes: usize, kind: &str) -> PyResult<Py<PyBuffer>> {
         let kind: MemKind = kind.parse().py()?;
         let queue = &slf.get().queue;
-        let buffer = slf
-            .py()
-            .detach(|| Buffer::alloc(queue, kind, nbytes))
-            .py()?;
+        // Host allocations take tens of nanoseconds: releasing the GIL would cost more.
+        let buffer = if queue.device().backend == devbuf::host::HOST {
+            Buffer::alloc(queue, kind, nbytes)
+        } else {
+            slf.py().detach(|| Buffer::alloc(queue, kind, nbytes))
+        }
+        .py()?;
         PyBuffer::wrap(slf.py(), buffer, slf.clone().unbind())
     }
 

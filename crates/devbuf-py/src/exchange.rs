@@ -224,7 +224,7 @@ unsafe extern "C" fn managed_tensor_allocator(
                 (kind, e.to_string())
             };
             let layout =
-                Layout::contiguous(dtype, shape, 0).map_err(|e| ("ValueError", e.to_string()))?;
+                Layout::contiguous(dtype, &shape, 0).map_err(|e| ("ValueError", e.to_string()))?;
             let queue = devbuf::queue_for_dlpack_device(device).map_err(error)?;
             let buffer = Buffer::alloc(&queue, kind, layout.nbytes()).map_err(error)?;
             let array = Array::new(buffer, layout).map_err(error)?;

@@ -301,8 +301,9 @@ pub(crate) unsafe fn get_buffer(
         std::ptr::null()
     };
     // Device work still running on the memory must finish before the host reads it.
-    let pending = buffer.clone();
-    slf.py().detach(|| pending.synchronize()).py()?;
+    if buffer.has_pending_work() {
+        slf.py().detach(|| buffer.synchronize()).py()?;
+    }
     let ndim = layout.ndim();
     // SAFETY: `view` is valid (caller), and shape/strides point into the layout, which lives as
     // long as `view.obj` (a new reference to this array) keeps the array alive; usize and isize

@@ -12,9 +12,11 @@ use devbuf::dlpack::ManagedTensor;
 use devbuf::dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLPackExchangeAPI};
 use devbuf::interface::{self, ForeignLayout, InterfaceDict};
 use devbuf::{Array, Buffer, DType, MemKind, Owner};
+use parking_lot::Mutex;
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyDict, PyString};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyCapsule, PyDict, PyString, PyType};
 use pyo3::{ffi, intern};
 
 use crate::array::PyArray;
@@ -59,28 +61,62 @@ fn copy_of<'py>(
     Ok(PyArray::wrap(py, copy, queue)?.into_bound(py))
 }
 
+/// The protocols an object can be imported through, in the order they are tried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Dlpack,
+    Suai,
+    Cai,
+    Buffer,
+}
+
+const PROTOCOLS: [Protocol; 4] = [
+    Protocol::Dlpack,
+    Protocol::Suai,
+    Protocol::Cai,
+    Protocol::Buffer,
+];
+
+/// The protocol each producer type last imported through, so that the next import of the same
+/// type goes straight to it instead of probing attributes it lacks (each miss costs an exception
+/// inside CPython). A hint only: if the type's instance does not speak it, probing starts over.
+static TYPE_PROTOCOLS: PyOnceLock<Mutex<Vec<(Py<PyType>, Protocol)>>> = PyOnceLock::new();
+const TYPE_CACHE_SIZE: usize = 32;
+
 fn import_foreign<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyArray>> {
     if let Ok(capsule) = obj.cast::<PyCapsule>() {
         return import_capsule(py, capsule, None);
     }
+    let ty = obj.get_type();
+    let cache = TYPE_PROTOCOLS.get_or_init(py, Default::default);
+    let hint = cache
+        .lock()
+        .iter()
+        .find(|(known, _)| known.is(&ty))
+        .map(|&(_, protocol)| protocol);
+    if let Some(protocol) = hint
+        && let Some(array) = import_through(py, obj, protocol)?
+    {
+        return Ok(array);
+    }
     // A producer that cannot describe its data through one protocol (BufferError) may still
     // through another; every other error is the user's to see.
     let mut unexportable = None;
-    match import_dlpack(py, obj) {
-        Ok(Some(array)) => return Ok(array),
-        Ok(None) => {}
-        Err(err) if err.is_instance_of::<PyBufferError>(py) => unexportable = Some(err),
-        Err(err) => return Err(err),
-    }
-    if let Some(dict) = obj.getattr_opt(intern!(py, "__sycl_usm_array_interface__"))? {
-        return import_suai(py, obj, &dict);
-    }
-    if let Some(dict) = obj.getattr_opt(intern!(py, "__cuda_array_interface__"))? {
-        return import_cai(py, obj, &dict);
-    }
-    // SAFETY: `obj` is a live object.
-    if unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } != 0 {
-        return import_buffer_protocol(py, obj);
+    for protocol in PROTOCOLS.into_iter().filter(|&p| Some(p) != hint) {
+        match import_through(py, obj, protocol) {
+            Ok(Some(array)) => {
+                let mut cache = cache.lock();
+                cache.retain(|(known, _)| !known.is(&ty));
+                if cache.len() == TYPE_CACHE_SIZE {
+                    cache.remove(0);
+                }
+                cache.push((ty.unbind(), protocol));
+                return Ok(array);
+            }
+            Ok(None) => {}
+            Err(err) if err.is_instance_of::<PyBufferError>(py) => unexportable = Some(err),
+            Err(err) => return Err(err),
+        }
     }
     Err(unexportable.unwrap_or_else(|| {
         PyTypeError::new_err(format!(
@@ -91,6 +127,30 @@ fn import_foreign<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bou
                 .map_or_else(|_| "?".into(), |n| n.to_string())
         ))
     }))
+}
+
+/// Imports `obj` through `protocol`; `None` when the object does not speak it.
+fn import_through<'py>(
+    py: Python<'py>,
+    obj: &Bound<'py, PyAny>,
+    protocol: Protocol,
+) -> PyResult<Option<Bound<'py, PyArray>>> {
+    match protocol {
+        Protocol::Dlpack => import_dlpack(py, obj),
+        Protocol::Suai => match obj.getattr_opt(intern!(py, "__sycl_usm_array_interface__"))? {
+            Some(dict) => import_suai(py, obj, &dict).map(Some),
+            None => Ok(None),
+        },
+        Protocol::Cai => match obj.getattr_opt(intern!(py, "__cuda_array_interface__"))? {
+            Some(dict) => import_cai(py, obj, &dict).map(Some),
+            None => Ok(None),
+        },
+        // SAFETY: `obj` is a live object.
+        Protocol::Buffer => match unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } {
+            0 => Ok(None),
+            _ => import_buffer_protocol(py, obj).map(Some),
+        },
+    }
 }
 
 /// DLPack through the producer type's C exchange table, else `__dlpack__`. `None` when the object

@@ -92,13 +92,14 @@ pub(crate) fn prepare_dlpack_export(
             stream.map(|s| s.to_string()).unwrap_or_default()
         )));
     }
+    // Work a consumer enqueued on a CUDA queue's stream itself is not tracked: wait for it too.
+    let cuda = backend::cuda_queue(home).is_some();
+    if !cuda && !buffer.has_pending_work() {
+        return Ok(());
+    }
     py.detach(|| {
         buffer.synchronize()?;
-        // Work a consumer enqueued on our stream itself is not tracked: wait for the queue too.
-        match backend::cuda_queue(home) {
-            Some(_) => home.wait(),
-            None => Ok(()),
-        }
+        if cuda { home.wait() } else { Ok(()) }
     })
     .py()
 }
