@@ -80,7 +80,8 @@ const PROTOCOLS: [Protocol; 4] = [
 /// The protocol each producer type last imported through, so that the next import of the same
 /// type goes straight to it instead of probing attributes it lacks (each miss costs an exception
 /// inside CPython). A hint only: if the type's instance does not speak it, probing starts over.
-static TYPE_PROTOCOLS: PyOnceLock<Mutex<Vec<(Py<PyType>, Protocol)>>> = PyOnceLock::new();
+type TypeProtocols = Mutex<Vec<(Py<PyType>, Protocol)>>;
+static TYPE_PROTOCOLS: PyOnceLock<TypeProtocols> = PyOnceLock::new();
 const TYPE_CACHE_SIZE: usize = 32;
 
 fn import_foreign<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyArray>> {
