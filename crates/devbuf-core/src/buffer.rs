@@ -11,7 +11,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::{DeviceInfo, Error, Event, MemKind, Queue, Result};
 
@@ -64,6 +67,52 @@ struct PendingWork {
     event: Event,
 }
 
+/// The pending work of an allocation, with a lock-free answer to "is there any?" for the common
+/// case of none (every export asks).
+#[derive(Default)]
+struct Pending {
+    list: Mutex<Vec<PendingWork>>,
+    /// Whether `list` is non-empty; updated under the lock when a guard is dropped.
+    any: AtomicBool,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        !self.any.load(Ordering::Acquire)
+    }
+
+    fn lock(&self) -> PendingGuard<'_> {
+        PendingGuard {
+            list: self.list.lock(),
+            any: &self.any,
+        }
+    }
+}
+
+struct PendingGuard<'a> {
+    list: MutexGuard<'a, Vec<PendingWork>>,
+    any: &'a AtomicBool,
+}
+
+impl Deref for PendingGuard<'_> {
+    type Target = Vec<PendingWork>;
+    fn deref(&self) -> &Self::Target {
+        &self.list
+    }
+}
+
+impl DerefMut for PendingGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.list
+    }
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.any.store(!self.list.is_empty(), Ordering::Release);
+    }
+}
+
 /// One allocation, shared by every [`Buffer`] that views it.
 struct Allocation {
     /// Address of the first byte (0 only for empty foreign memory).
@@ -73,12 +122,12 @@ struct Allocation {
     release: Release,
     /// At most one entry per queue: queues are in order, so a queue's latest event covers its
     /// earlier work.
-    pending: Mutex<Vec<PendingWork>>,
+    pending: Pending,
 }
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        let pending = std::mem::take(self.pending.get_mut());
+        let pending = std::mem::take(self.pending.list.get_mut());
         match &mut self.release {
             Release::Queue { size, align } => {
                 // The queue releases memory after its own work; other queues' work must come first.
@@ -170,7 +219,7 @@ impl Buffer {
                 kind,
                 queue: Arc::clone(queue),
                 release: Release::Queue { size, align },
-                pending: Mutex::new(Vec::new()),
+                pending: Pending::default(),
             }),
             offset: 0,
             len: nbytes,
@@ -196,7 +245,7 @@ impl Buffer {
                 kind,
                 queue,
                 release: Release::Foreign(Mutex::new(Some(owner))),
-                pending: Mutex::new(Vec::new()),
+                pending: Pending::default(),
             }),
             offset: 0,
             len,
@@ -407,10 +456,10 @@ impl Buffer {
     /// Makes work enqueued on `queue` from now on wait for pending work on this allocation from
     /// other queues (on the device where the runtime can, else by blocking).
     pub fn order_on(&self, queue: &Arc<dyn Queue>) -> Result<()> {
-        let mut pending = self.alloc.pending.lock();
-        if pending.is_empty() {
+        if self.alloc.pending.is_empty() {
             return Ok(());
         }
+        let mut pending = self.alloc.pending.lock();
         pending.retain(|w| !w.event.is_complete().unwrap_or(false));
         for work in pending.iter().filter(|w| !Arc::ptr_eq(&w.queue, queue)) {
             queue.wait_event(&work.event)?;
@@ -422,10 +471,10 @@ impl Buffer {
     /// `None` when nothing is pending, the one queue with pending work, or, when several queues
     /// have pending work, `home` after it was made to wait for the others (CAI v3's producer rule).
     pub fn sync_queue(&self, home: &Arc<dyn Queue>) -> Result<Option<Arc<dyn Queue>>> {
-        let mut pending = self.alloc.pending.lock();
-        if pending.is_empty() {
+        if self.alloc.pending.is_empty() {
             return Ok(None);
         }
+        let mut pending = self.alloc.pending.lock();
         pending.retain(|w| !w.event.is_complete().unwrap_or(false));
         match pending.as_slice() {
             [] => Ok(None),
@@ -446,7 +495,7 @@ impl Buffer {
 
     /// Whether work devbuf recorded on this allocation may still be running.
     pub fn has_pending_work(&self) -> bool {
-        !self.alloc.pending.lock().is_empty()
+        !self.alloc.pending.is_empty()
     }
 
     /// Blocks until all pending work on this allocation has completed.
@@ -475,9 +524,12 @@ impl Buffer {
     fn finish_on(&self, queue: &Arc<dyn Queue>, others: &[&Buffer]) -> Result<()> {
         queue.wait()?;
         for buffer in std::iter::once(self).chain(others.iter().copied()) {
-            let mut pending = buffer.alloc.pending.lock();
-            if !pending.is_empty() {
-                pending.retain(|w| !Arc::ptr_eq(&w.queue, queue));
+            if !buffer.alloc.pending.is_empty() {
+                buffer
+                    .alloc
+                    .pending
+                    .lock()
+                    .retain(|w| !Arc::ptr_eq(&w.queue, queue));
             }
         }
         Ok(())

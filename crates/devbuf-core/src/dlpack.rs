@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use dlpark::DlpackFlags;
 use dlpark::ffi::{
-    DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION,
+    DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION,
     DLPACK_MINOR_VERSION, DLPackVersion, DLTensor,
 };
 use smallvec::SmallVec;
@@ -26,50 +26,77 @@ pub const VERSION: DLPackVersion = DLPackVersion {
     minor: DLPACK_MINOR_VERSION,
 };
 
-/// Shape and element strides of an array as DLPack wants them, inline up to four dimensions.
-/// A DLTensor filled from them points into them: they must not move while it is used.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DlpackDims {
+/// An array described as DLPack describes it, prepared once: element-0 address, device, dtype,
+/// shape and element strides (inline up to four dimensions). A DLTensor filled from it points
+/// into it: it must not move while the DLTensor is used.
+#[derive(Debug, PartialEq, Eq)]
+pub struct DlpackTemplate {
+    /// Element 0's address; 0 (`NULL`) for an empty array.
+    data: usize,
+    device: DLDevice,
+    dtype: DLDataType,
     /// `shape` followed by `strides`.
     values: SmallVec<[i64; 8]>,
 }
 
-impl DlpackDims {
-    /// The DLPack dims of `array`; fails when a stride is not a whole number of elements.
-    pub fn new(array: &Array) -> Result<Self> {
+impl Clone for DlpackTemplate {
+    /// Copies the values as one slice (the derived clone goes element by element), since every
+    /// `__dlpack__` call clones a template.
+    fn clone(&self) -> Self {
+        DlpackTemplate {
+            values: SmallVec::from_slice(&self.values),
+            ..*self
+        }
+    }
+}
+
+impl DlpackTemplate {
+    /// The template of `array` on `device`; fails when DLPack cannot describe the array (a
+    /// stride that is not a whole number of elements, a non-native byte order).
+    pub fn new(array: &Array, device: DLDevice) -> Result<Self> {
         let layout = array.layout();
         let mut values = SmallVec::with_capacity(2 * layout.ndim());
         values.extend(layout.shape().iter().map(|&n| n as i64));
         values.extend(layout.element_strides()?);
-        Ok(DlpackDims { values })
+        Ok(DlpackTemplate {
+            data: if layout.size() == 0 {
+                0
+            } else {
+                array.data_ptr()
+            },
+            device,
+            dtype: layout.dtype().to_dlpack()?,
+            values,
+        })
     }
 
-    fn ndim(&self) -> usize {
-        self.values.len() / 2
+    /// The DLPack device.
+    pub fn device(&self) -> DLDevice {
+        self.device
     }
 
-    /// Fills `out` to describe `array` (whose dims these are) on `device`, pointing into `self`.
-    /// `data` is element 0 (`NULL` for an empty array) and `byte_offset` is 0, which is what
-    /// consumers that ignore `byte_offset` need.
-    pub fn fill(&self, array: &Array, device: DLDevice, out: &mut DLTensor) -> Result<()> {
-        let ndim = self.ndim();
+    /// The same description on another device (host-accessible memory exported to the CPU).
+    pub fn on_device(mut self, device: DLDevice) -> Self {
+        self.device = device;
+        self
+    }
+
+    /// Fills `out`, pointing into `self`. `byte_offset` is 0 and `data` is element 0, which is
+    /// what consumers that ignore `byte_offset` need.
+    pub fn fill(&self, out: &mut DLTensor) {
+        let ndim = self.values.len() / 2;
         // DLTensor's pointers are mutable in C, but consumers only read through them.
         let base = self.values.as_ptr().cast_mut();
         *out = DLTensor {
-            data: if array.layout().size() == 0 {
-                std::ptr::null_mut()
-            } else {
-                array.data_ptr() as *mut c_void
-            },
-            device,
+            data: self.data as *mut c_void,
+            device: self.device,
             ndim: ndim as i32,
-            dtype: array.layout().dtype().to_dlpack()?,
+            dtype: self.dtype,
             shape: base,
             // SAFETY: `values` holds 2 * ndim entries; the strides start at ndim.
             strides: unsafe { base.add(ndim) },
             byte_offset: 0,
         };
-        Ok(())
     }
 }
 
@@ -148,7 +175,7 @@ impl ManagedTensorAbi for DLManagedTensor {
 #[repr(C)]
 struct Export<T> {
     tensor: T,
-    dims: DlpackDims,
+    template: DlpackTemplate,
     buffer: UnsafeCell<ManuallyDrop<Buffer>>,
     released: AtomicBool,
     refs: AtomicUsize,
@@ -206,36 +233,37 @@ unsafe extern "C" fn delete_export<T>(tensor: *mut T) {
     }
 }
 
-/// Exports `array` on `device` as a managed tensor of ABI `T` (versioned or legacy). The result
-/// holds one reference for the consumer (released through its deleter) and, when `in_capsule`,
-/// one for the capsule that will carry it (released with [`release_capsule`]).
+/// Exports `array`, described by its `template`, as a managed tensor of ABI `T` (versioned or
+/// legacy). The result holds one reference for the consumer (released through its deleter) and,
+/// when `in_capsule`, one for the capsule that will carry it (released with [`release_capsule`]).
 pub fn export<T: ManagedTensorAbi>(
     array: &Array,
-    dims: DlpackDims,
-    device: DLDevice,
+    template: DlpackTemplate,
     mut flags: DlpackFlags,
     in_capsule: bool,
-) -> Result<NonNull<T>> {
+) -> NonNull<T> {
     if array.readonly() {
         flags |= DlpackFlags::READ_ONLY;
     }
     let mut export = Box::new(Export {
-        tensor: T::new(empty_tensor(device), delete_export::<T>, flags),
-        dims,
+        tensor: T::new(empty_tensor(template.device), delete_export::<T>, flags),
+        template,
         buffer: UnsafeCell::new(ManuallyDrop::new(array.buffer().clone())),
         released: AtomicBool::new(false),
         refs: AtomicUsize::new(if in_capsule { 2 } else { 1 }),
     });
     #[cfg(test)]
     LIVE_EXPORTS.with(|live| live.set(live.get() + 1));
-    // The tensor points into the boxed dims, which stay put until the export is freed.
-    let Export { tensor, dims, .. } = &mut *export;
-    dims.fill(array, device, tensor.dl_tensor_mut())?;
+    // The tensor points into the boxed template, which stays put until the export is freed.
+    let Export {
+        tensor, template, ..
+    } = &mut *export;
+    template.fill(tensor.dl_tensor_mut());
     let raw = Box::into_raw(export);
     // SAFETY: `raw` is a live box; nobody else has seen it yet.
     unsafe { (*raw).tensor.set_manager_ctx(raw.cast()) };
     // SAFETY: Box::into_raw never returns null.
-    Ok(unsafe { NonNull::new_unchecked(raw.cast()) })
+    unsafe { NonNull::new_unchecked(raw.cast()) }
 }
 
 /// The capsule's side of an export from [`export`] with `in_capsule`: call it from the capsule
@@ -250,13 +278,15 @@ pub unsafe fn release_capsule<T: ManagedTensorAbi>(tensor: NonNull<T>, consumed:
         let export = tensor.as_ptr().cast::<Export<T>>();
         // SAFETY: the capsule still holds its reference, so the export is alive.
         let orphaned = !consumed && !unsafe { &*export }.released.load(Ordering::Acquire);
-        // SAFETY: the capsule's reference, given back here once; when orphaned, nobody ever
-        // received the consumer's reference, so it is given back here too.
-        unsafe {
-            if orphaned {
-                drop_reference(tensor.as_ptr(), true);
-            }
-            drop_reference(tensor.as_ptr(), !consumed);
+        if orphaned {
+            // No consumer ever received the tensor: the capsule holds the only two references,
+            // so the block is ours alone to free (its buffer is released by the drop).
+            // SAFETY: the export was leaked from a Box in `export` and nobody else can reach it.
+            let export = unsafe { Box::from_raw(export) };
+            export.release_memory();
+        } else {
+            // SAFETY: the capsule's reference, given back here once.
+            unsafe { drop_reference(tensor.as_ptr(), !consumed) };
         }
     }));
 }
@@ -376,6 +406,11 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::Ordering;
 
+    const CPU: DLDevice = DLDevice {
+        device_type: DLDeviceType::CPU,
+        device_id: 0,
+    };
+
     #[test]
     fn export_then_import_round_trips_and_deleter_frees_once() {
         let queue: Arc<dyn Queue> = Arc::new(HostQueue::new());
@@ -386,14 +421,9 @@ mod tests {
         // A reversed 2x3 int32 view: element 0 is the last row.
         let layout = Layout::new(DType::INT32, &[2, 3], Some(&[-12, 4]), 12, true).unwrap();
         let array = Array::new(buffer.clone(), layout).unwrap();
-        let dims = DlpackDims::new(&array).unwrap();
-        let device = DLDevice {
-            device_type: DLDeviceType::CPU,
-            device_id: 0,
-        };
+        let template = DlpackTemplate::new(&array, CPU).unwrap();
         let tensor =
-            export::<DLManagedTensorVersioned>(&array, dims, device, DlpackFlags::empty(), false)
-                .unwrap();
+            export::<DLManagedTensorVersioned>(&array, template, DlpackFlags::empty(), false);
         let managed = ManagedTensor::Versioned(tensor);
         // SAFETY: we own the tensor until delete below.
         let (dl, readonly) = unsafe { managed.tensor() }.unwrap();
@@ -417,14 +447,9 @@ mod tests {
     fn unsupported_major_version_is_refused() {
         let queue: Arc<dyn Queue> = Arc::new(HostQueue::new());
         let array = Array::bytes(Buffer::alloc(&queue, MemKind::Host, 8).unwrap());
-        let dims = DlpackDims::new(&array).unwrap();
-        let device = DLDevice {
-            device_type: DLDeviceType::CPU,
-            device_id: 0,
-        };
+        let template = DlpackTemplate::new(&array, CPU).unwrap();
         let tensor =
-            export::<DLManagedTensorVersioned>(&array, dims, device, DlpackFlags::empty(), false)
-                .unwrap();
+            export::<DLManagedTensorVersioned>(&array, template, DlpackFlags::empty(), false);
         // SAFETY: we own the tensor.
         unsafe { (*tensor.as_ptr()).version.major = 2 };
         let managed = ManagedTensor::Versioned(tensor);
@@ -459,12 +484,8 @@ mod tests {
             )
         };
         let array = Array::bytes(buffer);
-        let dims = DlpackDims::new(&array).unwrap();
-        let device = DLDevice {
-            device_type: DLDeviceType::CPU,
-            device_id: 0,
-        };
-        let tensor = export(&array, dims, device, DlpackFlags::empty(), true).unwrap();
+        let template = DlpackTemplate::new(&array, CPU).unwrap();
+        let tensor = export(&array, template, DlpackFlags::empty(), true);
         (tensor, runs)
     }
 

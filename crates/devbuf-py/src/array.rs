@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use devbuf::dlpack::DlpackDims;
+use devbuf::dlpack::DlpackTemplate;
 use devbuf::{Array, Buffer, DType, Layout};
 use pyo3::exceptions::{PyBufferError, PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -22,14 +22,24 @@ pub(crate) struct ExportCache {
     pub(crate) shape: PyOnceLock<Py<PyTuple>>,
 }
 
+/// What a DLPack export of an array needs, prepared once per array.
+pub(crate) struct DlpackExport {
+    /// The array on its own device, or why DLPack cannot describe it (a stride that is not a
+    /// whole number of elements, a byte-swapped dtype).
+    pub(crate) template: Result<DlpackTemplate, String>,
+    /// Why a zero-copy export to its own device is refused, if it is.
+    pub(crate) refusal: Option<String>,
+    /// Whether the memory is CUDA memory, whose exports follow the stream rules.
+    pub(crate) cuda: bool,
+}
+
 /// A typed, strided view of device, shared or host memory.
 #[pyclass(frozen, subclass, module = "devbuf", name = "Array")]
 pub struct PyArray {
     pub(crate) array: Array,
     pub(crate) queue: Py<PyQueue>,
-    /// DLPack shape and element strides, made on first use; `None` when a stride is not a whole
-    /// number of elements.
-    dims: OnceLock<Option<DlpackDims>>,
+    /// What exporting through DLPack needs, prepared on first use.
+    dlpack: OnceLock<DlpackExport>,
     pub(crate) cache: ExportCache,
 }
 
@@ -38,7 +48,7 @@ impl PyArray {
         PyArray {
             array,
             queue,
-            dims: OnceLock::new(),
+            dlpack: OnceLock::new(),
             cache: ExportCache {
                 suai: PyOnceLock::new(),
                 cai: PyOnceLock::new(),
@@ -52,10 +62,17 @@ impl PyArray {
         Py::new(py, PyArray::new(array, queue))
     }
 
-    pub(crate) fn dims(&self) -> Option<&DlpackDims> {
-        self.dims
-            .get_or_init(|| DlpackDims::new(&self.array).ok())
-            .as_ref()
+    /// What exporting this array through DLPack needs (prepared once: exports are hot paths).
+    pub(crate) fn dlpack(&self) -> &DlpackExport {
+        self.dlpack.get_or_init(|| {
+            let buffer = self.array.buffer();
+            let device = buffer.queue().dlpack_device(buffer.kind());
+            DlpackExport {
+                template: DlpackTemplate::new(&self.array, device).map_err(|err| err.to_string()),
+                refusal: crate::backend::dlpack_export_refusal(buffer.queue()),
+                cuda: crate::backend::cuda_queue(buffer.queue()).is_some(),
+            }
+        })
     }
 
     /// The bytes the elements occupy, when they are C-contiguous.
@@ -228,16 +245,21 @@ impl PyArray {
     }
 
     /// A DLPack capsule of this array (see the array API's `__dlpack__`).
-    #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
+    // Keywords are matched in declaration order: the one every consumer passes comes first.
+    #[pyo3(signature = (*, max_version = None, dl_device = None, copy = None, stream = None))]
     fn __dlpack__<'py>(
         &self,
         py: Python<'py>,
-        stream: Option<&Bound<'py, PyAny>>,
-        max_version: Option<(u32, u32)>,
+        max_version: Option<&Bound<'py, PyAny>>,
         dl_device: Option<(i32, i32)>,
         copy: Option<bool>,
+        stream: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
-        crate::export::dlpack(self, py, stream, max_version, dl_device, copy)
+        let versioned = match max_version {
+            Some(version) if !version.is_none() => crate::export::major_version(version)? >= 1,
+            _ => false,
+        };
+        crate::export::dlpack(self, py, stream, versioned, dl_device, copy)
     }
 
     /// DLPack 1.3's C exchange table ("dlpack_exchange_api" capsule).

@@ -9,21 +9,20 @@ use std::ffi::{CString, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 
-use devbuf::dlpack::{self, DlpackDims, ManagedTensor};
+use devbuf::dlpack::{self, DlpackTemplate, ManagedTensor};
 use devbuf::dlpark::DlpackFlags;
 use devbuf::dlpark::ffi::{
     DLDevice, DLDeviceType, DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader,
     DLTensor,
 };
 use devbuf::{Array, Buffer, DType, Layout, MemKind};
-use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::exceptions::{PyBufferError, PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 use pyo3::{Borrowed, ffi};
 
 use crate::array::PyArray;
 use crate::device::shared_queue_for_dlpack;
-use crate::errors::IntoPyResult;
 
 /// The table; it lives for the whole process, as the protocol requires.
 struct Table(DLPackExchangeAPI);
@@ -94,11 +93,6 @@ unsafe fn borrow_array<'a, 'py>(
     })
 }
 
-fn own_device(array: &PyArray) -> DLDevice {
-    let buffer = array.array.buffer();
-    buffer.queue().dlpack_device(buffer.kind())
-}
-
 unsafe extern "C" fn managed_tensor_from_py_object(
     py_object: *mut c_void,
     out: *mut *mut DLManagedTensorVersioned,
@@ -107,15 +101,17 @@ unsafe extern "C" fn managed_tensor_from_py_object(
         // SAFETY: the protocol passes a live object of our type and a writable out-pointer.
         let array = unsafe { borrow_array(py, py_object)? };
         let this = array.get();
-        let dims = DlpackDims::new(&this.array).py()?;
+        let template = this
+            .dlpack()
+            .template
+            .clone()
+            .map_err(PyBufferError::new_err)?;
         let tensor = dlpack::export::<DLManagedTensorVersioned>(
             &this.array,
-            dims,
-            own_device(this),
+            template,
             DlpackFlags::empty(),
             false,
-        )
-        .py()?;
+        );
         // SAFETY: `out` is writable (caller).
         unsafe { *out = tensor.as_ptr() };
         Ok(())
@@ -130,13 +126,15 @@ unsafe extern "C" fn dltensor_from_py_object(py_object: *mut c_void, out: *mut D
         let py = unsafe { Python::assume_attached() };
         // SAFETY: as above.
         let array = unsafe { borrow_array(py, py_object) }?;
-        let this = array.get();
-        let dims = this.dims().ok_or_else(|| {
-            pyo3::exceptions::PyBufferError::new_err("strides: not whole elements")
-        })?;
-        // SAFETY: `out` is writable (caller); the dims live as long as the array.
-        dims.fill(&this.array, own_device(this), unsafe { &mut *out })
-            .py()
+        let template = array
+            .get()
+            .dlpack()
+            .template
+            .as_ref()
+            .map_err(|reason| PyBufferError::new_err(reason.clone()))?;
+        // SAFETY: `out` is writable (caller); the template lives as long as the array.
+        template.fill(unsafe { &mut *out });
+        Ok::<(), PyErr>(())
     }));
     match filled {
         Ok(Ok(())) => 0,
@@ -228,16 +226,13 @@ unsafe extern "C" fn managed_tensor_allocator(
             let queue = devbuf::queue_for_dlpack_device(device).map_err(error)?;
             let buffer = Buffer::alloc(&queue, kind, layout.nbytes()).map_err(error)?;
             let array = Array::new(buffer, layout).map_err(error)?;
-            let dims = DlpackDims::new(&array).map_err(error)?;
-            let device = queue.dlpack_device(kind);
+            let template = DlpackTemplate::new(&array, queue.dlpack_device(kind)).map_err(error)?;
             let tensor = dlpack::export::<DLManagedTensorVersioned>(
                 &array,
-                dims,
-                device,
+                template,
                 DlpackFlags::empty(),
                 false,
-            )
-            .map_err(error)?;
+            );
             // SAFETY: `out` is writable (caller).
             unsafe { *out = tensor.as_ptr() };
             Ok(())

@@ -9,11 +9,11 @@
 use std::ffi::c_int;
 use std::ptr::NonNull;
 
-use devbuf::dlpack::{self, ManagedTensorAbi};
+use devbuf::dlpack::{self, DlpackTemplate, ManagedTensorAbi};
 use devbuf::dlpark::DlpackFlags;
 use devbuf::dlpark::ffi::{DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned};
 use devbuf::{Array, HostQueue, MemKind};
-use pyo3::exceptions::{PyAttributeError, PyBufferError};
+use pyo3::exceptions::{PyAttributeError, PyBufferError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
 use pyo3::{ffi, intern};
@@ -123,18 +123,39 @@ const CPU: DLDevice = DLDevice {
     device_id: 0,
 };
 
+/// The major version of `__dlpack__`'s `max_version=(major, minor)`; read directly, since this is
+/// on every consumer's hot path.
+pub(crate) fn major_version(max_version: &Bound<'_, PyAny>) -> PyResult<u32> {
+    let major = match max_version.cast::<PyTuple>() {
+        Ok(tuple) if tuple.len() == 2 => tuple.get_item(0)?.extract::<u32>().ok(),
+        _ => None,
+    };
+    major.ok_or_else(|| {
+        PyTypeError::new_err(format!(
+            "max_version: expected a (major, minor) tuple of ints, got {}",
+            max_version
+                .repr()
+                .map_or_else(|_| "?".into(), |r| r.to_string())
+        ))
+    })
+}
+
 /// `__dlpack__`, per the array API and DLPack 1.3: a versioned capsule when the consumer's
-/// `max_version` is at least 1.0, the legacy one otherwise; `dl_device` and `copy` decide between
-/// a zero-copy export (also to the CPU for host-accessible memory) and a copy.
+/// `max_version` is at least 1.0 (`versioned`), the legacy one otherwise; `dl_device` and `copy`
+/// decide between a zero-copy export (also to the CPU for host-accessible memory) and a copy.
 pub(crate) fn dlpack<'py>(
     this: &PyArray,
     py: Python<'py>,
     stream: Option<&Bound<'py, PyAny>>,
-    max_version: Option<(u32, u32)>,
+    versioned: bool,
     dl_device: Option<(i32, i32)>,
     copy: Option<bool>,
 ) -> PyResult<Bound<'py, PyCapsule>> {
-    let own = own_dlpack_device(this);
+    let prepared = this.dlpack();
+    let own = match &prepared.template {
+        Ok(template) => template.device(),
+        Err(_) => own_dlpack_device(this),
+    };
     let target = match dl_device {
         None => own,
         Some((device_type, device_id)) => DLDevice {
@@ -146,12 +167,12 @@ pub(crate) fn dlpack<'py>(
         && (target == own || (target == CPU && this.array.buffer().is_host_accessible()));
     if zero_copy
         && target == own
-        && let Some(refusal) = crate::backend::dlpack_export_refusal(this.array.buffer().queue())
+        && let Some(refusal) = &prepared.refusal
     {
         return Err(PyBufferError::new_err(format!("__dlpack__: {refusal}")));
     }
     let (array, copied) = if zero_copy {
-        streams::prepare_dlpack_export(py, this, target, stream)?;
+        streams::prepare_dlpack_export(py, this, prepared.cuda, target, stream)?;
         (None, false)
     } else {
         if copy == Some(false) {
@@ -179,35 +200,32 @@ pub(crate) fn dlpack<'py>(
         };
         (Some(copy), true)
     };
-    let (array, dims) = match &array {
-        Some(copy) => (copy, devbuf::dlpack::DlpackDims::new(copy).py()?),
-        None => (
-            &this.array,
-            this.dims().cloned().ok_or_else(|| {
-                PyBufferError::new_err("strides: a byte stride is not a whole number of elements")
-            })?,
-        ),
-    };
     let flags = if copied {
         DlpackFlags::IS_COPIED
     } else {
         DlpackFlags::empty()
     };
-    if max_version.is_some_and(|(major, _)| major >= 1) {
-        export_capsule::<DLManagedTensorVersioned>(py, array, dims, target, flags)
+    let (array, template) = match &array {
+        Some(copy) => (copy, DlpackTemplate::new(copy, target).py()?),
+        None => match &prepared.template {
+            Ok(template) => (&this.array, template.clone().on_device(target)),
+            Err(reason) => return Err(PyBufferError::new_err(reason.clone())),
+        },
+    };
+    Ok(if versioned {
+        export_capsule::<DLManagedTensorVersioned>(py, array, template, flags)?
     } else {
-        export_capsule::<DLManagedTensor>(py, array, dims, target, flags)
-    }
+        export_capsule::<DLManagedTensor>(py, array, template, flags)?
+    })
 }
 
 fn export_capsule<'py, T: ManagedTensorAbi>(
     py: Python<'py>,
     array: &Array,
-    dims: dlpack::DlpackDims,
-    device: DLDevice,
+    template: DlpackTemplate,
     flags: DlpackFlags,
 ) -> PyResult<Bound<'py, PyCapsule>> {
-    let tensor = dlpack::export::<T>(array, dims, device, flags, true).py()?;
+    let tensor = dlpack::export::<T>(array, template, flags, true);
     // SAFETY: the name is a static C string, the destructor matches the tensor's ABI, and the
     // capsule takes the capsule-side reference of the export.
     let capsule = unsafe {

@@ -55,17 +55,21 @@ pub(crate) fn cai_export_stream(this: &PyArray) -> devbuf::Result<Option<usize>>
 pub(crate) fn prepare_dlpack_export(
     py: Python<'_>,
     this: &PyArray,
+    cuda: bool,
     device: DLDevice,
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let stream = stream.filter(|s| !s.is_none());
     let buffer = this.array.buffer();
     let home = buffer.queue();
-    let is_cuda_device = matches!(
+    let cuda_device = matches!(
         device.device_type,
         DLDeviceType::CUDA | DLDeviceType::CUDAHOST | DLDeviceType::CUDAMANAGED
     );
-    if let (true, Some(home_cuda)) = (is_cuda_device, backend::cuda_queue(home)) {
+    if cuda
+        && cuda_device
+        && let Some(home_cuda) = backend::cuda_queue(home)
+    {
         let stream = stream
             .map(|s| s.extract::<i64>())
             .transpose()
@@ -93,7 +97,6 @@ pub(crate) fn prepare_dlpack_export(
         )));
     }
     // Work a consumer enqueued on a CUDA queue's stream itself is not tracked: wait for it too.
-    let cuda = backend::cuda_queue(home).is_some();
     if !cuda && !buffer.has_pending_work() {
         return Ok(());
     }
