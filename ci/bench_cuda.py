@@ -1,0 +1,92 @@
+"""CUDA benchmarks for a GPU machine, devbuf against CuPy and Numba in the same run:
+256 MiB device-to-device and pinned host-to-device copies (goal: >= 0.95x CuPy's bandwidth),
+pooled alloc+free against CuPy's memory pool, and a Numba kernel launched with three devbuf arrays
+against three Numba DeviceNDArrays (goal: <= 1.2x the launch time). Prints a Markdown table.
+Exits with the reason where there is no GPU."""
+
+import statistics
+import sys
+import time
+
+import devbuf
+
+cuda = next((b for b in devbuf.backends() if b.name == "cuda"), None)
+if cuda is None or not cuda.available:
+    print(f"no CUDA: {cuda.reason if cuda else 'backend not compiled in'}; nothing to benchmark")
+    sys.exit(0)
+
+import cupy  # noqa: E402
+import numpy as np  # noqa: E402
+from numba import cuda as numba_cuda  # noqa: E402
+
+LEN = 256 << 20
+ROUNDS = 15
+rows = []
+
+
+def median(samples):
+    return statistics.median(samples)
+
+
+def timed(op, sync, number):
+    op()
+    sync()
+    samples = []
+    for _ in range(ROUNDS):
+        start = time.perf_counter()
+        for _ in range(number):
+            op()
+        sync()
+        samples.append((time.perf_counter() - start) / number)
+    return median(samples)
+
+
+device = cuda.devices[0]
+queue = devbuf.Device("cuda:0").queue
+sync_ours = queue.wait
+sync_cupy = cupy.cuda.Device(0).synchronize
+
+# Copies: devbuf's blocking copy_from against CuPy's copy of the same size.
+src, dst = devbuf.alloc(LEN, "device", device="cuda"), devbuf.alloc(LEN, "device", device="cuda")
+src.fill(1)
+ours = timed(lambda: dst.copy_from(src), sync_ours, 5)
+c_src, c_dst = cupy.ones(LEN, dtype=cupy.uint8), cupy.empty(LEN, dtype=cupy.uint8)
+theirs = timed(lambda: c_dst.data.copy_from_device(c_src.data, LEN), sync_cupy, 5)
+gbps = lambda seconds: 2 * LEN / seconds / 1e9  # noqa: E731  bytes read + written
+rows.append(("copy 256 MiB device to device", f"{gbps(ours):.0f} GB/s", f"{gbps(theirs):.0f} GB/s", theirs / ours, "≥ 0.95×"))
+
+pinned = devbuf.alloc(LEN, "host", device="cuda")
+ours = timed(lambda: dst.copy_from(pinned), sync_ours, 5)
+c_pinned = cupy.cuda.alloc_pinned_memory(LEN)
+theirs = timed(lambda: c_dst.data.copy_from_host(c_pinned.ptr, LEN), sync_cupy, 5)
+gbps = lambda seconds: LEN / seconds / 1e9  # noqa: E731
+rows.append(("copy 256 MiB pinned host to device", f"{gbps(ours):.1f} GB/s", f"{gbps(theirs):.1f} GB/s", theirs / ours, "≥ 0.95×"))
+
+# Pooled allocation: devbuf's stream-ordered pool against CuPy's memory pool.
+for size, label in ((1024, "1 KiB"), (1 << 20, "1 MiB")):
+    ours = timed(lambda: devbuf.alloc(size, "device", device="cuda"), sync_ours, 2000)
+    theirs = timed(lambda: cupy.empty(size, dtype=cupy.uint8), sync_cupy, 2000)
+    rows.append((f"alloc+free {label} (pooled)", f"{ours * 1e9:.0f} ns", f"{theirs * 1e9:.0f} ns", ours / theirs, "report"))
+
+
+# A Numba kernel launched with devbuf arrays against Numba's own arrays.
+@numba_cuda.jit
+def axpy(a, x, y):
+    i = numba_cuda.grid(1)
+    if i < y.size:
+        y[i] = a * x[i] + y[i]
+
+
+n = 1 << 10
+ours_args = [devbuf.alloc(n * 4, "device", device="cuda").view("float32") for _ in range(3)]
+numba_args = [numba_cuda.device_array(n, dtype=np.float32) for _ in range(3)]
+launch = lambda x, y, z: axpy[4, 256](2.0, x, y)  # noqa: E731
+ours = timed(lambda: launch(*ours_args), numba_cuda.synchronize, 500)
+theirs = timed(lambda: launch(*numba_args), numba_cuda.synchronize, 500)
+rows.append(("Numba kernel launch, 3 arrays", f"{ours * 1e6:.1f} µs", f"{theirs * 1e6:.1f} µs", ours / theirs, "≤ 1.2×"))
+
+print(f"{device.name}, driver {device.driver}; CuPy {cupy.__version__}; median of {ROUNDS} rounds\n")
+print("| case | devbuf | reference (CuPy / Numba) | ratio | goal |")
+print("|---|---:|---:|---:|---|")
+for case, ours, theirs, ratio, goal in rows:
+    print(f"| {case} | {ours} | {theirs} | {ratio:.2f}× | {goal} |")
