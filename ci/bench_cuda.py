@@ -71,16 +71,16 @@ for size, label in ((1024, "1 KiB"), (1 << 20, "1 MiB")):
 
 # A Numba kernel launched with devbuf arrays against Numba's own arrays.
 @numba_cuda.jit
-def axpy(a, x, y):
+def axpy(a, x, y, out):
     i = numba_cuda.grid(1)
-    if i < y.size:
-        y[i] = a * x[i] + y[i]
+    if i < out.size:
+        out[i] = a * x[i] + y[i]
 
 
 n = 1 << 10
 ours_args = [devbuf.alloc(n * 4, "device", device="cuda").view("float32") for _ in range(3)]
 numba_args = [numba_cuda.device_array(n, dtype=np.float32) for _ in range(3)]
-launch = lambda x, y, z: axpy[4, 256](2.0, x, y)  # noqa: E731
+launch = lambda x, y, out: axpy[4, 256](2.0, x, y, out)  # noqa: E731
 ours = timed(lambda: launch(*ours_args), numba_cuda.synchronize, 500)
 theirs = timed(lambda: launch(*numba_args), numba_cuda.synchronize, 500)
 rows.append(("Numba kernel launch, 3 arrays", f"{ours * 1e6:.1f} µs", f"{theirs * 1e6:.1f} µs", ours / theirs, "≤ 1.2×"))
