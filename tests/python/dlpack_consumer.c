@@ -3,7 +3,9 @@
  * The tests build it with the system compiler (see test_exchange_api.py). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <time.h>
 
 /* DLPack 1.3's structures, as in dlpack.h. */
@@ -91,6 +93,51 @@ static PyObject *export_and_delete(PyObject *self, PyObject *obj) {
     Py_RETURN_NONE;
 }
 
+/* Takes the tensor out of a versioned capsule, as a consumer does (renaming the capsule). */
+static DLManagedTensorVersioned *take(PyObject *capsule) {
+    DLManagedTensorVersioned *tensor = PyCapsule_GetPointer(capsule, "dltensor_versioned");
+    if (tensor != NULL && PyCapsule_SetName(capsule, "used_dltensor_versioned") != 0) return NULL;
+    return tensor;
+}
+
+static void *call_deleter(void *tensor) {
+    ((DLManagedTensorVersioned *)tensor)->deleter(tensor);
+    return NULL;
+}
+
+/* delete_without_gil(capsule): the deleter runs on another thread while nobody holds the GIL. */
+static PyObject *delete_without_gil(PyObject *self, PyObject *capsule) {
+    DLManagedTensorVersioned *tensor = take(capsule);
+    if (tensor == NULL) return NULL;
+    pthread_t thread;
+    int failed;
+    Py_BEGIN_ALLOW_THREADS
+    failed = pthread_create(&thread, NULL, call_deleter, tensor);
+    if (!failed) pthread_join(thread, NULL);
+    Py_END_ALLOW_THREADS
+    if (failed) return PyErr_Format(PyExc_OSError, "pthread_create failed");
+    Py_RETURN_NONE;
+}
+
+/* delete_at_exit(capsule): the deleter runs from a C atexit handler, after the interpreter has
+ * been finalized. */
+static DLManagedTensorVersioned *at_exit[8];
+static int at_exit_count;
+
+static void delete_remaining(void) {
+    for (int i = 0; i < at_exit_count; i++) at_exit[i]->deleter(at_exit[i]);
+    fputs("deleters ran after finalization\n", stderr);
+}
+
+static PyObject *delete_at_exit(PyObject *self, PyObject *capsule) {
+    if (at_exit_count == 8) return PyErr_Format(PyExc_RuntimeError, "too many");
+    DLManagedTensorVersioned *tensor = take(capsule);
+    if (tensor == NULL) return NULL;
+    if (at_exit_count == 0) atexit(delete_remaining);
+    at_exit[at_exit_count++] = tensor;
+    Py_RETURN_NONE;
+}
+
 static void set_error(void *ctx, const char *kind, const char *message) {
     PyObject *type = strcmp(kind, "MemoryError") == 0 ? PyExc_MemoryError
                    : strcmp(kind, "ValueError") == 0 ? PyExc_ValueError : PyExc_RuntimeError;
@@ -154,6 +201,8 @@ static PyMethodDef methods[] = {
     {"allocate", allocate, METH_VARARGS, NULL},
     {"current_stream", current_stream, METH_VARARGS, NULL},
     {"time_describe", time_describe, METH_VARARGS, NULL},
+    {"delete_without_gil", delete_without_gil, METH_O, NULL},
+    {"delete_at_exit", delete_at_exit, METH_O, NULL},
     {NULL, NULL, 0, NULL},
 };
 

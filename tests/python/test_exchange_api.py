@@ -87,3 +87,66 @@ def test_the_table_serves_imports_of_types_that_publish_one(consumer):
     # devbuf consumes its own table when it imports an object whose type publishes one.
     source = devbuf.alloc(8, device="host")
     assert devbuf.asarray(source).ptr == source.ptr
+
+
+OWNERS = {
+    "devbuf allocation": lambda: devbuf.alloc(64, device="host"),
+    "imported NumPy array": lambda: devbuf.asarray(np.arange(8.0)),
+    "imported bytes (buffer protocol)": lambda: devbuf.asarray(bytearray(b"x" * 64)),
+}
+
+
+@pytest.mark.parametrize("owner", list(OWNERS))
+def test_deleters_run_without_the_gil_on_another_thread(consumer, owner):
+    array = OWNERS[owner]()
+    capsule = array.__dlpack__(max_version=(1, 0))
+    consumer.delete_without_gil(capsule)
+    del array, capsule
+    gc.collect()
+
+
+def test_deleters_release_the_producer_from_another_thread(consumer):
+    source = np.arange(8.0)
+    alive = weakref.ref(source)
+    capsule = devbuf.asarray(source).__dlpack__(max_version=(1, 0))
+    del source
+    gc.collect()
+    consumer.delete_without_gil(capsule)
+    del capsule
+    gc.collect()
+    # The owner's reference was released without the GIL (deferred to the next time it is held).
+    devbuf.alloc(1, device="host")
+    gc.collect()
+    assert alive() is None
+
+
+def test_deleters_run_after_interpreter_shutdown():
+    import pathlib
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
+        import numpy as np
+        import devbuf
+        from consumer import load
+        consumer = load()
+        keep = []
+        for make in (
+            lambda: devbuf.alloc(64, device="host"),
+            lambda: devbuf.asarray(np.arange(8.0)),
+            lambda: devbuf.asarray(bytearray(64)),
+        ):
+            capsule = make().__dlpack__(max_version=(1, 0))
+            consumer.delete_at_exit(capsule)
+            keep.append(capsule)
+        print("exiting")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "exiting"
+    assert "deleters ran after finalization" in done.stderr

@@ -195,3 +195,9 @@ def test_non_blocking_work_is_finished_before_another_library_reads(sycl):
     assert bytes(dm.as_usm_memory(buffer[:16]).copy_to_host()) in (b"\x04" * 16, b"\x09" * 16)
     buffer.synchronize()
     assert buffer.to_bytes()[:4] == b"\x04" * 4
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_impossible_usm_allocation_is_a_memory_error(sycl, kind):
+    with pytest.raises(MemoryError, match=kind):
+        devbuf.alloc(1 << 60, kind)
