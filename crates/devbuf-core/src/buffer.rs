@@ -123,6 +123,9 @@ struct Allocation {
     /// At most one entry per queue: queues are in order, so a queue's latest event covers its
     /// earlier work.
     pending: Pending,
+    /// Whether the memory was handed to another library (DLPack, CAI, SUAI), whose work on it is
+    /// not ordered with ours.
+    exported: AtomicBool,
 }
 
 impl Drop for Allocation {
@@ -130,6 +133,11 @@ impl Drop for Allocation {
         let pending = std::mem::take(self.pending.list.get_mut());
         match &mut self.release {
             Release::Queue { size, align } => {
+                // Other libraries' work on exported memory is ordered with nothing of ours: wait
+                // for the whole device before the queue may hand the memory out again.
+                if *self.exported.get_mut() {
+                    let _ = self.queue.wait_device();
+                }
                 // The queue releases memory after its own work; other queues' work must come first.
                 for work in pending
                     .iter()
@@ -220,6 +228,7 @@ impl Buffer {
                 queue: Arc::clone(queue),
                 release: Release::Queue { size, align },
                 pending: Pending::default(),
+                exported: AtomicBool::new(false),
             }),
             offset: 0,
             len: nbytes,
@@ -246,6 +255,7 @@ impl Buffer {
                 queue,
                 release: Release::Foreign(Mutex::new(Some(owner))),
                 pending: Pending::default(),
+                exported: AtomicBool::new(false),
             }),
             offset: 0,
             len,
@@ -493,6 +503,12 @@ impl Buffer {
         }
     }
 
+    /// Records that the memory was handed to another library, whose work on it devbuf cannot see:
+    /// when devbuf frees it, it first waits for all work on the device ([`Queue::wait_device`]).
+    pub fn mark_exported(&self) {
+        self.alloc.exported.store(true, Ordering::Relaxed);
+    }
+
     /// Whether work devbuf recorded on this allocation may still be running.
     pub fn has_pending_work(&self) -> bool {
         !self.alloc.pending.is_empty()
@@ -599,6 +615,7 @@ mod tests {
         /// Labels of the events this queue was told to wait for.
         waited_for: Mutex<Vec<String>>,
         event_waits: Arc<AtomicUsize>,
+        device_waits: AtomicUsize,
     }
 
     impl DeferredQueue {
@@ -609,6 +626,7 @@ mod tests {
                 recorded: Mutex::new(Vec::new()),
                 waited_for: Mutex::new(Vec::new()),
                 event_waits: Arc::new(AtomicUsize::new(0)),
+                device_waits: AtomicUsize::new(0),
             })
         }
     }
@@ -640,6 +658,10 @@ mod tests {
                 done.store(true, Ordering::SeqCst);
             }
             Ok(())
+        }
+        fn wait_device(&self) -> Result<()> {
+            self.device_waits.fetch_add(1, Ordering::SeqCst);
+            self.wait()
         }
         fn record_event(&self) -> Result<Event> {
             let mut recorded = self.recorded.lock();
@@ -751,5 +773,19 @@ mod tests {
         // Foreign memory has no ordered release: the host blocked on the event, then deleted.
         assert_eq!(a.event_waits.load(Ordering::SeqCst), waits_before + 1);
         assert!(deleted.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn exported_memory_is_released_only_after_the_whole_device_is_idle() {
+        let (a, qa) = deferred("a");
+        drop(Buffer::alloc(&qa, MemKind::Device, 8).unwrap());
+        assert_eq!(a.device_waits.load(Ordering::SeqCst), 0);
+        let exported = Buffer::alloc(&qa, MemKind::Device, 8).unwrap();
+        let view = exported.slice(0..4).unwrap();
+        view.mark_exported();
+        drop(exported);
+        assert_eq!(a.device_waits.load(Ordering::SeqCst), 0);
+        drop(view);
+        assert_eq!(a.device_waits.load(Ordering::SeqCst), 1);
     }
 }

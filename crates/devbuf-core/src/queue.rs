@@ -63,6 +63,14 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// Blocks the calling thread until all work enqueued so far has completed.
     fn wait(&self) -> Result<()>;
 
+    /// Blocks until all work on this queue's device and context has completed, whichever library
+    /// enqueued it (foreign streams included, where the runtime can tell). Memory that was handed
+    /// to other libraries is only released after this, since their work on it is not ordered with
+    /// ours. Defaults to [`Queue::wait`].
+    fn wait_device(&self) -> Result<()> {
+        self.wait()
+    }
+
     /// Records an event that completes when all work enqueued so far has completed.
     fn record_event(&self) -> Result<Event>;
 

@@ -61,6 +61,13 @@ impl PrimaryContext {
     pub fn enter(&self) -> Result<Current, DriverError> {
         enter(self.raw)
     }
+
+    /// Blocks until all work in this context, on every stream of every library, has completed.
+    pub fn synchronize(&self) -> Result<(), DriverError> {
+        let _current = self.enter()?;
+        // SAFETY: the context is retained and current on this thread.
+        call("cuCtxSynchronize", || unsafe { sys::cuCtxSynchronize() })
+    }
 }
 
 impl Drop for PrimaryContext {

@@ -34,6 +34,7 @@ pub(crate) const REQUIRED_ENTRY_POINTS: &[&str] = &[
     "cuCtxGetCurrent",
     "cuCtxPushCurrent_v2",
     "cuCtxPopCurrent_v2",
+    "cuCtxSynchronize",
     "cuStreamCreate",
     "cuStreamDestroy_v2",
     "cuStreamGetCtx",

@@ -344,6 +344,11 @@ impl Queue for CudaQueue {
         Ok(self.stream.synchronize()?)
     }
 
+    /// Every stream of the primary context: the one CuPy, torch and Numba use too.
+    fn wait_device(&self) -> Result<()> {
+        Ok(self.stream.context().synchronize()?)
+    }
+
     fn record_event(&self) -> Result<Event> {
         Ok(Event::new(CudaEvent::record(
             self.stream.context(),

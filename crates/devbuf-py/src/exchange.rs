@@ -106,6 +106,7 @@ unsafe extern "C" fn managed_tensor_from_py_object(
             .template
             .clone()
             .map_err(PyBufferError::new_err)?;
+        this.array.buffer().mark_exported();
         let tensor = dlpack::export::<DLManagedTensorVersioned>(
             &this.array,
             template,
@@ -132,6 +133,7 @@ unsafe extern "C" fn dltensor_from_py_object(py_object: *mut c_void, out: *mut D
             .template
             .as_ref()
             .map_err(|reason| PyBufferError::new_err(reason.clone()))?;
+        array.get().array.buffer().mark_exported();
         // SAFETY: `out` is writable (caller); the template lives as long as the array.
         template.fill(unsafe { &mut *out });
         Ok::<(), PyErr>(())

@@ -56,6 +56,7 @@ pub(crate) fn suai<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, 
     const ATTRIBUTE: &str = "__sycl_usm_array_interface__";
     let cached = this.cache.suai.get_or_try_init(py, || {
         require_backend(this, "sycl", ATTRIBUTE)?;
+        this.array.buffer().mark_exported();
         let build = || -> PyResult<Py<PyDict>> {
             let layout = this.array.layout();
             let fields = this.array.suai_fields().py()?;
@@ -78,6 +79,7 @@ pub(crate) fn cai<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, P
     const ATTRIBUTE: &str = "__cuda_array_interface__";
     let cached = this.cache.cai.get_or_try_init(py, || {
         require_backend(this, "cuda", ATTRIBUTE)?;
+        this.array.buffer().mark_exported();
         let build = || -> PyResult<Py<PyDict>> {
             let layout = this.array.layout();
             let strides = this
@@ -173,6 +175,7 @@ pub(crate) fn dlpack<'py>(
     }
     let (array, copied) = if zero_copy {
         streams::prepare_dlpack_export(py, this, prepared.cuda, target, stream)?;
+        this.array.buffer().mark_exported();
         (None, false)
     } else {
         if copy == Some(false) {
