@@ -208,7 +208,7 @@ impl PyArray {
         if self.array.readonly() {
             return Err(PyValueError::new_err("copy_from: this array is read-only"));
         }
-        let imported = crate::import::import_object(py, source, false)?;
+        let imported = crate::import::import_object(py, source, false, true)?;
         let source = imported.get().contiguous_bytes("copy_from's source")?;
         let destination = self.contiguous_bytes("copy_from")?;
         if blocking {

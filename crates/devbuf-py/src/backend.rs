@@ -6,7 +6,6 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use std::collections::VecDeque;
-use std::ffi::CStr;
 use std::sync::Arc;
 
 use devbuf::Queue;
@@ -88,15 +87,7 @@ fn queue_from_capsule(
     let capsule = capsule
         .cast::<PyCapsule>()
         .map_err(|_| PyTypeError::new_err("syclobj: _get_capsule() did not return a capsule"))?;
-    // SAFETY: a live capsule; its name is a C string or null.
-    let name = unsafe {
-        let name = ffi::PyCapsule_GetName(capsule.as_ptr());
-        if name.is_null() {
-            c""
-        } else {
-            CStr::from_ptr(name)
-        }
-    };
+    let name = crate::import::capsule_name(capsule);
     // SAFETY: a live capsule and its own name.
     let payload = unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), name.as_ptr()) };
     if payload.is_null() {

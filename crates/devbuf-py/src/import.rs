@@ -24,15 +24,18 @@ use crate::device::{PyQueue, resolve_queue, shared_queue, shared_queue_for_dlpac
 use crate::errors::IntoPyResult;
 use crate::{backend, streams};
 
-/// Imports any supported object zero-copy (or copies it when `copy`).
+/// Imports any supported object zero-copy (or copies it when `copy`). With `sync`, later work
+/// on the array's queue is ordered after the producer's stream (CAI v3, DLPack); without, the
+/// caller takes that over.
 pub(crate) fn import_object<'py>(
     py: Python<'py>,
     obj: &Bound<'py, PyAny>,
     copy: bool,
+    sync: bool,
 ) -> PyResult<Bound<'py, PyArray>> {
     let imported = match obj.cast::<PyArray>() {
         Ok(ours) => ours.clone(),
-        Err(_) => import_foreign(py, obj)?,
+        Err(_) => import_foreign(py, obj, sync)?,
     };
     if copy {
         copy_of(py, &imported, None)
@@ -84,7 +87,11 @@ type TypeProtocols = Mutex<Vec<(Py<PyType>, Protocol)>>;
 static TYPE_PROTOCOLS: PyOnceLock<TypeProtocols> = PyOnceLock::new();
 const TYPE_CACHE_SIZE: usize = 32;
 
-fn import_foreign<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyArray>> {
+fn import_foreign<'py>(
+    py: Python<'py>,
+    obj: &Bound<'py, PyAny>,
+    sync: bool,
+) -> PyResult<Bound<'py, PyArray>> {
     if let Ok(capsule) = obj.cast::<PyCapsule>() {
         return import_capsule(py, capsule, None);
     }
@@ -96,7 +103,7 @@ fn import_foreign<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bou
         .find(|(known, _)| known.is(&ty))
         .map(|&(_, protocol)| protocol);
     if let Some(protocol) = hint
-        && let Some(array) = import_through(py, obj, protocol)?
+        && let Some(array) = import_through(py, obj, protocol, sync)?
     {
         return Ok(array);
     }
@@ -104,7 +111,7 @@ fn import_foreign<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bou
     // through another; every other error is the user's to see.
     let mut unexportable = None;
     for protocol in PROTOCOLS.into_iter().filter(|&p| Some(p) != hint) {
-        match import_through(py, obj, protocol) {
+        match import_through(py, obj, protocol, sync) {
             Ok(Some(array)) => {
                 let mut cache = cache.lock();
                 cache.retain(|(known, _)| !known.is(&ty));
@@ -135,15 +142,16 @@ fn import_through<'py>(
     py: Python<'py>,
     obj: &Bound<'py, PyAny>,
     protocol: Protocol,
+    sync: bool,
 ) -> PyResult<Option<Bound<'py, PyArray>>> {
     match protocol {
-        Protocol::Dlpack => import_dlpack(py, obj),
+        Protocol::Dlpack => import_dlpack(py, obj, sync),
         Protocol::Suai => match obj.getattr_opt(intern!(py, "__sycl_usm_array_interface__"))? {
             Some(dict) => import_suai(py, obj, &dict).map(Some),
             None => Ok(None),
         },
         Protocol::Cai => match obj.getattr_opt(intern!(py, "__cuda_array_interface__"))? {
-            Some(dict) => import_cai(py, obj, &dict).map(Some),
+            Some(dict) => import_cai(py, obj, &dict, sync).map(Some),
             None => Ok(None),
         },
         // SAFETY: `obj` is a live object.
@@ -155,10 +163,11 @@ fn import_through<'py>(
 }
 
 /// DLPack through the producer type's C exchange table, else `__dlpack__`. `None` when the object
-/// speaks no DLPack.
+/// speaks no DLPack. With `sync`, our queue's later work is ordered after the producer's stream.
 fn import_dlpack<'py>(
     py: Python<'py>,
     obj: &Bound<'py, PyAny>,
+    sync: bool,
 ) -> PyResult<Option<Bound<'py, PyArray>>> {
     if let Some(api) = exchange_api_of(py, obj)? {
         let mut tensor: *mut DLManagedTensorVersioned = std::ptr::null_mut();
@@ -172,17 +181,18 @@ fn import_dlpack<'py>(
             Some(tensor) if status == 0 => tensor,
             _ => return Err(PyErr::fetch(py)),
         };
-        // The no-sync export leaves ordering to us: order after the producer's current stream.
         // SAFETY: we own the tensor; it is alive.
         let device = unsafe { tensor.as_ref().dl_tensor.device };
-        let queue = shared_queue_for_dlpack(py, device)?;
-        if let Some(current_work_stream) = api.current_work_stream {
-            streams::order_after_producer(py, &queue, |stream_out| {
+        // Deletes the tensor if it cannot be imported.
+        let array = import_managed(py, ManagedTensor::Versioned(tensor), None, None)?;
+        // The no-sync export leaves ordering to us: order after the producer's current stream.
+        if sync && let Some(current_work_stream) = api.current_work_stream {
+            streams::order_after_producer(py, &array.get().queue, |stream_out| {
                 // SAFETY: the producer's table; `stream_out` is a valid out-pointer.
                 unsafe { current_work_stream(device.device_type, device.device_id, stream_out) }
             })?;
         }
-        return import_managed(py, ManagedTensor::Versioned(tensor), None, Some(queue)).map(Some);
+        return Ok(Some(array));
     }
     let Some(dlpack) = obj.getattr_opt(intern!(py, "__dlpack__"))? else {
         return Ok(None);
@@ -197,9 +207,11 @@ fn import_dlpack<'py>(
         }
         None => None,
     };
+    // Our stream, which the producer makes wait for its work; -1 (no ordering) without `sync`.
     let stream = queue
         .as_ref()
-        .and_then(|queue| streams::consumer_stream_argument(queue.get()));
+        .and_then(|queue| streams::consumer_stream_argument(queue.get()))
+        .map(|stream| if sync { stream as i64 } else { -1 });
     let kwargs = PyDict::new(py);
     kwargs.set_item(intern!(py, "stream"), stream)?;
     kwargs.set_item(intern!(py, "max_version"), (1, 3))?;
@@ -254,15 +266,7 @@ pub(crate) fn import_capsule<'py>(
     capsule: &Bound<'py, PyCapsule>,
     queue: Option<Py<PyQueue>>,
 ) -> PyResult<Bound<'py, PyArray>> {
-    // SAFETY: a live capsule; its name is a C string or null.
-    let name = unsafe {
-        let name = ffi::PyCapsule_GetName(capsule.as_ptr());
-        if name.is_null() {
-            c""
-        } else {
-            CStr::from_ptr(name)
-        }
-    };
+    let name = capsule_name(capsule);
     // SAFETY: the capsule's name says what its pointer is.
     let (tensor, used_name) = unsafe {
         match name.to_bytes() {
@@ -290,6 +294,20 @@ pub(crate) fn import_capsule<'py>(
         }
     };
     import_managed(py, tensor, Some((capsule, used_name)), queue)
+}
+
+/// A capsule's name ("" when it has none). The name lives as long as the capsule keeps it.
+pub(crate) fn capsule_name<'a>(capsule: &'a Bound<'_, PyCapsule>) -> &'a CStr {
+    // SAFETY: a live capsule; its name is a C string or null, owned by whoever named it for at
+    // least as long as the capsule has that name, which outlives the borrow of `capsule`.
+    unsafe {
+        let name = ffi::PyCapsule_GetName(capsule.as_ptr());
+        if name.is_null() {
+            c""
+        } else {
+            CStr::from_ptr(name)
+        }
+    }
 }
 
 /// # Safety
@@ -502,6 +520,7 @@ fn import_cai<'py>(
     py: Python<'py>,
     obj: &Bound<'py, PyAny>,
     dict: &Bound<'py, PyAny>,
+    sync: bool,
 ) -> PyResult<Bound<'py, PyArray>> {
     let (mut parsed, with_data) = read_interface_dict(dict, "__cuda_array_interface__")?;
     let dict = with_data
@@ -519,7 +538,7 @@ fn import_cai<'py>(
     };
     let foreign = interface::import_cai(&parsed).py()?;
     let queue = backend::queue_for_cuda_pointer(py, foreign.base)?;
-    streams::order_after_cai_stream(py, &queue, stream)?;
+    streams::order_after_cai_stream(py, &queue, stream, sync)?;
     wrap_foreign(
         py,
         foreign,
@@ -595,18 +614,21 @@ fn import_buffer_protocol<'py>(
     wrap_foreign(py, foreign, queue, Owner::keep_alive(held), "data")
 }
 
-/// `devbuf.asarray(obj, copy=False, device=None)`: a devbuf Array viewing `obj`'s memory
-/// (DLPack, SUAI, CAI or the buffer protocol), zero-copy unless `copy` is true or `device` names
-/// another device, in which case the data is copied there.
+/// `devbuf.asarray(obj, copy=False, device=None, sync=True)`: a devbuf Array viewing `obj`'s
+/// memory (DLPack, SUAI, CAI or the buffer protocol), zero-copy unless `copy` is true or `device`
+/// names another device, in which case the data is copied there. `sync=False` skips ordering our
+/// later work after the producer's stream (CAI v3's consumer opt-out; also
+/// `DEVBUF_CUDA_ARRAY_INTERFACE_SYNC=0` for the process).
 #[pyfunction]
-#[pyo3(signature = (obj, copy = false, device = None))]
+#[pyo3(signature = (obj, copy = false, device = None, sync = true))]
 pub fn asarray<'py>(
     py: Python<'py>,
     obj: &Bound<'py, PyAny>,
     copy: bool,
     device: Option<&Bound<'py, PyAny>>,
+    sync: bool,
 ) -> PyResult<Bound<'py, PyArray>> {
-    let array = import_object(py, obj, false)?;
+    let array = import_object(py, obj, false, sync)?;
     match device {
         Some(device) => {
             let queue = resolve_queue(py, Some(device))?;
@@ -635,7 +657,7 @@ pub fn from_dlpack<'py>(
         Ok(capsule) => import_capsule(py, capsule, None)?,
         Err(_) => match x.cast::<PyArray>() {
             Ok(ours) => ours.clone(),
-            Err(_) => import_dlpack(py, x)?.ok_or_else(|| {
+            Err(_) => import_dlpack(py, x, true)?.ok_or_else(|| {
                 PyTypeError::new_err("from_dlpack: the object has no __dlpack__ method")
             })?,
         },

@@ -133,15 +133,23 @@ pub(crate) fn order_after_producer(
     }
     // A NULL current stream is the legacy default stream, which the protocols call 1.
     let stream = if stream.is_null() { 1 } else { stream as i64 };
-    order_after_cai_stream(py, queue, Some(stream))
+    order_after_cai_stream(py, queue, Some(stream), true)
 }
 
-/// CAI v3's consumer rule: when the producer names a stream, later work on `queue` waits for it.
+/// CAI v3's consumer rule: when the producer names a stream, later work on `queue` waits for it
+/// (an event on the producer's stream, waited on by ours: no host block), unless `sync` is off
+/// or `DEVBUF_CUDA_ARRAY_INTERFACE_SYNC=0` turned it off. 0 is refused either way.
 pub(crate) fn order_after_cai_stream(
     py: Python<'_>,
     queue: &Py<PyQueue>,
     stream: Option<i64>,
+    sync: bool,
 ) -> PyResult<()> {
-    let _ = (py, queue, stream);
-    Ok(())
+    match backend::cuda_queue(&queue.get().queue) {
+        // SAFETY: a CAI producer's `stream` names one of its live CUDA streams (CAI v3's contract).
+        Some(cuda) if sync => py.detach(|| unsafe { cuda.sync_cai_import(stream) }).py(),
+        _ => devbuf::cuda::protocol::decode_cai_stream(stream)
+            .map(drop)
+            .py(),
+    }
 }
