@@ -2,7 +2,7 @@
 //! [`Queue`] over USM.
 
 use std::any::Any;
-use std::ffi::{c_int, c_void};
+use std::ffi::{CStr, c_int, c_void};
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -246,18 +246,8 @@ impl SyclQueue {
         let api = self.runtime().api();
         let delete = *api.DPCTLContext_Delete.as_ref().ok()?;
         // SAFETY: the context is live; Copy returns a new handle, or null.
-        let copy = NonNull::new(unsafe { api.DPCTLContext_Copy(self.context.as_ptr()) })?;
-        Some(ExportedHandle {
-            name: c"SyclContextRef",
-            ptr: copy.cast(),
-            // SAFETY: same ABI (one pointer argument, no result); the library is never unloaded.
-            destroy: unsafe {
-                std::mem::transmute::<
-                    unsafe extern "C" fn(sys::DPCTLSyclContextRef),
-                    unsafe extern "C" fn(*mut c_void),
-                >(delete)
-            },
-        })
+        let copy = unsafe { api.DPCTLContext_Copy(self.context.as_ptr()) };
+        owned_handle(c"SyclContextRef", copy, delete)
     }
 
     fn barrier(&self) -> Result<RawEvent> {
@@ -497,18 +487,8 @@ impl Queue for SyclQueue {
         let api = self.runtime().api();
         let delete = *api.DPCTLQueue_Delete.as_ref().ok()?;
         // SAFETY: the queue is live; Copy returns a new handle, or null.
-        let copy = NonNull::new(unsafe { api.DPCTLQueue_Copy(self.queue.as_ptr()) })?;
-        Some(ExportedHandle {
-            name: c"SyclQueueRef",
-            ptr: copy.cast(),
-            // SAFETY: same ABI (one pointer argument, no result); the library is never unloaded.
-            destroy: unsafe {
-                std::mem::transmute::<
-                    unsafe extern "C" fn(sys::DPCTLSyclQueueRef),
-                    unsafe extern "C" fn(*mut c_void),
-                >(delete)
-            },
-        })
+        let copy = unsafe { api.DPCTLQueue_Copy(self.queue.as_ptr()) };
+        owned_handle(c"SyclQueueRef", copy, delete)
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -564,4 +544,23 @@ impl QueueEvent for SyclEvent {
     fn as_any(&self) -> &dyn Any {
         self
     }
+}
+
+/// A handle we own (a fresh copy, or null when the copy failed) given away as `name`, released
+/// with the C API's `delete` for its type.
+fn owned_handle<T>(
+    name: &'static CStr,
+    handle: *mut T,
+    delete: unsafe extern "C" fn(*mut T),
+) -> Option<ExportedHandle> {
+    Some(ExportedHandle {
+        name,
+        ptr: NonNull::new(handle)?.cast(),
+        // SAFETY: same ABI (one pointer argument, no result); the library is never unloaded.
+        destroy: unsafe {
+            std::mem::transmute::<unsafe extern "C" fn(*mut T), unsafe extern "C" fn(*mut c_void)>(
+                delete,
+            )
+        },
+    })
 }
