@@ -91,25 +91,26 @@ def dpctl_check(label):
     return "pass", ""
 
 
-def _cuda_device(label):
+def _cuda_setup(label, library):
+    """For a CUDA row: the library and a device buffer holding PATTERN, or a skip reason."""
     if not label.startswith("cuda"):
-        return None, "not CUDA memory"
+        return None, None, "not CUDA memory"
     device = _device(label)
     if device is None or not device.usable:
-        return None, _unusable(label)
-    return device, ""
+        return None, None, _unusable(label)
+    module, why = _library(library)
+    if module is None:
+        return None, None, why
+    buffer = devbuf.alloc(len(PATTERN), "device", device=label)
+    buffer.copy_from(PATTERN)
+    return module, buffer, ""
 
 
 def numba_check(label):
-    device, why = _cuda_device(label)
-    if device is None:
-        return "skip", why
-    numba_cuda, why = _library("numba.cuda")
+    numba_cuda, buffer, why = _cuda_setup(label, "numba.cuda")
     if numba_cuda is None:
         return "skip", why
     np = importlib.import_module("numpy")
-    buffer = devbuf.alloc(len(PATTERN), "device", device=label)
-    buffer.copy_from(PATTERN)
     theirs = numba_cuda.as_cuda_array(buffer)
     _expect(theirs.__cuda_array_interface__["data"][0] == buffer.ptr, "Numba copied device memory")
     _expect(theirs.copy_to_host().tobytes() == PATTERN, "Numba read different bytes")
@@ -120,14 +121,9 @@ def numba_check(label):
 
 
 def cupy_check(label):
-    device, why = _cuda_device(label)
-    if device is None:
-        return "skip", why
-    cupy, why = _library("cupy")
+    cupy, buffer, why = _cuda_setup(label, "cupy")
     if cupy is None:
         return "skip", why
-    buffer = devbuf.alloc(len(PATTERN), "device", device=label)
-    buffer.copy_from(PATTERN)
     theirs = cupy.asarray(buffer)
     _expect(theirs.data.ptr == buffer.ptr, "CuPy copied device memory")
     _expect(cupy.asnumpy(theirs).tobytes() == PATTERN, "CuPy read different bytes")
@@ -139,18 +135,13 @@ def cupy_check(label):
 
 
 def torch_check(label):
-    device, why = _cuda_device(label)
-    if device is None:
-        return "skip", why
-    torch, why = _library("torch")
+    torch, buffer, why = _cuda_setup(label, "torch")
     if torch is None:
         return "skip", why
-    buffer = devbuf.alloc(len(PATTERN), "device", device=label)
-    buffer.copy_from(PATTERN)
     theirs = torch.from_dlpack(buffer)
     _expect(theirs.data_ptr() == buffer.ptr and theirs.is_cuda, "torch copied device memory")
     _expect(bytes(theirs.cpu().numpy().tobytes()) == PATTERN, "torch read different bytes")
-    mine = torch.arange(32, dtype=torch.float32, device=f"cuda:{device.index}")
+    mine = torch.arange(32, dtype=torch.float32, device=buffer.device.selector)
     imported = devbuf.asarray(mine)
     _expect(imported.ptr == mine.data_ptr(), "import of torch memory copied it")
     _expect(imported.to_bytes() == mine.cpu().numpy().tobytes(), "import of torch memory")
