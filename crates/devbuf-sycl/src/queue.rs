@@ -274,13 +274,22 @@ impl SyclQueue {
         }
     }
 
-    /// Records the event of a command just enqueued (null: the runtime refused it).
-    fn enqueued(&self, event: sys::DPCTLSyclEventRef, operation: &'static str) -> Result<()> {
+    /// Enqueues a command with `enqueue` (which returns its event, null when the runtime refused
+    /// it) and records it as the last. The lock is held across the enqueue: were it taken after,
+    /// two threads could record their events in the opposite order to the queue's, and a wait on
+    /// `last` would return while the other command still runs (freeing memory it writes).
+    fn submit(
+        &self,
+        operation: &'static str,
+        enqueue: impl FnOnce(sys::DPCTLSyclQueueRef) -> sys::DPCTLSyclEventRef,
+    ) -> Result<()> {
+        let mut last = self.last.lock();
+        let event = enqueue(self.queue.as_ptr());
         // SAFETY: `event` is null or an event we own.
         let event = unsafe { RawEvent::from_raw(self.runtime(), event) }.ok_or_else(|| {
             Error::runtime(SYCL, operation, "the SYCL runtime refused the command")
         })?;
-        *self.last.lock() = Some(Arc::new(event));
+        *last = Some(Arc::new(event));
         Ok(())
     }
 }
@@ -394,13 +403,11 @@ impl Queue for SyclQueue {
             unsafe { std::ptr::copy(src, dst, len) };
             return Ok(());
         }
-        // SAFETY: the caller guarantees both ranges; the call catches the runtime's exceptions.
-        let event = unsafe {
-            self.runtime()
-                .api()
-                .DPCTLQueue_Memcpy(self.queue.as_ptr(), dst.cast(), src.cast(), len)
-        };
-        self.enqueued(event, "DPCTLQueue_Memcpy")
+        let api = self.runtime().api();
+        self.submit("DPCTLQueue_Memcpy", |queue| {
+            // SAFETY: the caller guarantees both ranges; the call catches the runtime's exceptions.
+            unsafe { api.DPCTLQueue_Memcpy(queue, dst.cast(), src.cast(), len) }
+        })
     }
 
     unsafe fn fill(&self, dst: *mut u8, byte: u8, len: usize) -> Result<()> {
@@ -412,13 +419,11 @@ impl Queue for SyclQueue {
             unsafe { std::ptr::write_bytes(dst, byte, len) };
             return Ok(());
         }
-        // SAFETY: the caller guarantees the range; the call catches the runtime's exceptions.
-        let event = unsafe {
-            self.runtime()
-                .api()
-                .DPCTLQueue_Memset(self.queue.as_ptr(), dst.cast(), byte, len)
-        };
-        self.enqueued(event, "DPCTLQueue_Memset")
+        let api = self.runtime().api();
+        self.submit("DPCTLQueue_Memset", |queue| {
+            // SAFETY: the caller guarantees the range; the call catches the runtime's exceptions.
+            unsafe { api.DPCTLQueue_Memset(queue, dst.cast(), byte, len) }
+        })
     }
 
     fn wait(&self) -> Result<()> {
@@ -454,16 +459,18 @@ impl Queue for SyclQueue {
             Some(sycl) if Arc::ptr_eq(&sycl.recorded_by, &self.identity) => Ok(()),
             Some(sycl) if std::ptr::eq(sycl.event.rt, self.runtime()) => {
                 let dependencies = [sycl.event.as_ptr()];
-                // SAFETY: the queue and the event are live; the call catches the runtime's
-                // exceptions and returns the barrier's event, which we own.
-                let barrier = unsafe {
-                    self.runtime().api().DPCTLQueue_SubmitBarrierForEvents(
-                        self.queue.as_ptr(),
-                        dependencies.as_ptr(),
-                        dependencies.len(),
-                    )
-                };
-                self.enqueued(barrier, "DPCTLQueue_SubmitBarrierForEvents")
+                let api = self.runtime().api();
+                self.submit("DPCTLQueue_SubmitBarrierForEvents", |queue| {
+                    // SAFETY: the queue and the event are live; the call catches the runtime's
+                    // exceptions and returns the barrier's event, which we own.
+                    unsafe {
+                        api.DPCTLQueue_SubmitBarrierForEvents(
+                            queue,
+                            dependencies.as_ptr(),
+                            dependencies.len(),
+                        )
+                    }
+                })
             }
             // Another runtime's event: the host waits for it.
             _ => event.wait(),
