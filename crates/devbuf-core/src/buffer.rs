@@ -15,6 +15,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
+use smallvec::SmallVec;
 
 use crate::{DeviceInfo, Error, Event, MemKind, Queue, Result};
 
@@ -375,10 +376,7 @@ impl Buffer {
             // allocations record the work and outlive it (Allocation::drop waits for it).
             unsafe { queue.copy(self.ptr(), src.ptr(), self.len)? };
         }
-        let event = queue.record_event()?;
-        self.record_work(queue, event.clone());
-        src.record_work(queue, event.clone());
-        Ok(event)
+        record_enqueued(queue, &[self, src])
     }
 
     /// Copies `src` (host memory, same length) into this view and waits for the copy.
@@ -445,22 +443,13 @@ impl Buffer {
             // SAFETY: the view is in range; the allocation records the work and outlives it.
             unsafe { queue.fill(self.ptr(), byte, self.len)? };
         }
-        let event = queue.record_event()?;
-        self.record_work(queue, event.clone());
-        Ok(event)
+        record_enqueued(queue, &[self])
     }
 
     /// Records that work on this allocation was enqueued on `queue` and completes with `event`
     /// (for work devbuf did not enqueue itself, e.g. a consumer's kernel).
     pub fn record_work(&self, queue: &Arc<dyn Queue>, event: Event) {
-        let mut pending = self.alloc.pending.lock();
-        match pending.iter_mut().find(|w| Arc::ptr_eq(&w.queue, queue)) {
-            Some(work) => work.event = event,
-            None => pending.push(PendingWork {
-                queue: Arc::clone(queue),
-                event,
-            }),
-        }
+        set_latest(&mut self.alloc.pending.lock(), queue, event);
     }
 
     /// Makes work enqueued on `queue` from now on wait for pending work on this allocation from
@@ -536,19 +525,49 @@ impl Buffer {
         Ok(())
     }
 
-    /// Waits for `queue` and forgets its (now complete) work on this and `others`' allocations.
+    /// Waits for `queue` and forgets its completed work on this and `others`' allocations (work
+    /// another thread enqueued after the wait stays recorded).
     fn finish_on(&self, queue: &Arc<dyn Queue>, others: &[&Buffer]) -> Result<()> {
         queue.wait()?;
         for buffer in std::iter::once(self).chain(others.iter().copied()) {
             if !buffer.alloc.pending.is_empty() {
-                buffer
-                    .alloc
-                    .pending
-                    .lock()
-                    .retain(|w| !Arc::ptr_eq(&w.queue, queue));
+                buffer.alloc.pending.lock().retain(|w| {
+                    !Arc::ptr_eq(&w.queue, queue) || !w.event.is_complete().unwrap_or(false)
+                });
             }
         }
         Ok(())
+    }
+}
+
+/// Records work just enqueued on `queue` on the allocations of `buffers`, and returns its event.
+/// The event is recorded while every allocation's pending list is locked (in address order, so
+/// threads never deadlock): a thread that enqueued later records later, and never replaces a
+/// queue's latest event by an earlier one.
+fn record_enqueued(queue: &Arc<dyn Queue>, buffers: &[&Buffer]) -> Result<Event> {
+    let mut allocations: SmallVec<[&Allocation; 2]> =
+        buffers.iter().map(|buffer| &*buffer.alloc).collect();
+    allocations.sort_by_key(|alloc| *alloc as *const Allocation as usize);
+    allocations.dedup_by(|a, b| std::ptr::eq(*a, *b));
+    let mut guards: SmallVec<[PendingGuard<'_>; 2]> = allocations
+        .iter()
+        .map(|alloc| alloc.pending.lock())
+        .collect();
+    let event = queue.record_event()?;
+    for pending in &mut guards {
+        set_latest(pending, queue, event.clone());
+    }
+    Ok(event)
+}
+
+/// Makes `event` the latest work of `queue` in an allocation's pending list.
+fn set_latest(pending: &mut Vec<PendingWork>, queue: &Arc<dyn Queue>, event: Event) {
+    match pending.iter_mut().find(|w| Arc::ptr_eq(&w.queue, queue)) {
+        Some(work) => work.event = event,
+        None => pending.push(PendingWork {
+            queue: Arc::clone(queue),
+            event,
+        }),
     }
 }
 
