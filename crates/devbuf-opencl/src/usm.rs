@@ -1,0 +1,121 @@
+//! The `cl_intel_unified_shared_memory` entry points, fetched from the platform.
+//!
+//! opencl3 0.12.4 / cl3 0.13.2 wrap these, but their wrappers look the functions up in the ICD
+//! loader, which does not export extension functions (every call fails with
+//! DLOPEN_FUNCTION_NOT_AVAILABLE), and the allocation wrappers drop the returned pointer. The
+//! extension's own way is `clGetExtensionFunctionAddressForPlatform`, which is what this does.
+
+use std::ffi::{CStr, c_void};
+
+use opencl3::types::{cl_bool, cl_command_queue, cl_context, cl_device_id, cl_event, cl_int};
+use opencl3::types::{cl_platform_id, cl_uint, cl_ulong};
+
+/// `cl_mem_info_intel`: the type of a USM allocation.
+pub const CL_MEM_ALLOC_TYPE_INTEL: cl_uint = 0x419A;
+/// Values of [`CL_MEM_ALLOC_TYPE_INTEL`].
+pub const CL_MEM_TYPE_HOST_INTEL: cl_uint = 0x4197;
+pub const CL_MEM_TYPE_DEVICE_INTEL: cl_uint = 0x4198;
+pub const CL_MEM_TYPE_SHARED_INTEL: cl_uint = 0x4199;
+/// `cl_device_info`: the device's USM capabilities, one query per kind (0: not supported).
+pub const CL_DEVICE_HOST_MEM_CAPABILITIES_INTEL: cl_uint = 0x4190;
+pub const CL_DEVICE_DEVICE_MEM_CAPABILITIES_INTEL: cl_uint = 0x4191;
+pub const CL_DEVICE_SINGLE_DEVICE_SHARED_MEM_CAPABILITIES_INTEL: cl_uint = 0x4192;
+
+type HostAlloc =
+    unsafe extern "C" fn(cl_context, *const cl_ulong, usize, cl_uint, *mut cl_int) -> *mut c_void;
+type DeviceAlloc = unsafe extern "C" fn(
+    cl_context,
+    cl_device_id,
+    *const cl_ulong,
+    usize,
+    cl_uint,
+    *mut cl_int,
+) -> *mut c_void;
+type BlockingFree = unsafe extern "C" fn(cl_context, *mut c_void) -> cl_int;
+type GetAllocInfo = unsafe extern "C" fn(
+    cl_context,
+    *const c_void,
+    cl_uint,
+    usize,
+    *mut c_void,
+    *mut usize,
+) -> cl_int;
+type EnqueueFill = unsafe extern "C" fn(
+    cl_command_queue,
+    *mut c_void,
+    *const c_void,
+    usize,
+    usize,
+    cl_uint,
+    *const cl_event,
+    *mut cl_event,
+) -> cl_int;
+type EnqueueCopy = unsafe extern "C" fn(
+    cl_command_queue,
+    cl_bool,
+    *mut c_void,
+    *const c_void,
+    usize,
+    cl_uint,
+    *const cl_event,
+    *mut cl_event,
+) -> cl_int;
+
+/// One platform's USM functions.
+#[derive(Debug, Clone, Copy)]
+pub struct UsmApi {
+    pub host_alloc: HostAlloc,
+    pub device_alloc: DeviceAlloc,
+    pub shared_alloc: DeviceAlloc,
+    pub blocking_free: BlockingFree,
+    pub get_alloc_info: GetAllocInfo,
+    pub enqueue_fill: EnqueueFill,
+    pub enqueue_copy: EnqueueCopy,
+}
+
+impl UsmApi {
+    /// The functions of `platform`, or the name of the first one the platform does not give.
+    pub fn load(platform: cl_platform_id) -> Result<UsmApi, String> {
+        let runtime = cl3::load_library()
+            .as_ref()
+            .map_err(|err| format!("libOpenCL could not be loaded: {err}"))?;
+        let fetch = |name: &CStr| -> Result<*mut c_void, String> {
+            runtime
+                .clGetExtensionFunctionAddressForPlatform(platform, name.as_ptr())
+                .filter(|address| !address.is_null())
+                .ok_or_else(|| {
+                    format!(
+                        "clGetExtensionFunctionAddressForPlatform gave no {}",
+                        name.to_string_lossy()
+                    )
+                })
+        };
+        // SAFETY: each address is the platform's entry point of that name, whose C signature
+        // (from the extension's specification, cl_ext.h) is the one it is cast to.
+        unsafe {
+            Ok(UsmApi {
+                host_alloc: std::mem::transmute::<*mut c_void, HostAlloc>(fetch(
+                    c"clHostMemAllocINTEL",
+                )?),
+                device_alloc: std::mem::transmute::<*mut c_void, DeviceAlloc>(fetch(
+                    c"clDeviceMemAllocINTEL",
+                )?),
+                shared_alloc: std::mem::transmute::<*mut c_void, DeviceAlloc>(fetch(
+                    c"clSharedMemAllocINTEL",
+                )?),
+                blocking_free: std::mem::transmute::<*mut c_void, BlockingFree>(fetch(
+                    c"clMemBlockingFreeINTEL",
+                )?),
+                get_alloc_info: std::mem::transmute::<*mut c_void, GetAllocInfo>(fetch(
+                    c"clGetMemAllocInfoINTEL",
+                )?),
+                enqueue_fill: std::mem::transmute::<*mut c_void, EnqueueFill>(fetch(
+                    c"clEnqueueMemFillINTEL",
+                )?),
+                enqueue_copy: std::mem::transmute::<*mut c_void, EnqueueCopy>(fetch(
+                    c"clEnqueueMemcpyINTEL",
+                )?),
+            })
+        }
+    }
+}
