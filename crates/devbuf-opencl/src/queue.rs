@@ -130,7 +130,11 @@ impl OpenClQueue {
         let event = enqueue(&self.queue)
             .map_err(|code| Error::runtime(OPENCL, operation, error_text(code)))?;
         *last = Some(Arc::new(event));
-        Ok(())
+        // Submit now: an event polled with `is_complete` (not waited on, which flushes) would
+        // otherwise never complete.
+        self.queue
+            .flush()
+            .map_err(|err| Error::runtime(OPENCL, "clFlush", err.to_string()))
     }
 
     /// Whether `ptr` lies in memory this queue allocated.

@@ -7,6 +7,8 @@ use std::sync::{Arc, OnceLock};
 pub use devbuf_core::*;
 #[cfg(feature = "cuda")]
 pub use devbuf_cuda as cuda;
+#[cfg(feature = "opencl")]
+pub use devbuf_opencl as opencl;
 #[cfg(feature = "sycl")]
 pub use devbuf_sycl as sycl;
 
@@ -21,6 +23,8 @@ pub fn backends() -> &'static [Box<dyn Backend>] {
         backends.push(Box::new(devbuf_sycl::SyclBackend::new()));
         #[cfg(feature = "cuda")]
         backends.push(Box::new(devbuf_cuda::CudaBackend));
+        #[cfg(feature = "opencl")]
+        backends.push(Box::new(devbuf_opencl::OpenClBackend));
         backends.push(Box::new(HostBackend));
         backends
     })
@@ -46,7 +50,7 @@ pub fn backend(name: &str) -> Result<&'static dyn Backend> {
 }
 
 /// Opens a queue from a selector: "host", "sycl", "sycl:<dpctl filter string>", "cuda", "cuda:N",
-/// or "" for the default device (see [`default_queue`]).
+/// "opencl", "opencl:P:D" (platform and device index), or "" for the default device (see [`default_queue`]).
 pub fn open(selector: &str) -> Result<Arc<dyn Queue>> {
     if selector.is_empty() {
         return default_queue();
