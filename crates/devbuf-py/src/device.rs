@@ -25,8 +25,8 @@ pub struct PyDevice {
 
 #[pymethods]
 impl PyDevice {
-    /// The device a selector names: "host", "sycl", "sycl:<filter string>", "cuda", "cuda:N", or
-    /// nothing for the default device.
+    /// The device a selector names: "host", "sycl", "sycl:<filter string>", "cuda", "cuda:N",
+    /// "opencl", "opencl:P:D", or nothing for the default device.
     #[new]
     #[pyo3(signature = (selector = None))]
     fn new(py: Python<'_>, selector: Option<&str>) -> PyResult<Py<PyDevice>> {
