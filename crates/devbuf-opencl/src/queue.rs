@@ -249,9 +249,8 @@ impl Queue for OpenClQueue {
                 });
                 match allocated {
                     Some(Ok(base)) => {
-                        let ptr = base
-                            .cast::<u8>()
-                            .wrapping_add(base.cast::<u8>().align_offset(align));
+                        let padding = (base as usize).next_multiple_of(align) - base as usize;
+                        let ptr = base.cast::<u8>().wrapping_add(padding);
                         let allocation = SvmAllocation {
                             base: base as usize,
                             len: size,
