@@ -48,3 +48,17 @@ def test_each_kind_round_trips_and_host_accessible_memory_reaches_numpy(opencl):
                     memoryview(buffer)
             else:
                 assert copy.ctypes.data == buffer.ptr
+
+
+def test_dlpack_refuses_opencl_pointers_on_every_path(opencl):
+    from consumer import load
+
+    # DLPack's kDLOpenCL data is a cl_mem handle: a USM/SVM pointer under that label would be
+    # misread, so only the CPU (for host-accessible memory) gets OpenCL memory through DLPack.
+    for device in opencl:
+        buffer = devbuf.alloc(64, "shared", device=device.selector)
+        with pytest.raises(BufferError, match="cl_mem"):
+            buffer.__dlpack__(max_version=(1, 3))
+        with pytest.raises(BufferError, match="cl_mem"):
+            load().describe(buffer)
+        assert np.from_dlpack(buffer, device="cpu").ctypes.data == buffer.ptr

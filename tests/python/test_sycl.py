@@ -201,3 +201,21 @@ def test_non_blocking_work_is_finished_before_another_library_reads(sycl):
 def test_impossible_usm_allocation_is_a_memory_error(sycl, kind):
     with pytest.raises(MemoryError, match=kind):
         devbuf.alloc(1 << 60, kind)
+
+
+def test_memory_outside_the_default_context_never_leaves_zero_copy_through_dlpack(sycl):
+    from consumer import load
+
+    device = dpctl.SyclDevice(sycl.selector.removeprefix("sycl:"))
+    # A list of devices makes a new context (a single device gives the default one).
+    own_context = dpctl.SyclContext([device])
+    theirs = dm.MemoryUSMShared(64, queue=dpctl.SyclQueue(own_context, device))
+    theirs.copy_from_host(bytes(range(64)))
+    ours = devbuf.asarray(theirs)
+    # dpctl and dpnp look DLPack pointers up in the default context: refused on every path.
+    with pytest.raises(BufferError, match="default context"):
+        ours.__dlpack__()
+    with pytest.raises(BufferError, match="default context"):
+        load().describe(ours)
+    # The host can still read shared memory, and the CPU has no context.
+    assert bytes(np.from_dlpack(ours, device="cpu")) == bytes(range(64))

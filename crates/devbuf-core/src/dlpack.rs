@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use dlpark::DlpackFlags;
 use dlpark::ffi::{
-    DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION,
-    DLPACK_MINOR_VERSION, DLPackVersion, DLTensor,
+    DLDataType, DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned,
+    DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLPackVersion, DLTensor,
 };
 use smallvec::SmallVec;
 
@@ -48,6 +48,16 @@ impl Clone for DlpackTemplate {
             ..*self
         }
     }
+}
+
+/// Why a pointer cannot be exported on `device`, if it cannot: DLPack defines `data` as a plain
+/// address on every device type but OpenCL, whose `data` is a `cl_mem` handle; a USM or SVM
+/// pointer labelled kDLOpenCL would be misread by its consumer.
+pub fn pointer_refusal(device: DLDevice) -> Option<&'static str> {
+    (device.device_type == DLDeviceType::OPENCL).then_some(
+        "DLPack's OpenCL tensors hold a cl_mem handle, not the USM/SVM pointer devbuf allocates; \
+         host-accessible memory can go to the CPU (dl_device=(1, 0))",
+    )
 }
 
 impl DlpackTemplate {

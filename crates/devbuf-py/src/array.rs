@@ -33,6 +33,18 @@ pub(crate) struct DlpackExport {
     pub(crate) cuda: bool,
 }
 
+impl DlpackExport {
+    /// The template of a zero-copy export to the array's own device, or why there is none.
+    pub(crate) fn own_device_template(&self) -> PyResult<&DlpackTemplate> {
+        if let Some(refusal) = &self.refusal {
+            return Err(PyBufferError::new_err(refusal.clone()));
+        }
+        self.template
+            .as_ref()
+            .map_err(|reason| PyBufferError::new_err(reason.clone()))
+    }
+}
+
 /// A typed, strided view of device, shared or host memory.
 #[pyclass(frozen, subclass, module = "devbuf", name = "Array")]
 pub struct PyArray {
@@ -69,7 +81,7 @@ impl PyArray {
             let device = buffer.queue().dlpack_device(buffer.kind());
             DlpackExport {
                 template: DlpackTemplate::new(&self.array, device).map_err(|err| err.to_string()),
-                refusal: crate::backend::dlpack_export_refusal(buffer.queue()),
+                refusal: crate::backend::dlpack_export_refusal(buffer.queue(), device),
                 cuda: crate::backend::cuda_queue(buffer.queue()).is_some(),
             }
         })

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use devbuf::Queue;
 use devbuf::cuda::CudaQueue;
+use devbuf::dlpack;
 use devbuf::sycl::{Runtime, SyclQueue};
 use parking_lot::Mutex;
 use pyo3::exceptions::PyTypeError;
@@ -150,9 +151,13 @@ pub(crate) fn sycl_queue(queue: &Arc<dyn Queue>) -> Option<&SyclQueue> {
     queue.as_any().downcast_ref::<SyclQueue>()
 }
 
-/// Why memory of `queue` cannot leave through DLPack zero-copy, if it cannot: dpctl and dpnp only
-/// accept SYCL memory bound to its device's default context.
-pub(crate) fn dlpack_export_refusal(queue: &Arc<dyn Queue>) -> Option<String> {
+/// Why memory of `queue` cannot leave through DLPack zero-copy on its own `device`, if it cannot:
+/// DLPack has no pointer form for it (OpenCL), or it is SYCL memory outside its device's default
+/// context, the only one dpctl and dpnp accept.
+pub(crate) fn dlpack_export_refusal(queue: &Arc<dyn Queue>, device: DLDevice) -> Option<String> {
+    if let Some(refusal) = dlpack::pointer_refusal(device) {
+        return Some(refusal.into());
+    }
     let sycl = sycl_queue(queue)?;
     if !sycl.is_default_context() {
         return Some(
