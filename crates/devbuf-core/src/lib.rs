@@ -16,6 +16,7 @@ mod error;
 pub mod host;
 pub mod interface;
 mod kind;
+mod last_command;
 mod queue;
 
 #[cfg(any(test, feature = "conformance"))]
@@ -28,6 +29,7 @@ pub use dtype::{ByteOrder, DType, ScalarKind};
 pub use error::{Error, Result};
 pub use host::{HostBackend, HostQueue};
 pub use kind::{DeviceInfo, MemKind};
+pub use last_command::LastCommand;
 pub use queue::{
     Availability, Backend, CompletedEvent, Event, ExportedHandle, Queue, QueueEvent, split_selector,
 };

@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use cl3::error_codes::error_text;
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
-use devbuf_core::{CompletedEvent, DeviceInfo, Error, Event, MemKind, Queue, QueueEvent, Result};
+use devbuf_core::{
+    CompletedEvent, DeviceInfo, Error, Event, LastCommand, MemKind, Queue, QueueEvent, Result,
+};
 use opencl3::command_queue::CommandQueue;
 use opencl3::context::Context;
 use opencl3::device::Device;
@@ -62,7 +64,7 @@ pub struct OpenClQueue {
     allocator: Allocator,
     /// The event of the last command enqueued here, until a wait sees it complete. The queue is
     /// in order, so it completes after everything enqueued before it.
-    last: Mutex<Option<Arc<ClEvent>>>,
+    last: LastCommand<ClEvent>,
     /// Identifies this queue in the events it records (shared with them, so never reused while
     /// one is alive).
     identity: Arc<()>,
@@ -112,24 +114,21 @@ impl OpenClQueue {
             device: entry.device,
             info: entry.info.clone(),
             allocator,
-            last: Mutex::new(None),
+            last: LastCommand::default(),
             identity: Arc::new(()),
         })
     }
 
     /// Enqueues a command with `enqueue` (which returns its event, or the error code) and records
-    /// it as the last. The lock is held across the enqueue: were it taken after, two threads could
-    /// record their events in the opposite order to the queue's, and a wait on `last` would
-    /// return while the other command still runs (freeing memory it writes).
+    /// it as the last.
     fn submit(
         &self,
         operation: &'static str,
         enqueue: impl FnOnce(&CommandQueue) -> std::result::Result<ClEvent, cl_int>,
     ) -> Result<()> {
-        let mut last = self.last.lock();
-        let event = enqueue(&self.queue)
-            .map_err(|code| Error::runtime(OPENCL, operation, error_text(code)))?;
-        *last = Some(Arc::new(event));
+        self.last.submit(|| {
+            enqueue(&self.queue).map_err(|code| Error::runtime(OPENCL, operation, error_text(code)))
+        })?;
         // Submit now: an event polled with `is_complete` (not waited on, which flushes) would
         // otherwise never complete.
         self.queue
@@ -289,7 +288,7 @@ impl Queue for OpenClQueue {
             Allocator::Svm { allocations, .. } => {
                 // clSVMFree does not wait for commands: never free memory the device may still
                 // be using. If waiting fails, leaking is the only safe choice.
-                if self.last.lock().is_some() && self.wait().is_err() {
+                if !self.last.is_idle() && self.wait().is_err() {
                     return;
                 }
                 let Some(allocation) = allocations.lock().remove(&(ptr.as_ptr() as usize)) else {
@@ -387,26 +386,13 @@ impl Queue for OpenClQueue {
     }
 
     fn wait(&self) -> Result<()> {
-        // Another thread may enqueue meanwhile: the event is forgotten only if it is still the
-        // last.
-        let Some(last) = self.last.lock().clone() else {
-            return Ok(());
-        };
-        self.event(Arc::clone(&last)).wait()?;
-        let mut current = self.last.lock();
-        if current
-            .as_ref()
-            .is_some_and(|event| Arc::ptr_eq(event, &last))
-        {
-            *current = None;
-        }
-        Ok(())
+        self.last.wait(|last| self.event(Arc::clone(last)).wait())
     }
 
     fn record_event(&self) -> Result<Event> {
         // The queue is not shared with other libraries, so with nothing of ours pending there is
         // nothing to wait for.
-        Ok(match self.last.lock().clone() {
+        Ok(match self.last.get() {
             Some(last) => Event::new(self.event(last)),
             None => Event::new(CompletedEvent),
         })

@@ -8,9 +8,10 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
-use devbuf_core::{DeviceInfo, Error, Event, ExportedHandle, MemKind, Queue, QueueEvent, Result};
+use devbuf_core::{
+    DeviceInfo, Error, Event, ExportedHandle, LastCommand, MemKind, Queue, QueueEvent, Result,
+};
 use devbuf_sycl_sys as sys;
-use parking_lot::Mutex;
 
 use crate::SYCL;
 use crate::raw::{Context, Device, RawEvent, RawQueue};
@@ -38,7 +39,7 @@ pub struct SyclQueue {
     /// The event of the last command enqueued here, until a wait sees it complete. The queue is
     /// in order, so it completes after everything enqueued before it. (Waiting on it is much
     /// cheaper than a barrier: a barrier behind a large copy slows the copy down by half.)
-    last: Mutex<Option<Arc<RawEvent>>>,
+    last: LastCommand<RawEvent>,
     /// Identifies this queue in the events it records (shared with them, so never reused while
     /// one is alive).
     identity: Arc<()>,
@@ -73,7 +74,7 @@ impl SyclQueue {
             knows_usm: context.knows_usm(),
             default_context,
             dlpack_id: device.dpctl_index(),
-            last: Mutex::new(None),
+            last: LastCommand::default(),
             identity: Arc::new(()),
             queue,
             context,
@@ -275,22 +276,19 @@ impl SyclQueue {
     }
 
     /// Enqueues a command with `enqueue` (which returns its event, null when the runtime refused
-    /// it) and records it as the last. The lock is held across the enqueue: were it taken after,
-    /// two threads could record their events in the opposite order to the queue's, and a wait on
-    /// `last` would return while the other command still runs (freeing memory it writes).
+    /// it) and records it as the last.
     fn submit(
         &self,
         operation: &'static str,
         enqueue: impl FnOnce(sys::DPCTLSyclQueueRef) -> sys::DPCTLSyclEventRef,
     ) -> Result<()> {
-        let mut last = self.last.lock();
-        let event = enqueue(self.queue.as_ptr());
-        // SAFETY: `event` is null or an event we own.
-        let event = unsafe { RawEvent::from_raw(self.runtime(), event) }.ok_or_else(|| {
-            Error::runtime(SYCL, operation, "the SYCL runtime refused the command")
-        })?;
-        *last = Some(Arc::new(event));
-        Ok(())
+        self.last.submit(|| {
+            let event = enqueue(self.queue.as_ptr());
+            // SAFETY: `event` is null or an event we own.
+            unsafe { RawEvent::from_raw(self.runtime(), event) }.ok_or_else(|| {
+                Error::runtime(SYCL, operation, "the SYCL runtime refused the command")
+            })
+        })
     }
 }
 
@@ -381,7 +379,7 @@ impl Queue for SyclQueue {
     unsafe fn deallocate(&self, ptr: NonNull<u8>, _kind: MemKind, _size: usize, _align: usize) {
         // Copies and fills are asynchronous: never free memory the device may still be using.
         // If waiting fails, leaking is the only safe choice.
-        if self.last.lock().is_some() && self.wait().is_err() {
+        if !self.last.is_idle() && self.wait().is_err() {
             return;
         }
         // SAFETY: `ptr` is an allocation of this queue's context (the caller's contract) with no
@@ -428,24 +426,12 @@ impl Queue for SyclQueue {
 
     fn wait(&self) -> Result<()> {
         // The last command's event rather than DPCTLQueue_Wait, which lets the runtime's
-        // exceptions escape (DPCTLEvent_Wait catches them). Another thread may enqueue meanwhile:
-        // the event is forgotten only if it is still the last.
-        let Some(last) = self.last.lock().clone() else {
-            return Ok(());
-        };
-        self.event(Arc::clone(&last)).wait()?;
-        let mut current = self.last.lock();
-        if current
-            .as_ref()
-            .is_some_and(|event| Arc::ptr_eq(event, &last))
-        {
-            *current = None;
-        }
-        Ok(())
+        // exceptions escape (DPCTLEvent_Wait catches them).
+        self.last.wait(|last| self.event(Arc::clone(last)).wait())
     }
 
     fn record_event(&self) -> Result<Event> {
-        let event = match self.last.lock().clone() {
+        let event = match self.last.get() {
             Some(last) => last,
             // Nothing of ours is pending, but work others enqueued on this queue may be.
             None => Arc::new(self.barrier()?),
