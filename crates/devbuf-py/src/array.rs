@@ -34,14 +34,15 @@ pub(crate) struct DlpackExport {
 }
 
 impl DlpackExport {
-    /// The template of a zero-copy export to the array's own device, or why there is none.
-    pub(crate) fn own_device_template(&self) -> PyResult<&DlpackTemplate> {
-        if let Some(refusal) = &self.refusal {
-            return Err(PyBufferError::new_err(refusal.clone()));
+    /// The template of a zero-copy export to the array's own device, or why there is none (a
+    /// plain `&str`: the exchange table's fill is a hot path, and builds a BufferError only when
+    /// it fails).
+    pub(crate) fn own_device_template(&self) -> Result<&DlpackTemplate, &str> {
+        match (&self.refusal, &self.template) {
+            (None, Ok(template)) => Ok(template),
+            (Some(refusal), _) => Err(refusal),
+            (None, Err(reason)) => Err(reason),
         }
-        self.template
-            .as_ref()
-            .map_err(|reason| PyBufferError::new_err(reason.clone()))
     }
 }
 

@@ -16,7 +16,7 @@ use devbuf::dlpark::ffi::{
     DLTensor,
 };
 use devbuf::{Array, Buffer, DType, Layout, MemKind};
-use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::exceptions::{PyBufferError, PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 use pyo3::{Borrowed, ffi};
@@ -101,7 +101,11 @@ unsafe extern "C" fn managed_tensor_from_py_object(
         // SAFETY: the protocol passes a live object of our type and a writable out-pointer.
         let array = unsafe { borrow_array(py, py_object)? };
         let this = array.get();
-        let template = this.dlpack().own_device_template()?.clone();
+        let template = this
+            .dlpack()
+            .own_device_template()
+            .map_err(PyBufferError::new_err)?
+            .clone();
         this.array.buffer().mark_exported();
         let tensor = dlpack::export::<DLManagedTensorVersioned>(
             &this.array,
@@ -123,7 +127,11 @@ unsafe extern "C" fn dltensor_from_py_object(py_object: *mut c_void, out: *mut D
         let py = unsafe { Python::assume_attached() };
         // SAFETY: as above.
         let array = unsafe { borrow_array(py, py_object) }?;
-        let template = array.get().dlpack().own_device_template()?;
+        let template = array
+            .get()
+            .dlpack()
+            .own_device_template()
+            .map_err(PyBufferError::new_err)?;
         array.get().array.buffer().mark_exported();
         // SAFETY: `out` is writable (caller); the template lives as long as the array.
         template.fill(unsafe { &mut *out });
