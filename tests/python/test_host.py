@@ -300,3 +300,26 @@ def test_devices_queues_and_backends_describe_themselves():
     with pytest.raises(AttributeError):
         queue._get_capsule()
     assert "host" in repr(buffer) and "host" in repr(host)
+
+
+def test_dlpack_arguments_are_keyword_only_checked_and_named():
+    import inspect
+
+    array = devbuf.alloc(16, device="host").view("float32")
+    assert str(inspect.signature(devbuf.Array.__dlpack__)) == (
+        "(self, /, *, max_version=None, dl_device=None, copy=None, stream=None)"
+    )
+    # Keyword names built at run time (not interned) are matched by text.
+    name = "".join(["max_", "version"])
+    assert "versioned" in repr(array.__dlpack__(**{name: (1, 3)}))
+    assert "versioned" not in repr(array.__dlpack__(max_version=None, dl_device=None, copy=None, stream=None))
+    with pytest.raises(TypeError, match="keyword arguments only"):
+        array.__dlpack__((1, 0))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'strem'"):
+        array.__dlpack__(strem=None)
+    with pytest.raises(TypeError, match="dl_device"):
+        array.__dlpack__(dl_device="cpu")
+    with pytest.raises(TypeError, match="copy"):
+        array.__dlpack__(copy="yes")
+    with pytest.raises(TypeError, match="doesn't apply"):
+        devbuf.Array.__dlpack__(np.zeros(1))

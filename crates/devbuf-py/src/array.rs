@@ -257,23 +257,7 @@ impl PyArray {
         crate::export::dlpack_device(self, py)
     }
 
-    /// A DLPack capsule of this array (see the array API's `__dlpack__`).
-    // Keywords are matched in declaration order: the one every consumer passes comes first.
-    #[pyo3(signature = (*, max_version = None, dl_device = None, copy = None, stream = None))]
-    fn __dlpack__<'py>(
-        &self,
-        py: Python<'py>,
-        max_version: Option<&Bound<'py, PyAny>>,
-        dl_device: Option<(i32, i32)>,
-        copy: Option<bool>,
-        stream: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyCapsule>> {
-        let versioned = match max_version {
-            Some(version) if !version.is_none() => crate::export::major_version(version)? >= 1,
-            _ => false,
-        };
-        crate::export::dlpack(self, py, stream, versioned, dl_device, copy)
-    }
+    // `__dlpack__` is installed on the type by `dlpack_method` (a hand-written vectorcall).
 
     /// DLPack 1.3's C exchange table ("dlpack_exchange_api" capsule).
     #[classattr]

@@ -5,6 +5,7 @@
 mod array;
 mod backend;
 mod device;
+mod dlpack_method;
 mod errors;
 mod exchange;
 mod export;
@@ -41,6 +42,7 @@ fn conformance_matrix(py: Python<'_>) -> Vec<(String, Vec<CheckRow>)> {
 fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<array::PyArray>()?;
+    dlpack_method::install(&m.py().get_type::<array::PyArray>())?;
     m.add_class::<array::PyBuffer>()?;
     m.add_class::<device::PyDevice>()?;
     m.add_class::<device::PyQueue>()?;
