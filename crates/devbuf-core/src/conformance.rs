@@ -41,6 +41,10 @@ pub const CHECKS: &[Check] = &[
         run: fill_patterns,
     },
     Check {
+        name: "busy_free",
+        run: release_waits_for_enqueued_work,
+    },
+    Check {
         name: "kind_of",
         run: classifies_own_pointers,
     },
@@ -132,7 +136,7 @@ fn skip(backend: &str, name: &str, why: &str) {
 macro_rules! conformance_tests {
     ($backend:literal, $queue:expr) => {
         $crate::conformance_tests!(@tests $backend, $queue;
-            alloc align copy fill kind_of foreign deleter subview threads oom events cross);
+            alloc align copy fill busy_free kind_of foreign deleter subview threads oom events cross);
     };
     (@tests $backend:literal, $queue:expr; $($name:ident)*) => {
         $(
@@ -298,6 +302,35 @@ fn fill_patterns(queue: &Arc<dyn Queue>) -> Outcome {
         let mut expected = vec![0xA5; len];
         expected[10..21].fill(0x3C);
         expect_bytes(&buffer, &expected, &format!("{kind} fill"))
+    })
+}
+
+/// `deallocate` right after an asynchronous fill: the queue must release the memory only after
+/// the fill (a fill still writing into freed memory corrupts the heap or another allocation).
+fn release_waits_for_enqueued_work(queue: &Arc<dyn Queue>) -> Outcome {
+    const LEN: usize = 8 << 20;
+    for_each_kind(queue, |kind| {
+        for round in 0..4u8 {
+            let ptr = ctx(queue.allocate(kind, LEN, 256), || {
+                format!("allocating {LEN} bytes of {kind}")
+            })?;
+            // SAFETY: our fresh allocation, released once, right after the fill is enqueued;
+            // the queue's contract orders the release after it.
+            unsafe {
+                let filled = queue.fill(ptr.as_ptr(), round, LEN);
+                queue.deallocate(ptr, kind, LEN, 256);
+                ctx(filled, || format!("filling {kind}"))?;
+            }
+        }
+        // Memory allocated next must hold exactly what is written to it.
+        let bytes = pattern(LEN, 7);
+        let fresh = alloc(queue, kind, LEN)?;
+        ctx(fresh.copy_from_host(&bytes), || format!("writing {kind}"))?;
+        expect_bytes(
+            &fresh,
+            &bytes,
+            &format!("{kind} allocated after busy frees"),
+        )
     })
 }
 

@@ -168,22 +168,6 @@ fn svm_devices_offer_no_host_kind_and_forget_freed_memory() {
 }
 
 #[test]
-fn freeing_right_after_asynchronous_work_is_safe() {
-    for queue in usable_queues("free after async work") {
-        for kind in queue.device().kinds.clone() {
-            let len = 32 << 20;
-            let ptr = queue.allocate(kind, len, 256).unwrap();
-            // SAFETY: our allocation; deallocate itself waits for the fill.
-            unsafe {
-                queue.fill(ptr.as_ptr(), 0x5A, len).unwrap();
-                queue.deallocate(ptr, kind, len, 256);
-            }
-        }
-        queue.wait().unwrap();
-    }
-}
-
-#[test]
 fn events_of_another_device_order_work_through_the_host() {
     let queues = usable_queues("events across devices");
     let [first, second] = queues.as_slice() else {

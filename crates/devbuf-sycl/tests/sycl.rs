@@ -300,24 +300,6 @@ fn impossible_allocations_are_out_of_memory() {
 }
 
 #[test]
-fn freeing_right_after_asynchronous_work_is_safe() {
-    let Some(_) = runtime_or_skip("free after async work") else {
-        return;
-    };
-    let queue = as_dyn(&default_queue());
-    for kind in MemKind::ALLOCATABLE {
-        let len = 32 << 20;
-        let ptr = queue.allocate(kind, len, 256).unwrap();
-        // SAFETY: our allocation; deallocate itself waits for the fill.
-        unsafe {
-            queue.fill(ptr.as_ptr(), 0x5A, len).unwrap();
-            queue.deallocate(ptr, kind, len, 256);
-        }
-    }
-    queue.wait().unwrap();
-}
-
-#[test]
 fn events_order_work_on_other_queues_and_accept_foreign_events() {
     let Some(rt) = runtime_or_skip("events") else {
         return;
