@@ -23,6 +23,24 @@ pub struct Layout {
     readonly: bool,
 }
 
+/// The most dimensions an array may have: NumPy's and DLPack consumers' limit. Counts read from
+/// foreign memory are checked against it before they index anything.
+pub const MAX_NDIM: usize = 64;
+
+/// Checks a dimension count (as a foreign descriptor states it) against [`MAX_NDIM`], naming
+/// `key` when it is out of range.
+pub fn check_ndim(ndim: i64, key: &'static str) -> Result<usize> {
+    usize::try_from(ndim)
+        .ok()
+        .filter(|&n| n <= MAX_NDIM)
+        .ok_or_else(|| {
+            Error::invalid(
+                key,
+                format!("{ndim} dimensions is outside the supported range [0, {MAX_NDIM}]"),
+            )
+        })
+}
+
 impl Layout {
     /// A C-contiguous layout of `shape` at byte `offset`.
     pub fn contiguous(dtype: DType, shape: &[usize], offset: usize) -> Result<Layout> {
@@ -38,6 +56,7 @@ impl Layout {
         offset: usize,
         readonly: bool,
     ) -> Result<Layout> {
+        check_ndim(shape.len() as i64, "shape")?;
         shape
             .iter()
             .try_fold(dtype.itemsize(), |acc, &n| acc.checked_mul(n))

@@ -28,7 +28,19 @@ pub enum Owner {
     /// allocation...). It is dropped after the last view.
     KeepAlive(Box<dyn Any + Send + Sync>),
     /// A deleter run exactly once, after the last view.
-    Deleter(Box<dyn FnOnce() + Send>),
+    Deleter(RunOnDrop),
+}
+
+/// A deleter that runs when dropped: after the last view of a buffer, or, for an owner that never
+/// reached a buffer (an import refused after it took ownership), right away instead of leaking.
+pub struct RunOnDrop(Option<Box<dyn FnOnce() + Send>>);
+
+impl Drop for RunOnDrop {
+    fn drop(&mut self) {
+        if let Some(delete) = self.0.take() {
+            delete();
+        }
+    }
 }
 
 impl Owner {
@@ -39,7 +51,7 @@ impl Owner {
 
     /// Runs `deleter` once, after the last view.
     pub fn deleter(deleter: impl FnOnce() + Send + 'static) -> Self {
-        Owner::Deleter(Box::new(deleter))
+        Owner::Deleter(RunOnDrop(Some(Box::new(deleter))))
     }
 }
 
@@ -162,10 +174,7 @@ impl Drop for Allocation {
                 if let Some(owner) = owner.get_mut().take() {
                     // A panicking deleter must not unwind into a C caller (DLPack deleters run
                     // this from `extern "C"` code); the panic message has already been printed.
-                    let _ = catch_unwind(AssertUnwindSafe(move || match owner {
-                        Owner::KeepAlive(keep) => drop(keep),
-                        Owner::Deleter(delete) => delete(),
-                    }));
+                    let _ = catch_unwind(AssertUnwindSafe(move || drop(owner)));
                 }
             }
         }
@@ -792,6 +801,19 @@ mod tests {
         // Foreign memory has no ordered release: the host blocked on the event, then deleted.
         assert_eq!(a.event_waits.load(Ordering::SeqCst), waits_before + 1);
         assert!(deleted.load(Ordering::SeqCst));
+    }
+
+    /// An import that took ownership of foreign memory and then refused it never makes a
+    /// Buffer: its owner must still release the memory, once.
+    #[test]
+    fn an_owner_that_never_reaches_a_buffer_still_runs_its_deleter_once() {
+        let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = Arc::clone(&runs);
+        let owner = Owner::deleter(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        });
+        drop(owner);
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
     }
 
     #[test]

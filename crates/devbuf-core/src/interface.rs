@@ -13,7 +13,7 @@
 use dlpark::ffi::DLTensor;
 use smallvec::SmallVec;
 
-use crate::{Array, DType, Error, Layout, Result};
+use crate::{Array, DType, Error, Layout, Result, check_ndim};
 
 /// The keys of a CAI or SUAI dictionary, after the caller converted each Python value to its Rust
 /// type (a wrong Python type is the caller's error to report, naming the key).
@@ -130,11 +130,12 @@ pub fn import_suai(dict: &InterfaceDict) -> Result<ForeignLayout> {
 /// `byte_offset`.
 ///
 /// # Safety
-/// `tensor.shape` and (when not null) `tensor.strides` point to `tensor.ndim` readable values.
+/// When `tensor.ndim` is in `0..=MAX_NDIM`, `tensor.shape` and (when not null) `tensor.strides`
+/// point to `tensor.ndim` readable values.
 pub unsafe fn import_dltensor(tensor: &DLTensor, readonly: bool) -> Result<ForeignLayout> {
     let dtype = DType::from_dlpack(tensor.dtype)?;
-    let ndim = usize::try_from(tensor.ndim)
-        .map_err(|_| Error::invalid("ndim", format!("{} is negative", tensor.ndim)))?;
+    // Bounded before it sizes any read: the producer's arrays may hold fewer values than it says.
+    let ndim = check_ndim(tensor.ndim.into(), "ndim")?;
     if ndim > 0 && tensor.shape.is_null() {
         return Err(Error::invalid(
             "shape",
@@ -425,5 +426,41 @@ mod tests {
         // SAFETY: ndim is rejected before any read.
         let err = unsafe { import_dltensor(&negative, false) }.unwrap_err();
         assert!(err.to_string().starts_with("ndim: "), "{err}");
+    }
+
+    /// A producer's `ndim` larger than its arrays must be refused before it sizes a read: here
+    /// `shape` holds 2 values, and reading 2^31 - 1 of them leaves mapped memory.
+    #[test]
+    fn dltensor_ndim_is_bounded_before_shape_is_read() {
+        let mut shape = [2i64, 3];
+        let tensor = DLTensor {
+            data: 0x3000 as *mut _,
+            device: DLDevice {
+                device_type: DLDeviceType::CPU,
+                device_id: 0,
+            },
+            ndim: i32::MAX,
+            dtype: DLDataType {
+                code: DLDataTypeCode::FLOAT,
+                bits: 32,
+                lanes: 1,
+            },
+            shape: shape.as_mut_ptr(),
+            strides: shape.as_mut_ptr(),
+            byte_offset: 0,
+        };
+        for ndim in [i32::MAX, 65, crate::MAX_NDIM as i32 + 1] {
+            // SAFETY: an ndim past MAX_NDIM is rejected before any read.
+            let err = unsafe { import_dltensor(&DLTensor { ndim, ..tensor }, false) }.unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("ndim: {ndim} dimensions is outside the supported range [0, 64]")
+            );
+        }
+        let layout = Layout::contiguous(DType::UINT8, &[1; crate::MAX_NDIM + 1], 0).unwrap_err();
+        assert!(
+            layout.to_string().starts_with("shape: 65 dimensions"),
+            "{layout}"
+        );
     }
 }

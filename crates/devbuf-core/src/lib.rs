@@ -22,7 +22,7 @@ mod queue;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 
-pub use array::{Array, Layout};
+pub use array::{Array, Layout, MAX_NDIM, check_ndim};
 pub use buffer::{Buffer, DEFAULT_ALIGNMENT, Owner};
 pub use dlpark;
 pub use dtype::{ByteOrder, DType, ScalarKind};

@@ -9,7 +9,7 @@ use std::ffi::CStr;
 use std::ptr::NonNull;
 
 use devbuf::dlpack::ManagedTensor;
-use devbuf::dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLPackExchangeAPI};
+use devbuf::dlpark::ffi::{DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPackExchangeAPI};
 use devbuf::interface::{self, ForeignLayout, InterfaceDict};
 use devbuf::{Array, Buffer, DType, MemKind, Owner};
 use parking_lot::Mutex;
@@ -197,20 +197,18 @@ fn import_dlpack<'py>(
     let Some(dlpack) = obj.getattr_opt(intern!(py, "__dlpack__"))? else {
         return Ok(None);
     };
-    let queue = match obj.getattr_opt(intern!(py, "__dlpack_device__"))? {
+    let announced = match obj.getattr_opt(intern!(py, "__dlpack_device__"))? {
         Some(device) => {
             let (device_type, device_id): (i32, i32) = device.call0()?.extract()?;
-            Some(shared_queue_for_dlpack(
-                py,
-                backend::dl_device(device_type, device_id),
-            )?)
+            let device = backend::dl_device(device_type, device_id);
+            Some((device, reachable_queue(py, device, "__dlpack_device__")?))
         }
         None => None,
     };
     // Our stream, which the producer makes wait for its work; -1 (no ordering) without `sync`.
-    let stream = queue
+    let stream = announced
         .as_ref()
-        .and_then(|queue| streams::consumer_stream_argument(queue.get()))
+        .and_then(|(_, queue)| streams::consumer_stream_argument(queue.get()))
         .map(|stream| if sync { stream as i64 } else { -1 });
     let kwargs = PyDict::new(py);
     kwargs.set_item(intern!(py, "stream"), stream)?;
@@ -227,7 +225,20 @@ fn import_dlpack<'py>(
     let capsule = capsule
         .cast_into::<PyCapsule>()
         .map_err(|_| PyTypeError::new_err("__dlpack__ did not return a capsule"))?;
-    import_capsule(py, &capsule, queue).map(Some)
+    import_capsule(py, &capsule, announced).map(Some)
+}
+
+/// The shared queue of a DLPack `device`; BufferError naming `key` when no usable backend
+/// reaches it (so an importer may still try the object's other protocols).
+fn reachable_queue(py: Python<'_>, device: DLDevice, key: &str) -> PyResult<Py<PyQueue>> {
+    shared_queue_for_dlpack(py, device).map_err(|err| {
+        PyBufferError::new_err(format!(
+            "{key}: devbuf cannot reach DLPack device ({}, {}): {}",
+            device.device_type.0,
+            device.device_id,
+            err.value(py)
+        ))
+    })
 }
 
 /// The producer type's `__dlpack_c_exchange_api__` table (or the seed's older name), if any.
@@ -260,11 +271,12 @@ fn exchange_api_of(
     Ok(api.filter(|api| api.header.version.major == devbuf::dlpack::VERSION.major))
 }
 
-/// Imports a DLPack capsule, taking ownership of its tensor.
+/// Imports a DLPack capsule, taking ownership of its tensor. `announced` is the device (and its
+/// queue) the producer's `__dlpack_device__` named, if the capsule came from its `__dlpack__`.
 pub(crate) fn import_capsule<'py>(
     py: Python<'py>,
     capsule: &Bound<'py, PyCapsule>,
-    queue: Option<Py<PyQueue>>,
+    announced: Option<(DLDevice, Py<PyQueue>)>,
 ) -> PyResult<Bound<'py, PyArray>> {
     let name = capsule_name(capsule);
     // SAFETY: the capsule's name says what its pointer is.
@@ -293,7 +305,7 @@ pub(crate) fn import_capsule<'py>(
             }
         }
     };
-    import_managed(py, tensor, Some((capsule, used_name)), queue)
+    import_managed(py, tensor, Some((capsule, used_name)), announced)
 }
 
 /// A capsule's name ("" when it has none). The name lives as long as the capsule keeps it.
@@ -321,11 +333,15 @@ unsafe fn capsule_pointer<T>(capsule: &Bound<'_, PyCapsule>, name: &CStr) -> PyR
 /// Takes ownership of a managed tensor (marking its capsule used, if any) and wraps it. Until the
 /// tensor is validated, an error leaves it with its capsule, whose destructor frees it; a tensor
 /// without a capsule is deleted on error.
+///
+/// The tensor's own device decides where the memory is: the producer may not describe it
+/// elsewhere than `__dlpack_device__` said (devbuf asks for no `dl_device`), and the stream devbuf
+/// handed it belonged to the announced device, so a mismatch is refused.
 fn import_managed<'py>(
     py: Python<'py>,
     tensor: ManagedTensor,
     capsule: Option<(&Bound<'py, PyCapsule>, &'static CStr)>,
-    queue: Option<Py<PyQueue>>,
+    announced: Option<(DLDevice, Py<PyQueue>)>,
 ) -> PyResult<Bound<'py, PyArray>> {
     let take = || -> PyResult<()> {
         if let Some((capsule, used_name)) = capsule {
@@ -341,13 +357,22 @@ fn import_managed<'py>(
         let (dl_tensor, readonly) = unsafe { tensor.tensor() }.py()?;
         // SAFETY: DLPack promises `ndim` shape and stride values behind the pointers.
         let foreign = unsafe { interface::import_dltensor(dl_tensor, readonly) }.py()?;
-        let queue = match queue {
-            Some(queue) => queue,
-            None => shared_queue_for_dlpack(py, dl_tensor.device)?,
+        let device = dl_tensor.device;
+        let queue = match announced {
+            Some((said, queue)) if said == device => queue,
+            Some((said, _)) => {
+                return Err(PyBufferError::new_err(format!(
+                    "device: the tensor is on DLPack device ({}, {}) but __dlpack_device__() \
+                     said ({}, {}); devbuf imports memory only where its producer says it is",
+                    device.device_type.0, device.device_id, said.device_type.0, said.device_id
+                )));
+            }
+            None => reachable_queue(py, device, "device")?,
         };
-        Ok((foreign, queue))
+        let kind = foreign_kind(&queue, &foreign, "data")?;
+        Ok((foreign, queue, kind))
     })();
-    let (foreign, queue) = match validated {
+    let (foreign, queue, kind) = match validated {
         Ok(parts) => parts,
         Err(err) => {
             // A tensor of an unknown major version must still be deleted (DLPack's rule), as must
@@ -366,7 +391,7 @@ fn import_managed<'py>(
     take()?;
     // SAFETY: we own the tensor now; the owner deletes it once after the last view.
     let owner = unsafe { tensor.into_owner() };
-    wrap_foreign(py, foreign, queue, owner, "data")
+    wrap_classified(py, foreign, queue, kind, owner)
 }
 
 /// Takes ownership of a tensor that came without a capsule (deleting it if it cannot be imported).
@@ -385,19 +410,41 @@ fn wrap_foreign<'py>(
     owner: Owner,
     pointer_key: &'static str,
 ) -> PyResult<Bound<'py, PyArray>> {
-    let runtime_queue = queue.get().queue.clone();
-    let kind = if foreign.len == 0 {
-        MemKind::Unknown
-    } else {
-        runtime_queue.kind_of(foreign.base as *const u8)
-    };
+    let kind = foreign_kind(&queue, &foreign, pointer_key)?;
+    wrap_classified(py, foreign, queue, kind, owner)
+}
+
+/// What kind of memory of `queue`'s runtime the foreign span is; a ValueError naming
+/// `pointer_key` when a device runtime does not know the pointer.
+fn foreign_kind(
+    queue: &Py<PyQueue>,
+    foreign: &ForeignLayout,
+    pointer_key: &'static str,
+) -> PyResult<MemKind> {
+    if foreign.len == 0 {
+        return Ok(MemKind::Unknown);
+    }
+    let runtime_queue = &queue.get().queue;
+    let kind = runtime_queue.kind_of(foreign.base as *const u8);
     let device = runtime_queue.device();
-    if kind == MemKind::Unknown && foreign.len > 0 && device.backend != devbuf::host::HOST {
+    if kind == MemKind::Unknown && device.backend != devbuf::host::HOST {
         return Err(PyValueError::new_err(format!(
             "{pointer_key}: {:#x} is not memory of {:?} (the runtime classifies it as unknown)",
             foreign.base, device.selector
         )));
     }
+    Ok(kind)
+}
+
+/// Wraps foreign memory of `kind` ([`foreign_kind`]) in an Array.
+fn wrap_classified<'py>(
+    py: Python<'py>,
+    foreign: ForeignLayout,
+    queue: Py<PyQueue>,
+    kind: MemKind,
+    owner: Owner,
+) -> PyResult<Bound<'py, PyArray>> {
+    let runtime_queue = queue.get().queue.clone();
     // SAFETY: the protocol promised `len` bytes at `base` reachable by this device, alive while
     // `owner` is held.
     let buffer = unsafe {
@@ -579,11 +626,12 @@ fn import_buffer_protocol<'py>(
     }
     let held = HeldBuffer(view);
     let view = &*held.0;
+    // The exporter's count sizes the reads below: bound it first.
+    let ndim = devbuf::check_ndim(view.ndim.into(), "ndim").py()?;
     // SAFETY: the exporter filled format (or null), shape and strides with `ndim` entries.
     let (format, shape, strides) = unsafe {
         let format =
             (!view.format.is_null()).then(|| CStr::from_ptr(view.format).to_str().unwrap_or("?"));
-        let ndim = view.ndim as usize;
         let shape: Vec<i64> = if view.shape.is_null() {
             vec![(view.len / view.itemsize.max(1)) as i64]
         } else {
