@@ -46,6 +46,15 @@ class _Impostor:
     __dlpack_c_exchange_api__ = devbuf.Array.__dlpack_c_exchange_api__
 
 
+def test_a_bare_dltensor_of_read_only_memory_is_refused(consumer):
+    # DLTensor has no flags; the owning export's flags say read-only.
+    readonly = devbuf.asarray(np.frombuffer(b"abcdefgh", dtype=np.uint8))
+    with pytest.raises(BufferError, match="read-only"):
+        consumer.describe(readonly)
+    _, described, flags = consumer.round_trip(readonly)
+    assert flags & 1 and described["data"] == readonly.ptr
+
+
 def test_owning_export_round_trips_through_the_producer(consumer):
     source = np.arange(12, dtype=np.int32).reshape(3, 4)
     imported = devbuf.asarray(source)

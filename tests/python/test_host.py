@@ -210,6 +210,23 @@ def test_dlpack_export_fields_flags_and_device():
         get_buffer(readonly, PyBUF_WRITABLE)
 
 
+def test_legacy_dlpack_of_read_only_memory_is_refused_like_numpy():
+    # An unversioned capsule has no read-only flag: NumPy refuses, so does devbuf; a copy may go.
+    source = np.frombuffer(b"abcd", dtype=np.uint8)
+    with pytest.raises(BufferError):
+        source.__dlpack__()
+    readonly = devbuf.asarray(source)
+    with pytest.raises(BufferError, match="read-only .* legacy"):
+        readonly.__dlpack__()
+    with pytest.raises(BufferError, match="read-only .* legacy"):
+        readonly.__dlpack__(max_version=None, copy=False)
+    copied = readonly.__dlpack__(copy=True)
+    assert capsule_name(copied) == "dltensor"
+    assert capsule_name(readonly.__dlpack__(max_version=(1, 0))) == "dltensor_versioned"
+    # The consumer's fallback without max_version still gets the data, as a copy, where asked.
+    assert np.from_dlpack(readonly, copy=True).tobytes() == b"abcd"
+
+
 
 def test_dlpack_dl_device_and_copy_follow_the_array_api():
     buffer = devbuf.alloc(8, device="host")

@@ -65,6 +65,21 @@ def test_missing_cai_keys_are_named(key):
         devbuf.asarray(Producer("__cuda_array_interface__", without(GOOD_CAI, key)))
 
 
+@pytest.mark.parametrize("key", ["version", "shape", "typestr", "data"])
+def test_missing_suai_keys_are_named(key):
+    # Without `data` the spec falls back to the buffer protocol; an object without one is a SUAI
+    # fault naming the key, not a buffer-protocol TypeError.
+    with pytest.raises(ValueError, match=rf"^{key}: missing from __sycl_usm_array_interface__"):
+        devbuf.asarray(Producer("__sycl_usm_array_interface__", without(GOOD_SUAI, key)))
+
+
+def test_suai_without_data_falls_back_to_the_buffer_protocol():
+    class HostUsm(bytearray):
+        __sycl_usm_array_interface__ = without(GOOD_SUAI, "data")
+
+    assert devbuf.asarray(HostUsm(b"spec")).to_bytes() == b"spec"
+
+
 def test_cai_specific_keys():
     cai = lambda **c: Producer("__cuda_array_interface__", {**GOOD_CAI, **c})  # noqa: E731
     with pytest.raises(ValueError, match="^mask: "):

@@ -132,6 +132,13 @@ unsafe extern "C" fn dltensor_from_py_object(py_object: *mut c_void, out: *mut D
             .dlpack()
             .own_device_template()
             .map_err(PyBufferError::new_err)?;
+        // A bare DLTensor has no flags: handing out read-only memory would invite writes.
+        if array.get().array.readonly() {
+            return Err(PyBufferError::new_err(
+                "py_object: the array is read-only and a bare DLTensor cannot say so; use \
+                 managed_tensor_from_py_object_no_sync, whose flags can",
+            ));
+        }
         array.get().array.buffer().mark_exported();
         // SAFETY: `out` is writable (caller); the template lives as long as the array.
         template.fill(unsafe { &mut *out });

@@ -173,6 +173,13 @@ pub(crate) fn dlpack<'py>(
     {
         return Err(PyBufferError::new_err(format!("__dlpack__: {refusal}")));
     }
+    // The legacy capsule has no read-only flag: its consumer would take the memory as writable.
+    if zero_copy && !versioned && this.array.readonly() {
+        return Err(PyBufferError::new_err(
+            "__dlpack__: the array is read-only and a legacy (unversioned) DLPack capsule cannot \
+             say so; pass max_version=(1, 0) or later, or copy=True",
+        ));
+    }
     let (array, copied) = if zero_copy {
         streams::prepare_dlpack_export(py, this, prepared.cuda, target, stream)?;
         this.array.buffer().mark_exported();

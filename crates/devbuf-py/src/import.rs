@@ -539,7 +539,15 @@ fn import_suai<'py>(
 ) -> PyResult<Bound<'py, PyArray>> {
     let (mut parsed, with_data) = read_interface_dict(dict, "__sycl_usm_array_interface__")?;
     let Some(dict) = with_data else {
-        // The spec's fallback for host-accessible USM: no `data`, use the buffer protocol.
+        // The spec's fallback for host-accessible USM: no `data`, use the buffer protocol. A fault
+        // is still SUAI's, naming the key.
+        // SAFETY: `obj` is a live object.
+        if unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } == 0 {
+            return Err(PyValueError::new_err(
+                "data: missing from __sycl_usm_array_interface__, and the object has no buffer \
+                 protocol to fall back on",
+            ));
+        }
         return import_buffer_protocol(py, obj);
     };
     parsed.offset = match dict.get_item(intern!(py, "offset"))? {
