@@ -232,3 +232,29 @@ def test_a_non_blocking_copy_from_host_memory_does_not_wait(sycl):
     del source  # the pending copy keeps its source alive
     assert enqueued < blocking / 4, (enqueued, blocking)
     assert last_byte(target) == b"\x01"
+
+
+def test_a_finalizer_run_by_a_syclobj_cache_eviction_may_import_again(sycl):
+    """An evicted syclobj is dropped after the cache is unlocked: its finalizer may import (under
+    the lock this deadlocked the thread on itself)."""
+    script = (
+        "import devbuf, dpctl.memory as dm\n"
+        "memory = dm.MemoryUSMShared(64)\n"
+        "budget = [20]\n"
+        "class Syclobj:\n"
+        "    def _get_capsule(self):\n"
+        "        return memory.sycl_queue._get_capsule()\n"
+        "    def __del__(self):\n"
+        "        if budget[0] > 0:\n"
+        "            budget[0] -= 1\n"
+        "            devbuf.asarray(Producer())\n"
+        "class Producer:\n"
+        "    def __init__(self):\n"
+        "        self.__sycl_usm_array_interface__ = {'version': 1, 'data': (memory._pointer, False),\n"
+        "            'shape': (64,), 'typestr': '|u1', 'syclobj': Syclobj()}\n"
+        "for _ in range(40):\n"
+        "    devbuf.asarray(Producer())\n"
+        "print('done')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert run.stdout.strip() == "done", run.stderr[-2000:]

@@ -96,11 +96,8 @@ unsafe fn borrow_array<'a, 'py>(
 
 /// A no-sync export leaves ordering to the consumer, which orders after `current_work_stream`:
 /// pending work on other queues is ordered before that queue's later work first.
-fn order_on_work_stream(py: Python<'_>, array: &Array, device: DLDevice) -> PyResult<()> {
-    let buffer = array.buffer();
-    if !buffer.has_pending_work() {
-        return Ok(());
-    }
+#[cold]
+fn order_on_work_stream(py: Python<'_>, buffer: &Buffer, device: DLDevice) -> PyResult<()> {
     let queue = shared_queue_for_dlpack(py, device)?;
     let queue = &queue.get().queue;
     py.detach(|| buffer.order_on(queue)).py()
@@ -119,8 +116,11 @@ unsafe extern "C" fn managed_tensor_from_py_object(
             .own_device_template()
             .map_err(PyBufferError::new_err)?
             .clone();
-        order_on_work_stream(py, &this.array, template.device())?;
-        this.array.buffer().mark_exported();
+        let buffer = this.array.buffer();
+        if buffer.has_pending_work() {
+            order_on_work_stream(py, buffer, template.device())?;
+        }
+        buffer.mark_exported();
         let tensor = dlpack::export::<DLManagedTensorVersioned>(
             &this.array,
             template,
@@ -146,8 +146,11 @@ unsafe extern "C" fn dltensor_from_py_object(py_object: *mut c_void, out: *mut D
             .dlpack()
             .own_device_template()
             .map_err(PyBufferError::new_err)?;
-        order_on_work_stream(py, &array.get().array, template.device())?;
-        array.get().array.buffer().mark_exported();
+        let buffer = array.get().array.buffer();
+        if buffer.has_pending_work() {
+            order_on_work_stream(py, buffer, template.device())?;
+        }
+        buffer.mark_exported();
         // SAFETY: `out` is writable (caller); the template lives as long as the array.
         template.fill(unsafe { &mut *out });
         Ok::<(), PyErr>(())
