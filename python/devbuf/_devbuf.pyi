@@ -113,11 +113,17 @@ class Array:
         dl_device: tuple[int, int] | None = None,
         copy: bool | None = None,
     ) -> Any:
-        """A DLPack capsule: versioned when max_version >= (1, 0), else legacy. Read-only memory is
-        refused (BufferError) through the legacy capsule, which cannot flag it, unless copy=True."""
+        """A DLPack capsule: versioned when max_version >= (1, 0), else legacy (read-only memory is
+        refused through the legacy capsule, which cannot flag it, unless copy=True). ``stream``: for
+        CUDA memory an int (-1: no ordering; 1, 2 or a stream handle, made to wait for pending
+        work); for SYCL memory (kDLOneAPI) a ``dpctl.SyclQueue`` or ``devbuf.Queue``, made to wait
+        for pending work without blocking the host, or None (pending work is completed first); any
+        other value is a TypeError. Exports to the CPU take None or -1."""
     def __dlpack_device__(self) -> tuple[int, int]: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...
-    def copy_from(self, source: Any, *, blocking: bool = True) -> None: ...
+    def copy_from(self, source: Any, *, blocking: bool = True) -> None:
+        """Copies ``source`` in; with ``blocking=False`` the copy is only enqueued, and the
+        pending copy keeps ``source`` alive until it completes."""
     def to_bytes(self) -> bytes: ...
     def __len__(self) -> int: ...
 

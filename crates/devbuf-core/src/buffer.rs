@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
-use crate::{DeviceInfo, Error, Event, MemKind, Queue, Result};
+use crate::blocking::blocking;
+use crate::{DeviceInfo, Error, Event, ForeignQueue, MemKind, Queue, Result};
 
 /// Alignment of [`Buffer::alloc`]: DLPack's recommended data alignment, and CUDA's own.
 pub const DEFAULT_ALIGNMENT: usize = 256;
@@ -73,18 +74,75 @@ enum Release {
 }
 
 /// Work enqueued on an allocation that may not have completed yet.
-#[derive(Debug, Clone)]
 struct PendingWork {
-    queue: Arc<dyn Queue>,
+    /// The devbuf queue it runs on; `None` for another library's queue (the producer of
+    /// imported memory), whose work devbuf never waits for before letting go of its memory.
+    queue: Option<Arc<dyn Queue>>,
     /// Completes when the queue's work on the allocation (and everything before it) is done.
     event: Event,
+    /// Sources of copies into the allocation enqueued without waiting: held until the copies
+    /// complete, so that dropping them never has to wait.
+    sources: Vec<Buffer>,
+}
+
+impl PendingWork {
+    fn on(&self, queue: &Arc<dyn Queue>) -> bool {
+        self.queue
+            .as_ref()
+            .is_some_and(|own| Arc::ptr_eq(own, queue))
+    }
+}
+
+/// The pending work of an allocation.
+#[derive(Default)]
+struct PendingList {
+    work: Vec<PendingWork>,
+    /// The queue of the library that produced imported memory, while devbuf has not yet ordered
+    /// anything after its work there. An event is recorded on it (a barrier: microseconds) only
+    /// when devbuf first needs one, so that imports nobody waits on cost nothing; the event then
+    /// covers the producer's work up to that moment, which includes its work at import.
+    producer: Option<Arc<dyn ForeignQueue>>,
+}
+
+impl PendingList {
+    fn is_empty(&self) -> bool {
+        self.work.is_empty() && self.producer.is_none()
+    }
+
+    /// Records the event of the producer's queue, if that has not been done yet.
+    fn record_producer_event(&mut self) -> Result<()> {
+        if let Some(producer) = &self.producer {
+            let event = producer.record_event()?;
+            self.producer = None;
+            self.work.push(PendingWork {
+                queue: None,
+                event,
+                sources: Vec::new(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Takes out the work that `done` says has completed. The caller drops it after unlocking:
+    /// dropping the sources it holds may release foreign memory, whose owner may be a Python
+    /// object.
+    fn take_completed(&mut self, done: impl Fn(&PendingWork) -> bool) -> Vec<PendingWork> {
+        let (completed, pending) = std::mem::take(&mut self.work).into_iter().partition(done);
+        self.work = pending;
+        completed
+    }
+
+    /// Takes out the work whose event has completed.
+    fn take_all_completed(&mut self) -> Vec<PendingWork> {
+        self.take_completed(|w| w.event.is_complete().unwrap_or(false))
+    }
 }
 
 /// The pending work of an allocation, with a lock-free answer to "is there any?" for the common
 /// case of none (every export asks).
 #[derive(Default)]
 struct Pending {
-    list: Mutex<Vec<PendingWork>>,
+    list: Mutex<PendingList>,
     /// Whether `list` is non-empty; updated under the lock when a guard is dropped.
     any: AtomicBool,
 }
@@ -103,12 +161,12 @@ impl Pending {
 }
 
 struct PendingGuard<'a> {
-    list: MutexGuard<'a, Vec<PendingWork>>,
+    list: MutexGuard<'a, PendingList>,
     any: &'a AtomicBool,
 }
 
 impl Deref for PendingGuard<'_> {
-    type Target = Vec<PendingWork>;
+    type Target = PendingList;
     fn deref(&self) -> &Self::Target {
         &self.list
     }
@@ -143,38 +201,59 @@ struct Allocation {
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        let pending = std::mem::take(self.pending.list.get_mut());
+        // The producer of imported memory is not waited for: its work is its own business, and
+        // letting go of its memory does not free it under that work.
+        let pending = std::mem::take(&mut self.pending.list.get_mut().work);
+        let exported = *self.exported.get_mut();
+        // Memory that a command may still use is leaked when a wait fails: freeing it would be
+        // worse.
         match &mut self.release {
             Release::Queue { size, align } => {
-                // Other libraries' work on exported memory is ordered with nothing of ours: wait
-                // for the whole device before the queue may hand the memory out again.
-                if *self.exported.get_mut() {
-                    let _ = self.queue.wait_device();
-                }
-                // The queue releases memory after its own work; other queues' work must come first.
-                for work in pending
-                    .iter()
-                    .filter(|w| !Arc::ptr_eq(&w.queue, &self.queue))
-                {
-                    if self.queue.wait_event(&work.event).is_err() {
-                        let _ = work.event.wait();
+                let (queue, base, kind, size, align) =
+                    (&self.queue, self.base, self.kind, *size, *align);
+                let release = || {
+                    // Other libraries' work on exported memory is ordered with nothing of ours:
+                    // wait for the whole device before the queue may hand the memory out again.
+                    if exported && queue.wait_device().is_err() {
+                        return;
                     }
-                }
-                if let Some(ptr) = NonNull::new(self.base as *mut u8) {
-                    // SAFETY: this allocation came from `queue.allocate(kind, size, align)` and
-                    // Drop runs once, after the last Buffer referring to it is gone.
-                    unsafe { self.queue.deallocate(ptr, self.kind, *size, *align) };
+                    // The queue releases memory after its own work; other queues' work must come
+                    // first.
+                    for work in pending.iter().filter(|w| !w.on(queue)) {
+                        if queue.wait_event(&work.event).is_err() && work.event.wait().is_err() {
+                            return;
+                        }
+                    }
+                    if let Some(ptr) = NonNull::new(base as *mut u8) {
+                        // SAFETY: this allocation came from `queue.allocate(kind, size, align)`
+                        // and Drop runs once, after the last Buffer referring to it is gone.
+                        unsafe { queue.deallocate(ptr, kind, size, align) };
+                    }
+                };
+                if exported || !pending.is_empty() {
+                    blocking(release);
+                } else {
+                    release();
                 }
             }
             Release::Foreign(owner) => {
                 // Foreign memory has no ordered release: block until devbuf's work on it is done.
-                for work in &pending {
-                    let _ = work.event.wait();
-                }
-                if let Some(owner) = owner.get_mut().take() {
-                    // A panicking deleter must not unwind into a C caller (DLPack deleters run
-                    // this from `extern "C"` code); the panic message has already been printed.
-                    let _ = catch_unwind(AssertUnwindSafe(move || drop(owner)));
+                let ours = || {
+                    pending
+                        .iter()
+                        .filter(|w| w.queue.is_some())
+                        .all(|w| w.event.wait().is_ok())
+                };
+                let done = pending.iter().all(|w| w.queue.is_none()) || blocking(ours);
+                let owner = owner.get_mut().take();
+                match owner {
+                    Some(owner) if done => {
+                        // A panicking deleter must not unwind into a C caller (DLPack deleters
+                        // run this from `extern "C"` code); the panic message has already been
+                        // printed.
+                        let _ = catch_unwind(AssertUnwindSafe(move || drop(owner)));
+                    }
+                    owner => std::mem::forget(owner),
                 }
             }
         }
@@ -352,7 +431,10 @@ impl Buffer {
             src_queue
         } else {
             let staged = src.to_vec()?;
-            return self.copy_from_host(&staged);
+            return self.copy_from_host(&staged).inspect_err(|_| {
+                // The copy may still be reading the staging bytes.
+                std::mem::forget(staged);
+            });
         };
         self.order_on(queue)?;
         src.order_on(queue)?;
@@ -364,7 +446,8 @@ impl Buffer {
 
     /// Enqueues a copy of `src` into this view on `queue` (which must reach both), ordered after
     /// pending work on both allocations, and returns without waiting. The work is recorded on both
-    /// allocations: they stay alive until it completes, and [`Buffer::sync_queue`] reports it.
+    /// allocations: they stay alive until it completes (this one holds `src`, so that dropping
+    /// `src` meanwhile does not wait), and [`Buffer::sync_queue`] reports it.
     pub fn enqueue_copy_from(&self, src: &Buffer, queue: &Arc<dyn Queue>) -> Result<Event> {
         self.check_copy_source(src.len, || {
             self.same_allocation(src) && ranges_overlap(self, src)
@@ -385,7 +468,8 @@ impl Buffer {
             // allocations record the work and outlive it (Allocation::drop waits for it).
             unsafe { queue.copy(self.ptr(), src.ptr(), self.len)? };
         }
-        record_enqueued(queue, &[self, src])
+        let source = (!self.same_allocation(src)).then(|| src.clone());
+        record_enqueued(queue, &[self, src], source)
     }
 
     /// Copies `src` (host memory, same length) into this view and waits for the copy.
@@ -427,8 +511,14 @@ impl Buffer {
     /// The bytes of this view, copied to a new host vector.
     pub fn to_vec(&self) -> Result<Vec<u8>> {
         let mut bytes = vec![0; self.len];
-        self.copy_to_host(&mut bytes)?;
-        Ok(bytes)
+        match self.copy_to_host(&mut bytes) {
+            Ok(()) => Ok(bytes),
+            Err(err) => {
+                // The copy may still be writing into the vector.
+                std::mem::forget(bytes);
+                Err(err)
+            }
+        }
     }
 
     /// Sets every byte of this view to `byte` and waits.
@@ -452,13 +542,24 @@ impl Buffer {
             // SAFETY: the view is in range; the allocation records the work and outlives it.
             unsafe { queue.fill(self.ptr(), byte, self.len)? };
         }
-        record_enqueued(queue, &[self])
+        record_enqueued(queue, &[self], None)
     }
 
     /// Records that work on this allocation was enqueued on `queue` and completes with `event`
     /// (for work devbuf did not enqueue itself, e.g. a consumer's kernel).
     pub fn record_work(&self, queue: &Arc<dyn Queue>, event: Event) {
-        set_latest(&mut self.alloc.pending.lock(), queue, event);
+        set_latest(&mut self.alloc.pending.lock(), queue, event, None);
+    }
+
+    /// Records that the library that produced this (imported) memory may still have work on it
+    /// in `producer`, its queue: host views and devbuf's commands are ordered after that work.
+    /// The producer's event is only recorded when something first needs it.
+    pub fn record_producer(&self, producer: Arc<dyn ForeignQueue>) -> Result<()> {
+        let mut pending = self.alloc.pending.lock();
+        // A second producer: the first one's work must be captured before it is forgotten.
+        pending.record_producer_event()?;
+        pending.producer = Some(producer);
+        Ok(())
     }
 
     /// Makes work enqueued on `queue` from now on wait for pending work on this allocation from
@@ -467,9 +568,30 @@ impl Buffer {
         if self.alloc.pending.is_empty() {
             return Ok(());
         }
+        // Declared first, so dropped after the guard.
+        let _completed: Vec<PendingWork>;
         let mut pending = self.alloc.pending.lock();
-        pending.retain(|w| !w.event.is_complete().unwrap_or(false));
-        for work in pending.iter().filter(|w| !Arc::ptr_eq(&w.queue, queue)) {
+        pending.record_producer_event()?;
+        _completed = pending.take_all_completed();
+        for work in pending.work.iter().filter(|w| !w.on(queue)) {
+            queue.wait_event(&work.event)?;
+        }
+        Ok(())
+    }
+
+    /// Makes work another library enqueues on `queue` from now on wait for all pending work on
+    /// this allocation (a DLPack consumer's `stream`), without blocking the host where the
+    /// runtime allows it.
+    pub fn order_on_foreign(&self, queue: &dyn ForeignQueue) -> Result<()> {
+        if self.alloc.pending.is_empty() {
+            return Ok(());
+        }
+        // Declared first, so dropped after the guard.
+        let _completed: Vec<PendingWork>;
+        let mut pending = self.alloc.pending.lock();
+        pending.record_producer_event()?;
+        _completed = pending.take_all_completed();
+        for work in &pending.work {
             queue.wait_event(&work.event)?;
         }
         Ok(())
@@ -482,23 +604,37 @@ impl Buffer {
         if self.alloc.pending.is_empty() {
             return Ok(None);
         }
+        // Declared first, so dropped after the guard.
+        let completed: Vec<PendingWork>;
         let mut pending = self.alloc.pending.lock();
-        pending.retain(|w| !w.event.is_complete().unwrap_or(false));
-        match pending.as_slice() {
-            [] => Ok(None),
-            [only] => Ok(Some(Arc::clone(&only.queue))),
+        pending.record_producer_event()?;
+        completed = pending.take_all_completed();
+        let sync = match pending.work.as_slice() {
+            [] => None,
+            [
+                PendingWork {
+                    queue: Some(only), ..
+                },
+            ] => Some(Arc::clone(only)),
+            // Several queues, or another library's: joined on `home`.
             several => {
-                for work in several.iter().filter(|w| !Arc::ptr_eq(&w.queue, home)) {
+                for work in several.iter().filter(|w| !w.on(home)) {
                     home.wait_event(&work.event)?;
                 }
                 let joined = home.record_event()?;
-                *pending = vec![PendingWork {
-                    queue: Arc::clone(home),
+                let sources = several.iter().flat_map(|w| w.sources.iter().cloned());
+                let joined = PendingWork {
+                    queue: Some(Arc::clone(home)),
                     event: joined,
-                }];
-                Ok(Some(Arc::clone(home)))
+                    sources: sources.collect(),
+                };
+                drop(std::mem::replace(&mut pending.work, vec![joined]));
+                Some(Arc::clone(home))
             }
-        }
+        };
+        drop(pending);
+        drop(completed);
+        Ok(sync)
     }
 
     /// Records that the memory was handed to another library, whose work on it devbuf cannot see:
@@ -514,8 +650,25 @@ impl Buffer {
 
     /// Blocks until all pending work on this allocation has completed.
     pub fn synchronize(&self) -> Result<()> {
-        let pending = std::mem::take(&mut *self.alloc.pending.lock());
-        pending.iter().try_for_each(|work| work.event.wait())
+        if self.alloc.pending.is_empty() {
+            return Ok(());
+        }
+        // The work stays recorded while the host waits: a thread that orders new work after it
+        // meanwhile must still see it.
+        let events: SmallVec<[Event; 2]> = {
+            let mut pending = self.alloc.pending.lock();
+            pending.record_producer_event()?;
+            pending.work.iter().map(|w| w.event.clone()).collect()
+        };
+        events.iter().try_for_each(Event::wait)?;
+        // Forget only the work waited for: newer work may have replaced or joined it.
+        let completed = self
+            .alloc
+            .pending
+            .lock()
+            .take_completed(|w| events.iter().any(|event| event.same_as(&w.event)));
+        drop(completed);
+        Ok(())
     }
 
     fn check_copy_source(&self, src_len: usize, overlaps: impl FnOnce() -> bool) -> Result<()> {
@@ -540,20 +693,28 @@ impl Buffer {
         queue.wait()?;
         for buffer in std::iter::once(self).chain(others.iter().copied()) {
             if !buffer.alloc.pending.is_empty() {
-                buffer.alloc.pending.lock().retain(|w| {
-                    !Arc::ptr_eq(&w.queue, queue) || !w.event.is_complete().unwrap_or(false)
+                // Another library's work was ordered before ours (order_on), so it is done too.
+                let completed = buffer.alloc.pending.lock().take_completed(|w| {
+                    (w.queue.is_none() || w.on(queue)) && w.event.is_complete().unwrap_or(false)
                 });
+                drop(completed);
             }
         }
         Ok(())
     }
 }
 
-/// Records work just enqueued on `queue` on the allocations of `buffers`, and returns its event.
+/// Records work just enqueued on `queue` on the allocations of `buffers`, and returns its event;
+/// the first buffer's allocation also holds `source` until the work completes.
 /// The event is recorded while every allocation's pending list is locked (in address order, so
 /// threads never deadlock): a thread that enqueued later records later, and never replaces a
 /// queue's latest event by an earlier one.
-fn record_enqueued(queue: &Arc<dyn Queue>, buffers: &[&Buffer]) -> Result<Event> {
+fn record_enqueued(
+    queue: &Arc<dyn Queue>,
+    buffers: &[&Buffer],
+    source: Option<Buffer>,
+) -> Result<Event> {
+    let destination: *const Allocation = &*buffers[0].alloc;
     let mut allocations: SmallVec<[&Allocation; 2]> =
         buffers.iter().map(|buffer| &*buffer.alloc).collect();
     allocations.sort_by_key(|alloc| *alloc as *const Allocation as usize);
@@ -563,19 +724,35 @@ fn record_enqueued(queue: &Arc<dyn Queue>, buffers: &[&Buffer]) -> Result<Event>
         .map(|alloc| alloc.pending.lock())
         .collect();
     let event = queue.record_event()?;
-    for pending in &mut guards {
-        set_latest(pending, queue, event.clone());
+    let mut source = source;
+    for (alloc, pending) in allocations.iter().zip(&mut guards) {
+        let keep = if std::ptr::eq(*alloc, destination) {
+            source.take()
+        } else {
+            None
+        };
+        set_latest(pending, queue, event.clone(), keep);
     }
     Ok(event)
 }
 
-/// Makes `event` the latest work of `queue` in an allocation's pending list.
-fn set_latest(pending: &mut Vec<PendingWork>, queue: &Arc<dyn Queue>, event: Event) {
-    match pending.iter_mut().find(|w| Arc::ptr_eq(&w.queue, queue)) {
-        Some(work) => work.event = event,
-        None => pending.push(PendingWork {
-            queue: Arc::clone(queue),
+/// Makes `event` the latest work of `queue` in an allocation's pending list, which also holds
+/// `source` until then.
+fn set_latest(
+    pending: &mut PendingList,
+    queue: &Arc<dyn Queue>,
+    event: Event,
+    source: Option<Buffer>,
+) {
+    match pending.work.iter_mut().find(|w| w.on(queue)) {
+        Some(work) => {
+            work.event = event;
+            work.sources.extend(source);
+        }
+        None => pending.work.push(PendingWork {
+            queue: Some(Arc::clone(queue)),
             event,
+            sources: source.into_iter().collect(),
         }),
     }
 }
@@ -618,10 +795,19 @@ mod tests {
         label: String,
         done: Arc<AtomicBool>,
         waits: Arc<AtomicUsize>,
+        /// Waits fail while this is set (the runtime lost the device).
+        fail: Arc<AtomicBool>,
+    }
+
+    fn lost() -> Error {
+        Error::runtime("test", "wait", "the device was lost")
     }
 
     impl QueueEvent for ManualEvent {
         fn wait(&self) -> Result<()> {
+            if self.fail.load(Ordering::SeqCst) {
+                return Err(lost());
+            }
             self.waits.fetch_add(1, Ordering::SeqCst);
             self.done.store(true, Ordering::SeqCst);
             Ok(())
@@ -644,6 +830,8 @@ mod tests {
         waited_for: Mutex<Vec<String>>,
         event_waits: Arc<AtomicUsize>,
         device_waits: AtomicUsize,
+        deallocations: AtomicUsize,
+        fail: Arc<AtomicBool>,
     }
 
     impl DeferredQueue {
@@ -655,6 +843,8 @@ mod tests {
                 waited_for: Mutex::new(Vec::new()),
                 event_waits: Arc::new(AtomicUsize::new(0)),
                 device_waits: AtomicUsize::new(0),
+                deallocations: AtomicUsize::new(0),
+                fail: Arc::new(AtomicBool::new(false)),
             })
         }
     }
@@ -670,6 +860,7 @@ mod tests {
             self.host.allocate(kind, size, align)
         }
         unsafe fn deallocate(&self, ptr: NonNull<u8>, kind: MemKind, size: usize, align: usize) {
+            self.deallocations.fetch_add(1, Ordering::SeqCst);
             // SAFETY: forwarded unchanged from the caller's contract.
             unsafe { self.host.deallocate(ptr, kind, size, align) }
         }
@@ -682,6 +873,9 @@ mod tests {
             unsafe { self.host.fill(dst, byte, len) }
         }
         fn wait(&self) -> Result<()> {
+            if self.fail.load(Ordering::SeqCst) {
+                return Err(lost());
+            }
             for done in self.recorded.lock().drain(..) {
                 done.store(true, Ordering::SeqCst);
             }
@@ -699,9 +893,13 @@ mod tests {
                 label: format!("{}#{}", self.name, recorded.len()),
                 done,
                 waits: Arc::clone(&self.event_waits),
+                fail: Arc::clone(&self.fail),
             }))
         }
         fn wait_event(&self, event: &Event) -> Result<()> {
+            if self.fail.load(Ordering::SeqCst) {
+                return Err(lost());
+            }
             let label = event
                 .downcast_ref::<ManualEvent>()
                 .map_or_else(|| "foreign".to_string(), |e| e.label.clone());
@@ -828,5 +1026,199 @@ mod tests {
         assert_eq!(a.device_waits.load(Ordering::SeqCst), 0);
         drop(view);
         assert_eq!(a.device_waits.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn memory_a_command_may_still_use_is_leaked_when_waiting_fails() {
+        let ((a, qa), (b, qb)) = (deferred("a"), deferred("b"));
+        let owned = Buffer::alloc(&qa, MemKind::Device, 8).unwrap();
+        let src = Buffer::alloc(&qb, MemKind::Device, 8).unwrap();
+        owned.enqueue_copy_from(&src, &qb).unwrap();
+        a.fail.store(true, Ordering::SeqCst);
+        b.fail.store(true, Ordering::SeqCst);
+        drop(owned);
+        assert_eq!(a.deallocations.load(Ordering::SeqCst), 0);
+
+        let deleted = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&deleted);
+        let mut memory = vec![0u8; 8];
+        a.fail.store(false, Ordering::SeqCst);
+        // SAFETY: `memory` outlives the buffer; the deleter only sets a flag.
+        let foreign = unsafe {
+            Buffer::from_foreign(
+                Arc::clone(&qa),
+                memory.as_mut_ptr(),
+                8,
+                MemKind::Unknown,
+                Owner::deleter(move || flag.store(true, Ordering::SeqCst)),
+            )
+        };
+        foreign.enqueue_fill(4).unwrap();
+        a.fail.store(true, Ordering::SeqCst);
+        drop(foreign);
+        assert!(!deleted.load(Ordering::SeqCst));
+    }
+
+    /// An event whose wait blocks until the test opens its gate.
+    #[derive(Debug, Default)]
+    struct GatedEvent {
+        waiting: AtomicBool,
+        open: Mutex<bool>,
+        opened: parking_lot::Condvar,
+    }
+
+    impl QueueEvent for GatedEvent {
+        fn wait(&self) -> Result<()> {
+            self.waiting.store(true, Ordering::SeqCst);
+            let mut open = self.open.lock();
+            while !*open {
+                self.opened.wait(&mut open);
+            }
+            Ok(())
+        }
+        fn is_complete(&self) -> Result<bool> {
+            Ok(*self.open.lock())
+        }
+        fn as_any(&self) -> &dyn Any {
+            self
+        }
+    }
+
+    /// Holds an `Arc<GatedEvent>` so that the test can open the gate the buffer waits on.
+    #[derive(Debug)]
+    struct SharedGate(Arc<GatedEvent>);
+
+    impl QueueEvent for SharedGate {
+        fn wait(&self) -> Result<()> {
+            self.0.wait()
+        }
+        fn is_complete(&self) -> Result<bool> {
+            self.0.is_complete()
+        }
+        fn as_any(&self) -> &dyn Any {
+            self
+        }
+    }
+
+    #[test]
+    fn work_stays_recorded_while_synchronize_waits_for_it() {
+        let ((a, qa), (_, qb)) = (deferred("a"), deferred("b"));
+        let buffer = Buffer::alloc(&qa, MemKind::Device, 8).unwrap();
+        let gate = Arc::new(GatedEvent::default());
+        buffer.record_work(&qb, Event::new(SharedGate(Arc::clone(&gate))));
+        std::thread::scope(|scope| {
+            let waiter = scope.spawn(|| buffer.synchronize());
+            while !gate.waiting.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            // A write on a, ordered while the host still waits for b's read: it must wait too.
+            buffer.order_on(&qa).unwrap();
+            *gate.open.lock() = true;
+            gate.opened.notify_all();
+            waiter.join().unwrap().unwrap();
+        });
+        assert_eq!(*a.waited_for.lock(), vec!["foreign".to_string()]);
+        assert!(!buffer.has_pending_work());
+    }
+
+    /// Another library's queue: counts the events recorded on it.
+    #[derive(Debug, Default)]
+    struct Producer {
+        recorded: AtomicUsize,
+        done: Arc<AtomicBool>,
+    }
+
+    impl ForeignQueue for Producer {
+        fn record_event(&self) -> Result<Event> {
+            self.recorded.fetch_add(1, Ordering::SeqCst);
+            Ok(Event::new(ManualEvent {
+                label: "producer".into(),
+                done: Arc::clone(&self.done),
+                waits: Arc::new(AtomicUsize::new(0)),
+                fail: Arc::new(AtomicBool::new(false)),
+            }))
+        }
+        fn wait_event(&self, _event: &Event) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_producers_event_is_recorded_when_first_needed_and_ordered_before_ours() {
+        let (a, qa) = deferred("a");
+        let mut memory = vec![0u8; 8];
+        // SAFETY: `memory` outlives the buffer.
+        let imported = unsafe {
+            Buffer::from_foreign(
+                Arc::clone(&qa),
+                memory.as_mut_ptr(),
+                8,
+                MemKind::Unknown,
+                Owner::keep_alive(()),
+            )
+        };
+        let producer = Arc::new(Producer::default());
+        imported.record_producer(producer.clone()).unwrap();
+        assert!(imported.has_pending_work());
+        assert_eq!(producer.recorded.load(Ordering::SeqCst), 0);
+        imported.fill(1).unwrap();
+        assert_eq!(producer.recorded.load(Ordering::SeqCst), 1);
+        assert_eq!(*a.waited_for.lock(), vec!["producer".to_string()]);
+        // The fill waited for it on the device: once done, nothing is pending.
+        producer.done.store(true, Ordering::SeqCst);
+        qa.wait().unwrap();
+        imported.synchronize().unwrap();
+        assert!(!imported.has_pending_work());
+
+        // Dropping an import with only the producer's work pending does not wait for it.
+        let waits = a.event_waits.load(Ordering::SeqCst);
+        imported
+            .record_producer(Arc::new(Producer::default()))
+            .unwrap();
+        drop(imported);
+        assert_eq!(a.event_waits.load(Ordering::SeqCst), waits);
+    }
+
+    #[test]
+    fn a_pending_copy_holds_its_source_so_dropping_the_source_does_not_wait() {
+        let (a, qa) = deferred("a");
+        let deleted = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&deleted);
+        let mut memory = vec![7u8; 8];
+        // SAFETY: `memory` outlives the buffer; the deleter only sets a flag.
+        let source = unsafe {
+            Buffer::from_foreign(
+                Arc::clone(&qa),
+                memory.as_mut_ptr(),
+                8,
+                MemKind::Unknown,
+                Owner::deleter(move || flag.store(true, Ordering::SeqCst)),
+            )
+        };
+        let target = Buffer::alloc(&qa, MemKind::Device, 8).unwrap();
+        target.enqueue_copy_from(&source, &qa).unwrap();
+        let waits = a.event_waits.load(Ordering::SeqCst);
+        drop(source);
+        assert_eq!(a.event_waits.load(Ordering::SeqCst), waits);
+        assert!(!deleted.load(Ordering::SeqCst));
+        target.synchronize().unwrap();
+        assert!(deleted.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn waits_before_a_release_run_through_the_blocking_hook() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        fn counting(run: &mut dyn FnMut()) {
+            CALLS.fetch_add(1, Ordering::SeqCst);
+            run();
+        }
+        crate::set_blocking_hook(counting);
+        let (_, qa) = deferred("a");
+        drop(Buffer::alloc(&qa, MemKind::Device, 8).unwrap());
+        assert_eq!(CALLS.load(Ordering::SeqCst), 0);
+        let busy = Buffer::alloc(&qa, MemKind::Device, 8).unwrap();
+        busy.enqueue_fill(1).unwrap();
+        drop(busy);
+        assert_eq!(CALLS.load(Ordering::SeqCst), 1);
     }
 }

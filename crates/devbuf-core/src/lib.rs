@@ -9,6 +9,7 @@
 //! - [`conformance`] (feature `conformance`): the checks every backend passes.
 
 mod array;
+mod blocking;
 mod buffer;
 pub mod dlpack;
 mod dtype;
@@ -23,6 +24,7 @@ mod queue;
 pub mod conformance;
 
 pub use array::{Array, Layout, MAX_NDIM, check_ndim};
+pub use blocking::set_blocking_hook;
 pub use buffer::{Buffer, DEFAULT_ALIGNMENT, Owner};
 pub use dlpark;
 pub use dtype::{ByteOrder, DType, ScalarKind};
@@ -31,5 +33,6 @@ pub use host::{HostBackend, HostQueue};
 pub use kind::{DeviceInfo, MemKind};
 pub use last_command::LastCommand;
 pub use queue::{
-    Availability, Backend, CompletedEvent, Event, ExportedHandle, Queue, QueueEvent, split_selector,
+    Availability, Backend, CompletedEvent, Event, ExportedHandle, ForeignQueue, Queue, QueueEvent,
+    split_selector,
 };

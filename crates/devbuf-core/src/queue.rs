@@ -96,6 +96,19 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
         None
     }
 
+    /// The handle DLPack's C exchange API names as this queue's current work stream: the native
+    /// stream, or the runtime's queue object (a `sycl::queue*` for kDLOneAPI).
+    fn dlpack_work_stream(&self) -> Option<usize> {
+        self.native_stream()
+    }
+
+    /// This queue as other libraries see it once they hold its handle (see
+    /// [`Queue::export_handle`]): its events then also cover work they enqueued on it. `None`
+    /// where no other library can enqueue on it.
+    fn as_foreign_queue(self: Arc<Self>) -> Option<Arc<dyn ForeignQueue>> {
+        None
+    }
+
     /// Downcasting, for backend-specific protocol details.
     fn as_any(&self) -> &dyn Any;
 }
@@ -136,6 +149,18 @@ impl fmt::Debug for ExportedHandle {
 // SAFETY: runtime handles (sycl::queue copies) are thread-safe reference-counted objects.
 unsafe impl Send for ExportedHandle {}
 
+/// Another library's queue or stream (a dpctl queue that produced imported memory, or the one a
+/// DLPack consumer passes as `stream`): devbuf orders work with it but never enqueues its own.
+pub trait ForeignQueue: Send + Sync + fmt::Debug {
+    /// Records an event that completes when all work enqueued on it so far has completed, without
+    /// blocking the host (a barrier on an out-of-order SYCL queue).
+    fn record_event(&self) -> Result<Event>;
+
+    /// Makes work enqueued on it from now on wait for `event`, without blocking the host where
+    /// the runtime allows it.
+    fn wait_event(&self, event: &Event) -> Result<()>;
+}
+
 /// A backend's event: a point in one queue's stream of work.
 pub trait QueueEvent: Send + Sync + fmt::Debug {
     /// Blocks until the event has completed.
@@ -164,6 +189,11 @@ impl Event {
     /// Whether the event has completed, without blocking.
     pub fn is_complete(&self) -> Result<bool> {
         self.0.is_complete()
+    }
+
+    /// Whether both handles name the same event.
+    pub fn same_as(&self, other: &Event) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
     }
 
     /// The backend's own event, if it is of type `T`.

@@ -8,10 +8,10 @@ use pyo3::prelude::*;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use devbuf::Queue;
 use devbuf::cuda::CudaQueue;
 use devbuf::dlpack;
-use devbuf::sycl::{Runtime, SyclQueue};
+use devbuf::sycl::{ForeignSyclQueue, Runtime, SyclQueue};
+use devbuf::{ForeignQueue, Queue};
 use parking_lot::Mutex;
 use pyo3::exceptions::PyTypeError;
 use pyo3::sync::PyOnceLock;
@@ -29,10 +29,28 @@ pub(crate) fn dl_device(device_type: i32, device_id: i32) -> DLDevice {
     }
 }
 
+/// What a SUAI `syclobj` resolves to: the queue for its memory, and the producer's queue whose
+/// pending work imports are ordered after (none for a context or a filter string, which name no
+/// queue).
+pub(crate) struct SyclobjQueue {
+    pub(crate) queue: Py<PyQueue>,
+    pub(crate) producer: Option<Arc<dyn ForeignQueue>>,
+}
+
+impl SyclobjQueue {
+    fn clone_ref(&self, py: Python<'_>) -> SyclobjQueue {
+        SyclobjQueue {
+            queue: self.queue.clone_ref(py),
+            producer: self.producer.clone(),
+        }
+    }
+}
+
 /// Queues recently resolved from `syclobj` objects (dpctl queues and contexts are long-lived and
-/// shared by many arrays), keyed by identity. Each entry holds its object, so an id is never
+/// shared by many arrays), keyed by identity; a context with several devices is not cached, since
+/// the queue then depends on the pointer's device. Each entry holds its object, so an id is never
 /// reused while cached; the cache is small so that it keeps few objects alive.
-type SyclobjCache = Mutex<VecDeque<(Py<PyAny>, Py<PyQueue>)>>;
+type SyclobjCache = Mutex<VecDeque<(Py<PyAny>, SyclobjQueue)>>;
 static SYCLOBJ_QUEUES: PyOnceLock<SyclobjCache> = PyOnceLock::new();
 const SYCLOBJ_CACHE_SIZE: usize = 16;
 
@@ -43,17 +61,24 @@ pub(crate) fn queue_from_syclobj(
     py: Python<'_>,
     syclobj: &Bound<'_, PyAny>,
     data: usize,
-) -> PyResult<Py<PyQueue>> {
+) -> PyResult<SyclobjQueue> {
     if let Ok(queue) = syclobj.cast::<PyQueue>() {
-        return Ok(queue.clone().unbind());
+        return Ok(SyclobjQueue {
+            producer: Arc::clone(&queue.get().queue).as_foreign_queue(),
+            queue: queue.clone().unbind(),
+        });
     }
     if let Ok(filter) = syclobj.cast::<PyString>() {
-        return shared_queue(py, &format!("sycl:{}", filter.to_str()?));
+        return Ok(SyclobjQueue {
+            queue: shared_queue(py, &format!("sycl:{}", filter.to_str()?))?,
+            producer: None,
+        });
     }
     let is_capsule = syclobj.cast::<PyCapsule>().is_ok();
     let cache = SYCLOBJ_QUEUES.get_or_init(py, Default::default);
-    if !is_capsule && let Some((_, queue)) = cache.lock().iter().find(|(obj, _)| obj.is(syclobj)) {
-        return Ok(queue.clone_ref(py));
+    if !is_capsule && let Some((_, resolved)) = cache.lock().iter().find(|(obj, _)| obj.is(syclobj))
+    {
+        return Ok(resolved.clone_ref(py));
     }
     let capsule = if is_capsule {
         syclobj.clone()
@@ -68,15 +93,23 @@ pub(crate) fn queue_from_syclobj(
             }
         }
     };
-    let queue = queue_from_capsule(py, &capsule, data)?;
-    if !is_capsule {
-        let mut cache = cache.lock();
-        if cache.len() == SYCLOBJ_CACHE_SIZE {
-            cache.pop_front();
-        }
-        cache.push_back((syclobj.clone().unbind(), queue.clone_ref(py)));
+    let resolved = queue_from_capsule(py, &capsule, data)?;
+    let per_pointer = sycl_queue(&resolved.queue.get().queue)
+        .is_some_and(|sycl| resolved.producer.is_none() && sycl.has_multi_device_context());
+    if !is_capsule && !per_pointer {
+        let entry = (syclobj.clone().unbind(), resolved.clone_ref(py));
+        let evicted = {
+            let mut cache = cache.lock();
+            let evicted = (cache.len() == SYCLOBJ_CACHE_SIZE)
+                .then(|| cache.pop_front())
+                .flatten();
+            cache.push_back(entry);
+            evicted
+        };
+        // Dropped unlocked: its object's finalizer may run Python code that imports again.
+        drop(evicted);
     }
-    Ok(queue)
+    Ok(resolved)
 }
 
 /// The queue a "SyclQueueRef" or "SyclContextRef" capsule names (borrowed: never freed here).
@@ -84,7 +117,7 @@ fn queue_from_capsule(
     py: Python<'_>,
     capsule: &Bound<'_, PyAny>,
     data: usize,
-) -> PyResult<Py<PyQueue>> {
+) -> PyResult<SyclobjQueue> {
     let capsule = capsule
         .cast::<PyCapsule>()
         .map_err(|_| PyTypeError::new_err("syclobj: _get_capsule() did not return a capsule"))?;
@@ -98,22 +131,28 @@ fn queue_from_capsule(
     let payload = payload as usize;
     // dpctl's capsule payloads are live handles of the library it loaded, which devbuf loads too
     // (the package's __init__ points devbuf at dpctl's own library).
-    let queue: Arc<dyn Queue> = match name.to_bytes() {
-        b"SyclQueueRef" | b"used_SyclQueueRef" => py
-            // SAFETY: a live "SyclQueueRef" payload of this runtime (above).
-            .detach(|| unsafe { SyclQueue::from_queue_ref(runtime, payload as *mut _) })
-            .py()?,
+    let (queue, producer): (Arc<dyn Queue>, _) = match name.to_bytes() {
+        b"SyclQueueRef" | b"used_SyclQueueRef" => {
+            let (queue, producer) = py
+                // SAFETY: a live "SyclQueueRef" payload of this runtime (above).
+                .detach(|| unsafe {
+                    SyclQueue::from_producer_queue_ref(runtime, payload as *mut _)
+                })
+                .py()?;
+            (queue as Arc<dyn Queue>, Some(producer))
+        }
         b"SyclContextRef" | b"used_SyclContextRef" => {
             // SAFETY: a live "SyclContextRef" payload of this runtime (above).
-            py.detach(|| unsafe {
-                SyclQueue::from_context_ref_and_pointer(
-                    runtime,
-                    payload as *mut _,
-                    data as *const u8,
-                )
-            })
-            .py()?
-            .0
+            let (queue, _kind) = py
+                .detach(|| unsafe {
+                    SyclQueue::from_context_ref_and_pointer(
+                        runtime,
+                        payload as *mut _,
+                        data as *const u8,
+                    )
+                })
+                .py()?;
+            (queue as Arc<dyn Queue>, None)
         }
         other => {
             return Err(PyValueError::new_err(format!(
@@ -122,7 +161,56 @@ fn queue_from_capsule(
             )));
         }
     };
-    wrap_queue(py, queue)
+    Ok(SyclobjQueue {
+        queue: wrap_queue(py, queue)?,
+        producer,
+    })
+}
+
+/// The SYCL queue a DLPack consumer passes as `stream` (a `dpctl.SyclQueue`, a devbuf queue, or
+/// any object whose `_get_capsule()` gives a "SyclQueueRef"), as another library's queue; `None`
+/// for anything else.
+pub(crate) fn foreign_sycl_queue(
+    py: Python<'_>,
+    stream: &Bound<'_, PyAny>,
+) -> PyResult<Option<Arc<dyn ForeignQueue>>> {
+    if let Ok(queue) = stream.cast::<PyQueue>() {
+        return Ok(Arc::clone(&queue.get().queue).as_foreign_queue());
+    }
+    let Some(get_capsule) = stream.getattr_opt(intern!(py, "_get_capsule"))? else {
+        return Ok(None);
+    };
+    let Ok(capsule) = get_capsule.call0()?.cast_into::<PyCapsule>() else {
+        return Ok(None);
+    };
+    let name = crate::import::capsule_name(&capsule);
+    if name != c"SyclQueueRef" {
+        return Ok(None);
+    }
+    // SAFETY: a live capsule and its own name.
+    let payload = unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), name.as_ptr()) };
+    let runtime = sycl_runtime(py)?;
+    // SAFETY: a live "SyclQueueRef" payload of dpctl's runtime, which devbuf loads too.
+    let queue = unsafe { ForeignSyclQueue::from_queue_ref(runtime, payload) }.py()?;
+    Ok(Some(Arc::new(queue)))
+}
+
+/// What devbuf passes as `stream` to a kDLOneAPI producer's `__dlpack__`: its queue as a
+/// `dpctl.SyclQueue` (made once per queue from its "SyclQueueRef" capsule), so that the producer
+/// makes it wait for its work. `None` where dpctl is not installed.
+pub(crate) fn dpctl_queue(py: Python<'_>, queue: &PyQueue) -> PyResult<Option<Py<PyAny>>> {
+    let made = queue.dpctl_queue.get_or_try_init(py, || -> PyResult<_> {
+        let Some(handle) = queue.queue.export_handle() else {
+            return Ok(None);
+        };
+        let Ok(dpctl) = py.import(intern!(py, "dpctl")) else {
+            return Ok(None);
+        };
+        let capsule = crate::device::handle_capsule(py, handle)?;
+        let made = dpctl.getattr(intern!(py, "SyclQueue"))?.call1((capsule,))?;
+        Ok(Some(made.unbind()))
+    })?;
+    Ok(made.as_ref().map(|queue| queue.clone_ref(py)))
 }
 
 /// The Python queue for a runtime queue: the shared one when it is its device's shared queue.

@@ -128,6 +128,9 @@ impl PyDevice {
 pub struct PyQueue {
     pub(crate) queue: Arc<dyn Queue>,
     pub(crate) device: Py<PyDevice>,
+    /// This queue as a `dpctl.SyclQueue` (DLPack's `stream` for kDLOneAPI producers), made on
+    /// first use; `None` for queues dpctl cannot wrap.
+    pub(crate) dpctl_queue: PyOnceLock<Option<Py<PyAny>>>,
 }
 
 impl PyQueue {
@@ -138,7 +141,14 @@ impl PyQueue {
                 info: queue.device().clone(),
             },
         )?;
-        Py::new(py, PyQueue { queue, device })
+        Py::new(
+            py,
+            PyQueue {
+                queue,
+                device,
+                dpctl_queue: PyOnceLock::new(),
+            },
+        )
     }
 
     fn backend_name(&self) -> &'static str {
@@ -288,16 +298,24 @@ pub(crate) fn shared_queue(py: Python<'_>, selector: &str) -> PyResult<Py<PyQueu
     }
     let queue = py.detach(|| devbuf::open(selector)).py()?;
     let canonical = queue.device().selector.clone();
-    let mut cache = cache.lock();
-    let shared = match cache.get(&canonical) {
-        Some(existing) => existing.clone_ref(py),
-        None => {
-            let wrapped = PyQueue::wrap(py, queue)?;
-            cache.insert(canonical, wrapped.clone_ref(py));
-            wrapped
-        }
+    // Python objects are made and dropped with the map unlocked: either may run Python code
+    // (a garbage collection, a finalizer) that asks for a shared queue again.
+    let existing = cache.lock().get(&canonical).map(|q| q.clone_ref(py));
+    let wrapped = match existing {
+        Some(existing) => existing,
+        None => PyQueue::wrap(py, queue)?,
     };
-    cache.insert(selector.to_string(), shared.clone_ref(py));
+    let (shared, displaced) = {
+        let mut cache = cache.lock();
+        // Another thread may have made it meanwhile: the first one stays.
+        let shared = cache
+            .entry(canonical)
+            .or_insert_with(|| wrapped.clone_ref(py))
+            .clone_ref(py);
+        let displaced = cache.insert(selector.to_string(), shared.clone_ref(py));
+        (shared, displaced)
+    };
+    drop((wrapped, displaced));
     Ok(shared)
 }
 
@@ -437,6 +455,7 @@ pub(crate) fn shared_queue_for_dlpack(py: Python<'_>, device: DLDevice) -> PyRes
     }
     let queue = py.detach(|| devbuf::queue_for_dlpack_device(device)).py()?;
     let shared = shared_queue(py, &queue.device().selector)?;
-    cache.lock().insert(key, shared.clone_ref(py));
+    let displaced = cache.lock().insert(key, shared.clone_ref(py));
+    drop(displaced);
     Ok(shared)
 }

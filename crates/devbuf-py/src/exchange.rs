@@ -23,6 +23,7 @@ use pyo3::{Borrowed, ffi};
 
 use crate::array::PyArray;
 use crate::device::shared_queue_for_dlpack;
+use crate::errors::IntoPyResult;
 
 /// The table; it lives for the whole process, as the protocol requires.
 struct Table(DLPackExchangeAPI);
@@ -93,6 +94,15 @@ unsafe fn borrow_array<'a, 'py>(
     })
 }
 
+/// A no-sync export leaves ordering to the consumer, which orders after `current_work_stream`:
+/// pending work on other queues is ordered before that queue's later work first.
+#[cold]
+fn order_on_work_stream(py: Python<'_>, buffer: &Buffer, device: DLDevice) -> PyResult<()> {
+    let queue = shared_queue_for_dlpack(py, device)?;
+    let queue = &queue.get().queue;
+    py.detach(|| buffer.order_on(queue)).py()
+}
+
 unsafe extern "C" fn managed_tensor_from_py_object(
     py_object: *mut c_void,
     out: *mut *mut DLManagedTensorVersioned,
@@ -106,7 +116,11 @@ unsafe extern "C" fn managed_tensor_from_py_object(
             .own_device_template()
             .map_err(PyBufferError::new_err)?
             .clone();
-        this.array.buffer().mark_exported();
+        let buffer = this.array.buffer();
+        if buffer.has_pending_work() {
+            order_on_work_stream(py, buffer, template.device())?;
+        }
+        buffer.mark_exported();
         let tensor = dlpack::export::<DLManagedTensorVersioned>(
             &this.array,
             template,
@@ -139,7 +153,11 @@ unsafe extern "C" fn dltensor_from_py_object(py_object: *mut c_void, out: *mut D
                  managed_tensor_from_py_object_no_sync, whose flags can",
             ));
         }
-        array.get().array.buffer().mark_exported();
+        let buffer = array.get().array.buffer();
+        if buffer.has_pending_work() {
+            order_on_work_stream(py, buffer, template.device())?;
+        }
+        buffer.mark_exported();
         // SAFETY: `out` is writable (caller); the template lives as long as the array.
         template.fill(unsafe { &mut *out });
         Ok::<(), PyErr>(())
@@ -281,7 +299,7 @@ unsafe extern "C" fn current_work_stream(
                 device_id,
             },
         )?;
-        let stream = queue.get().queue.native_stream().unwrap_or(0);
+        let stream = queue.get().queue.dlpack_work_stream().unwrap_or(0);
         // SAFETY: `out_current_stream` is writable (caller).
         unsafe { *out_current_stream = stream as *mut c_void };
         Ok(())

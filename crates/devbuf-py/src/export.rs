@@ -72,6 +72,12 @@ pub(crate) fn suai<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, 
         };
         build().map_err(|err| as_attribute_error(err, py, ATTRIBUTE))
     })?;
+    // The consumer orders its work on `syclobj`, our queue: pending work elsewhere (another
+    // library's queue, when this memory was imported) must come first there.
+    let buffer = this.array.buffer();
+    if buffer.has_pending_work() {
+        py.detach(|| buffer.order_on(buffer.queue())).py()?;
+    }
     cached.bind(py).copy()
 }
 
@@ -246,11 +252,9 @@ fn export_capsule<'py, T: ManagedTensorAbi>(
         )
     };
     if capsule.is_null() {
-        // SAFETY: neither reference was handed out: release both.
-        unsafe {
-            dlpack::release_capsule(tensor, false);
-            dlpack::release_consumer(tensor);
-        }
+        // SAFETY: the tensor never left us: as for a capsule that died unconsumed, this releases
+        // the memory and frees the export, both references included (once: the block is gone).
+        unsafe { dlpack::release_capsule(tensor, false) };
         return Err(PyErr::fetch(py));
     }
     // SAFETY: PyCapsule_New returned a new reference to a capsule.

@@ -7,6 +7,7 @@
 
 use std::ffi::CStr;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use devbuf::dlpack::ManagedTensor;
 use devbuf::dlpark::ffi::{DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPackExchangeAPI};
@@ -113,12 +114,19 @@ fn import_foreign<'py>(
     for protocol in PROTOCOLS.into_iter().filter(|&p| Some(p) != hint) {
         match import_through(py, obj, protocol, sync) {
             Ok(Some(array)) => {
-                let mut cache = cache.lock();
-                cache.retain(|(known, _)| !known.is(&ty));
-                if cache.len() == TYPE_CACHE_SIZE {
-                    cache.remove(0);
-                }
-                cache.push((ty.unbind(), protocol));
+                let evicted = {
+                    let mut cache = cache.lock();
+                    let known = cache.iter().position(|(known, _)| known.is(&ty));
+                    let evicted = match known {
+                        Some(at) => Some(cache.remove(at)),
+                        None if cache.len() == TYPE_CACHE_SIZE => Some(cache.remove(0)),
+                        None => None,
+                    };
+                    cache.push((ty.unbind(), protocol));
+                    evicted
+                };
+                // Dropped unlocked: a type's finalizer may run Python code that imports again.
+                drop(evicted);
                 return Ok(array);
             }
             Ok(None) => {}
@@ -205,11 +213,16 @@ fn import_dlpack<'py>(
         }
         None => None,
     };
-    // Our stream, which the producer makes wait for its work; -1 (no ordering) without `sync`.
-    let stream = announced
-        .as_ref()
-        .and_then(|(_, queue)| streams::consumer_stream_argument(queue.get()))
-        .map(|stream| if sync { stream as i64 } else { -1 });
+    // Our stream (a CUDA stream, a dpctl queue), which the producer makes wait for its work.
+    let stream = match &announced {
+        Some((_, queue)) => streams::consumer_stream_argument(py, queue.get(), sync)?,
+        None => None,
+    };
+    // When the producer ordered our queue after its work, host views must wait for it too.
+    let ordered = match (&announced, &stream) {
+        (Some((_, queue)), Some(_)) if sync => Arc::clone(&queue.get().queue).as_foreign_queue(),
+        _ => None,
+    };
     let kwargs = PyDict::new(py);
     kwargs.set_item(intern!(py, "stream"), stream)?;
     kwargs.set_item(intern!(py, "max_version"), (1, 3))?;
@@ -225,7 +238,11 @@ fn import_dlpack<'py>(
     let capsule = capsule
         .cast_into::<PyCapsule>()
         .map_err(|_| PyTypeError::new_err("__dlpack__ did not return a capsule"))?;
-    import_capsule(py, &capsule, announced).map(Some)
+    let array = import_capsule(py, &capsule, announced)?;
+    if let Some(ordered) = ordered {
+        array.get().array.buffer().record_producer(ordered).py()?;
+    }
+    Ok(Some(array))
 }
 
 /// The shared queue of a DLPack `device`; BufferError naming `key` when no usable backend
@@ -560,15 +577,20 @@ fn import_suai<'py>(
         PyValueError::new_err("syclobj: missing from __sycl_usm_array_interface__")
     })?;
     let foreign = interface::import_suai(&parsed).py()?;
-    let queue = backend::queue_from_syclobj(py, &syclobj, foreign.base)?;
+    let resolved = backend::queue_from_syclobj(py, &syclobj, foreign.base)?;
     let key = if parsed.offset == 0 { "data" } else { "offset" };
-    wrap_foreign(
+    let array = wrap_foreign(
         py,
         foreign,
-        queue,
+        resolved.queue,
         Owner::keep_alive(obj.clone().unbind()),
         key,
-    )
+    )?;
+    // The producer may still have work on the memory in its queue: ours is ordered after it.
+    if let Some(producer) = resolved.producer {
+        array.get().array.buffer().record_producer(producer).py()?;
+    }
+    Ok(array)
 }
 
 fn import_cai<'py>(

@@ -38,8 +38,36 @@ fn conformance_matrix(py: Python<'_>) -> Vec<(String, Vec<CheckRow>)> {
         .collect()
 }
 
+unsafe extern "C" {
+    /// Whether this thread holds the GIL. Outside the limited API's list (pyo3's abi3 build does
+    /// not declare it) but exported by every CPython since 3.4, with this signature.
+    fn PyGILState_Check() -> std::ffi::c_int;
+}
+
+/// Lets other Python threads run while devbuf waits for a device before releasing memory: the
+/// releases run from deallocators and capsule destructors, with the GIL held.
+fn release_gil_while(wait: &mut dyn FnMut()) {
+    /// The wait, which `detach` runs on this very thread.
+    struct OnThisThread<'a>(&'a mut dyn FnMut());
+    // SAFETY: `detach` runs the closure on the calling thread before it returns.
+    unsafe impl Send for OnThisThread<'_> {}
+    impl OnThisThread<'_> {
+        fn run(self) {
+            (self.0)()
+        }
+    }
+    // SAFETY: both may be called at any time, attached or not.
+    let holds_gil = unsafe { pyo3::ffi::Py_IsInitialized() != 0 && PyGILState_Check() == 1 };
+    if !holds_gil {
+        return wait();
+    }
+    let wait = OnThisThread(wait);
+    Python::attach(|py| py.detach(move || wait.run()));
+}
+
 #[pymodule]
 fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    devbuf::set_blocking_hook(release_gil_while);
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<array::PyArray>()?;
     dlpack_method::install(&m.py().get_type::<array::PyArray>())?;

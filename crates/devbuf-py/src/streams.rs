@@ -51,7 +51,11 @@ pub(crate) fn cai_export_stream(this: &PyArray) -> devbuf::Result<Option<usize>>
 ///   without blocking the host; 0 is refused.
 /// - The CPU (also for host-accessible CUDA or SYCL memory) takes None or -1, and pending device
 ///   work is completed first.
-/// - Other devices (SYCL: the stream may be a queue object): pending work is completed first.
+/// - kDLOneAPI (as dpctl and dpnp.tensor): a SYCL queue (`dpctl.SyclQueue`, or a devbuf queue)
+///   is the consumer's, which is made to wait for all pending work without blocking the host;
+///   None promises no synchronization, so pending work is completed first; anything else is a
+///   TypeError.
+/// - Other devices: pending work is completed first.
 pub(crate) fn prepare_dlpack_export(
     py: Python<'_>,
     this: &PyArray,
@@ -86,6 +90,19 @@ pub(crate) fn prepare_dlpack_export(
             .detach(|| unsafe { producer.sync_dlpack_export(stream) })
             .py();
     }
+    if device.device_type == DLDeviceType::ONEAPI
+        && let Some(stream) = stream
+    {
+        let Some(consumer) = backend::foreign_sycl_queue(py, stream)? else {
+            return Err(PyTypeError::new_err(format!(
+                "stream: a kDLOneAPI export takes None or a dpctl.SyclQueue, not {}",
+                stream.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+            )));
+        };
+        return py
+            .detach(|| buffer.order_on_foreign(consumer.as_ref()))
+            .py();
+    }
     let stream_value = stream.map(|s| s.extract::<i64>().ok());
     if stream_value == Some(Some(-1)) {
         return Ok(());
@@ -108,12 +125,25 @@ pub(crate) fn prepare_dlpack_export(
 }
 
 /// The `stream` argument a consumer on `queue` passes to a producer's `__dlpack__`: its native
-/// stream (never 0: the legacy default stream is 1), or None for queues without one.
-pub(crate) fn consumer_stream_argument(queue: &PyQueue) -> Option<usize> {
-    queue
-        .queue
-        .native_stream()
-        .map(|stream| if stream == 0 { 1 } else { stream })
+/// stream (never 0: the legacy default stream is 1; -1, no ordering, without `sync`), its SYCL
+/// queue as a `dpctl.SyclQueue` (None without `sync`), or None for queues with neither.
+pub(crate) fn consumer_stream_argument<'py>(
+    py: Python<'py>,
+    queue: &PyQueue,
+    sync: bool,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    if let Some(stream) = queue.queue.native_stream() {
+        let stream = match stream {
+            _ if !sync => -1,
+            0 => 1,
+            stream => stream as i64,
+        };
+        return Ok(Some(stream.into_pyobject(py)?.into_any()));
+    }
+    if !sync {
+        return Ok(None);
+    }
+    Ok(backend::dpctl_queue(py, queue)?.map(|queue| queue.into_bound(py)))
 }
 
 /// After a no-sync DLPack export (the C exchange table), orders `queue`'s later work after the

@@ -11,10 +11,13 @@
 //! # Importing and exporting SYCL objects
 //! For SUAI's `syclobj` (after [`SyclBackend::runtime`]):
 //! - a filter string: [`SyclQueue::open`];
-//! - a "SyclQueueRef" capsule (`dpctl.SyclQueue._get_capsule()`): [`SyclQueue::from_queue_ref`];
+//! - a "SyclQueueRef" capsule (`dpctl.SyclQueue._get_capsule()`): [`SyclQueue::from_queue_ref`],
+//!   or [`SyclQueue::from_producer_queue_ref`] with the producer's queue to order after;
 //! - a "SyclContextRef" capsule (`dpctl.SyclContext._get_capsule()`):
 //!   [`SyclQueue::from_context_ref_and_pointer`] (the queue on the data's device, and its kind),
 //!   or [`SyclQueue::from_context_ref`].
+//!
+//! A DLPack consumer's `stream` (a dpctl queue): [`ForeignSyclQueue::from_queue_ref`].
 //!
 //! Then [`devbuf_core::Queue::kind_of`] tells whether the data is USM of that context (`unknown`:
 //! reject it, as dpctl does). Exports: [`devbuf_core::Queue::export_handle`] ("SyclQueueRef") and
@@ -47,7 +50,7 @@ use std::sync::Arc;
 use devbuf_core::Queue;
 
 pub use backend::SyclBackend;
-pub use queue::{SyclEvent, SyclQueue};
+pub use queue::{ForeignSyclQueue, SyclEvent, SyclQueue};
 pub use runtime::{LIBRARY_ENV, Runtime, set_dpctl_dir};
 
 /// The backend's name and the first part of its selectors ("sycl:opencl:cpu:0").

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
 use devbuf_core::{
-    DeviceInfo, Error, Event, ExportedHandle, LastCommand, MemKind, Queue, QueueEvent, Result,
+    DeviceInfo, Error, Event, ExportedHandle, ForeignQueue, LastCommand, MemKind, Queue,
+    QueueEvent, Result,
 };
 use devbuf_sycl_sys as sys;
 
@@ -43,6 +44,9 @@ pub struct SyclQueue {
     /// Identifies this queue in the events it records (shared with them, so never reused while
     /// one is alive).
     identity: Arc<()>,
+    /// Whether the context has several devices (then a pointer's device, not the context alone,
+    /// decides the queue for its memory).
+    multi_device_context: bool,
 }
 
 impl SyclQueue {
@@ -72,6 +76,7 @@ impl SyclQueue {
         SyclQueue {
             info: device.info(),
             knows_usm: context.knows_usm(),
+            multi_device_context: context.devices().len() > 1,
             default_context,
             dlpack_id: device.dpctl_index(),
             last: LastCommand::default(),
@@ -170,6 +175,35 @@ impl SyclQueue {
         }
     }
 
+    /// Like [`SyclQueue::from_queue_ref`], for a SUAI producer's queue: also returns that queue
+    /// as another library's, whose events imports of its memory wait for. For an in-order queue
+    /// that is the returned queue itself (it shares the producer's); for an out-of-order one, the
+    /// producer's own queue, on which a barrier is submitted.
+    ///
+    /// # Safety
+    /// As for [`SyclQueue::from_queue_ref`].
+    pub unsafe fn from_producer_queue_ref(
+        rt: &'static Runtime,
+        queue_ref: *mut c_void,
+    ) -> Result<(Arc<SyclQueue>, Arc<dyn ForeignQueue>)> {
+        // SAFETY: the caller's guarantee.
+        let queue = unsafe { SyclQueue::from_queue_ref(rt, queue_ref) }?;
+        // SAFETY: a live queue (checked non-null above); the call reads a queue property.
+        if unsafe { rt.api().DPCTLQueue_IsInOrder(queue_ref.cast()) } {
+            let producer = Arc::clone(&queue) as Arc<dyn ForeignQueue>;
+            return Ok((queue, producer));
+        }
+        // SAFETY: the caller's guarantee.
+        let producer = unsafe { ForeignSyclQueue::from_queue_ref(rt, queue_ref) }?;
+        Ok((queue, Arc::new(producer)))
+    }
+
+    /// Whether the queue's context has several devices: then the queue for memory of that
+    /// context depends on the pointer's device, not on the context alone.
+    pub fn has_multi_device_context(&self) -> bool {
+        self.multi_device_context
+    }
+
     /// A queue on a `sycl::context` someone else owns (the payload of a "SyclContextRef"
     /// capsule, dpctl's `SyclContext._get_capsule()`), on the context's first device. The
     /// caller's context is copied, never freed.
@@ -252,20 +286,7 @@ impl SyclQueue {
     }
 
     fn barrier(&self) -> Result<RawEvent> {
-        // SAFETY: the queue is live; the call catches the runtime's exceptions.
-        let event = unsafe {
-            self.runtime()
-                .api()
-                .DPCTLQueue_SubmitBarrier(self.queue.as_ptr())
-        };
-        // SAFETY: `event` is null or an event we own.
-        unsafe { RawEvent::from_raw(self.runtime(), event) }.ok_or_else(|| {
-            Error::runtime(
-                SYCL,
-                "DPCTLQueue_SubmitBarrier",
-                "the SYCL runtime refused it",
-            )
-        })
+        barrier(&self.queue)
     }
 
     fn event(&self, event: Arc<RawEvent>) -> SyclEvent {
@@ -430,6 +451,14 @@ impl Queue for SyclQueue {
         self.last.wait(|last| self.event(Arc::clone(last)).wait())
     }
 
+    /// Consumers that were handed this queue (SUAI's `syclobj`, DLPack's `stream`) enqueue on
+    /// it through their own copies of it, which devbuf's last command does not cover: a barrier
+    /// does, the queue being in order.
+    fn wait_device(&self) -> Result<()> {
+        self.event(Arc::new(self.barrier()?)).wait()?;
+        self.wait()
+    }
+
     fn record_event(&self) -> Result<Event> {
         let event = match self.last.get() {
             Some(last) => last,
@@ -484,9 +513,132 @@ impl Queue for SyclQueue {
         owned_handle(c"SyclQueueRef", copy, delete)
     }
 
+    /// The `sycl::queue*` itself: what DLPack's exchange API names for kDLOneAPI.
+    fn dlpack_work_stream(&self) -> Option<usize> {
+        Some(self.queue.as_ptr() as usize)
+    }
+
+    fn as_foreign_queue(self: Arc<Self>) -> Option<Arc<dyn ForeignQueue>> {
+        Some(self)
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }
+}
+
+/// This queue as other libraries holding a copy of it see it: its events must cover their work
+/// too, so they are barriers, never devbuf's last command.
+impl ForeignQueue for SyclQueue {
+    fn record_event(&self) -> Result<Event> {
+        Ok(Event::new(self.event(Arc::new(self.barrier()?))))
+    }
+
+    fn wait_event(&self, event: &Event) -> Result<()> {
+        Queue::wait_event(self, event)
+    }
+}
+
+/// Another library's `sycl::queue` (dpctl's out-of-order default queue, or the queue a DLPack
+/// consumer passes as `stream`): devbuf submits barriers on it, never work of its own.
+#[derive(Debug)]
+pub struct ForeignSyclQueue {
+    queue: RawQueue,
+    /// Identifies the events recorded here (see [`SyclQueue`]'s).
+    identity: Arc<()>,
+}
+
+impl ForeignSyclQueue {
+    /// A handle of our own to the queue a "SyclQueueRef" payload names (copied, never freed).
+    ///
+    /// # Safety
+    /// `queue_ref` is a live `DPCTLSyclQueueRef` (a `sycl::queue*`) of the SYCL runtime `rt`
+    /// belongs to, for the duration of the call.
+    pub unsafe fn from_queue_ref(
+        rt: &'static Runtime,
+        queue_ref: *mut c_void,
+    ) -> Result<ForeignSyclQueue> {
+        if queue_ref.is_null() {
+            return Err(Error::invalid("stream", "the SyclQueueRef is null"));
+        }
+        // SAFETY: the caller guarantees the queue; Copy returns a new handle we own, or null.
+        let queue = unsafe { RawQueue::from_raw(rt, rt.api().DPCTLQueue_Copy(queue_ref.cast())) }
+            .ok_or_else(|| Error::runtime(SYCL, "DPCTLQueue_Copy", "returned null"))?;
+        Ok(ForeignSyclQueue {
+            queue,
+            identity: Arc::new(()),
+        })
+    }
+}
+
+impl ForeignQueue for ForeignSyclQueue {
+    fn record_event(&self) -> Result<Event> {
+        Ok(Event::new(SyclEvent {
+            event: Arc::new(barrier(&self.queue)?),
+            recorded_by: Arc::clone(&self.identity),
+        }))
+    }
+
+    fn wait_event(&self, event: &Event) -> Result<()> {
+        match event.downcast_ref::<SyclEvent>() {
+            Some(sycl) if Arc::ptr_eq(&sycl.recorded_by, &self.identity) => {
+                // Our own barrier: only an in-order queue is sure to run later work after it.
+                // SAFETY: the queue is live; the call reads a queue property.
+                if unsafe {
+                    self.queue
+                        .rt
+                        .api()
+                        .DPCTLQueue_IsInOrder(self.queue.as_ptr())
+                } {
+                    Ok(())
+                } else {
+                    barrier_for(&self.queue, sycl).map(drop)
+                }
+            }
+            Some(sycl) if std::ptr::eq(sycl.event.rt, self.queue.rt) => {
+                barrier_for(&self.queue, sycl).map(drop)
+            }
+            // Another runtime's event: the host waits for it.
+            _ => event.wait(),
+        }
+    }
+}
+
+/// Submits a barrier on `queue`: its event completes after all work enqueued there so far.
+fn barrier(queue: &RawQueue) -> Result<RawEvent> {
+    // SAFETY: the queue is live; the call catches the runtime's exceptions.
+    let event = unsafe { queue.rt.api().DPCTLQueue_SubmitBarrier(queue.as_ptr()) };
+    // SAFETY: `event` is null or an event we own.
+    unsafe { RawEvent::from_raw(queue.rt, event) }.ok_or_else(|| {
+        Error::runtime(
+            SYCL,
+            "DPCTLQueue_SubmitBarrier",
+            "the SYCL runtime refused it",
+        )
+    })
+}
+
+/// Submits a barrier on `queue` that waits for `event` (of the same runtime): work enqueued
+/// there later runs after it, and the host does not block.
+fn barrier_for(queue: &RawQueue, event: &SyclEvent) -> Result<RawEvent> {
+    let dependencies = [event.event.as_ptr()];
+    // SAFETY: the queue and the event are live and of one runtime; the call catches the
+    // runtime's exceptions and returns the barrier's event, which we own.
+    let barrier = unsafe {
+        queue.rt.api().DPCTLQueue_SubmitBarrierForEvents(
+            queue.as_ptr(),
+            dependencies.as_ptr(),
+            dependencies.len(),
+        )
+    };
+    // SAFETY: `barrier` is null or an event we own.
+    unsafe { RawEvent::from_raw(queue.rt, barrier) }.ok_or_else(|| {
+        Error::runtime(
+            SYCL,
+            "DPCTLQueue_SubmitBarrierForEvents",
+            "the SYCL runtime refused it",
+        )
+    })
 }
 
 /// A point in a SYCL queue's work: the event of its last command, or of a barrier.

@@ -454,3 +454,31 @@ fn exported_queue_handles_are_independent_copies() {
     let buffer = Buffer::alloc(&as_dyn(&queue), MemKind::Host, 8).unwrap();
     buffer.fill(1).unwrap();
 }
+
+#[test]
+fn wait_device_waits_for_work_consumers_enqueued_on_copies_of_our_queue() {
+    let Some(rt) = runtime_or_skip("wait_device") else {
+        return;
+    };
+    let queue = default_queue();
+    let len = 1 << 28;
+    let buffer = Buffer::alloc(&as_dyn(&queue), MemKind::Shared, len).unwrap();
+    buffer.fill(0).unwrap();
+    // A consumer handed our queue (SUAI's syclobj) enqueues on its own copy of it: a fill long
+    // enough to still run when devbuf would release the memory.
+    let handle = queue.export_handle().unwrap();
+    let api = rt.api();
+    // SAFETY: a live queue copy and `len` bytes of USM of its context; we own the event.
+    let event =
+        unsafe { api.DPCTLQueue_Memset(handle.ptr.as_ptr().cast(), buffer.ptr().cast(), 1, len) };
+    assert!(!event.is_null());
+    queue.wait_device().unwrap();
+    // SAFETY: a live event, deleted once below.
+    let status = unsafe { api.DPCTLEvent_GetCommandExecutionStatus(event) };
+    // SAFETY: as above.
+    unsafe { api.DPCTLEvent_Delete(event) };
+    assert_eq!(
+        status,
+        devbuf_sycl_sys::DPCTLSyclEventStatusType_DPCTL_COMPLETE
+    );
+}
