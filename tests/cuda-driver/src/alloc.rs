@@ -69,7 +69,11 @@ pub extern "C" fn cuMemFree_v2(pointer: CUdeviceptr) -> CUresult {
 /// # Safety
 /// `pointer` is null or valid for writing a pointer.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemHostAlloc(pointer: *mut *mut c_void, size: usize, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuMemHostAlloc(
+    pointer: *mut *mut c_void,
+    size: usize,
+    flags: u32,
+) -> CUresult {
     entry("cuMemHostAlloc", || {
         if flags & !HOST_ALLOC_FLAGS != 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -137,7 +141,11 @@ pub unsafe extern "C" fn cuMemHostGetFlags(flags: *mut u32, pointer: *mut c_void
 /// # Safety
 /// `pointer` is null or valid for writing a CUdeviceptr.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocManaged(pointer: *mut CUdeviceptr, size: usize, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuMemAllocManaged(
+    pointer: *mut CUdeviceptr,
+    size: usize,
+    flags: u32,
+) -> CUresult {
     entry("cuMemAllocManaged", || {
         if flags != ATTACH_GLOBAL && flags != ATTACH_HOST {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);

@@ -66,8 +66,10 @@ impl Config {
         let devices = number("DEVBUF_CUDA_TEST_DEVICES", 2) as u32;
         let delay = Duration::from_micros(number("DEVBUF_CUDA_TEST_DELAY_US", 0));
         let total_memory = number("DEVBUF_CUDA_TEST_TOTAL_MEMORY_MB", 16 << 10) << 20;
-        let driver_version =
-            number("DEVBUF_CUDA_TEST_DRIVER_VERSION", DEFAULT_DRIVER_VERSION as u64) as i32;
+        let driver_version = number(
+            "DEVBUF_CUDA_TEST_DRIVER_VERSION",
+            DEFAULT_DRIVER_VERSION as u64,
+        ) as i32;
         let list = |name: &str| -> Vec<String> {
             lookup(name)
                 .unwrap_or_default()

@@ -139,7 +139,10 @@ pub(crate) fn current() -> DriverResult<&'static Context> {
 /// # Safety
 /// `context` is null or valid for writing a CUcontext.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(context: *mut CUcontext, device: CUdevice) -> CUresult {
+pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(
+    context: *mut CUcontext,
+    device: CUdevice,
+) -> CUresult {
     entry("cuDevicePrimaryCtxRetain", || {
         let ordinal = ordinal(device)?;
         if config().unavailable_devices.contains(&(ordinal as i32)) {

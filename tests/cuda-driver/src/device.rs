@@ -96,7 +96,11 @@ pub fn device_name(ordinal: usize) -> String {
 /// # Safety
 /// `name` is valid for writing `len` bytes.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: i32, device: CUdevice) -> CUresult {
+pub unsafe extern "C" fn cuDeviceGetName(
+    name: *mut c_char,
+    len: i32,
+    device: CUdevice,
+) -> CUresult {
     entry("cuDeviceGetName", || {
         let text = device_name(ordinal(device)?);
         if name.is_null() || len <= 0 {
@@ -217,8 +221,14 @@ pub unsafe extern "C" fn cuDeviceComputeCapability(
         let capability = |which: A| attribute(which as u32, ordinal).unwrap_or(0);
         // SAFETY: the caller's out-pointers.
         unsafe {
-            write_out(major, capability(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR))?;
-            write_out(minor, capability(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
+            write_out(
+                major,
+                capability(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+            )?;
+            write_out(
+                minor,
+                capability(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
+            )
         }
     })
 }

@@ -205,7 +205,10 @@ mod tests {
             parse_code("CUDA_ERROR_NO_DEVICE"),
             Some(CUresult::CUDA_ERROR_NO_DEVICE)
         );
-        assert_eq!(parse_code("NO_DEVICE"), Some(CUresult::CUDA_ERROR_NO_DEVICE));
+        assert_eq!(
+            parse_code("NO_DEVICE"),
+            Some(CUresult::CUDA_ERROR_NO_DEVICE)
+        );
         assert_eq!(parse_code("100"), Some(CUresult::CUDA_ERROR_NO_DEVICE));
         assert_eq!(parse_code("nonsense"), None);
         assert_eq!(parse_code("12345"), None);

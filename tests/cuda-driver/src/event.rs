@@ -232,7 +232,11 @@ pub extern "C" fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: u32
         let stream = stream::resolve(stream)?;
         let event = find(event)?;
         // Waiting for an event never recorded is a no-op, as documented.
-        let after = event.last_recorded().map(|(at, _)| at).into_iter().collect();
+        let after = event
+            .last_recorded()
+            .map(|(at, _)| at)
+            .into_iter()
+            .collect();
         stream.enqueue(Op::Wait, after);
         Ok(())
     })

@@ -166,7 +166,9 @@ pub(crate) fn execute(context: &Context, op: Op) {
             len,
         } => {
             delay();
-            let opened = source.open().and_then(|source| Ok((source, destination.open()?)));
+            let opened = source
+                .open()
+                .and_then(|source| Ok((source, destination.open()?)));
             match opened {
                 // SAFETY: both ranges are `len` bytes of live memory (checked when enqueued, and
                 // held allocated by the state guards); `copy` allows them to overlap.

@@ -75,8 +75,7 @@ fn known(record: &Record, attribute: u32, address: u64) -> Option<Value> {
         Value::Pointer(address as *mut c_void)
     } else if is(P::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS) {
         Value::Bool(false)
-    } else if is(P::CU_POINTER_ATTRIBUTE_BUFFER_ID) || is(P::CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID)
-    {
+    } else if is(P::CU_POINTER_ATTRIBUTE_BUFFER_ID) || is(P::CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID) {
         Value::U64(record.id)
     } else if is(P::CU_POINTER_ATTRIBUTE_IS_MANAGED) {
         Value::Bool(record.kind == Kind::Managed)

@@ -9,8 +9,8 @@
 //! owner's work, and is caught.
 
 use std::ffi::c_void;
-use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::{CUdevice, CUdeviceptr, CUmemoryPool, CUresult, CUstream};
 use parking_lot::Mutex;
@@ -138,7 +138,10 @@ pub extern "C" fn cuMemFreeAsync(pointer: CUdeviceptr, stream: CUstream) -> CUre
 /// # Safety
 /// `pool` is null or valid for writing a CUmemoryPool.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(pool: *mut CUmemoryPool, device: CUdevice) -> CUresult {
+pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(
+    pool: *mut CUmemoryPool,
+    device: CUdevice,
+) -> CUresult {
     entry("cuDeviceGetDefaultMemPool", || {
         let ordinal = ordinal(device)?;
         supported()?;
@@ -161,12 +164,17 @@ const REUSE_FOLLOW_EVENT_DEPENDENCIES: u32 = 1;
 const REUSE_ALLOW_INTERNAL_DEPENDENCIES: u32 = 3;
 const RELEASE_THRESHOLD: u32 = 4;
 const RESERVED_MEM_CURRENT: u32 = 5;
+const RESERVED_MEM_HIGH: u32 = 6;
 const USED_MEM_HIGH: u32 = 8;
 
 /// # Safety
 /// `value` points at an int (attributes 1–3) or a cuuint64_t (4–8), as the attribute says.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolSetAttribute(pool: CUmemoryPool, attribute: u32, value: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemPoolSetAttribute(
+    pool: CUmemoryPool,
+    attribute: u32,
+    value: *mut c_void,
+) -> CUresult {
     entry("cuMemPoolSetAttribute", || {
         let pool = find(pool)?;
         if value.is_null() {
@@ -184,7 +192,7 @@ pub unsafe extern "C" fn cuMemPoolSetAttribute(pool: CUmemoryPool, attribute: u3
                 pool.release_threshold.store(threshold, Ordering::Release);
             }
             // The high-water marks may only be reset to 0.
-            RESERVED_MEM_CURRENT..=USED_MEM_HIGH if attribute % 2 == 0 => {
+            RESERVED_MEM_HIGH | USED_MEM_HIGH => {
                 // SAFETY: the attribute's value is a cuuint64_t (the caller's contract).
                 if unsafe { value.cast::<u64>().read_unaligned() } != 0 {
                     return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -201,7 +209,11 @@ pub unsafe extern "C" fn cuMemPoolSetAttribute(pool: CUmemoryPool, attribute: u3
 /// # Safety
 /// `value` points at an int (attributes 1–3) or a cuuint64_t (4–8), as the attribute says.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolGetAttribute(pool: CUmemoryPool, attribute: u32, value: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemPoolGetAttribute(
+    pool: CUmemoryPool,
+    attribute: u32,
+    value: *mut c_void,
+) -> CUresult {
     entry("cuMemPoolGetAttribute", || {
         let pool = find(pool)?;
         match attribute {

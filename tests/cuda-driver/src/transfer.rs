@@ -166,7 +166,7 @@ fn fill(
 ) -> CUresult {
     entry(operation, || {
         let stream = stream::resolve(stream)?;
-        if destination % width as u64 != 0 {
+        if !destination.is_multiple_of(width as u64) {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         if count == 0 {
