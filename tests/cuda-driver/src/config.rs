@@ -9,8 +9,13 @@ use cudarc::driver::sys::CUresult;
 use crate::errors::parse_code;
 
 /// The driver version the double reports by default: CUDA 13.0, which numba-cuda's cuda-bindings
-/// 13.x accept and which runs programs built for older CUDA versions (cudarc's 12.8 bindings).
-const DEFAULT_DRIVER_VERSION: i32 = 13000;
+/// 13.x accept and which runs programs built for older CUDA versions (cudarc's 12.8 bindings);
+/// CUDA 11.1 for the `old-driver` build, which lacks the stream-ordered allocator.
+const DEFAULT_DRIVER_VERSION: i32 = if cfg!(feature = "old-driver") {
+    11010
+} else {
+    13000
+};
 
 #[derive(Debug)]
 pub(crate) struct Config {

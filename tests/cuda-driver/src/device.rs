@@ -128,8 +128,11 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, device: CUdevice
     })
 }
 
-/// Device `ordinal`'s answer for `attribute`; `None` for numbers past the CUDA 13.0 list.
+/// Device `ordinal`'s answer for `attribute`; `None` for numbers the driver does not know.
 pub(crate) fn attribute(attribute: u32, ordinal: usize) -> Option<i32> {
+    if attribute == 0 || attribute >= ATTRIBUTE_LIMIT {
+        return None;
+    }
     let config = config();
     let is = |known: A| attribute == known as u32;
     let value = if is(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) {
@@ -178,19 +181,23 @@ pub(crate) fn attribute(attribute: u32, ordinal: usize) -> Option<i32> {
         || is(A::CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM)
     {
         1
-    } else if attribute > 0 && attribute < CUDA_13_0_ATTRIBUTE_MAX {
+    } else {
         // Everything the double does not model: no texture, surface, peer, IPC or kernel
         // features, no pageable-memory access by the device.
         0
-    } else {
-        return None;
     };
     Some(value)
 }
 
-/// `CU_DEVICE_ATTRIBUTE_MAX` of CUDA 13.0: newer bindings ask for attributes cudarc's 12.8 list
-/// lacks, and the real driver answers every attribute below it.
-const CUDA_13_0_ATTRIBUTE_MAX: u32 = 148;
+/// The first attribute the driver does not know: `CU_DEVICE_ATTRIBUTE_MAX` of CUDA 13.0 (newer
+/// bindings ask for attributes cudarc's 12.8 list lacks, and the real driver answers every one
+/// below it); for the `old-driver` build, CUDA 11.1's, which ends before
+/// `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED` (115).
+const ATTRIBUTE_LIMIT: u32 = if cfg!(feature = "old-driver") {
+    115
+} else {
+    148
+};
 
 /// # Safety
 /// `value` is null or valid for writing an int.

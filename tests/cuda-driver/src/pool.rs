@@ -63,6 +63,18 @@ fn find(handle: CUmemoryPool) -> DriverResult<&'static Pool> {
         .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
 }
 
+/// The entry points of the stream-ordered allocator (CUDA 11.2), which the `old-driver` build
+/// lacks.
+pub(crate) const STREAM_ORDERED_ALLOCATOR: &[&str] = &[
+    "cuMemAllocAsync",
+    "cuMemFreeAsync",
+    "cuDeviceGetDefaultMemPool",
+    "cuDeviceGetMemPool",
+    "cuMemPoolSetAttribute",
+    "cuMemPoolGetAttribute",
+    "cuMemPoolTrimTo",
+];
+
 fn supported() -> DriverResult {
     if config().memory_pools {
         Ok(())
@@ -73,7 +85,8 @@ fn supported() -> DriverResult {
 
 /// # Safety
 /// `pointer` is null or valid for writing a CUdeviceptr.
-#[unsafe(no_mangle)]
+// Not exported by the `old-driver` build: a driver older than CUDA 11.2 lacks them.
+#[cfg_attr(not(feature = "old-driver"), unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemAllocAsync(
     pointer: *mut CUdeviceptr,
     size: usize,
@@ -118,7 +131,8 @@ pub unsafe extern "C" fn cuMemAllocAsync(
     })
 }
 
-#[unsafe(no_mangle)]
+// Not exported by the `old-driver` build: a driver older than CUDA 11.2 lacks them.
+#[cfg_attr(not(feature = "old-driver"), unsafe(no_mangle))]
 pub extern "C" fn cuMemFreeAsync(pointer: CUdeviceptr, stream: CUstream) -> CUresult {
     entry("cuMemFreeAsync", || {
         let stream = stream::resolve(stream)?;
@@ -137,7 +151,8 @@ pub extern "C" fn cuMemFreeAsync(pointer: CUdeviceptr, stream: CUstream) -> CUre
 
 /// # Safety
 /// `pool` is null or valid for writing a CUmemoryPool.
-#[unsafe(no_mangle)]
+// Not exported by the `old-driver` build: a driver older than CUDA 11.2 lacks them.
+#[cfg_attr(not(feature = "old-driver"), unsafe(no_mangle))]
 pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(
     pool: *mut CUmemoryPool,
     device: CUdevice,
@@ -154,7 +169,8 @@ pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(
 ///
 /// # Safety
 /// `pool` is null or valid for writing a CUmemoryPool.
-#[unsafe(no_mangle)]
+// Not exported by the `old-driver` build: a driver older than CUDA 11.2 lacks them.
+#[cfg_attr(not(feature = "old-driver"), unsafe(no_mangle))]
 pub unsafe extern "C" fn cuDeviceGetMemPool(pool: *mut CUmemoryPool, device: CUdevice) -> CUresult {
     // SAFETY: the same contract.
     unsafe { cuDeviceGetDefaultMemPool(pool, device) }
@@ -169,7 +185,8 @@ const USED_MEM_HIGH: u32 = 8;
 
 /// # Safety
 /// `value` points at an int (attributes 1–3) or a cuuint64_t (4–8), as the attribute says.
-#[unsafe(no_mangle)]
+// Not exported by the `old-driver` build: a driver older than CUDA 11.2 lacks them.
+#[cfg_attr(not(feature = "old-driver"), unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemPoolSetAttribute(
     pool: CUmemoryPool,
     attribute: u32,
@@ -208,7 +225,8 @@ pub unsafe extern "C" fn cuMemPoolSetAttribute(
 ///
 /// # Safety
 /// `value` points at an int (attributes 1–3) or a cuuint64_t (4–8), as the attribute says.
-#[unsafe(no_mangle)]
+// Not exported by the `old-driver` build: a driver older than CUDA 11.2 lacks them.
+#[cfg_attr(not(feature = "old-driver"), unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemPoolGetAttribute(
     pool: CUmemoryPool,
     attribute: u32,
@@ -238,7 +256,8 @@ pub unsafe extern "C" fn cuMemPoolGetAttribute(
 }
 
 /// Nothing is cached, so there is nothing to trim.
-#[unsafe(no_mangle)]
+// Not exported by the `old-driver` build: a driver older than CUDA 11.2 lacks them.
+#[cfg_attr(not(feature = "old-driver"), unsafe(no_mangle))]
 pub extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, _min_bytes_to_keep: usize) -> CUresult {
     entry("cuMemPoolTrimTo", || find(pool).map(drop))
 }

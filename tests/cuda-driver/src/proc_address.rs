@@ -149,7 +149,8 @@ extern "C" fn not_supported() -> CUresult {
 
 /// Resolves `name` at `version`: the function, or the query result that says why not.
 fn resolve(name: &str, version: i32) -> Result<usize, i32> {
-    if config().hidden.iter().any(|hidden| hidden == name) {
+    let absent = cfg!(feature = "old-driver") && STREAM_ORDERED_ALLOCATOR.contains(&name);
+    if absent || config().hidden.iter().any(|hidden| hidden == name) {
         return Err(SYMBOL_NOT_FOUND);
     }
     let variants: Vec<(i32, Target)> = table()

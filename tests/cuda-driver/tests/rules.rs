@@ -394,3 +394,24 @@ driver_test!(get_proc_address_serves_versioned_entry_points_by_base_name
     let stub: extern "C" fn() -> CUresult = unsafe { std::mem::transmute(stub) };
     assert_eq!(stub(), CUresult::CUDA_ERROR_NOT_SUPPORTED);
 });
+
+/// Run with `cargo test -p devbuf-cuda-test-driver --features old-driver --test rules old_driver`.
+#[cfg(feature = "old-driver")]
+driver_test!(the_old_driver_build_lacks_the_stream_ordered_allocator {
+    init();
+    let mut version = 0;
+    // SAFETY: a valid out-pointer.
+    ok(unsafe { sys::cuDriverGetVersion(&mut version) });
+    assert_eq!(version, 11010);
+    for name in ["cuMemAllocAsync", "cuMemFreeAsync", "cuDeviceGetDefaultMemPool"] {
+        // SAFETY: looking a symbol up does not call it.
+        let found = unsafe { sys::culib().get::<*const c_void>(name.as_bytes()) };
+        assert!(found.is_err(), "{name} is exported");
+    }
+    let mut value = 0;
+    // SAFETY: a valid out-pointer.
+    let result = unsafe {
+        sys::cuDeviceGetAttribute(&mut value, A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 0)
+    };
+    assert_eq!(result, CUresult::CUDA_ERROR_INVALID_VALUE);
+});
