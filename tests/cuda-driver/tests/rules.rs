@@ -395,7 +395,7 @@ driver_test!(get_proc_address_serves_versioned_entry_points_by_base_name
     assert_eq!(stub(), CUresult::CUDA_ERROR_NOT_SUPPORTED);
 });
 
-/// Run with `cargo test -p devbuf-cuda-test-driver --features old-driver --test rules old_driver`.
+// Run with `cargo test -p devbuf-cuda-test-driver --features old-driver --test rules old_driver`.
 #[cfg(feature = "old-driver")]
 driver_test!(the_old_driver_build_lacks_the_stream_ordered_allocator {
     init();
