@@ -35,7 +35,8 @@ pub(crate) struct Config {
     /// `DEVBUF_CUDA_TEST_UNAVAILABLE_DEVICES`: ordinals whose primary context cannot be retained
     /// (CUDA_ERROR_DEVICE_UNAVAILABLE, as for a device another process holds exclusively).
     pub unavailable_devices: Vec<i32>,
-    /// `DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0`: the attribute reads 0.
+    /// `DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0`: the attribute reads 0, and managed memory
+    /// is host-inaccessible while stream work on it is pending.
     pub concurrent_managed_access: bool,
     /// `DEVBUF_CUDA_TEST_MEMORY_POOLS=0`: no stream-ordered allocator on any device.
     pub memory_pools: bool,

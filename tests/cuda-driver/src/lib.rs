@@ -45,7 +45,7 @@
 //! | `DEVBUF_CUDA_TEST_INIT_ERROR=CODE` | `cuInit` fails with CODE (a name such as `NO_DEVICE` or a number) |
 //! | `DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS=N,M` | the Nth and Mth allocation calls of the process (any kind) fail with CUDA_ERROR_OUT_OF_MEMORY |
 //! | `DEVBUF_CUDA_TEST_UNAVAILABLE_DEVICES=0,1` | retaining these devices' primary contexts fails with CUDA_ERROR_DEVICE_UNAVAILABLE |
-//! | `DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0` | the device attribute reads 0 |
+//! | `DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0` | the device attribute reads 0, and the host faults when it touches managed memory while stream work on it is pending |
 //! | `DEVBUF_CUDA_TEST_MEMORY_POOLS=0` | no memory pools: the attribute reads 0, `cuMemAllocAsync` is CUDA_ERROR_NOT_SUPPORTED |
 //! | `DEVBUF_CUDA_TEST_POOL_REUSE=immediate` | `cuMemAllocAsync` gets the block freed last by `cuMemFreeAsync` at once, ordered after that free |
 //! | `DEVBUF_CUDA_TEST_HIDE=cuA,cuB` | `cuGetProcAddress` says these are missing (CUDA_ERROR_NOT_FOUND), as an older driver would; `dlsym` still finds them |
@@ -61,9 +61,10 @@
 //! memory pools other than the default one, the per-thread-default-stream variants (`_ptsz`,
 //! `_ptds`: stream 0 is always the legacy stream), and the pre-3.2 32-bit ABIs of the plain names
 //! `cuMemAlloc`, `cuMemcpyHtoD`, ... (not exported, so a program built against them fails to load
-//! instead of corrupting memory). Managed memory is always host-accessible, even when
-//! `DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0` says the device cannot share it. All of these,
-//! when asked for through `cuGetProcAddress`, return CUDA_ERROR_NOT_SUPPORTED.
+//! instead of corrupting memory). All of these, when asked for through `cuGetProcAddress`, return
+//! CUDA_ERROR_NOT_SUPPORTED. With `DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0`, a managed
+//! allocation is host-inaccessible while stream work on *it* is pending; a real device without
+//! concurrent access forbids host access to all managed memory while any work runs.
 
 // The driver's own names and argument conventions.
 #![allow(non_snake_case)]
@@ -79,6 +80,7 @@ mod ops;
 mod pointer;
 mod pool;
 mod proc_address;
+mod storage;
 mod stream;
 mod transfer;
 

@@ -5,8 +5,9 @@
 //! dereferences one, as it would on a GPU; their bytes live in a separate mapping that only stream
 //! operations touch. Addresses are handed out by a bump pointer and never reused (except by the
 //! pool's immediate reuse, when asked for), so a freed pointer stays unknown to the driver and
-//! inaccessible to the host. Pinned host and managed memory are ordinary host mappings; when freed
-//! they become `PROT_NONE` and stay reserved, so a host access after the free faults too.
+//! inaccessible to the host. Pinned host and managed memory are host mappings (see
+//! [`crate::storage`]); when freed they become `PROT_NONE` and stay reserved, so a host access
+//! after the free faults too.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -18,6 +19,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::config::config;
 use crate::context::Context;
 use crate::errors::DriverResult;
+use crate::storage::Storage;
 
 /// Alignment of every device allocation (the real driver's is at least 256 bytes).
 const DEVICE_ALIGNMENT: u64 = 512;
@@ -43,60 +45,6 @@ pub(crate) enum State {
     Live,
     /// A free was reached (synchronous, or in stream order).
     Freed,
-}
-
-/// The bytes behind an allocation: a private read-write mapping, unmapped when the last record
-/// that shares it (the pool may hand one block to a new owner) goes.
-pub(crate) struct Storage {
-    address: usize,
-    len: usize,
-    /// Host kinds: the mapping is the user's pointer and must never be unmapped (so that the
-    /// address is not reused), only made inaccessible when freed.
-    keep_reserved: bool,
-}
-
-impl Storage {
-    fn map(len: usize, keep_reserved: bool) -> DriverResult<Arc<Storage>> {
-        // SAFETY: a fresh anonymous mapping; nothing else refers to its range.
-        let address = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len.max(1),
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if address == libc::MAP_FAILED {
-            return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
-        }
-        Ok(Arc::new(Storage {
-            address: address as usize,
-            len: len.max(1),
-            keep_reserved,
-        }))
-    }
-
-    /// Makes a host allocation's range inaccessible and drops its pages, keeping the addresses.
-    fn revoke(&self) {
-        // SAFETY: the range is this storage's own mapping; the record it belongs to is freed, and
-        // the caller holds its state lock for writing, so no stream operation is inside it.
-        unsafe {
-            libc::madvise(self.address as *mut _, self.len, libc::MADV_DONTNEED);
-            libc::mprotect(self.address as *mut _, self.len, libc::PROT_NONE);
-        }
-    }
-}
-
-impl Drop for Storage {
-    fn drop(&mut self) {
-        if !self.keep_reserved {
-            // SAFETY: the mapping is this storage's own and nothing refers to it any more (the
-            // last record holding it is gone).
-            unsafe { libc::munmap(self.address as *mut _, self.len) };
-        }
-    }
 }
 
 /// One allocation, as the driver tracks it.
@@ -130,7 +78,7 @@ impl Record {
 
     /// Where the bytes at `offset` are, for a stream operation holding the state lock.
     pub fn data(&self, offset: usize) -> *mut u8 {
-        (self.storage.address + offset) as *mut u8
+        (self.storage.data() + offset) as *mut u8
     }
 }
 
@@ -242,7 +190,7 @@ pub(crate) fn allocate(new: NewAllocation) -> DriverResult<Arc<Record>> {
             })
             .map_err(|_| CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
             let placed = reserve_device_addresses(new.size)
-                .and_then(|start| Ok((start, Storage::map(new.size, false)?)));
+                .and_then(|start| Ok((start, Storage::device(new.size)?)));
             match placed {
                 Ok((start, storage)) => (start, storage, new.size),
                 Err(code) => {
@@ -251,9 +199,13 @@ pub(crate) fn allocate(new: NewAllocation) -> DriverResult<Arc<Record>> {
                 }
             }
         }
+        Kind::Managed if !config().concurrent_managed_access => {
+            let storage = Storage::managed_without_concurrent_access(new.size)?;
+            (host_address(&storage), storage, 0)
+        }
         Kind::PinnedHost | Kind::Managed => {
-            let storage = Storage::map(new.size, true)?;
-            (storage.address as u64, storage, 0)
+            let storage = Storage::host(new.size)?;
+            (host_address(&storage), storage, 0)
         }
     };
     let record = Arc::new(Record {
@@ -272,6 +224,10 @@ pub(crate) fn allocate(new: NewAllocation) -> DriverResult<Arc<Record>> {
     });
     REGISTRY.write().insert(start, Arc::clone(&record));
     Ok(record)
+}
+
+fn host_address(storage: &Storage) -> u64 {
+    storage.host_address().expect("host memory has a host view") as u64
 }
 
 /// A new owner for `previous`'s block (the pool's immediate reuse): same addresses, same bytes,
@@ -334,9 +290,7 @@ pub(crate) fn release(record: &Arc<Record>, operation: &str) -> DriverResult {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     *state = State::Freed;
-    if record.kind != Kind::Device {
-        record.storage.revoke();
-    }
+    record.storage.revoke();
     let accounted = record.accounted.swap(0, Ordering::AcqRel);
     device_memory_used()[record.context.ordinal].fetch_sub(accounted, Ordering::AcqRel);
     drop(state);

@@ -32,6 +32,7 @@ pub(crate) enum Place {
 impl Place {
     pub fn memory(record: Arc<Record>, offset: usize) -> Place {
         record.pending.fetch_add(1, Ordering::AcqRel);
+        record.storage.begin_device_use();
         let after_free = record.free_requested.load(Ordering::Acquire);
         Place::Memory {
             record,
@@ -79,6 +80,7 @@ impl Place {
 impl Drop for Place {
     fn drop(&mut self) {
         if let Place::Memory { record, .. } = self {
+            record.storage.end_device_use();
             record.pending.fetch_sub(1, Ordering::AcqRel);
         }
     }

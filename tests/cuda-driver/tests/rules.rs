@@ -187,6 +187,14 @@ driver_test!(a_device_can_be_made_unavailable ["DEVBUF_CUDA_TEST_UNAVAILABLE_DEV
 
 /// Reading device memory (or freed pinned memory) on the host must crash, as on a GPU.
 fn host_read_crashes(test: &str, body: impl FnOnce() -> *const u8) {
+    host_read_crashes_with(test, &[], body)
+}
+
+fn host_read_crashes_with(
+    test: &str,
+    variables: &[(&str, &str)],
+    body: impl FnOnce() -> *const u8,
+) {
     if common::is_child() {
         let ptr = body();
         // SAFETY: deliberately not: this read must fault, which is the rule under test.
@@ -194,7 +202,7 @@ fn host_read_crashes(test: &str, body: impl FnOnce() -> *const u8) {
         panic!("the host read {ptr:?} ({byte}) without a fault");
     }
     use std::os::unix::process::ExitStatusExt;
-    let output = common::run_child(test, &[]);
+    let output = common::run_child(test, variables);
     assert_eq!(
         output.status.signal(),
         Some(libc::SIGSEGV),
@@ -221,6 +229,43 @@ fn a_host_read_of_freed_pinned_memory_segfaults() {
         pinned
     });
 }
+
+static MANAGED_GATE: Gate = Gate::new();
+
+#[test]
+fn without_concurrent_managed_access_the_host_faults_on_managed_memory_in_use() {
+    let test = "without_concurrent_managed_access_the_host_faults_on_managed_memory_in_use";
+    let variables = [("DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS", "0")];
+    host_read_crashes_with(test, &variables, || {
+        setup();
+        let mut managed = 0;
+        let stream = stream(NON_BLOCKING);
+        // SAFETY: a valid out-pointer; the fill covers the allocation.
+        unsafe {
+            ok(sys::cuMemAllocManaged(&mut managed, 4096, 1));
+            (managed as *mut u8).write(1);
+            MANAGED_GATE.hold(stream);
+            ok(sys::cuMemsetD8Async(managed, 2, 4096, stream));
+        }
+        managed as *const u8
+    });
+}
+
+driver_test!(without_concurrent_managed_access_managed_memory_is_host_accessible_when_idle
+    ["DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS" = "0"] {
+    setup();
+    let mut managed = 0;
+    let stream = stream(NON_BLOCKING);
+    // SAFETY: a valid out-pointer; host accesses happen only while no work on it is pending.
+    unsafe {
+        ok(sys::cuMemAllocManaged(&mut managed, 4096, 1));
+        (managed as *mut u8).write_bytes(1, 4096);
+        ok(sys::cuMemsetD8Async(managed + 100, 2, 100, stream));
+        ok(sys::cuStreamSynchronize(stream));
+        let bytes = std::slice::from_raw_parts(managed as *const u8, 4096);
+        assert_eq!((bytes[99], bytes[100], bytes[199], bytes[200]), (1, 2, 2, 1));
+    }
+});
 
 driver_test!(pinned_and_managed_memory_are_host_accessible {
     setup();

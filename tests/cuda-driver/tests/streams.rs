@@ -242,6 +242,36 @@ driver_test!(freeing_memory_with_queued_work_is_a_sticky_illegal_address {
     }
 });
 
+static HOST_FREE_GATE: Gate = Gate::new();
+
+driver_test!(freeing_pinned_or_managed_memory_with_queued_work_is_an_illegal_address {
+    setup();
+    let stream = stream(NON_BLOCKING);
+    let pinned = pinned_alloc(LEN);
+    HOST_FREE_GATE.hold(stream);
+    fill_async(pinned as CUdeviceptr, 1, stream);
+    // SAFETY: the free is the fault under test; it dereferences nothing.
+    let result = unsafe { sys::cuMemFreeHost(pinned.cast()) };
+    assert_eq!(result, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+    HOST_FREE_GATE.open();
+});
+
+static MANAGED_FREE_GATE: Gate = Gate::new();
+
+driver_test!(freeing_managed_memory_with_queued_work_is_an_illegal_address {
+    setup();
+    let stream = stream(NON_BLOCKING);
+    let mut managed = 0;
+    // SAFETY: a valid out-pointer; the free is the fault under test.
+    unsafe {
+        ok(sys::cuMemAllocManaged(&mut managed, LEN, 1));
+        MANAGED_FREE_GATE.hold(stream);
+        fill_async(managed, 1, stream);
+        assert_eq!(sys::cuMemFree_v2(managed), CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+    }
+    MANAGED_FREE_GATE.open();
+});
+
 #[test]
 fn a_fault_names_the_test_driver_and_the_operation_on_stderr() {
     let output = common::run_child(
