@@ -89,7 +89,7 @@ pub unsafe extern "C" fn cuDeviceGet(device: *mut CUdevice, ordinal: i32) -> CUr
 }
 
 /// The name every device has, so that no output can be mistaken for a GPU's.
-pub fn device_name(ordinal: usize) -> String {
+pub(crate) fn device_name(ordinal: usize) -> String {
     format!("devbuf CUDA test driver (device {ordinal})")
 }
 

@@ -84,4 +84,3 @@ mod storage;
 mod stream;
 mod transfer;
 
-pub use device::device_name;
