@@ -95,8 +95,12 @@ pub unsafe extern "C" fn cuEventCreate(event: *mut CUevent, flags: u32) -> CUres
     })
 }
 
-fn record(event: CUevent, stream: CUstream) -> CUresult {
+fn record(event: CUevent, stream: CUstream, flags: u32) -> CUresult {
     entry("cuEventRecord", || {
+        // Only CU_EVENT_RECORD_EXTERNAL (1), which matters for graphs alone.
+        if flags & !1 != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
         let event = find(event)?;
         let stream = stream::resolve(stream)?;
         if !std::ptr::eq(event.context, stream.context) {
@@ -114,16 +118,12 @@ fn record(event: CUevent, stream: CUstream) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventRecord(event: CUevent, stream: CUstream) -> CUresult {
-    record(event, stream)
+    record(event, stream, 0)
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventRecordWithFlags(event: CUevent, stream: CUstream, flags: u32) -> CUresult {
-    // Only CU_EVENT_RECORD_EXTERNAL (1), which matters for graphs alone.
-    if flags & !1 != 0 {
-        return CUresult::CUDA_ERROR_INVALID_VALUE;
-    }
-    record(event, stream)
+    record(event, stream, flags)
 }
 
 #[unsafe(no_mangle)]

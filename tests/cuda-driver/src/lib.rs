@@ -83,4 +83,3 @@ mod proc_address;
 mod storage;
 mod stream;
 mod transfer;
-
