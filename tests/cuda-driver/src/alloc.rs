@@ -1,0 +1,197 @@
+//! Allocation entry points that are not stream-ordered: device (`cuMemAlloc`), pinned host
+//! (`cuMemHostAlloc`, `cuMemAllocHost`) and managed (`cuMemAllocManaged`) memory, their frees,
+//! and what the driver says about memory as a whole.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::driver::sys::{CUdeviceptr, CUresult};
+
+use crate::config::config;
+use crate::context;
+use crate::device::entry;
+use crate::errors::{DriverResult, write_out};
+use crate::memory::{self, Kind, NewAllocation, Record, State};
+
+/// `CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED`.
+const HOST_ALLOC_FLAGS: u32 = 0x1 | 0x2 | 0x4;
+/// `CU_MEM_ATTACH_GLOBAL`, `CU_MEM_ATTACH_HOST`.
+const ATTACH_GLOBAL: u32 = 0x1;
+const ATTACH_HOST: u32 = 0x2;
+
+/// Allocates in the current context.
+fn allocate(size: usize, kind: Kind, host_flags: u32) -> DriverResult<Arc<Record>> {
+    let context = context::current()?;
+    if size == 0 {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    memory::count_allocation_call()?;
+    memory::allocate(NewAllocation {
+        size,
+        kind,
+        context,
+        host_flags,
+        pooled: false,
+        state: State::Live,
+    })
+}
+
+/// The allocation that starts at `address` and is of one of `kinds`; CUDA_ERROR_INVALID_VALUE
+/// for anything else (an inner pointer, a foreign or freed one).
+pub(crate) fn allocation_at(address: u64, kinds: &[Kind]) -> DriverResult<Arc<Record>> {
+    memory::find(address)
+        .filter(|record| record.start == address && kinds.contains(&record.kind))
+        .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
+}
+
+/// # Safety
+/// `pointer` is null or valid for writing a CUdeviceptr.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAlloc_v2(pointer: *mut CUdeviceptr, size: usize) -> CUresult {
+    entry("cuMemAlloc", || {
+        let record = allocate(size, Kind::Device, 0)?;
+        // SAFETY: the caller's out-pointer.
+        unsafe { write_out(pointer, record.start) }
+    })
+}
+
+/// Frees device or managed memory at once; see [`memory::free_now`] for why a free while work
+/// on the range is queued is a fault.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemFree_v2(pointer: CUdeviceptr) -> CUresult {
+    entry("cuMemFree", || {
+        context::current()?;
+        let record = allocation_at(pointer, &[Kind::Device, Kind::Managed])?;
+        memory::free_now(&record, "cuMemFree")
+    })
+}
+
+/// # Safety
+/// `pointer` is null or valid for writing a pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostAlloc(
+    pointer: *mut *mut c_void,
+    size: usize,
+    flags: u32,
+) -> CUresult {
+    entry("cuMemHostAlloc", || {
+        if flags & !HOST_ALLOC_FLAGS != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let record = allocate(size, Kind::PinnedHost, flags)?;
+        // SAFETY: the caller's out-pointer.
+        unsafe { write_out(pointer, record.start as *mut c_void) }
+    })
+}
+
+/// # Safety
+/// `pointer` is null or valid for writing a pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocHost_v2(pointer: *mut *mut c_void, size: usize) -> CUresult {
+    // SAFETY: the same contract; `cuMemAllocHost` is `cuMemHostAlloc` without flags.
+    unsafe { cuMemHostAlloc(pointer, size, 0) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemFreeHost(pointer: *mut c_void) -> CUresult {
+    entry("cuMemFreeHost", || {
+        context::current()?;
+        let record = allocation_at(pointer as u64, &[Kind::PinnedHost])?;
+        memory::free_now(&record, "cuMemFreeHost")
+    })
+}
+
+/// # Safety
+/// `device_pointer` is null or valid for writing a CUdeviceptr.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
+    device_pointer: *mut CUdeviceptr,
+    pointer: *mut c_void,
+    flags: u32,
+) -> CUresult {
+    entry("cuMemHostGetDevicePointer", || {
+        context::current()?;
+        if flags != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let address = pointer as u64;
+        memory::find(address)
+            .filter(|record| record.kind == Kind::PinnedHost)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        // Unified addressing: the device sees pinned memory at its host address.
+        // SAFETY: the caller's out-pointer.
+        unsafe { write_out(device_pointer, address) }
+    })
+}
+
+/// # Safety
+/// `flags` is null or valid for writing an unsigned int.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostGetFlags(flags: *mut u32, pointer: *mut c_void) -> CUresult {
+    entry("cuMemHostGetFlags", || {
+        context::current()?;
+        let record = memory::find(pointer as u64)
+            .filter(|record| record.kind == Kind::PinnedHost)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        // SAFETY: the caller's out-pointer.
+        unsafe { write_out(flags, record.host_flags) }
+    })
+}
+
+/// # Safety
+/// `pointer` is null or valid for writing a CUdeviceptr.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocManaged(
+    pointer: *mut CUdeviceptr,
+    size: usize,
+    flags: u32,
+) -> CUresult {
+    entry("cuMemAllocManaged", || {
+        if flags != ATTACH_GLOBAL && flags != ATTACH_HOST {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let record = allocate(size, Kind::Managed, 0)?;
+        // SAFETY: the caller's out-pointer.
+        unsafe { write_out(pointer, record.start) }
+    })
+}
+
+/// # Safety
+/// `free` and `total` are null or valid for writing a size_t.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
+    entry("cuMemGetInfo", || {
+        let context = context::current()?;
+        let capacity = config().total_memory as usize;
+        let used = memory::used(context.ordinal);
+        // SAFETY: the caller's out-pointers.
+        unsafe {
+            write_out(free, capacity.saturating_sub(used))?;
+            write_out(total, capacity)
+        }
+    })
+}
+
+/// # Safety
+/// `base` and `size` are each null (not wanted) or valid for writing.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemGetAddressRange_v2(
+    base: *mut CUdeviceptr,
+    size: *mut usize,
+    pointer: CUdeviceptr,
+) -> CUresult {
+    entry("cuMemGetAddressRange", || {
+        context::current()?;
+        let record = memory::find(pointer).ok_or(CUresult::CUDA_ERROR_NOT_FOUND)?;
+        // Either output may be NULL: it is then ignored.
+        if !base.is_null() {
+            // SAFETY: the caller's out-pointer, non-null.
+            unsafe { write_out(base, record.start) }?;
+        }
+        if !size.is_null() {
+            // SAFETY: the caller's out-pointer, non-null.
+            unsafe { write_out(size, record.size) }?;
+        }
+        Ok(())
+    })
+}

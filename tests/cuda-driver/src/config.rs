@@ -1,0 +1,193 @@
+//! The double's settings and injected faults, read once per process from `DEVBUF_CUDA_TEST_*`
+//! environment variables (listed in the crate documentation).
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use cudarc::driver::sys::CUresult;
+
+use crate::errors::parse_code;
+
+/// The driver version the double reports by default: CUDA 13.0, which numba-cuda's cuda-bindings
+/// 13.x accept and which runs programs built for older CUDA versions (cudarc's 12.8 bindings);
+/// CUDA 11.1 for the `old-driver` build, which lacks the stream-ordered allocator.
+const DEFAULT_DRIVER_VERSION: i32 = if cfg!(feature = "old-driver") {
+    11010
+} else {
+    13000
+};
+
+#[derive(Debug)]
+pub(crate) struct Config {
+    /// `DEVBUF_CUDA_TEST_DEVICES`: how many devices (default 2).
+    pub devices: u32,
+    /// `DEVBUF_CUDA_TEST_DELAY_US`: how long each stream operation waits before it runs.
+    pub delay: Duration,
+    /// `DEVBUF_CUDA_TEST_TOTAL_MEMORY_MB`: each device's memory (default 16 GiB).
+    pub total_memory: u64,
+    /// `DEVBUF_CUDA_TEST_DRIVER_VERSION`: what `cuDriverGetVersion` answers.
+    pub driver_version: i32,
+    /// `DEVBUF_CUDA_TEST_INIT_ERROR`: the code `cuInit` fails with.
+    pub init_error: Option<CUresult>,
+    /// `DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS`: 1-based numbers of the allocation calls (of any kind,
+    /// counted over the process) that fail with CUDA_ERROR_OUT_OF_MEMORY.
+    pub failing_allocations: Vec<u64>,
+    /// `DEVBUF_CUDA_TEST_UNAVAILABLE_DEVICES`: ordinals whose primary context cannot be retained
+    /// (CUDA_ERROR_DEVICE_UNAVAILABLE, as for a device another process holds exclusively).
+    pub unavailable_devices: Vec<i32>,
+    /// `DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0`: the attribute reads 0, and managed memory
+    /// is host-inaccessible while stream work on it is pending.
+    pub concurrent_managed_access: bool,
+    /// `DEVBUF_CUDA_TEST_MEMORY_POOLS=0`: no stream-ordered allocator on any device.
+    pub memory_pools: bool,
+    /// `DEVBUF_CUDA_TEST_POOL_REUSE=immediate`: the pool hands the block freed last by
+    /// `cuMemFreeAsync` to the next `cuMemAllocAsync` that fits, at once.
+    pub immediate_pool_reuse: bool,
+    /// `DEVBUF_CUDA_TEST_HIDE`: entry points `cuGetProcAddress` says are missing.
+    pub hidden: Vec<String>,
+    /// `DEVBUF_CUDA_TEST_TRACE=1`: a line on stderr for every name `cuGetProcAddress` serves a
+    /// stub for.
+    pub trace: bool,
+    /// What was wrong with the variables, if anything: `cuInit` then fails and says so.
+    pub error: Option<String>,
+}
+
+pub(crate) fn config() -> &'static Config {
+    static CONFIG: OnceLock<Config> = OnceLock::new();
+    CONFIG.get_or_init(|| Config::from_lookup(|name| std::env::var(name).ok()))
+}
+
+impl Config {
+    fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
+        let mut errors = vec![];
+        let mut number = |name: &str, default: u64| -> u64 {
+            match lookup(name) {
+                None => default,
+                Some(text) => text.trim().parse().unwrap_or_else(|_| {
+                    errors.push(format!("{name}={text:?} is not a number"));
+                    default
+                }),
+            }
+        };
+        let devices = number("DEVBUF_CUDA_TEST_DEVICES", 2) as u32;
+        let delay = Duration::from_micros(number("DEVBUF_CUDA_TEST_DELAY_US", 0));
+        let total_memory = number("DEVBUF_CUDA_TEST_TOTAL_MEMORY_MB", 16 << 10) << 20;
+        let driver_version = number(
+            "DEVBUF_CUDA_TEST_DRIVER_VERSION",
+            DEFAULT_DRIVER_VERSION as u64,
+        ) as i32;
+        let list = |name: &str| -> Vec<String> {
+            lookup(name)
+                .unwrap_or_default()
+                .split(',')
+                .map(|item| item.trim().to_string())
+                .filter(|item| !item.is_empty())
+                .collect()
+        };
+        let numbers = |name: &str, errors: &mut Vec<String>| -> Vec<u64> {
+            list(name)
+                .into_iter()
+                .filter_map(|item| {
+                    item.parse()
+                        .map_err(|_| errors.push(format!("{name}: {item:?} is not a number")))
+                        .ok()
+                })
+                .collect()
+        };
+        let failing_allocations = numbers("DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS", &mut errors);
+        let unavailable_devices = numbers("DEVBUF_CUDA_TEST_UNAVAILABLE_DEVICES", &mut errors)
+            .into_iter()
+            .map(|ordinal| ordinal as i32)
+            .collect();
+        let init_error = lookup("DEVBUF_CUDA_TEST_INIT_ERROR").and_then(|text| {
+            let code = parse_code(&text);
+            if code.is_none() || code == Some(CUresult::CUDA_SUCCESS) {
+                errors.push(format!(
+                    "DEVBUF_CUDA_TEST_INIT_ERROR={text:?} is not a failure code the driver knows"
+                ));
+            }
+            code.filter(|&code| code != CUresult::CUDA_SUCCESS)
+        });
+        let mut switch = |name: &str, default: bool| match lookup(name).as_deref().map(str::trim) {
+            None => default,
+            Some("1" | "on" | "yes" | "true") => true,
+            Some("0" | "off" | "no" | "false") => false,
+            Some(other) => {
+                errors.push(format!("{name}={other:?} is neither 0 nor 1"));
+                default
+            }
+        };
+        let concurrent_managed_access = switch("DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS", true);
+        let memory_pools = switch("DEVBUF_CUDA_TEST_MEMORY_POOLS", true);
+        let trace = switch("DEVBUF_CUDA_TEST_TRACE", false);
+        let immediate_pool_reuse = match lookup("DEVBUF_CUDA_TEST_POOL_REUSE").as_deref() {
+            None | Some("" | "never") => false,
+            Some("immediate") => true,
+            Some(other) => {
+                errors.push(format!(
+                    "DEVBUF_CUDA_TEST_POOL_REUSE={other:?} is neither \"immediate\" nor \"never\""
+                ));
+                false
+            }
+        };
+        Config {
+            devices,
+            delay,
+            total_memory,
+            driver_version,
+            init_error,
+            failing_allocations,
+            unavailable_devices,
+            concurrent_managed_access,
+            memory_pools,
+            immediate_pool_reuse,
+            hidden: list("DEVBUF_CUDA_TEST_HIDE"),
+            trace,
+            error: (!errors.is_empty()).then(|| errors.join("; ")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(variables: &[(&str, &str)]) -> Config {
+        Config::from_lookup(|name| {
+            variables
+                .iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| value.to_string())
+        })
+    }
+
+    #[test]
+    fn defaults_are_two_devices_without_faults() {
+        let config = with(&[]);
+        assert_eq!(config.devices, 2);
+        assert_eq!(config.delay, Duration::ZERO);
+        assert!(config.concurrent_managed_access && config.memory_pools);
+        assert!(!config.immediate_pool_reuse);
+        assert!(config.init_error.is_none() && config.error.is_none());
+    }
+
+    #[test]
+    fn variables_set_faults_and_bad_values_are_reported() {
+        let config = with(&[
+            ("DEVBUF_CUDA_TEST_INIT_ERROR", "NO_DEVICE"),
+            ("DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS", "3, 5"),
+            ("DEVBUF_CUDA_TEST_HIDE", "cuMemAllocAsync,cuMemFreeAsync"),
+            ("DEVBUF_CUDA_TEST_POOL_REUSE", "immediate"),
+        ]);
+        assert_eq!(config.init_error, Some(CUresult::CUDA_ERROR_NO_DEVICE));
+        assert_eq!(config.failing_allocations, [3, 5]);
+        assert_eq!(config.hidden, ["cuMemAllocAsync", "cuMemFreeAsync"]);
+        assert!(config.immediate_pool_reuse);
+        let bad = with(&[
+            ("DEVBUF_CUDA_TEST_DEVICES", "two"),
+            ("DEVBUF_CUDA_TEST_MEMORY_POOLS", "maybe"),
+        ]);
+        let error = bad.error.unwrap();
+        assert!(error.contains("DEVBUF_CUDA_TEST_DEVICES") && error.contains("MEMORY_POOLS"));
+    }
+}

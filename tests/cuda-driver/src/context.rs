@@ -1,0 +1,369 @@
+//! Primary contexts (one per device, reference-counted) and each thread's context stack.
+//!
+//! A primary context is active while retained; when its last retain is released (or it is reset)
+//! the driver destroys everything in it: its streams, events and memory. A context that met a
+//! fault keeps its error (a "sticky" error): every later call in it fails with that code, as after
+//! an illegal address on a GPU.
+
+use std::cell::RefCell;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use cudarc::driver::sys::{CUcontext, CUdevice, CUresult};
+use parking_lot::Mutex;
+
+use crate::config::config;
+use crate::device::{entry, ordinal};
+use crate::errors::{DriverResult, write_out};
+
+/// `cuDevicePrimaryCtxSetFlags` accepts only the scheduling and local-memory flags.
+const PRIMARY_CONTEXT_FLAG_MASK: u32 = 0x07 | 0x10;
+
+pub(crate) struct Context {
+    pub ordinal: usize,
+    primary: Mutex<Primary>,
+    /// The sticky error code, 0 while there is none.
+    sticky: AtomicU32,
+    /// Bumped each time the context is destroyed: handles made before then are stale.
+    generation: AtomicU64,
+}
+
+#[derive(Default)]
+struct Primary {
+    retains: u32,
+    flags: u32,
+}
+
+fn contexts() -> &'static [Context] {
+    static CONTEXTS: OnceLock<Box<[Context]>> = OnceLock::new();
+    CONTEXTS.get_or_init(|| {
+        (0..config().devices as usize)
+            .map(|ordinal| Context {
+                ordinal,
+                primary: Mutex::default(),
+                sticky: AtomicU32::new(0),
+                generation: AtomicU64::new(0),
+            })
+            .collect()
+    })
+}
+
+/// Device `ordinal`'s primary context.
+pub(crate) fn primary(ordinal: usize) -> &'static Context {
+    &contexts()[ordinal]
+}
+
+impl Context {
+    pub fn handle(&'static self) -> CUcontext {
+        (self as *const Context).cast_mut().cast()
+    }
+
+    /// The context a handle names; CUDA_ERROR_INVALID_CONTEXT for anything else.
+    pub fn from_handle(handle: CUcontext) -> DriverResult<&'static Context> {
+        contexts()
+            .iter()
+            .find(|context| context.handle() == handle)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    pub fn is_active(&self) -> bool {
+        self.primary.lock().retains > 0
+    }
+
+    /// Ok while the context is alive and has met no fault; otherwise the code every call gets.
+    pub fn usable(&self) -> DriverResult {
+        if !self.is_active() {
+            return Err(CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED);
+        }
+        self.sticky_error()
+    }
+
+    pub fn sticky_error(&self) -> DriverResult {
+        match self.sticky.load(Ordering::Acquire) {
+            0 => Ok(()),
+            _ => Err(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS),
+        }
+    }
+
+    /// Records a fault: the context's error becomes CUDA_ERROR_ILLEGAL_ADDRESS for good, and the
+    /// first fault says on stderr what happened.
+    pub fn fault(&self, operation: &str, what: &str) {
+        let first = self
+            .sticky
+            .compare_exchange(
+                0,
+                CUresult::CUDA_ERROR_ILLEGAL_ADDRESS as u32,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok();
+        if first {
+            eprintln!(
+                "devbuf CUDA test driver: illegal address in {operation} on device {}: {what}; \
+                 every later call in this context fails with CUDA_ERROR_ILLEGAL_ADDRESS",
+                self.ordinal
+            );
+        }
+    }
+
+    /// Destroys what lived in the context, as the driver does when the last retain goes.
+    fn destroy(&self) {
+        crate::stream::destroy_context_streams(self);
+        crate::memory::release_context_memory(self);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.sticky.store(0, Ordering::Release);
+    }
+}
+
+thread_local! {
+    static STACK: RefCell<Vec<&'static Context>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The calling thread's current context, if any (alive or not).
+pub(crate) fn current_raw() -> Option<&'static Context> {
+    STACK.with(|stack| stack.borrow().last().copied())
+}
+
+/// The calling thread's current context: CUDA_ERROR_INVALID_CONTEXT without one, and the
+/// context's own error when it is destroyed or has faulted.
+pub(crate) fn current() -> DriverResult<&'static Context> {
+    let context = current_raw().ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
+    context.usable()?;
+    Ok(context)
+}
+
+/// # Safety
+/// `context` is null or valid for writing a CUcontext.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(
+    context: *mut CUcontext,
+    device: CUdevice,
+) -> CUresult {
+    entry("cuDevicePrimaryCtxRetain", || {
+        let ordinal = ordinal(device)?;
+        if config().unavailable_devices.contains(&(ordinal as i32)) {
+            return Err(CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE);
+        }
+        let primary = primary(ordinal);
+        primary.primary.lock().retains += 1;
+        // SAFETY: the caller's out-pointer.
+        unsafe { write_out(context, primary.handle()) }
+    })
+}
+
+fn release(operation: &str, device: CUdevice) -> CUresult {
+    entry(operation, || {
+        let context = primary(ordinal(device)?);
+        let destroy = {
+            let mut state = context.primary.lock();
+            if state.retains == 0 {
+                return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+            }
+            state.retains -= 1;
+            state.retains == 0
+        };
+        if destroy {
+            context.destroy();
+        }
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuDevicePrimaryCtxRelease_v2(device: CUdevice) -> CUresult {
+    release("cuDevicePrimaryCtxRelease", device)
+}
+
+/// The pre-11.0 name, with the same arguments.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuDevicePrimaryCtxRelease(device: CUdevice) -> CUresult {
+    release("cuDevicePrimaryCtxRelease", device)
+}
+
+fn reset(device: CUdevice) -> CUresult {
+    entry("cuDevicePrimaryCtxReset", || {
+        let context = primary(ordinal(device)?);
+        // Resources go, the retains stay: the context comes back empty on its next use.
+        context.destroy();
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuDevicePrimaryCtxReset_v2(device: CUdevice) -> CUresult {
+    reset(device)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuDevicePrimaryCtxReset(device: CUdevice) -> CUresult {
+    reset(device)
+}
+
+/// # Safety
+/// `flags` and `active` are null or valid for writing an unsigned int / int.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
+    device: CUdevice,
+    flags: *mut u32,
+    active: *mut i32,
+) -> CUresult {
+    entry("cuDevicePrimaryCtxGetState", || {
+        let state = primary(ordinal(device)?).primary.lock();
+        // SAFETY: the caller's out-pointers.
+        unsafe {
+            write_out(flags, state.flags)?;
+            write_out(active, (state.retains > 0) as i32)
+        }
+    })
+}
+
+fn set_flags(device: CUdevice, flags: u32) -> CUresult {
+    entry("cuDevicePrimaryCtxSetFlags", || {
+        if flags & !PRIMARY_CONTEXT_FLAG_MASK != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        primary(ordinal(device)?).primary.lock().flags = flags;
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuDevicePrimaryCtxSetFlags_v2(device: CUdevice, flags: u32) -> CUresult {
+    set_flags(device, flags)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuDevicePrimaryCtxSetFlags(device: CUdevice, flags: u32) -> CUresult {
+    set_flags(device, flags)
+}
+
+/// # Safety
+/// `context` is null or valid for writing a CUcontext.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetCurrent(context: *mut CUcontext) -> CUresult {
+    entry("cuCtxGetCurrent", || {
+        let current = current_raw().map_or(std::ptr::null_mut(), Context::handle);
+        // SAFETY: the caller's out-pointer.
+        unsafe { write_out(context, current) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxSetCurrent(context: CUcontext) -> CUresult {
+    entry("cuCtxSetCurrent", || {
+        // NULL unbinds the current context; anything else replaces the top of the stack.
+        let replacement = if context.is_null() {
+            None
+        } else {
+            Some(Context::from_handle(context)?)
+        };
+        STACK.with(|stack| {
+            let mut stack = stack.borrow_mut();
+            stack.pop();
+            stack.extend(replacement);
+        });
+        Ok(())
+    })
+}
+
+fn push(context: CUcontext) -> CUresult {
+    entry("cuCtxPushCurrent", || {
+        let context = Context::from_handle(context)?;
+        STACK.with(|stack| stack.borrow_mut().push(context));
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxPushCurrent_v2(context: CUcontext) -> CUresult {
+    push(context)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxPushCurrent(context: CUcontext) -> CUresult {
+    push(context)
+}
+
+/// # Safety
+/// `context` is null or valid for writing a CUcontext.
+unsafe fn pop(context: *mut CUcontext) -> CUresult {
+    entry("cuCtxPopCurrent", || {
+        let popped = STACK
+            .with(|stack| stack.borrow_mut().pop())
+            .ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
+        if !context.is_null() {
+            // SAFETY: the caller's out-pointer, checked non-null.
+            unsafe { write_out(context, popped.handle()) }?;
+        }
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `context` is null or valid for writing a CUcontext.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxPopCurrent_v2(context: *mut CUcontext) -> CUresult {
+    // SAFETY: the same contract.
+    unsafe { pop(context) }
+}
+
+/// # Safety
+/// `context` is null or valid for writing a CUcontext.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxPopCurrent(context: *mut CUcontext) -> CUresult {
+    // SAFETY: the same contract.
+    unsafe { pop(context) }
+}
+
+/// # Safety
+/// `device` is null or valid for writing a CUdevice.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetDevice(device: *mut CUdevice) -> CUresult {
+    entry("cuCtxGetDevice", || {
+        let context = current()?;
+        // SAFETY: the caller's out-pointer.
+        unsafe { write_out(device, context.ordinal as CUdevice) }
+    })
+}
+
+/// # Safety
+/// `flags` is null or valid for writing an unsigned int.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetFlags(flags: *mut u32) -> CUresult {
+    entry("cuCtxGetFlags", || {
+        let context = current()?;
+        let value = context.primary.lock().flags;
+        // SAFETY: the caller's out-pointer.
+        unsafe { write_out(flags, value) }
+    })
+}
+
+/// # Safety
+/// `version` is null or valid for writing an unsigned int.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetApiVersion(context: CUcontext, version: *mut u32) -> CUresult {
+    entry("cuCtxGetApiVersion", || {
+        let context = if context.is_null() {
+            current()?
+        } else {
+            Context::from_handle(context)?
+        };
+        context.usable()?;
+        // The API version of contexts made by CUDA 3.2 and later.
+        // SAFETY: the caller's out-pointer.
+        unsafe { write_out(version, 3020) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxSynchronize() -> CUresult {
+    entry("cuCtxSynchronize", || {
+        let context = current()?;
+        crate::stream::synchronize_context(context);
+        context.sticky_error()
+    })
+}

@@ -1,0 +1,85 @@
+//! # devbuf CUDA test driver
+//!
+//! A test double of the NVIDIA CUDA driver library, `libcuda.so.1`, for running devbuf's CUDA
+//! backend (and Numba's `__cuda_array_interface__` consumer) in CI on machines without a GPU.
+//! `ci/cuda-test-driver` builds it into `target/cuda-test-driver/libcuda.so.1`; a test puts that
+//! directory on `LD_LIBRARY_PATH`. Nothing loads it by itself, it is never shipped, and everything
+//! it says names it: every device is called "devbuf CUDA test driver (device N)", and every
+//! message it prints starts with "devbuf CUDA test driver".
+//!
+//! It exports the driver's C entry points under their real names and ABIs (the versioned names,
+//! e.g. `cuMemAlloc_v2`, and the plain names where the real library exports the same ABI under
+//! them) and keeps the driver's documented rules, each broken one answered with the real code:
+//!
+//! - nothing but `cuInit`, `cuDriverGetVersion`, `cuGetErrorString`/`Name` and
+//!   `cuGetProcAddress` works before `cuInit` (CUDA_ERROR_NOT_INITIALIZED);
+//! - devices with names, compute capability 9.0, unified addressing, managed memory, concurrent
+//!   managed access, memory pools, total memory (CUDA_ERROR_INVALID_DEVICE for bad ordinals);
+//! - reference-counted primary contexts (retain, release, reset, state, flags), destroyed with all
+//!   their streams, events and memory when the last retain goes; a per-thread context stack; calls
+//!   that need a context fail with CUDA_ERROR_INVALID_CONTEXT without one (and with
+//!   CUDA_ERROR_CONTEXT_IS_DESTROYED in a released one);
+//! - device memory the host cannot touch (addresses in a `PROT_NONE` reservation: a host
+//!   dereference segfaults), never reused (use-after-free is caught); pinned host and managed
+//!   memory that the host can touch, inaccessible after the free; double frees and foreign
+//!   pointers are CUDA_ERROR_INVALID_VALUE; pointer attributes as documented;
+//! - asynchronous streams (one worker thread each), the legacy default stream's synchronization
+//!   with blocking streams, the per-thread default stream, non-blocking streams, events and
+//!   `cuStreamWaitEvent` across streams and devices, and the documented host synchronization of
+//!   copies and fills with pageable, pinned, managed and device memory;
+//! - stream-ordered allocation from each device's default pool: memory usable only by work
+//!   ordered after `cuMemAllocAsync`, freed when the stream reaches `cuMemFreeAsync`;
+//! - faults: a copy or fill that, when it runs, touches memory that is not allocated (freed, or
+//!   not yet allocated in stream order), and a free while work on the range is still queued, are an
+//!   illegal address: one line on stderr, and CUDA_ERROR_ILLEGAL_ADDRESS from every later call in
+//!   that context (a sticky error, as after a GPU fault).
+//!
+//! ## Environment variables (read once per process)
+//!
+//! | variable | effect |
+//! |---|---|
+//! | `DEVBUF_CUDA_TEST_DEVICES=N` | N devices (default 2; 0 makes `cuInit` fail with CUDA_ERROR_NO_DEVICE) |
+//! | `DEVBUF_CUDA_TEST_DELAY_US=N` | each copy and fill waits N µs on its stream before it runs |
+//! | `DEVBUF_CUDA_TEST_TOTAL_MEMORY_MB=N` | each device's memory (default 16384) |
+//! | `DEVBUF_CUDA_TEST_DRIVER_VERSION=N` | what `cuDriverGetVersion` answers (default 13000) |
+//! | `DEVBUF_CUDA_TEST_INIT_ERROR=CODE` | `cuInit` fails with CODE (a name such as `NO_DEVICE` or a number) |
+//! | `DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS=N,M` | the Nth and Mth allocation calls of the process (any kind) fail with CUDA_ERROR_OUT_OF_MEMORY |
+//! | `DEVBUF_CUDA_TEST_UNAVAILABLE_DEVICES=0,1` | retaining these devices' primary contexts fails with CUDA_ERROR_DEVICE_UNAVAILABLE |
+//! | `DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0` | the device attribute reads 0, and the host faults when it touches managed memory while stream work on it is pending |
+//! | `DEVBUF_CUDA_TEST_MEMORY_POOLS=0` | no memory pools: the attribute reads 0, `cuMemAllocAsync` is CUDA_ERROR_NOT_SUPPORTED |
+//! | `DEVBUF_CUDA_TEST_POOL_REUSE=immediate` | `cuMemAllocAsync` gets the block freed last by `cuMemFreeAsync` at once, ordered after that free |
+//! | `DEVBUF_CUDA_TEST_HIDE=cuA,cuB` | `cuGetProcAddress` says these are missing (CUDA_ERROR_NOT_FOUND), as an older driver would; `dlsym` still finds them |
+//! | `DEVBUF_CUDA_TEST_TRACE=1` | a stderr line for every name `cuGetProcAddress` answers with a stub |
+//!
+//! A malformed value makes `cuInit` fail with CUDA_ERROR_INVALID_VALUE and say why on stderr.
+//!
+//! ## Not modelled
+//!
+//! Kernels, modules and linking (`cuModule*`, `cuLaunchKernel`, ...), graphs and stream capture,
+//! IPC, peer mappings (`cuDeviceCanAccessPeer` answers 0; copies between devices work through
+//! unified addressing), non-primary contexts (`cuCtxCreate`), `cuMemHostRegister`, 2D/3D copies,
+//! memory pools other than the default one, the per-thread-default-stream variants (`_ptsz`,
+//! `_ptds`: stream 0 is always the legacy stream), and the pre-3.2 32-bit ABIs of the plain names
+//! `cuMemAlloc`, `cuMemcpyHtoD`, ... (not exported, so a program built against them fails to load
+//! instead of corrupting memory). All of these, when asked for through `cuGetProcAddress`, return
+//! CUDA_ERROR_NOT_SUPPORTED. With `DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0`, a managed
+//! allocation is host-inaccessible while stream work on *it* is pending; a real device without
+//! concurrent access forbids host access to all managed memory while any work runs.
+
+// The driver's own names and argument conventions.
+#![allow(non_snake_case)]
+
+mod alloc;
+mod config;
+mod context;
+mod device;
+mod errors;
+mod event;
+mod memory;
+mod ops;
+mod pointer;
+mod pool;
+mod proc_address;
+mod storage;
+mod stream;
+mod transfer;

@@ -1,0 +1,323 @@
+//! What the driver knows about memory: every allocation's record, where its bytes live, and the
+//! reserved address range device pointers come from.
+//!
+//! Device pointers are addresses in one big `PROT_NONE` reservation, so the host faults when it
+//! dereferences one, as it would on a GPU; their bytes live in a separate mapping that only stream
+//! operations touch. Addresses are handed out by a bump pointer and never reused (except by the
+//! pool's immediate reuse, when asked for), so a freed pointer stays unknown to the driver and
+//! inaccessible to the host. Pinned host and managed memory are host mappings (see
+//! [`crate::storage`]); when freed they become `PROT_NONE` and stay reserved, so a host access
+//! after the free faults too.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::sys::CUresult;
+use parking_lot::{Mutex, RwLock};
+
+use crate::config::config;
+use crate::context::Context;
+use crate::errors::DriverResult;
+use crate::storage::Storage;
+
+/// Alignment of every device allocation (the real driver's is at least 256 bytes).
+const DEVICE_ALIGNMENT: u64 = 512;
+/// Untouchable bytes left after each device allocation, so that an overrun is not in a neighbour.
+const RED_ZONE: u64 = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// `cuMemAlloc`, `cuMemAllocAsync`: the host cannot touch it.
+    Device,
+    /// `cuMemHostAlloc`, `cuMemAllocHost`: pinned, host-accessible.
+    PinnedHost,
+    /// `cuMemAllocManaged`: host- and device-accessible.
+    Managed,
+}
+
+/// Where an allocation stands in stream order (the host's free request is
+/// [`Record::free_requested`]: work enqueued before it may still run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    /// `cuMemAllocAsync` returned, but its stream has not reached the allocation yet.
+    AllocationPending,
+    Live,
+    /// A free was reached (synchronous, or in stream order).
+    Freed,
+}
+
+/// One allocation, as the driver tracks it.
+pub(crate) struct Record {
+    pub start: u64,
+    pub size: usize,
+    pub kind: Kind,
+    pub context: &'static Context,
+    /// The `cuMemHostAlloc` flags of pinned memory.
+    pub host_flags: u32,
+    /// Whether it came from the device's memory pool (`cuMemAllocAsync`).
+    pub pooled: bool,
+    /// A number unique to this allocation (`CU_POINTER_ATTRIBUTE_BUFFER_ID`).
+    pub id: u64,
+    /// Held for reading by a stream operation while it touches the bytes, and for writing to
+    /// free them.
+    pub state: RwLock<State>,
+    /// Stream operations enqueued on this allocation that have not completed.
+    pub pending: AtomicUsize,
+    /// The program asked to free it (`cuMemFree*` called, or `cuMemFreeAsync` enqueued).
+    pub free_requested: AtomicBool,
+    /// Device bytes this record counts against its device's memory.
+    pub accounted: AtomicUsize,
+    pub storage: Arc<Storage>,
+}
+
+impl Record {
+    pub fn end(&self) -> u64 {
+        self.start + self.size as u64
+    }
+
+    /// Where the bytes at `offset` are, for a stream operation holding the state lock.
+    pub fn data(&self, offset: usize) -> *mut u8 {
+        (self.storage.data() + offset) as *mut u8
+    }
+}
+
+/// The `PROT_NONE` range device addresses come from.
+struct AddressSpace {
+    base: u64,
+    size: u64,
+    next: Mutex<u64>,
+}
+
+fn address_space() -> &'static AddressSpace {
+    static SPACE: OnceLock<AddressSpace> = OnceLock::new();
+    SPACE.get_or_init(|| {
+        // Large enough never to run out in a test run; a smaller one where address space is
+        // limited (ulimit -v).
+        for size in [4u64 << 40, 1 << 40, 64 << 30, 4 << 30] {
+            // SAFETY: reserves fresh address space that nothing can access; nothing refers to it.
+            let base = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    size as usize,
+                    libc::PROT_NONE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                )
+            };
+            if base != libc::MAP_FAILED {
+                return AddressSpace {
+                    base: base as u64,
+                    size,
+                    // The first allocation is not at the start: a pointer just below one is not
+                    // valid either.
+                    next: Mutex::new(base as u64 + RED_ZONE),
+                };
+            }
+        }
+        AddressSpace {
+            base: 0,
+            size: 0,
+            next: Mutex::new(0),
+        }
+    })
+}
+
+/// Whether `address` is in the device range (allocated or not).
+pub(crate) fn is_device_address(address: u64) -> bool {
+    let space = address_space();
+    address >= space.base && address < space.base + space.size
+}
+
+fn reserve_device_addresses(size: usize) -> DriverResult<u64> {
+    let space = address_space();
+    let mut next = space.next.lock();
+    let start = next.next_multiple_of(DEVICE_ALIGNMENT);
+    let end = start
+        .checked_add(size as u64 + RED_ZONE)
+        .filter(|&end| end <= space.base + space.size)
+        .ok_or(CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
+    *next = end;
+    Ok(start)
+}
+
+static REGISTRY: RwLock<BTreeMap<u64, Arc<Record>>> = RwLock::new(BTreeMap::new());
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+static ALLOCATION_CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one allocation call: CUDA_ERROR_OUT_OF_MEMORY when `DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS`
+/// names its number.
+pub(crate) fn count_allocation_call() -> DriverResult {
+    let number = ALLOCATION_CALLS.fetch_add(1, Ordering::AcqRel) + 1;
+    if config().failing_allocations.contains(&number) {
+        return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    Ok(())
+}
+
+fn device_memory_used() -> &'static [AtomicUsize] {
+    static USED: OnceLock<Box<[AtomicUsize]>> = OnceLock::new();
+    USED.get_or_init(|| (0..config().devices).map(|_| AtomicUsize::new(0)).collect())
+}
+
+/// Bytes of device memory in use on device `ordinal`.
+pub(crate) fn used(ordinal: usize) -> usize {
+    device_memory_used()[ordinal].load(Ordering::Acquire)
+}
+
+/// The parts of a new allocation its caller decides.
+pub(crate) struct NewAllocation {
+    pub size: usize,
+    pub kind: Kind,
+    pub context: &'static Context,
+    pub host_flags: u32,
+    pub pooled: bool,
+    pub state: State,
+}
+
+/// Creates and registers an allocation of fresh addresses.
+pub(crate) fn allocate(new: NewAllocation) -> DriverResult<Arc<Record>> {
+    if new.size == 0 {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let (start, storage, accounted) = match new.kind {
+        Kind::Device => {
+            let used = &device_memory_used()[new.context.ordinal];
+            let total = config().total_memory as usize;
+            used.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(new.size).filter(|&after| after <= total)
+            })
+            .map_err(|_| CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
+            let placed = reserve_device_addresses(new.size)
+                .and_then(|start| Ok((start, Storage::device(new.size)?)));
+            match placed {
+                Ok((start, storage)) => (start, storage, new.size),
+                Err(code) => {
+                    used.fetch_sub(new.size, Ordering::AcqRel);
+                    return Err(code);
+                }
+            }
+        }
+        Kind::Managed if !config().concurrent_managed_access => {
+            let storage = Storage::managed_without_concurrent_access(new.size)?;
+            (host_address(&storage), storage, 0)
+        }
+        Kind::PinnedHost | Kind::Managed => {
+            let storage = Storage::host(new.size)?;
+            (host_address(&storage), storage, 0)
+        }
+    };
+    let record = Arc::new(Record {
+        start,
+        size: new.size,
+        kind: new.kind,
+        context: new.context,
+        host_flags: new.host_flags,
+        pooled: new.pooled,
+        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        state: RwLock::new(new.state),
+        pending: AtomicUsize::new(0),
+        free_requested: AtomicBool::new(false),
+        accounted: AtomicUsize::new(accounted),
+        storage,
+    });
+    REGISTRY.write().insert(start, Arc::clone(&record));
+    Ok(record)
+}
+
+fn host_address(storage: &Storage) -> u64 {
+    storage.host_address().expect("host memory has a host view") as u64
+}
+
+/// A new owner for `previous`'s block (the pool's immediate reuse): same addresses, same bytes,
+/// not usable before its stream reaches the allocation. Ops enqueued from now on find it.
+pub(crate) fn reassign(previous: &Record, size: usize, context: &'static Context) -> Arc<Record> {
+    let record = Arc::new(Record {
+        start: previous.start,
+        size,
+        kind: previous.kind,
+        context,
+        host_flags: 0,
+        pooled: true,
+        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        state: RwLock::new(State::AllocationPending),
+        pending: AtomicUsize::new(0),
+        free_requested: AtomicBool::new(false),
+        accounted: AtomicUsize::new(previous.accounted.swap(0, Ordering::AcqRel)),
+        storage: Arc::clone(&previous.storage),
+    });
+    REGISTRY.write().insert(record.start, Arc::clone(&record));
+    record
+}
+
+/// The allocation `address` lies in, if the driver knows one (including one whose
+/// stream-ordered free has not been reached yet).
+pub(crate) fn find(address: u64) -> Option<Arc<Record>> {
+    let registry = REGISTRY.read();
+    let (_, record) = registry.range(..=address).next_back()?;
+    (address < record.end()).then(|| Arc::clone(record))
+}
+
+/// Frees `record` now. `operation` names the call for the fault report.
+///
+/// A free while stream work on the range is still queued is reported as a fault. The driver
+/// documents `cuMemFree`, `cuMemFreeHost` and the managed free as synchronizing only "for most use
+/// cases", so a correct program must not rely on them to wait for pending work; on a GPU such a
+/// free is a use-after-free that corrupts memory only sometimes. Being strict makes it fail always.
+pub(crate) fn free_now(record: &Arc<Record>, operation: &str) -> DriverResult {
+    if record.free_requested.swap(true, Ordering::AcqRel) {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    release(record, operation)
+}
+
+/// Releases `record` (a free reached, synchronous or in stream order), reporting a fault when
+/// stream operations on it are still pending.
+pub(crate) fn release(record: &Arc<Record>, operation: &str) -> DriverResult {
+    let pending = record.pending.load(Ordering::Acquire);
+    if pending > 0 {
+        record.context.fault(
+            operation,
+            &format!(
+                "freed {:#x} ({} bytes) while {pending} stream operation(s) on it had not completed",
+                record.start, record.size
+            ),
+        );
+    }
+    let mut state = record.state.write();
+    if *state == State::Freed {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    *state = State::Freed;
+    record.storage.revoke();
+    let accounted = record.accounted.swap(0, Ordering::AcqRel);
+    device_memory_used()[record.context.ordinal].fetch_sub(accounted, Ordering::AcqRel);
+    drop(state);
+    let mut registry = REGISTRY.write();
+    if registry
+        .get(&record.start)
+        .is_some_and(|registered| Arc::ptr_eq(registered, record))
+    {
+        registry.remove(&record.start);
+    }
+    if pending > 0 {
+        return Err(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+    }
+    Ok(())
+}
+
+/// Frees every allocation of a context that is being destroyed.
+pub(crate) fn release_context_memory(context: &Context) {
+    let owned: Vec<Arc<Record>> = REGISTRY
+        .read()
+        .values()
+        .filter(|record| std::ptr::eq(record.context, context))
+        .cloned()
+        .collect();
+    for record in owned {
+        // The context's streams are drained by now; a fault here is the program's.
+        record.free_requested.store(true, Ordering::Release);
+        let _ = release(&record, "context destruction");
+    }
+}

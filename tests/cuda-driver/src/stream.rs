@@ -1,0 +1,419 @@
+//! Streams: each one a worker thread that runs its operations in order, asynchronously to the
+//! host (after `DEVBUF_CUDA_TEST_DELAY_US` each, when set).
+//!
+//! Ordering between streams is a list of dependencies per operation: "stream S has completed its
+//! operation number N". The legacy default stream (handles 0 and 1) waits for everything enqueued
+//! before on the context's blocking streams, and blocking streams wait for what was enqueued
+//! before on the legacy stream; non-blocking streams (`CU_STREAM_NON_BLOCKING`) do neither. The
+//! per-thread default stream (handle 2) is a blocking stream of the calling thread.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use cudarc::driver::sys::{CUcontext, CUresult, CUstream};
+use parking_lot::{Condvar, Mutex};
+
+use crate::context::{self, Context};
+use crate::device::entry;
+use crate::errors::{DriverResult, write_out};
+use crate::ops::{Op, execute};
+
+/// `CU_STREAM_LEGACY`.
+const LEGACY: usize = 1;
+/// `CU_STREAM_PER_THREAD`.
+const PER_THREAD: usize = 2;
+/// `CU_STREAM_NON_BLOCKING`.
+const NON_BLOCKING: u32 = 1;
+/// Handles of created streams count up from here: never 0, 1 or 2, and recognisable in a dump.
+const FIRST_HANDLE: usize = 0x5_7000_0000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flavor {
+    Legacy,
+    PerThread,
+    Blocking,
+    NonBlocking,
+}
+
+/// "Stream `stream` has completed its operation number `sequence`."
+#[derive(Clone)]
+pub(crate) struct Dependency {
+    pub stream: Arc<Stream>,
+    pub sequence: u64,
+}
+
+impl Dependency {
+    pub fn is_met(&self) -> bool {
+        self.stream.completed() >= self.sequence
+    }
+
+    pub fn wait(&self) {
+        self.stream.wait_for(self.sequence);
+    }
+}
+
+struct Queued {
+    sequence: u64,
+    op: Op,
+    after: Vec<Dependency>,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiting: VecDeque<Queued>,
+    enqueued: u64,
+    closed: bool,
+}
+
+pub(crate) struct Stream {
+    pub handle: usize,
+    pub context: &'static Context,
+    pub generation: u64,
+    pub flavor: Flavor,
+    pub flags: u32,
+    queue: Mutex<Queue>,
+    work: Condvar,
+    completed: Mutex<u64>,
+    advanced: Condvar,
+}
+
+static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(FIRST_HANDLE);
+/// Created streams by handle, and every stream of each context (for synchronization).
+static STREAMS: Mutex<Vec<Arc<Stream>>> = Mutex::new(Vec::new());
+
+impl Stream {
+    fn start(context: &'static Context, flavor: Flavor, flags: u32) -> Arc<Stream> {
+        let stream = Arc::new(Stream {
+            handle: NEXT_HANDLE.fetch_add(0x10, Ordering::Relaxed),
+            context,
+            generation: context.generation(),
+            flavor,
+            flags,
+            queue: Mutex::default(),
+            work: Condvar::new(),
+            completed: Mutex::new(0),
+            advanced: Condvar::new(),
+        });
+        let worker = Arc::clone(&stream);
+        std::thread::Builder::new()
+            .name(format!("devbuf-cuda-test-stream-{:#x}", stream.handle))
+            .spawn(move || worker.run())
+            .expect("devbuf CUDA test driver: cannot start a stream's worker thread");
+        STREAMS.lock().push(Arc::clone(&stream));
+        stream
+    }
+
+    fn is_blocking(&self) -> bool {
+        matches!(self.flavor, Flavor::Blocking | Flavor::PerThread)
+    }
+
+    pub fn completed(&self) -> u64 {
+        *self.completed.lock()
+    }
+
+    /// The number of the last operation enqueued so far.
+    pub fn enqueued(&self) -> u64 {
+        self.queue.lock().enqueued
+    }
+
+    pub fn wait_for(&self, sequence: u64) {
+        let mut completed = self.completed.lock();
+        while *completed < sequence {
+            self.advanced.wait(&mut completed);
+        }
+    }
+
+    /// Blocks until everything enqueued so far has completed.
+    pub fn drain(&self) {
+        self.wait_for(self.enqueued());
+    }
+
+    /// The point a stream's next operation must wait for so that it follows all of this
+    /// stream's work so far; `None` when there is nothing to wait for.
+    pub fn tail(self: &Arc<Self>) -> Option<Dependency> {
+        let sequence = self.enqueued();
+        (self.completed() < sequence).then(|| Dependency {
+            stream: Arc::clone(self),
+            sequence,
+        })
+    }
+
+    /// Appends `op`, to run once `after` are met and this stream's earlier work is done, and
+    /// returns its number (an event recorded now completes with it).
+    pub fn enqueue(self: &Arc<Self>, op: Op, mut after: Vec<Dependency>) -> u64 {
+        after.extend(self.implicit_dependencies());
+        let mut queue = self.queue.lock();
+        queue.enqueued += 1;
+        let sequence = queue.enqueued;
+        queue.waiting.push_back(Queued {
+            sequence,
+            op,
+            after,
+        });
+        self.work.notify_one();
+        sequence
+    }
+
+    /// The legacy default stream's implicit synchronization with blocking streams.
+    fn implicit_dependencies(self: &Arc<Self>) -> Vec<Dependency> {
+        if self.flavor == Flavor::NonBlocking {
+            return vec![];
+        }
+        let others: Vec<Arc<Stream>> = STREAMS
+            .lock()
+            .iter()
+            .filter(|other| {
+                std::ptr::eq(other.context, self.context)
+                    && !Arc::ptr_eq(other, self)
+                    && if self.flavor == Flavor::Legacy {
+                        other.is_blocking()
+                    } else {
+                        other.flavor == Flavor::Legacy
+                    }
+            })
+            .cloned()
+            .collect();
+        others.iter().filter_map(Stream::tail).collect()
+    }
+
+    fn run(self: Arc<Self>) {
+        loop {
+            let queued = {
+                let mut queue = self.queue.lock();
+                loop {
+                    if let Some(queued) = queue.waiting.pop_front() {
+                        break queued;
+                    }
+                    if queue.closed {
+                        return;
+                    }
+                    self.work.wait(&mut queue);
+                }
+            };
+            for dependency in &queued.after {
+                dependency.wait();
+            }
+            execute(self.context, queued.op);
+            let mut completed = self.completed.lock();
+            *completed = queued.sequence;
+            self.advanced.notify_all();
+        }
+    }
+
+    /// No more work: the worker finishes what is queued and exits.
+    fn close(&self) {
+        self.queue.lock().closed = true;
+        self.work.notify_all();
+    }
+}
+
+thread_local! {
+    /// The calling thread's per-thread default streams, one per context; closed when the thread
+    /// exits.
+    static PER_THREAD_STREAMS: RefCell<PerThreadStreams> = RefCell::default();
+}
+
+#[derive(Default)]
+struct PerThreadStreams(Vec<Arc<Stream>>);
+
+impl Drop for PerThreadStreams {
+    fn drop(&mut self) {
+        for stream in self.0.drain(..) {
+            retire(&stream);
+        }
+    }
+}
+
+fn retire(stream: &Arc<Stream>) {
+    STREAMS.lock().retain(|other| !Arc::ptr_eq(other, stream));
+    stream.close();
+}
+
+fn default_stream(context: &'static Context, flavor: Flavor) -> Arc<Stream> {
+    let generation = context.generation();
+    let current = |stream: &Arc<Stream>| {
+        std::ptr::eq(stream.context, context)
+            && stream.generation == generation
+            && stream.flavor == flavor
+    };
+    if flavor == Flavor::PerThread {
+        return PER_THREAD_STREAMS.with(|streams| {
+            let mut streams = streams.borrow_mut();
+            if let Some(stream) = streams.0.iter().find(|stream| current(stream)) {
+                return Arc::clone(stream);
+            }
+            let stream = Stream::start(context, flavor, 0);
+            streams.0.push(Arc::clone(&stream));
+            stream
+        });
+    }
+    let mut streams = STREAMS.lock();
+    if let Some(stream) = streams.iter().find(|stream| current(stream)) {
+        return Arc::clone(stream);
+    }
+    drop(streams);
+    let stream = Stream::start(context, flavor, 0);
+    // Another thread may have started one meanwhile: keep the first.
+    streams = STREAMS.lock();
+    let first = streams.iter().find(|other| current(other)).cloned();
+    drop(streams);
+    match first {
+        Some(first) if !Arc::ptr_eq(&first, &stream) => {
+            retire(&stream);
+            first
+        }
+        _ => stream,
+    }
+}
+
+/// The stream a handle names, in a usable context: 0 and 1 are the current context's legacy
+/// stream, 2 its per-thread stream.
+pub(crate) fn resolve(handle: CUstream) -> DriverResult<Arc<Stream>> {
+    let stream = match handle as usize {
+        0 | LEGACY => default_stream(context::current()?, Flavor::Legacy),
+        PER_THREAD => default_stream(context::current()?, Flavor::PerThread),
+        handle => STREAMS
+            .lock()
+            .iter()
+            .find(|stream| stream.handle == handle && stream.flavor != Flavor::PerThread)
+            .cloned()
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?,
+    };
+    if stream.generation != stream.context.generation() {
+        return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+    }
+    stream.context.usable()?;
+    Ok(stream)
+}
+
+/// Waits for every stream of `context`.
+pub(crate) fn synchronize_context(context: &Context) {
+    let streams: Vec<Arc<Stream>> = STREAMS
+        .lock()
+        .iter()
+        .filter(|stream| std::ptr::eq(stream.context, context))
+        .cloned()
+        .collect();
+    for stream in streams {
+        stream.drain();
+    }
+}
+
+/// Drains and closes every stream of a context that is being destroyed.
+pub(crate) fn destroy_context_streams(context: &Context) {
+    synchronize_context(context);
+    let streams: Vec<Arc<Stream>> = STREAMS
+        .lock()
+        .iter()
+        .filter(|stream| std::ptr::eq(stream.context, context))
+        .cloned()
+        .collect();
+    for stream in streams {
+        retire(&stream);
+    }
+}
+
+fn create(stream: *mut CUstream, flags: u32) -> CUresult {
+    entry("cuStreamCreate", || {
+        if flags & !NON_BLOCKING != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let context = context::current()?;
+        let flavor = if flags & NON_BLOCKING != 0 {
+            Flavor::NonBlocking
+        } else {
+            Flavor::Blocking
+        };
+        if stream.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let created = Stream::start(context, flavor, flags);
+        // SAFETY: the caller's out-pointer, checked non-null.
+        unsafe { write_out(stream, created.handle as CUstream) }
+    })
+}
+
+/// # Safety
+/// `stream` is null or valid for writing a CUstream.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamCreate(stream: *mut CUstream, flags: u32) -> CUresult {
+    create(stream, flags)
+}
+
+/// Priorities are accepted and ignored: the double runs every stream at its own pace.
+///
+/// # Safety
+/// `stream` is null or valid for writing a CUstream.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamCreateWithPriority(
+    stream: *mut CUstream,
+    flags: u32,
+    _priority: i32,
+) -> CUresult {
+    create(stream, flags)
+}
+
+fn destroy(handle: CUstream) -> CUresult {
+    entry("cuStreamDestroy", || {
+        if (handle as usize) <= PER_THREAD {
+            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+        }
+        // The worker finishes the work already queued, then exits: the documented behaviour.
+        retire(&resolve(handle)?);
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
+    destroy(stream)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamDestroy(stream: CUstream) -> CUresult {
+    destroy(stream)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamSynchronize(stream: CUstream) -> CUresult {
+    entry("cuStreamSynchronize", || {
+        let stream = resolve(stream)?;
+        stream.drain();
+        stream.context.sticky_error()
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamQuery(stream: CUstream) -> CUresult {
+    entry("cuStreamQuery", || {
+        let stream = resolve(stream)?;
+        if stream.completed() < stream.enqueued() {
+            return Err(CUresult::CUDA_ERROR_NOT_READY);
+        }
+        stream.context.sticky_error()
+    })
+}
+
+/// # Safety
+/// `context` is null or valid for writing a CUcontext.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetCtx(stream: CUstream, context: *mut CUcontext) -> CUresult {
+    entry("cuStreamGetCtx", || {
+        let stream = resolve(stream)?;
+        // SAFETY: the caller's out-pointer.
+        unsafe { write_out(context, stream.context.handle()) }
+    })
+}
+
+/// # Safety
+/// `flags` is null or valid for writing an unsigned int.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetFlags(stream: CUstream, flags: *mut u32) -> CUresult {
+    entry("cuStreamGetFlags", || {
+        let stream = resolve(stream)?;
+        // SAFETY: the caller's out-pointer.
+        unsafe { write_out(flags, stream.flags) }
+    })
+}
