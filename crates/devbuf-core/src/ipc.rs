@@ -234,10 +234,13 @@ pub fn export(buffer: &Buffer) -> Result<IpcHandle> {
     })
 }
 
+/// An open allocation: its device selector and backend payload.
+type OpenKey = (String, Vec<u8>);
+
 /// The handles open in this process, so that opening one twice is refused: one process holds one
 /// view of a shared allocation at a time (CUDA maps a handle once per context).
-fn open_handles() -> &'static Mutex<HashSet<(String, Vec<u8>)>> {
-    static OPEN: OnceLock<Mutex<HashSet<(String, Vec<u8>)>>> = OnceLock::new();
+fn open_handles() -> &'static Mutex<HashSet<OpenKey>> {
+    static OPEN: OnceLock<Mutex<HashSet<OpenKey>>> = OnceLock::new();
     OPEN.get_or_init(Default::default)
 }
 
