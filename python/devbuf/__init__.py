@@ -33,6 +33,8 @@ from ._devbuf import (  # noqa: E402
     BackendInfo,
     Buffer,
     Device,
+    DeviceFallbackWarning,
+    IpcHandle,
     Queue,
     __version__,
     alloc,
@@ -41,6 +43,7 @@ from ._devbuf import (  # noqa: E402
     default_device,
     devices,
     from_dlpack,
+    open_ipc,
     set_cai_export_stream,
 )
 
@@ -49,6 +52,8 @@ __all__ = [
     "BackendInfo",
     "Buffer",
     "Device",
+    "DeviceFallbackWarning",
+    "IpcHandle",
     "Queue",
     "__version__",
     "alloc",
@@ -57,5 +62,11 @@ __all__ = [
     "default_device",
     "devices",
     "from_dlpack",
+    "open_ipc",
     "set_cai_export_stream",
 ]
+
+from . import _integrations  # noqa: E402
+
+# Dask and Ray serializers, registered when (and only when) the program imports them.
+_integrations.install()

@@ -386,6 +386,18 @@ impl Buffer {
         matches!(self.alloc.release, Release::Queue { .. })
     }
 
+    /// The object that keeps this foreign memory alive, when it is a `T` (how a shareable
+    /// allocation is found again from its buffers).
+    pub fn keep_alive<T: Any + Clone>(&self) -> Option<T> {
+        match &self.alloc.release {
+            Release::Foreign(owner) => match &*owner.lock() {
+                Some(Owner::KeepAlive(keep)) => keep.downcast_ref::<T>().cloned(),
+                _ => None,
+            },
+            Release::Queue { .. } => None,
+        }
+    }
+
     /// Whether the host CPU may read and write these bytes directly.
     pub fn is_host_accessible(&self) -> bool {
         self.alloc.queue.host_accessible(self.alloc.kind)

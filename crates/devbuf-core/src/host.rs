@@ -12,7 +12,8 @@ use dlpark::ffi::{DLDevice, DLDeviceType};
 use parking_lot::Mutex;
 
 use crate::{
-    Availability, Backend, CompletedEvent, DeviceInfo, Error, Event, MemKind, Queue, Result,
+    Availability, Backend, CompletedEvent, DeviceInfo, Error, Event, IpcSharing, MemKind, Queue,
+    Result,
 };
 
 /// The name of the host backend and its one selector.
@@ -121,6 +122,10 @@ impl Queue for HostQueue {
             device_type: DLDeviceType::CPU,
             device_id: 0,
         }
+    }
+
+    fn ipc(&self) -> Result<&dyn IpcSharing> {
+        Ok(self)
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -6,6 +6,7 @@
 //! - [`DType`], [`Layout`], [`Array`]: typed strided views, validated in one place.
 //! - [`interface`] and [`dlpack`]: the CAI, SUAI and DLPack descriptor forms.
 //! - [`host`]: the host backend, always available.
+//! - [`ipc`]: memory shared between processes (the host backend's through a memfd).
 //! - [`conformance`] (feature `conformance`): the checks every backend passes.
 
 mod array;
@@ -16,8 +17,10 @@ mod dtype;
 mod error;
 pub mod host;
 pub mod interface;
+pub mod ipc;
 mod kind;
 mod last_command;
+mod memfd;
 mod queue;
 
 #[cfg(any(test, feature = "conformance"))]
@@ -30,6 +33,7 @@ pub use dlpark;
 pub use dtype::{ByteOrder, DType, ScalarKind};
 pub use error::{Error, Result};
 pub use host::{HostBackend, HostQueue};
+pub use ipc::{IpcHandle, IpcSharing};
 pub use kind::{DeviceInfo, MemKind};
 pub use last_command::LastCommand;
 pub use queue::{

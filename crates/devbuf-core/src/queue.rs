@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use dlpark::ffi::DLDevice;
 
+use crate::ipc::{self, IpcSharing};
 use crate::{DeviceInfo, MemKind, Result};
 
 /// A device and context with an in-order stream of work on it.
@@ -107,6 +108,18 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// where no other library can enqueue on it.
     fn as_foreign_queue(self: Arc<Self>) -> Option<Arc<dyn ForeignQueue>> {
         None
+    }
+
+    /// How this queue shares memory with other processes on the machine, or why it cannot (an
+    /// [`crate::Error::Unsupported`] with the reason). See [`crate::ipc`].
+    fn ipc(&self) -> Result<&dyn IpcSharing> {
+        Err(ipc::unsupported(
+            self.device(),
+            format!(
+                "the {} backend cannot share memory between processes",
+                self.device().backend
+            ),
+        ))
     }
 
     /// Downcasting, for backend-specific protocol details.

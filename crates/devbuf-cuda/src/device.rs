@@ -78,7 +78,13 @@ pub(crate) fn query(driver: &Driver, ordinal: u32) -> Result<DeviceCaps, DriverE
             backend: BACKEND,
             index: ordinal,
             name,
-            vendor: "NVIDIA".into(),
+            // The driver names no vendor; its test double (tests/cuda-driver) must never pass
+            // for NVIDIA hardware in any listing.
+            vendor: if name.starts_with("devbuf CUDA test driver") {
+                "devbuf test double, not a GPU".into()
+            } else {
+                "NVIDIA".into()
+            },
             driver: format!("CUDA {}", driver.cuda_version()),
             selector: format!("{BACKEND}:{ordinal}"),
             global_mem_bytes: total as u64,

@@ -9,6 +9,7 @@
 //! - `context`, `stream`, `event`, `memory`: small RAII wrappers (primary contexts made current
 //!   per call and thread, streams, events, the three kinds of memory, pointer attributes).
 //! - [`CudaQueue`] and [`CudaBackend`]: the core model's `Queue` and `Backend`.
+//! - `ipc`: device memory shared between processes (`cuIpcGetMemHandle`/`cuIpcOpenMemHandle`).
 //! - [`protocol`]: how CAI v3 and DLPack name streams with integers, and the CAI sync opt-out.
 //!
 //! For the exchange protocols (the Python layer):
@@ -24,6 +25,7 @@ mod context;
 mod device;
 mod driver;
 mod event;
+mod ipc;
 mod memory;
 pub mod protocol;
 mod queue;

@@ -98,6 +98,11 @@ impl CudaQueue {
         self.stream.raw() as usize
     }
 
+    /// The primary context the queue's work and memory belong to.
+    pub(crate) fn context(&self) -> &Arc<PrimaryContext> {
+        self.stream.context()
+    }
+
     /// Whether device memory comes from the device's stream-ordered memory pool.
     pub fn uses_memory_pool(&self) -> bool {
         self.allocator == DeviceAllocator::StreamOrdered
@@ -389,6 +394,10 @@ impl Queue for CudaQueue {
             device_type,
             device_id,
         }
+    }
+
+    fn ipc(&self) -> Result<&dyn devbuf_core::IpcSharing> {
+        Ok(self)
     }
 
     fn native_stream(&self) -> Option<usize> {

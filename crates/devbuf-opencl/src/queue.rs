@@ -454,6 +454,13 @@ impl Queue for OpenClQueue {
         }
     }
 
+    fn ipc(&self) -> Result<&dyn devbuf_core::IpcSharing> {
+        Err(devbuf_core::ipc::unsupported(
+            &self.info,
+            "OpenCL has no way to share memory between processes",
+        ))
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }

@@ -284,6 +284,11 @@ impl PyArray {
         // Nothing to free: shape and strides point into the array, which the view keeps alive.
     }
 
+    /// Pickling (protocol 5: host-accessible memory out-of-band, zero-copy); see `pickle.rs`.
+    fn __reduce_ex__<'py>(slf: &Bound<'py, Self>, protocol: i64) -> PyResult<Bound<'py, PyTuple>> {
+        crate::pickle::reduce_ex(slf, protocol)
+    }
+
     fn __len__(&self) -> PyResult<usize> {
         self.layout()
             .shape()
@@ -339,7 +344,7 @@ impl PyBuffer {
         Self::wrap_readonly(py, buffer, queue, false)
     }
 
-    fn wrap_readonly(
+    pub(crate) fn wrap_readonly(
         py: Python<'_>,
         buffer: Buffer,
         queue: Py<PyQueue>,
@@ -370,7 +375,13 @@ impl PyBuffer {
     /// Whether devbuf allocated this memory (False for imported, foreign memory).
     #[getter]
     fn owned(slf: &Bound<'_, Self>) -> bool {
-        slf.as_super().get().array.buffer().is_owned()
+        is_owned(slf.as_super().get().array.buffer())
+    }
+
+    /// A handle that opens this buffer's memory in another process on this machine
+    /// (`devbuf.open_ipc`). Only buffers allocated with `ipc=True` have one (else BufferError).
+    fn ipc_handle(slf: &Bound<'_, Self>) -> PyResult<crate::ipc::PyIpcHandle> {
+        crate::ipc::export(slf.as_super().get(), slf.py())
     }
 
     /// A typed view: `dtype` a name or typestr ("float32", "<f4"), `shape` (default: as many
@@ -456,7 +467,7 @@ impl PyBuffer {
             buffer.kind(),
             buffer.ptr() as usize,
             buffer.device().selector,
-            if buffer.is_owned() { "" } else { " (foreign)" },
+            if is_owned(buffer) { "" } else { " (foreign)" },
             if this.array.readonly() {
                 " read-only"
             } else {
@@ -464,4 +475,9 @@ impl PyBuffer {
             }
         )
     }
+}
+
+/// Whether devbuf allocated the memory: its queue's own allocation, or a shareable one.
+fn is_owned(buffer: &Buffer) -> bool {
+    buffer.is_owned() || devbuf::ipc::is_shareable(buffer)
 }

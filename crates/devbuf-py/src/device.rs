@@ -191,13 +191,23 @@ impl PyQueue {
         py.detach(|| self.queue.wait()).py()
     }
 
-    /// Allocates `nbytes` of `kind` memory ("host", "device" or "shared") on this queue.
-    #[pyo3(signature = (nbytes, kind = "shared"))]
-    fn alloc(slf: &Bound<'_, Self>, nbytes: usize, kind: &str) -> PyResult<Py<PyBuffer>> {
+    /// Allocates `nbytes` of `kind` memory ("host", "device" or "shared") on this queue. With
+    /// `ipc=True` the memory can be opened by other processes (`Buffer.ipc_handle()`), where the
+    /// backend can share memory (host, CUDA device memory); else ValueError says why not.
+    #[pyo3(signature = (nbytes, kind = "shared", *, ipc = false))]
+    fn alloc(
+        slf: &Bound<'_, Self>,
+        nbytes: usize,
+        kind: &str,
+        ipc: bool,
+    ) -> PyResult<Py<PyBuffer>> {
         let kind: MemKind = kind.parse().py()?;
         let queue = &slf.get().queue;
+        let buffer = if ipc {
+            slf.py()
+                .detach(|| devbuf::ipc::alloc_shareable(queue, kind, nbytes))
         // Host allocations take tens of nanoseconds: releasing the GIL would cost more.
-        let buffer = if queue.device().backend == devbuf::host::HOST {
+        } else if queue.device().backend == devbuf::host::HOST {
             Buffer::alloc(queue, kind, nbytes)
         } else {
             slf.py().detach(|| Buffer::alloc(queue, kind, nbytes))
@@ -425,17 +435,19 @@ pub fn devices(py: Python<'_>, backend: Option<&str>) -> PyResult<Vec<Py<PyDevic
 }
 
 /// Allocates `nbytes` of `kind` memory ("host", "device" or "shared") on `device` (a selector,
-/// a Device, a Queue, or None for the default device).
+/// a Device, a Queue, or None for the default device); `ipc=True` makes it shareable with other
+/// processes (see `Queue.alloc`).
 #[pyfunction]
-#[pyo3(signature = (nbytes, kind = "shared", device = None))]
+#[pyo3(signature = (nbytes, kind = "shared", device = None, *, ipc = false))]
 pub fn alloc(
     py: Python<'_>,
     nbytes: usize,
     kind: &str,
     device: Option<&Bound<'_, PyAny>>,
+    ipc: bool,
 ) -> PyResult<Py<PyBuffer>> {
     let queue = resolve_queue(py, device)?;
-    PyQueue::alloc(queue.bind(py), nbytes, kind)
+    PyQueue::alloc(queue.bind(py), nbytes, kind, ipc)
 }
 
 /// The default device.

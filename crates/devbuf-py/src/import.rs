@@ -626,7 +626,7 @@ fn import_cai<'py>(
 }
 
 /// A Py_buffer held until the last view of its memory is gone, released under the GIL.
-struct HeldBuffer(Box<ffi::Py_buffer>);
+pub(crate) struct HeldBuffer(pub(crate) Box<ffi::Py_buffer>);
 
 // SAFETY: the view is only touched again in Drop, under the GIL.
 unsafe impl Send for HeldBuffer {}

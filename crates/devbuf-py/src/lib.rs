@@ -10,6 +10,8 @@ mod errors;
 mod exchange;
 mod export;
 mod import;
+mod ipc;
+mod pickle;
 mod streams;
 
 use devbuf::conformance::Outcome;
@@ -83,5 +85,13 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(import::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(streams::set_cai_export_stream, m)?)?;
     m.add_function(wrap_pyfunction!(conformance_matrix, m)?)?;
+    m.add_class::<ipc::PyIpcHandle>()?;
+    m.add_function(wrap_pyfunction!(ipc::open_ipc, m)?)?;
+    m.add_function(wrap_pyfunction!(ipc::_ipc_handle_from_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(pickle::_rebuild, m)?)?;
+    m.add(
+        "DeviceFallbackWarning",
+        m.py().get_type::<pickle::DeviceFallbackWarning>(),
+    )?;
     Ok(())
 }

@@ -522,6 +522,15 @@ impl Queue for SyclQueue {
         Some(self)
     }
 
+    fn ipc(&self) -> Result<&dyn devbuf_core::IpcSharing> {
+        Err(devbuf_core::ipc::unsupported(
+            &self.info,
+            "dpctl's SYCL C API has no inter-process handles for USM, and the runtimes it runs on \
+             here (OpenCL) have none either; Level Zero's IPC (zeMemGetIpcHandle) is not reachable \
+             through it",
+        ))
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }

@@ -107,3 +107,9 @@ pub fn queue_for_dlpack_device(device: dlpark::ffi::DLDevice) -> Result<Arc<dyn 
             })
         })
 }
+
+/// Opens an IPC handle another process exported ([`ipc::export`]): a view of the same memory on
+/// the device the handle names, zero-copy. The exporter owns the memory (see [`ipc`]).
+pub fn open_ipc(handle: &IpcHandle) -> Result<Buffer> {
+    ipc::open(&open(&handle.device)?, handle)
+}

@@ -1,0 +1,179 @@
+//! CUDA IPC: device memory shared with other processes through `cuIpcGetMemHandle`, opened with
+//! `cuIpcOpenMemHandle` and closed with `cuIpcCloseMemHandle`.
+//!
+//! Shareable memory comes from `cuMemAlloc`: memory from the default stream-ordered pool cannot be
+//! exported through these calls. Only device memory can (pinned and managed memory have no IPC
+//! handle). The driver refuses to open a handle in the process that exported it.
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUipcMem_flags, CUipcMemHandle, CUresult};
+use devbuf_core::ipc::{self, IpcHandle, IpcSharing, OpenedAllocation, SharedAllocation};
+use devbuf_core::{Error, MemKind, Owner, Queue, Result};
+
+use crate::context::PrimaryContext;
+use crate::driver::{BACKEND, call};
+use crate::queue::CudaQueue;
+
+/// Bytes of a `CUipcMemHandle`.
+const HANDLE_LEN: usize = 64;
+
+/// Device memory from `cuMemAlloc` with its IPC handle; freed on drop.
+#[derive(Debug)]
+struct CudaSharedMemory {
+    context: Arc<PrimaryContext>,
+    ptr: NonNull<u8>,
+    size: usize,
+    handle: [u8; HANDLE_LEN],
+}
+
+// SAFETY: a device address and a retained context, both usable from any thread.
+unsafe impl Send for CudaSharedMemory {}
+// SAFETY: as above; shared references only read them.
+unsafe impl Sync for CudaSharedMemory {}
+
+impl Drop for CudaSharedMemory {
+    fn drop(&mut self) {
+        if let Ok(_current) = self.context.enter() {
+            // Importers and other libraries' streams are not ordered with us: let the context
+            // drain before the memory goes back to the driver.
+            // SAFETY: the context is current on this thread.
+            let _ = call("cuCtxSynchronize", || unsafe { sys::cuCtxSynchronize() });
+            // SAFETY: memory from cuMemAlloc in this context, freed once.
+            let _ = call("cuMemFree", || unsafe {
+                sys::cuMemFree_v2(self.ptr.as_ptr() as u64)
+            });
+        }
+    }
+}
+
+impl SharedAllocation for CudaSharedMemory {
+    fn ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn payload(&self) -> Result<Vec<u8>> {
+        Ok(self.handle.to_vec())
+    }
+}
+
+/// An opened handle's mapping, closed with `cuIpcCloseMemHandle` when the last view is gone.
+struct OpenedMapping {
+    context: Arc<PrimaryContext>,
+    ptr: u64,
+}
+
+impl Drop for OpenedMapping {
+    fn drop(&mut self) {
+        if let Ok(_current) = self.context.enter() {
+            // SAFETY: a pointer cuIpcOpenMemHandle returned in this context, closed once.
+            let _ = call("cuIpcCloseMemHandle", || unsafe {
+                sys::cuIpcCloseMemHandle(self.ptr)
+            });
+        }
+    }
+}
+
+// SAFETY: `open` returns the mapping the driver made for the exported allocation (of
+// `handle.size` bytes of device memory, in this queue's primary context), closed only when the
+// owner drops.
+unsafe impl IpcSharing for CudaQueue {
+    fn allocate_shareable(&self, kind: MemKind, size: usize) -> Result<Arc<dyn SharedAllocation>> {
+        if kind != MemKind::Device {
+            return Err(ipc::unsupported(
+                self.device(),
+                format!("CUDA IPC shares device memory only, not {kind} memory"),
+            ));
+        }
+        let context = Arc::clone(self.context());
+        let _current = context.enter()?;
+        let mut address = 0;
+        // SAFETY: `address` is a valid out-pointer and the context is current.
+        call("cuMemAlloc", || unsafe {
+            sys::cuMemAlloc_v2(&mut address, size)
+        })
+        .map_err(|err| Error::OutOfMemory {
+            kind,
+            size,
+            device: self.device().selector.clone(),
+            reason: err.to_string(),
+        })?;
+        let ptr = NonNull::new(address as *mut u8)
+            .ok_or_else(|| Error::runtime(BACKEND, "cuMemAlloc", "the driver returned null"))?;
+        // From here on, dropping `memory` frees the allocation.
+        let mut memory = CudaSharedMemory {
+            context: Arc::clone(&context),
+            ptr,
+            size,
+            handle: [0; HANDLE_LEN],
+        };
+        // SAFETY: an all-zero CUipcMemHandle is a valid out-value.
+        let mut handle: CUipcMemHandle = unsafe { std::mem::zeroed() };
+        // SAFETY: `handle` is writable and `address` is a live cuMemAlloc allocation.
+        call("cuIpcGetMemHandle", || unsafe {
+            sys::cuIpcGetMemHandle(&mut handle, address)
+        })?;
+        for (out, byte) in memory.handle.iter_mut().zip(handle.reserved) {
+            *out = byte as u8;
+        }
+        Ok(Arc::new(memory))
+    }
+
+    fn open(&self, handle: &IpcHandle) -> Result<OpenedAllocation> {
+        let bad = |message: String| Error::invalid("ipc_handle", message);
+        if handle.kind != MemKind::Device || handle.payload.len() != HANDLE_LEN {
+            return Err(bad(format!(
+                "a CUDA handle is {HANDLE_LEN} bytes of device memory, not {} bytes of {}",
+                handle.payload.len(),
+                handle.kind
+            )));
+        }
+        // SAFETY: an all-zero CUipcMemHandle is valid; its bytes are filled below.
+        let mut raw: CUipcMemHandle = unsafe { std::mem::zeroed() };
+        for (out, &byte) in raw.reserved.iter_mut().zip(&handle.payload) {
+            *out = byte as _;
+        }
+        let context = Arc::clone(self.context());
+        let _current = context.enter()?;
+        let mut ptr = 0;
+        // SAFETY: `ptr` is a valid out-pointer and the context is current; the driver validates
+        // the handle's bytes.
+        let opened = call("cuIpcOpenMemHandle", || unsafe {
+            sys::cuIpcOpenMemHandle_v2(
+                &mut ptr,
+                raw,
+                CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32,
+            )
+        });
+        match opened {
+            Ok(()) => {}
+            Err(err) if err.is(CUresult::CUDA_ERROR_INVALID_CONTEXT) => {
+                return Err(bad(format!(
+                    "{err} (CUDA opens a handle only in another process than the exporter's)"
+                )));
+            }
+            Err(err) => {
+                return Err(bad(format!(
+                    "{err} (the exporter may have exited or freed the buffer)"
+                )));
+            }
+        }
+        let mapping = OpenedMapping { context, ptr };
+        let ptr = NonNull::new(ptr as *mut u8)
+            .ok_or_else(|| Error::runtime(BACKEND, "cuIpcOpenMemHandle", "returned null"))?;
+        Ok(OpenedAllocation {
+            ptr,
+            owner: Owner::keep_alive(mapping),
+        })
+    }
+}
+
+// SAFETY: a device address and a retained context, usable from any thread.
+unsafe impl Send for OpenedMapping {}
+// SAFETY: as above; shared references never touch them.
+unsafe impl Sync for OpenedMapping {}
