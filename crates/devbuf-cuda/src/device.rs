@@ -73,18 +73,19 @@ pub(crate) fn query(driver: &Driver, ordinal: u32) -> Result<DeviceCaps, DriverE
             ),
         )
     };
+    // The driver names no vendor; its test double (tests/cuda-driver) must never pass for NVIDIA
+    // hardware in any listing.
+    let vendor = if name.starts_with("devbuf CUDA test driver") {
+        "devbuf test double, not a GPU"
+    } else {
+        "NVIDIA"
+    };
     Ok(DeviceCaps {
         info: DeviceInfo {
             backend: BACKEND,
             index: ordinal,
             name,
-            // The driver names no vendor; its test double (tests/cuda-driver) must never pass
-            // for NVIDIA hardware in any listing.
-            vendor: if name.starts_with("devbuf CUDA test driver") {
-                "devbuf test double, not a GPU".into()
-            } else {
-                "NVIDIA".into()
-            },
+            vendor: vendor.into(),
             driver: format!("CUDA {}", driver.cuda_version()),
             selector: format!("{BACKEND}:{ordinal}"),
             global_mem_bytes: total as u64,
