@@ -19,6 +19,8 @@ def info() -> int:
         print(f"\n{backend.name}: {state}")
         for device in backend.devices:
             print(f"  {device.selector}  {device.name} [{device.vendor}, driver {device.driver}]")
+            if device.test_double:
+                print(f"    NOT HARDWARE: {device.test_double}")
             if device.usable:
                 memory = f", {device.global_mem_size / 2**30:.1f} GiB" if device.global_mem_size else ""
                 print(f"    kinds: {', '.join(device.kinds)}{memory}")
@@ -57,6 +59,9 @@ def matrix() -> int:
         print(f"{label:{width}}" + "".join(f"  {c:>8}" for c in cells))
     for number, note in enumerate(notes, 1):
         print(f"[{number}] {note}")
+    for device in devbuf.devices():
+        if device.test_double:
+            print(f"{device.selector} is NOT hardware: {device.test_double}")
     return 1 if failed else 0
 
 

@@ -23,6 +23,10 @@ class Device:
     @property
     def driver(self) -> str: ...
     @property
+    def test_double(self) -> str | None:
+        """What stands in for the hardware when a runtime's test double does (e.g. the devbuf CUDA
+        test driver): nothing on such a device is a hardware result. None for real hardware."""
+    @property
     def selector(self) -> str: ...
     @property
     def global_mem_size(self) -> int: ...

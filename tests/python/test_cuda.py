@@ -14,6 +14,7 @@ import devbuf
 from conftest import require_backend
 
 N = 1 << 20
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +92,21 @@ def test_pending_work_names_its_stream_and_consumers_see_completed_data(kernels)
     finally:
         devbuf.set_cai_export_stream(True)
         buffer.synchronize()
+
+
+def test_a_test_double_says_so_everywhere(cuda):
+    import subprocess
+    import sys
+
+    if not cuda.test_double:
+        assert cuda.vendor == "NVIDIA"
+        return
+    assert "not a GPU" in cuda.test_double and "test driver" in cuda.name
+    assert cuda.vendor != "NVIDIA"
+    info = subprocess.run([sys.executable, "-m", "devbuf", "info"], capture_output=True, text=True, check=True)
+    assert f"NOT HARDWARE: {cuda.test_double}" in info.stdout
+    bench = subprocess.run([sys.executable, "ci/bench_cuda.py"], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert bench.stdout.startswith("no GPU:") and "|" not in bench.stdout  # no table from a double
 
 
 def test_dlpack_stream_argument_rules(cuda):

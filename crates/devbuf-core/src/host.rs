@@ -159,6 +159,7 @@ fn host_device_info() -> DeviceInfo {
         global_mem_bytes: total_kib * 1024,
         kinds: MemKind::ALLOCATABLE.to_vec(),
         unusable_reason: None,
+        test_double: None,
     }
 }
 

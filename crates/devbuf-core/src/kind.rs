@@ -77,6 +77,10 @@ pub struct DeviceInfo {
     pub kinds: Vec<MemKind>,
     /// Why devbuf cannot use this device, when it cannot (e.g. no USM support).
     pub unusable_reason: Option<String>,
+    /// What stands in for the hardware, when a test double of its runtime does (the CUDA driver
+    /// double of tests/cuda-driver): nothing measured or checked on this device is a hardware
+    /// result, and every listing must say so.
+    pub test_double: Option<String>,
 }
 
 impl DeviceInfo {

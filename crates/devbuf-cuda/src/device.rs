@@ -7,6 +7,9 @@ use devbuf_core::{DeviceInfo, MemKind};
 
 use crate::driver::{BACKEND, Driver, DriverError, call};
 
+/// How the CUDA driver test double (tests/cuda-driver) names every device it shows.
+const TEST_DRIVER_NAME: &str = "devbuf CUDA test driver";
+
 /// What devbuf needs to know about one device.
 #[derive(Debug, Clone)]
 pub(crate) struct DeviceCaps {
@@ -73,10 +76,15 @@ pub(crate) fn query(driver: &Driver, ordinal: u32) -> Result<DeviceCaps, DriverE
             ),
         )
     };
-    // The driver names no vendor; its test double (tests/cuda-driver) must never pass for NVIDIA
-    // hardware in any listing.
-    let vendor = if name.starts_with("devbuf CUDA test driver") {
-        "devbuf test double, not a GPU"
+    // The driver names no vendor. Its test double (tests/cuda-driver) names its devices so, and
+    // must never pass for NVIDIA hardware in any listing.
+    let test_double = name.starts_with(TEST_DRIVER_NAME).then(|| {
+        format!(
+            "{TEST_DRIVER_NAME} (devbuf's tests/cuda-driver), a test double of libcuda: not a GPU"
+        )
+    });
+    let vendor = if test_double.is_some() {
+        "devbuf test double"
     } else {
         "NVIDIA"
     };
@@ -91,6 +99,7 @@ pub(crate) fn query(driver: &Driver, ordinal: u32) -> Result<DeviceCaps, DriverE
             global_mem_bytes: total as u64,
             kinds,
             unusable_reason,
+            test_double,
         },
         memory_pools,
         can_map_host_memory,

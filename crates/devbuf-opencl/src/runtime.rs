@@ -104,6 +104,7 @@ fn describe(platform: &Platform, device: Device, index: u32, selector: String) -
             global_mem_bytes: device.global_mem_size().unwrap_or(0),
             kinds,
             unusable_reason,
+            test_double: None,
         },
         device,
         memory,

@@ -61,6 +61,13 @@ impl PyDevice {
         &self.info.driver
     }
 
+    /// What stands in for the hardware when a test double of its runtime does (the CUDA driver
+    /// double); `None` for real hardware.
+    #[getter]
+    fn test_double(&self) -> Option<&str> {
+        self.info.test_double.as_deref()
+    }
+
     /// The selector that opens this device.
     #[getter]
     fn selector(&self) -> &str {

@@ -256,6 +256,7 @@ impl Device {
             global_mem_bytes,
             kinds,
             unusable_reason,
+            test_double: None,
         }
     }
 }

@@ -14,6 +14,8 @@ pub struct Row {
     pub label: String,
     /// `(check name, outcome)` for every check.
     pub outcomes: Vec<(&'static str, Outcome)>,
+    /// What stands in for the hardware when the device is a test double's.
+    pub test_double: Option<String>,
 }
 
 impl Row {
@@ -22,7 +24,11 @@ impl Row {
             .iter()
             .map(|check| (check.name, Outcome::Skip(reason.to_string())))
             .collect();
-        Row { label, outcomes }
+        Row {
+            label,
+            outcomes,
+            test_double: None,
+        }
     }
 
     /// Whether any check failed.
@@ -47,6 +53,7 @@ pub fn run() -> Vec<Row> {
                 rows.push(Row {
                     label: backend.name().into(),
                     outcomes: vec![("devices", Outcome::Fail(err.to_string()))],
+                    test_double: None,
                 });
                 continue;
             }
@@ -57,14 +64,17 @@ pub fn run() -> Vec<Row> {
                 rows.push(Row::skipped(label, &format!("{}: {reason}", device.name)));
                 continue;
             }
+            let test_double = device.test_double.clone();
             match backend.open(split_selector(&device.selector).1) {
                 Ok(queue) => rows.push(Row {
                     label,
                     outcomes: run_all(&queue),
+                    test_double,
                 }),
                 Err(err) => rows.push(Row {
                     label,
                     outcomes: vec![("open", Outcome::Fail(err.to_string()))],
+                    test_double,
                 }),
             }
         }
@@ -114,6 +124,11 @@ impl fmt::Display for Table<'_> {
         }
         for (i, note) in notes.iter().enumerate() {
             writeln!(f, "[{}] {note}", i + 1)?;
+        }
+        for row in self.0 {
+            if let Some(double) = &row.test_double {
+                writeln!(f, "{} is NOT hardware: {double}", row.label)?;
+            }
         }
         Ok(())
     }
