@@ -38,13 +38,17 @@ def test_numba_reads_what_devbuf_wrote(numba_cuda):
 def test_numba_waits_for_devbuf_work_still_pending_on_devbuf_stream(numba_cuda):
     buffer = devbuf.alloc(N, "device", device="cuda:0")
     buffer.fill(1)
-    buffer.fill(9, blocking=False)  # pending on devbuf's non-blocking stream
+    # Work still pending on devbuf's stream (with the test driver's delay on, 50 of them last
+    # long enough for any consumer that does not wait to read too early).
+    for value in range(50):
+        buffer.fill(value % 8 + 2, blocking=False)
+    buffer.fill(10, blocking=False)
     stream = buffer.__cuda_array_interface__["stream"]
     assert stream in (None, buffer.queue.stream)  # None only once the fill finished
     theirs = numba_cuda.as_cuda_array(buffer)  # Numba synchronizes the named stream
     # On the legacy default stream, which does not wait for a non-blocking stream by itself.
     seen = theirs.copy_to_host(stream=numba_cuda.legacy_default_stream())
-    assert seen.tobytes() == bytes([9]) * N
+    assert seen.tobytes() == bytes([10]) * N
 
 
 def test_devbuf_imports_a_numba_array_zero_copy(numba_cuda):
