@@ -75,6 +75,7 @@ mod context;
 mod device;
 mod errors;
 mod event;
+mod ipc;
 mod memory;
 mod ops;
 mod pointer;
