@@ -129,7 +129,6 @@ pub unsafe extern "C" fn cuIpcGetMemHandle(
         context::current()?;
         let record = memory::find(pointer)
             .filter(|record| record.kind == Kind::Device && record.origin == Origin::Allocated)
-            .filter(|record| !record.free_requested.load(Ordering::Acquire))
             .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         if handle.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);

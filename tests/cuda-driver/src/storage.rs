@@ -9,8 +9,8 @@
 //! faults, as on such a device), and the one stream operations use.
 //!
 //! Device bytes another process may map (`cuIpcGetMemHandle`) move into a memfd when first
-//! exported, at the same address; the file stays open until the allocation is freed, so that the
-//! importing process can open it as `/proc/<pid>/fd/<fd>` and map the same pages.
+//! exported, at the same address. The file stays open as long as the bytes (until the free), so
+//! that the importing process can open it as `/proc/<pid>/fd/<fd>` and map the same pages.
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -41,7 +41,7 @@ pub(crate) struct FileId {
 }
 
 struct SharedFile {
-    /// Kept open while the allocation lives: importers reach the file through it.
+    /// Open as long as the bytes: importers reach the file through it, until it closes.
     _file: File,
     id: FileId,
 }
@@ -243,8 +243,6 @@ impl Storage {
 
     /// The allocation was freed: the host's view becomes inaccessible for good, and its pages go.
     pub fn revoke(&self) {
-        // An exported file closes: its handle no longer opens in any process.
-        self.shared.lock().take();
         let host = match &self.host {
             HostView::None => return,
             HostView::Same => self.data,

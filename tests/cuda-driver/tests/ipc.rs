@@ -267,10 +267,8 @@ fn importer_opens_twice_and_closes_twice() {
     assert_eq!(open(handle, LAZY), Ok(pointer), "a second open maps again");
     // The mapping is not an allocation of this process.
     // SAFETY: the driver refuses it; nothing is freed.
-    assert_eq!(
-        unsafe { sys::cuMemFree_v2(pointer) },
-        CUresult::CUDA_ERROR_INVALID_VALUE
-    );
+    let freed = unsafe { sys::cuMemFree_v2(pointer) };
+    assert_eq!(freed, CUresult::CUDA_ERROR_INVALID_VALUE);
     assert_eq!(close(pointer), CUresult::CUDA_SUCCESS);
     assert!(
         read(pointer, 64).iter().all(|&b| b == 7),
