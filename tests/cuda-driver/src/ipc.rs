@@ -8,7 +8,9 @@
 //! (see [`crate::storage`]) and that file's identity; the importer opens the file through
 //! `/proc/<pid>/fd/<fd>`, checks that it is the same one, and maps its pages at fresh device
 //! addresses: both processes' copies and fills then touch the same bytes. When the exporter frees
-//! the allocation (or exits) the file closes, and the handle no longer opens.
+//! the allocation (or exits) the file closes, and the handle no longer opens:
+//! CUDA_ERROR_INVALID_VALUE, as for bytes the double did not make (the driver documents no code
+//! for a stale handle).
 //!
 //! Opening a handle in the process that exported it is CUDA_ERROR_INVALID_CONTEXT, as on the real
 //! driver. Opening one that is already open in the current context returns the same pointer and
