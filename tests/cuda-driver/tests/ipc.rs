@@ -233,7 +233,8 @@ fn importer_reads_7_1_and_writes_9_at_4096() {
 driver_test!(the_host_cannot_touch_an_opened_mapping {
     setup();
     let handle = get_handle(device_alloc(SIZE)).unwrap();
-    let output = run_helper("importer_reads_the_mapping_on_the_host", &[(HANDLE_VAR, &hex(&handle))]);
+    let helper = "importer_reads_the_mapping_on_the_host";
+    let output = run_helper(helper, &[(HANDLE_VAR, &hex(&handle))]);
     assert_eq!(output.status.signal(), Some(libc::SIGSEGV), "{}", describe(&output));
 });
 
@@ -348,7 +349,9 @@ driver_test!(get_proc_address_serves_the_ipc_entry_points {
     let lookup = |name: &CStr, version: i32| {
         let mut function = ptr::null_mut();
         // SAFETY: a NUL-terminated name and a valid out-pointer.
-        ok(unsafe { sys::cuGetProcAddress_v2(name.as_ptr(), &mut function, version, 0, ptr::null_mut()) });
+        ok(unsafe {
+            sys::cuGetProcAddress_v2(name.as_ptr(), &mut function, version, 0, ptr::null_mut())
+        });
         function
     };
     let exported = |symbol: &[u8]| {
