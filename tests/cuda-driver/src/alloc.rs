@@ -11,7 +11,7 @@ use crate::config::config;
 use crate::context;
 use crate::device::entry;
 use crate::errors::{DriverResult, write_out};
-use crate::memory::{self, Kind, NewAllocation, Record, State};
+use crate::memory::{self, Kind, NewAllocation, Origin, Record, State};
 
 /// `CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED`.
 const HOST_ALLOC_FLAGS: u32 = 0x1 | 0x2 | 0x4;
@@ -31,16 +31,21 @@ fn allocate(size: usize, kind: Kind, host_flags: u32) -> DriverResult<Arc<Record
         kind,
         context,
         host_flags,
-        pooled: false,
+        origin: Origin::Allocated,
         state: State::Live,
     })
 }
 
-/// The allocation that starts at `address` and is of one of `kinds`; CUDA_ERROR_INVALID_VALUE
-/// for anything else (an inner pointer, a foreign or freed one).
+/// The allocation that starts at `address` and is of one of `kinds`, for a free;
+/// CUDA_ERROR_INVALID_VALUE for anything else (an inner pointer, a foreign or freed one, and an
+/// IPC mapping, which `cuIpcCloseMemHandle` closes).
 pub(crate) fn allocation_at(address: u64, kinds: &[Kind]) -> DriverResult<Arc<Record>> {
     memory::find(address)
-        .filter(|record| record.start == address && kinds.contains(&record.kind))
+        .filter(|record| {
+            record.start == address
+                && kinds.contains(&record.kind)
+                && record.origin != Origin::Imported
+        })
         .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
 }
 

@@ -182,7 +182,7 @@ pub(crate) fn attribute(attribute: u32, ordinal: usize) -> Option<i32> {
     {
         1
     } else {
-        // Everything the double does not model: no texture, surface, peer, IPC or kernel
+        // Everything the double does not model: no texture, surface, peer, IPC event or kernel
         // features, no pageable-memory access by the device.
         0
     };

@@ -29,6 +29,16 @@
 //!   copies and fills with pageable, pinned, managed and device memory;
 //! - stream-ordered allocation from each device's default pool: memory usable only by work
 //!   ordered after `cuMemAllocAsync`, freed when the stream reaches `cuMemFreeAsync`;
+//! - CUDA IPC of `cuMemAlloc`'s memory (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle(_v2)`,
+//!   `cuIpcCloseMemHandle`): other memory has no handle (CUDA_ERROR_INVALID_VALUE), an interior
+//!   pointer gets its allocation's handle, a handle does not open in the exporting process
+//!   (CUDA_ERROR_INVALID_CONTEXT), the flags must be `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`, opens
+//!   in a context are counted (same pointer) and the last close unmaps; the opened mapping is device
+//!   memory of the importer's context over the same bytes (a memfd the importer reaches through
+//!   `/proc/<pid>/fd`), so each process sees the other's copies and fills once their streams
+//!   ran them; once the exporter freed the memory or exited, the handle is CUDA_ERROR_INVALID_VALUE
+//!   (the double's choice among the documented codes: which one the driver gives is not
+//!   documented);
 //! - faults: a copy or fill that, when it runs, touches memory that is not allocated (freed, or
 //!   not yet allocated in stream order), and a free while work on the range is still queued, are an
 //!   illegal address: one line on stderr, and CUDA_ERROR_ILLEGAL_ADDRESS from every later call in
@@ -56,7 +66,7 @@
 //! ## Not modelled
 //!
 //! Kernels, modules and linking (`cuModule*`, `cuLaunchKernel`, ...), graphs and stream capture,
-//! IPC, peer mappings (`cuDeviceCanAccessPeer` answers 0; copies between devices work through
+//! IPC events (`cuIpcGetEventHandle`, `cuIpcOpenEventHandle`), peer mappings (`cuDeviceCanAccessPeer` answers 0; copies between devices work through
 //! unified addressing), non-primary contexts (`cuCtxCreate`), `cuMemHostRegister`, 2D/3D copies,
 //! memory pools other than the default one, the per-thread-default-stream variants (`_ptsz`,
 //! `_ptds`: stream 0 is always the legacy stream), and the pre-3.2 32-bit ABIs of the plain names
@@ -64,7 +74,13 @@
 //! instead of corrupting memory). All of these, when asked for through `cuGetProcAddress`, return
 //! CUDA_ERROR_NOT_SUPPORTED. With `DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0`, a managed
 //! allocation is host-inaccessible while stream work on *it* is pending; a real device without
-//! concurrent access forbids host access to all managed memory while any work runs.
+//! concurrent access forbids host access to all managed memory while any work runs. Of IPC: a
+//! handle opened in a context of another device than the exporter's is mapped there without peer
+//! checks (the mapping belongs to that context); an exporter's free while another process has the
+//! memory open is not detected (the importer keeps the pages, where a GPU would give undefined
+//! results); `cuIpcOpenMemHandle` behaves as `_v2`; exporting copies the allocation's bytes into
+//! the shared file once, which takes a while for a large allocation; the importer must be allowed
+//! to open the exporter's `/proc/<pid>/fd/<fd>` (the same user, a dumpable process).
 
 // The driver's own names and argument conventions.
 #![allow(non_snake_case)]
@@ -75,6 +91,7 @@ mod context;
 mod device;
 mod errors;
 mod event;
+mod ipc;
 mod memory;
 mod ops;
 mod pointer;

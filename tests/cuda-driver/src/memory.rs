@@ -10,6 +10,7 @@
 //! after the free faults too.
 
 use std::collections::BTreeMap;
+use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -36,6 +37,17 @@ pub(crate) enum Kind {
     Managed,
 }
 
+/// Where an allocation came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// `cuMemAlloc`, `cuMemHostAlloc`, `cuMemAllocHost`, `cuMemAllocManaged`.
+    Allocated,
+    /// The device's memory pool (`cuMemAllocAsync`).
+    Pooled,
+    /// Another process's device allocation, mapped here by `cuIpcOpenMemHandle`.
+    Imported,
+}
+
 /// Where an allocation stands in stream order (the host's free request is
 /// [`Record::free_requested`]: work enqueued before it may still run).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,8 +67,7 @@ pub(crate) struct Record {
     pub context: &'static Context,
     /// The `cuMemHostAlloc` flags of pinned memory.
     pub host_flags: u32,
-    /// Whether it came from the device's memory pool (`cuMemAllocAsync`).
-    pub pooled: bool,
+    pub origin: Origin,
     /// A number unique to this allocation (`CU_POINTER_ATTRIBUTE_BUFFER_ID`).
     pub id: u64,
     /// Held for reading by a stream operation while it touches the bytes, and for writing to
@@ -172,7 +183,7 @@ pub(crate) struct NewAllocation {
     pub kind: Kind,
     pub context: &'static Context,
     pub host_flags: u32,
-    pub pooled: bool,
+    pub origin: Origin,
     pub state: State,
 }
 
@@ -214,7 +225,7 @@ pub(crate) fn allocate(new: NewAllocation) -> DriverResult<Arc<Record>> {
         kind: new.kind,
         context: new.context,
         host_flags: new.host_flags,
-        pooled: new.pooled,
+        origin: new.origin,
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         state: RwLock::new(new.state),
         pending: AtomicUsize::new(0),
@@ -239,7 +250,7 @@ pub(crate) fn reassign(previous: &Record, size: usize, context: &'static Context
         kind: previous.kind,
         context,
         host_flags: 0,
-        pooled: true,
+        origin: Origin::Pooled,
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         state: RwLock::new(State::AllocationPending),
         pending: AtomicUsize::new(0),
@@ -249,6 +260,32 @@ pub(crate) fn reassign(previous: &Record, size: usize, context: &'static Context
     });
     REGISTRY.write().insert(record.start, Arc::clone(&record));
     record
+}
+
+/// Maps `size` bytes of another process's device memory, held in `file`, at fresh device
+/// addresses of `context`. They count against the exporter's device memory, not this one's.
+pub(crate) fn import(
+    file: &File,
+    size: usize,
+    context: &'static Context,
+) -> DriverResult<Arc<Record>> {
+    let start = reserve_device_addresses(size)?;
+    let record = Arc::new(Record {
+        start,
+        size,
+        kind: Kind::Device,
+        context,
+        host_flags: 0,
+        origin: Origin::Imported,
+        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        state: RwLock::new(State::Live),
+        pending: AtomicUsize::new(0),
+        free_requested: AtomicBool::new(false),
+        accounted: AtomicUsize::new(0),
+        storage: Storage::imported(file, size)?,
+    });
+    REGISTRY.write().insert(start, Arc::clone(&record));
+    Ok(record)
 }
 
 /// The allocation `address` lies in, if the driver knows one (including one whose

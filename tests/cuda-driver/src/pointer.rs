@@ -11,7 +11,7 @@ use cudarc::driver::sys::{CUdeviceptr, CUpointer_attribute as P, CUresult};
 
 use crate::device::entry;
 use crate::errors::{DriverResult, write_out};
-use crate::memory::{self, Kind, Record};
+use crate::memory::{self, Kind, Origin, Record};
 use crate::pool::default_pool;
 
 /// `CU_MEMORYTYPE_HOST`, `CU_MEMORYTYPE_DEVICE`.
@@ -81,9 +81,10 @@ fn known(record: &Record, attribute: u32, address: u64) -> Option<Value> {
         Value::Bool(record.kind == Kind::Managed)
     } else if is(P::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) {
         Value::Int(record.context.ordinal as i32)
-    } else if is(P::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE)
-        || is(P::CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE)
-    {
+    } else if is(P::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE) {
+        // What cuIpcGetMemHandle exports: cuMemAlloc's memory.
+        Value::Bool(record.kind == Kind::Device && record.origin == Origin::Allocated)
+    } else if is(P::CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE) {
         Value::Bool(false)
     } else if is(P::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
         || is(P::CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR)
@@ -98,7 +99,7 @@ fn known(record: &Record, attribute: u32, address: u64) -> Option<Value> {
     } else if is(P::CU_POINTER_ATTRIBUTE_ACCESS_FLAGS) {
         Value::Unsigned(ACCESS_READ_WRITE)
     } else if is(P::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE) {
-        let pool = if record.pooled {
+        let pool = if record.origin == Origin::Pooled {
             default_pool(record.context.ordinal).handle().cast()
         } else {
             std::ptr::null_mut()

@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use crate::config::config;
 use crate::device::{entry, ordinal};
 use crate::errors::{DriverResult, write_out};
-use crate::memory::{self, Kind, NewAllocation, Record, State};
+use crate::memory::{self, Kind, NewAllocation, Origin, Record, State};
 use crate::ops::Op;
 use crate::stream::{self, Dependency};
 
@@ -119,7 +119,7 @@ pub unsafe extern "C" fn cuMemAllocAsync(
                     kind: Kind::Device,
                     context,
                     host_flags: 0,
-                    pooled: true,
+                    origin: Origin::Pooled,
                     state: State::AllocationPending,
                 })?,
                 vec![],
@@ -141,7 +141,7 @@ pub extern "C" fn cuMemFreeAsync(pointer: CUdeviceptr, stream: CUstream) -> CUre
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let sequence = stream.enqueue(Op::Free(Arc::clone(&record)), vec![]);
-        if config().immediate_pool_reuse && record.pooled {
+        if config().immediate_pool_reuse && record.origin == Origin::Pooled {
             let pool = default_pool(record.context.ordinal);
             *pool.just_freed.lock() = Some((record, Dependency { stream, sequence }));
         }

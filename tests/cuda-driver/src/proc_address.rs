@@ -20,6 +20,7 @@ use crate::context::*;
 use crate::device::*;
 use crate::errors::*;
 use crate::event::*;
+use crate::ipc::*;
 use crate::pointer::*;
 use crate::pool::*;
 use crate::stream::*;
@@ -138,11 +139,15 @@ table! {
     "cuMemsetD8Async" 3020 => cuMemsetD8Async;
     "cuMemsetD16Async" 3020 => cuMemsetD16Async;
     "cuMemsetD32Async" 3020 => cuMemsetD32Async;
+    "cuIpcGetMemHandle" 4010 => cuIpcGetMemHandle;
+    "cuIpcOpenMemHandle" 4010 => cuIpcOpenMemHandle;
+    "cuIpcOpenMemHandle" 11000 => cuIpcOpenMemHandle_v2;
+    "cuIpcCloseMemHandle" 4010 => cuIpcCloseMemHandle;
     "cuPointerGetAttribute" 4000 => cuPointerGetAttribute;
     "cuPointerGetAttributes" 7000 => cuPointerGetAttributes;
 }
 
-/// What everything the double does not implement does: kernels, modules, graphs, IPC, ...
+/// What everything the double does not implement does: kernels, modules, graphs, IPC events, ...
 extern "C" fn not_supported() -> CUresult {
     CUresult::CUDA_ERROR_NOT_SUPPORTED
 }

@@ -7,7 +7,14 @@
 //! (`DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0`) is two mappings of the same pages: the host's,
 //! which is inaccessible while stream work on the allocation is pending (a host access then
 //! faults, as on such a device), and the one stream operations use.
+//!
+//! Device bytes another process may map (`cuIpcGetMemHandle`) move into a memfd when first
+//! exported, at the same address. The file stays open as long as the bytes (until the free), so
+//! that the importing process can open it as `/proc/<pid>/fd/<fd>` and map the same pages.
 
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUresult;
@@ -20,6 +27,23 @@ pub(crate) struct Storage {
     data: usize,
     len: usize,
     host: HostView,
+    /// Device bytes exported to other processes: the file they are in.
+    shared: Mutex<Option<SharedFile>>,
+}
+
+/// Which file an exported allocation's bytes are in: an open descriptor of the exporting process
+/// and the identity the importer checks the file it opens against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct FileId {
+    pub fd: i32,
+    pub inode: u64,
+    pub device: u64,
+}
+
+struct SharedFile {
+    /// Open as long as the bytes: importers reach the file through it, until it closes.
+    _file: File,
+    id: FileId,
 }
 
 enum HostView {
@@ -59,6 +83,27 @@ fn map(len: usize, flags: i32, fd: i32) -> DriverResult<usize> {
     Ok(address as usize)
 }
 
+/// A memory file of `len` bytes.
+fn memfd(len: usize) -> DriverResult<OwnedFd> {
+    // SAFETY: a NUL-terminated name; the descriptor is owned by the result.
+    let fd = unsafe { libc::memfd_create(c"devbuf-cuda-test-driver".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    // SAFETY: a fresh descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: our own descriptor.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+        return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    Ok(fd)
+}
+
+fn unmap(address: usize, len: usize) {
+    // SAFETY: the range is one of a storage's own mappings, and nothing refers to it any more.
+    unsafe { libc::munmap(address as *mut _, len) };
+}
+
 fn protect(address: usize, len: usize, protection: i32) {
     // SAFETY: the range is one of a storage's own mappings.
     unsafe { libc::mprotect(address as *mut _, len, protection) };
@@ -73,6 +118,18 @@ impl Storage {
             data,
             len,
             host: HostView::None,
+            shared: Mutex::new(None),
+        }))
+    }
+
+    /// Device bytes another process exported: `file`'s pages, mapped here too.
+    pub fn imported(file: &File, len: usize) -> DriverResult<Arc<Storage>> {
+        let data = map(len, libc::MAP_SHARED, file.as_raw_fd())?;
+        Ok(Arc::new(Storage {
+            data,
+            len,
+            host: HostView::None,
+            shared: Mutex::new(None),
         }))
     }
 
@@ -84,29 +141,18 @@ impl Storage {
             data,
             len,
             host: HostView::Same,
+            shared: Mutex::new(None),
         }))
     }
 
     /// Managed bytes the host may touch only while no stream work on them is pending.
     pub fn managed_without_concurrent_access(len: usize) -> DriverResult<Arc<Storage>> {
         let len = len.max(1);
-        // SAFETY: a NUL-terminated name; the descriptor is closed below, the mappings keep the
-        // pages.
-        let fd = unsafe { libc::memfd_create(c"devbuf-cuda-test-managed".as_ptr(), 0) };
-        if fd < 0 {
-            return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
-        }
-        // SAFETY: our own descriptor.
-        let sized = unsafe { libc::ftruncate(fd, len as libc::off_t) } == 0;
-        let views = if sized {
-            map(len, libc::MAP_SHARED, fd)
-                .and_then(|data| Ok((data, map(len, libc::MAP_SHARED, fd)?)))
-        } else {
-            Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY)
-        };
-        // SAFETY: our own descriptor, no longer needed once mapped.
-        unsafe { libc::close(fd) };
-        let (data, address) = views?;
+        // The descriptor closes on return; the mappings keep the pages.
+        let fd = memfd(len)?;
+        let data = map(len, libc::MAP_SHARED, fd.as_raw_fd())?;
+        let address =
+            map(len, libc::MAP_SHARED, fd.as_raw_fd()).inspect_err(|_| unmap(data, len))?;
         Ok(Arc::new(Storage {
             data,
             len,
@@ -114,7 +160,49 @@ impl Storage {
                 address,
                 state: Mutex::default(),
             },
+            shared: Mutex::new(None),
         }))
+    }
+
+    /// Moves device bytes into a file other processes can map, once; the file's identity. The
+    /// caller holds the allocation's state for writing, so no stream operation touches the bytes
+    /// meanwhile.
+    pub fn share(&self) -> DriverResult<FileId> {
+        let mut shared = self.shared.lock();
+        if let Some(file) = &*shared {
+            return Ok(file.id);
+        }
+        let file = File::from(memfd(self.len)?);
+        let view = map(self.len, libc::MAP_SHARED, file.as_raw_fd())?;
+        // SAFETY: two distinct mappings of `len` bytes, both this storage's own; no stream
+        // operation writes the bytes now (the caller's lock).
+        unsafe { std::ptr::copy_nonoverlapping(self.data as *const u8, view as *mut u8, self.len) };
+        unmap(view, self.len);
+        // Replaces the private pages with the file's at the same address, in one step.
+        // SAFETY: `data` is this storage's own mapping of `len` bytes.
+        let replaced = unsafe {
+            libc::mmap(
+                self.data as *mut _,
+                self.len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if replaced == libc::MAP_FAILED {
+            return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        let metadata = file
+            .metadata()
+            .map_err(|_| CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
+        let id = FileId {
+            fd: file.as_raw_fd(),
+            inode: metadata.ino(),
+            device: metadata.dev(),
+        };
+        *shared = Some(SharedFile { _file: file, id });
+        Ok(id)
     }
 
     /// Where stream operations find the bytes.
@@ -177,8 +265,7 @@ impl Drop for Storage {
         if matches!(self.host, HostView::Same) {
             return;
         }
-        // SAFETY: the mapping is this storage's own and nothing refers to it any more (the last
-        // record holding it is gone).
-        unsafe { libc::munmap(self.data as *mut _, self.len) };
+        // The last record holding the storage is gone.
+        unmap(self.data, self.len);
     }
 }

@@ -24,11 +24,12 @@ pub fn is_child() -> bool {
 /// library cargo built for these tests.
 fn driver_directory() -> PathBuf {
     let executable = std::env::current_exe().expect("the test executable");
-    // target/<profile>/deps/<test> -> target/<profile>
-    let profile = executable.parent().and_then(|deps| deps.parent()).unwrap();
-    let library = profile.join("libdevbuf_cuda_test_driver.so");
+    // target/<profile>/deps/<test>: the library beside it is the one built for this run; `cargo
+    // test` does not copy it up to target/<profile>, where an older build may lie.
+    let deps = executable.parent().unwrap();
+    let library = deps.join("libdevbuf_cuda_test_driver.so");
     assert!(library.exists(), "{} was not built", library.display());
-    let directory = profile.join("cuda-test-driver-for-tests");
+    let directory = deps.join("cuda-test-driver-for-tests");
     std::fs::create_dir_all(&directory).unwrap();
     for name in ["libcuda.so.1", "libcuda.so"] {
         // Tests run in parallel: another may have made the link first.
@@ -40,15 +41,30 @@ fn driver_directory() -> PathBuf {
     directory
 }
 
-/// Runs test `name` alone in a child process with `variables` set, and returns what it did.
-pub fn run_child(name: &str, variables: &[(&str, &str)]) -> Output {
-    Command::new(std::env::current_exe().unwrap())
+fn child(name: &str, variables: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
         .args([name, "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
         .env("LD_LIBRARY_PATH", driver_directory())
-        .envs(variables.iter().copied())
+        .envs(variables.iter().copied());
+    command
+}
+
+/// Runs test `name` alone in a child process with `variables` set, and returns what it did.
+pub fn run_child(name: &str, variables: &[(&str, &str)]) -> Output {
+    child(name, variables)
         .output()
         .expect("running the test in a child process")
+}
+
+/// Runs the `#[ignore]`d test `name`, a helper that plays another process for a test (the other
+/// side of a CUDA IPC exchange), with `variables` set; returns what it did.
+pub fn run_helper(name: &str, variables: &[(&str, &str)]) -> Output {
+    child(name, variables)
+        .arg("--ignored")
+        .output()
+        .expect("running the helper in a child process")
 }
 
 /// Declares a test whose body runs in a child process with the given environment.
