@@ -77,7 +77,10 @@ fn main() {
     let device = queue.device();
     if let Some(double) = &device.test_double {
         // Figures from a test double would read as GPU figures in any table they reach.
-        println!("no GPU: {} is {double}; nothing to benchmark", device.selector);
+        println!(
+            "no GPU: {} is {double}; nothing to benchmark",
+            device.selector
+        );
         return;
     }
     println!(
