@@ -56,7 +56,7 @@ pub struct PyArray {
     pub(crate) cache: ExportCache,
     /// This array as dpctl memory, behind its dpctl attributes (see `dpctl_attrs`); `None` where
     /// dpctl cannot view it.
-    pub(crate) dpctl_memory: PyOnceLock<Option<Py<PyAny>>>,
+    pub(crate) dpctl_view: PyOnceLock<Option<crate::dpctl_attrs::DpctlView>>,
 }
 
 impl PyArray {
@@ -71,7 +71,7 @@ impl PyArray {
                 dlpack_device: PyOnceLock::new(),
                 shape: PyOnceLock::new(),
             },
-            dpctl_memory: PyOnceLock::new(),
+            dpctl_view: PyOnceLock::new(),
         }
     }
 

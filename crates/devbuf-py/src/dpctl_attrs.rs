@@ -13,6 +13,8 @@
 use pyo3::exceptions::PyAttributeError;
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple};
 
 use devbuf::MemKind;
 
@@ -39,32 +41,47 @@ fn dpctl_queue_of(this: &PyArray, py: Python<'_>, attribute: &str) -> PyResult<P
         .ok_or_else(|| missing("has no dpctl queue (dpctl cannot be imported)"))
 }
 
+/// An array as dpctl memory, and how to make dpnp.tensor arrays of it.
+pub(crate) struct DpctlView {
+    memory: Py<PyAny>,
+    /// `usm_ndarray`, its positional and keyword arguments: made on the first `__usm_ndarray__`
+    /// (dpnp.tensor asks twice per import, and the constructor's arguments never change).
+    usm_ndarray: PyOnceLock<(Py<PyAny>, Py<PyTuple>, Py<PyDict>)>,
+}
+
 /// The array's dpctl memory view (`dpctl.memory.as_usm_memory`), made once; `None` where dpctl
 /// cannot describe the array (no SUAI for it, nothing to view).
-fn dpctl_memory<'a>(
+fn dpctl_view<'a>(
     this: &'a PyArray,
     py: Python<'_>,
     attribute: &str,
-) -> PyResult<Option<&'a Py<PyAny>>> {
+) -> PyResult<Option<&'a DpctlView>> {
     dpctl_queue_of(this, py, attribute)?;
-    let memory = this.dpctl_memory.get_or_try_init(py, || -> PyResult<_> {
+    let view = this.dpctl_view.get_or_try_init(py, || -> PyResult<_> {
         // A twin of this array owns the view: the view keeping `this` alive while `this` caches
         // it would be a cycle the collector cannot see.
         let twin = PyArray::wrap(py, this.array.clone(), this.queue.clone_ref(py))?;
         let as_usm_memory = py
             .import(intern!(py, "dpctl.memory"))?
             .getattr(intern!(py, "as_usm_memory"))?;
-        Ok(as_usm_memory.call1((twin,)).ok().map(Bound::unbind))
+        Ok(as_usm_memory.call1((twin,)).ok().map(|memory| DpctlView {
+            memory: memory.unbind(),
+            usm_ndarray: PyOnceLock::new(),
+        }))
     })?;
-    Ok(memory.as_ref())
+    Ok(view.as_ref())
 }
 
 /// `sycl_queue`: the queue of the array's dpctl memory view, or the devbuf queue's dpctl queue
 /// where there is no view (an empty array).
 pub(crate) fn sycl_queue(this: &PyArray, py: Python<'_>) -> PyResult<Py<PyAny>> {
     const ATTRIBUTE: &str = "sycl_queue";
-    match dpctl_memory(this, py, ATTRIBUTE)? {
-        Some(memory) => Ok(memory.bind(py).getattr(intern!(py, "sycl_queue"))?.unbind()),
+    match dpctl_view(this, py, ATTRIBUTE)? {
+        Some(view) => Ok(view
+            .memory
+            .bind(py)
+            .getattr(intern!(py, "sycl_queue"))?
+            .unbind()),
         None => dpctl_queue_of(this, py, ATTRIBUTE),
     }
 }
@@ -95,11 +112,33 @@ pub(crate) fn usm_type(this: &PyArray, py: Python<'_>) -> PyResult<&'static str>
 /// dpnp.tensor is already imported: a probe must not import dpnp.
 pub(crate) fn usm_ndarray(this: &PyArray, py: Python<'_>) -> PyResult<Py<PyAny>> {
     const ATTRIBUTE: &str = "__usm_ndarray__";
-    let Some(memory) = dpctl_memory(this, py, ATTRIBUTE)? else {
+    let Some(view) = dpctl_view(this, py, ATTRIBUTE)? else {
         return Err(PyAttributeError::new_err(format!(
             "{ATTRIBUTE}: dpctl cannot view this array"
         )));
     };
+    let (constructor, args, kwargs) = view
+        .usm_ndarray
+        .get_or_try_init(py, || usm_ndarray_call(this, py, view))?;
+    let array = constructor
+        .bind(py)
+        .call(args.bind(py), Some(kwargs.bind(py)))?;
+    if this.array.readonly() {
+        array
+            .getattr(intern!(py, "flags"))?
+            .set_item(intern!(py, "W"), false)?;
+    }
+    crate::export::order_pending_work_on_own_queue(this, py)?;
+    Ok(array.unbind())
+}
+
+/// `dpnp.tensor.usm_ndarray` and the arguments that make one viewing the array in `view`.
+fn usm_ndarray_call(
+    this: &PyArray,
+    py: Python<'_>,
+    view: &DpctlView,
+) -> PyResult<(Py<PyAny>, Py<PyTuple>, Py<PyDict>)> {
+    const ATTRIBUTE: &str = "__usm_ndarray__";
     let modules = py
         .import(intern!(py, "sys"))?
         .getattr(intern!(py, "modules"))?;
@@ -108,34 +147,22 @@ pub(crate) fn usm_ndarray(this: &PyArray, py: Python<'_>) -> PyResult<Py<PyAny>>
             "{ATTRIBUTE}: dpnp.tensor is not imported"
         )));
     };
-    let memory = memory.bind(py);
+    let memory = view.memory.bind(py);
     let layout = this.array.layout();
-    let itemsize = layout.dtype().itemsize();
     let view_start: usize = memory.getattr(intern!(py, "_pointer"))?.extract()?;
-    let offset = (this.array.data_ptr() - view_start) / itemsize;
-    // SUAI's element strides; None for C-contiguous arrays (as dpctl's own SUAI says).
-    let strides = this
-        .array
-        .suai_fields()
-        .map_err(|err| PyAttributeError::new_err(format!("{ATTRIBUTE}: {err}")))?
-        .strides;
-    let typestr = layout
-        .dtype()
-        .typestr()
-        .map_err(|err| PyAttributeError::new_err(format!("{ATTRIBUTE}: {err}")))?;
-    let kwargs = pyo3::types::PyDict::new(py);
-    kwargs.set_item(intern!(py, "dtype"), typestr)?;
+    let offset = (this.array.data_ptr() - view_start) / layout.dtype().itemsize();
+    let invalid = |err: devbuf::Error| PyAttributeError::new_err(format!("{ATTRIBUTE}: {err}"));
+    // SUAI's element strides: None for C-contiguous arrays, as dpctl's own SUAI says.
+    let strides = this.array.suai_fields().map_err(invalid)?.strides;
+    let kwargs = PyDict::new(py);
+    kwargs.set_item(
+        intern!(py, "dtype"),
+        layout.dtype().typestr().map_err(invalid)?,
+    )?;
     kwargs.set_item(intern!(py, "strides"), strides)?;
     kwargs.set_item(intern!(py, "buffer"), memory)?;
     kwargs.set_item(intern!(py, "offset"), offset)?;
-    let array = tensor
-        .getattr(intern!(py, "usm_ndarray"))?
-        .call((layout.shape(),), Some(&kwargs))?;
-    if this.array.readonly() {
-        array
-            .getattr(intern!(py, "flags"))?
-            .set_item(intern!(py, "W"), false)?;
-    }
-    crate::export::order_pending_work_on_own_queue(this, py)?;
-    Ok(array.unbind())
+    let args = PyTuple::new(py, [PyTuple::new(py, layout.shape())?])?;
+    let constructor = tensor.getattr(intern!(py, "usm_ndarray"))?;
+    Ok((constructor.unbind(), args.unbind(), kwargs.unbind()))
 }
