@@ -70,10 +70,27 @@ if sycl is not None:
     for kind, cls in (("host", dm.MemoryUSMHost), ("device", dm.MemoryUSMDevice), ("shared", dm.MemoryUSMShared)):
         compare(f"alloc+free 1 KiB SYCL {kind} USM", per_call_ns(lambda: devbuf.alloc(1024, kind), 5000),
                 per_call_ns(lambda: cls(1024, queue=dpctl_queue), 5000), "dpctl.memory, explicit queue", 1.0)
+    try:
+        import dpnp
+    except ImportError:
+        rows.append("| dpnp cases | — | — | — | skipped: dpnp is not installed |")
+    else:
+        # Same size, same queue object reused by both sides' memory; dpnp's own path for dpctl memory
+        # is its short-cut (as_usm_memory keeps a dpctl memory's queue object).
+        ours_device = devbuf.alloc(1024, "device")
+        theirs_device = dm.MemoryUSMDevice(1024, queue=dpctl_queue)
+        compare("`dpnp.asarray(x)` (1 KiB device USM)", per_call_ns(lambda: dpnp.asarray(ours_device), 5000),
+                per_call_ns(lambda: dpnp.asarray(theirs_device), 5000), "of a dpctl `MemoryUSMDevice`", 1.0)
+        dpnp_array = dpnp.empty(1024, dtype=dpnp.uint8, sycl_queue=dpctl_queue)
+        compare("import of a dpnp array", per_call_ns(lambda: devbuf.asarray(dpnp_array), 5000),
+                per_call_ns(lambda: dm.as_usm_memory(dpnp_array), 5000), "`dpctl.memory.as_usm_memory`", 1.0)
 else:
     rows.append("| SYCL cases | — | — | — | skipped: SYCL backend unavailable |")
 
-print(f"Python {sys.version.split()[0]}, NumPy {np.__version__}, devbuf {devbuf.__version__}; median of {ROUNDS} rounds\n")
+versions = f"Python {sys.version.split()[0]}, NumPy {np.__version__}, devbuf {devbuf.__version__}"
+if "dpnp" in sys.modules:
+    versions += f", dpnp {sys.modules['dpnp'].__version__}"
+print(f"{versions}; median of {ROUNDS} rounds\n")
 print("| case | devbuf | reference | ratio | goal |")
 print("|---|---:|---:|---:|---|")
 print("\n".join(rows))

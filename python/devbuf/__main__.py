@@ -1,7 +1,7 @@
 """``python -m devbuf info``: backends, devices, kinds, and why a backend is unavailable.
 ``python -m devbuf matrix``: every conformance check and every consumer library on every device,
 pass / FAIL / skip with the reason; exits 1 on any FAIL.
-``python -m devbuf demo``: memory on the default device handed zero-copy to dpctl and NumPy and
+``python -m devbuf demo``: memory on the default device handed zero-copy to dpctl, dpnp and NumPy and
 back, writes on one side read on the other; then the matrix."""
 
 import argparse
@@ -72,6 +72,10 @@ def demo() -> int:
         import dpctl.memory as dpctl_memory
     except ImportError:
         dpctl_memory = None
+    try:
+        import dpnp
+    except ImportError:
+        dpnp = None
     device = devbuf.default_device()
     print(f"default device: {device.selector} ({device.name}), kinds: {', '.join(device.kinds)}\n")
     for kind in device.kinds:
@@ -83,6 +87,12 @@ def demo() -> int:
             same = "the same pointer" if theirs._pointer == array.ptr else "A COPY"
             print(f"        dpctl sees {theirs.get_usm_type()} USM, {same}; dpctl writes 10..17")
             theirs.copy_from_host(np.arange(10, 18, dtype=np.float32).tobytes())
+        if dpnp is not None and device.backend == "sycl":
+            theirs = dpnp.asarray(array)
+            same = "the same pointer" if theirs.data.ptr == array.ptr else "A COPY"
+            print(f"        dpnp sees a {theirs.usm_type} array, {same}, on devbuf's queue: "
+                  f"{theirs.sycl_queue == array.sycl_queue}; dpnp adds 1")
+            theirs += 1
         if kind in ("host", "shared") or device.backend == "host":
             view = np.asarray(array)
             same = "the same pointer" if view.ctypes.data == array.ptr else "A COPY"
@@ -97,6 +107,11 @@ def demo() -> int:
         usm.copy_from_host(b"dpctl's own USM!")
         imported = devbuf.asarray(usm)
         print(f"dpctl device USM imported zero-copy: {imported.kind} memory reading {imported.to_bytes()!r}")
+    if dpnp is not None and device.backend == "sycl":
+        mine = dpnp.linspace(0, 1, 4, dtype=dpnp.float32)
+        imported = devbuf.asarray(mine)
+        same = "the same pointer" if imported.ptr == mine.data.ptr else "A COPY"
+        print(f"dpnp array imported zero-copy: {imported} ({same})")
     print()
     return matrix()
 

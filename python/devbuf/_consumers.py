@@ -91,6 +91,33 @@ def dpctl_check(label):
     return "pass", ""
 
 
+def dpnp_check(label):
+    if not label.startswith("sycl:"):
+        return "skip", "not SYCL memory"
+    dpnp, why = _library("dpnp")
+    if dpnp is None:
+        return "skip", why
+    device = _device(label)
+    if device is None or not device.usable:
+        return "skip", _unusable(label)
+    for kind in device.kinds:
+        buffer = devbuf.alloc(len(PATTERN), kind, device=label)
+        buffer.copy_from(PATTERN)
+        theirs = dpnp.asarray(buffer, copy=False)
+        _expect(theirs.usm_type == kind, f"dpnp sees {theirs.usm_type} memory, not {kind}")
+        _expect(theirs.data.ptr == buffer.ptr, f"dpnp copied {kind} memory")
+        _expect(theirs.sycl_queue == buffer.sycl_queue, f"dpnp took another queue for {kind} memory")
+        _expect(bytes(dpnp.asnumpy(theirs)) == PATTERN, f"dpnp read different bytes from {kind}")
+        theirs += 1
+        expected = bytes((b + 1) % 256 for b in PATTERN)
+        _expect(buffer.to_bytes() == expected, f"devbuf did not see dpnp's write to {kind}")
+    mine = dpnp.arange(32, dtype=dpnp.float32, device=device.selector.removeprefix("sycl:"))
+    imported = devbuf.asarray(mine)
+    _expect(imported.ptr == mine.data.ptr, "import of dpnp memory copied it")
+    _expect(imported.to_bytes() == dpnp.asnumpy(mine).tobytes(), "devbuf read different bytes from dpnp")
+    return "pass", ""
+
+
 def _cuda_setup(label, library):
     """For a CUDA row: the library and a device buffer holding PATTERN, or a skip reason."""
     if not label.startswith("cuda"):
@@ -151,6 +178,7 @@ def torch_check(label):
 CONSUMERS = [
     ("numpy", numpy_check),
     ("dpctl", dpctl_check),
+    ("dpnp", dpnp_check),
     ("numba", numba_check),
     ("cupy", cupy_check),
     ("torch", torch_check),

@@ -54,6 +54,9 @@ pub struct PyArray {
     /// What exporting through DLPack needs, prepared on first use.
     dlpack: OnceLock<DlpackExport>,
     pub(crate) cache: ExportCache,
+    /// This array as dpctl memory, behind its dpctl attributes (see `dpctl_attrs`); `None` where
+    /// dpctl cannot view it.
+    pub(crate) dpctl_view: PyOnceLock<Option<crate::dpctl_attrs::DpctlView>>,
 }
 
 impl PyArray {
@@ -68,6 +71,7 @@ impl PyArray {
                 dlpack_device: PyOnceLock::new(),
                 shape: PyOnceLock::new(),
             },
+            dpctl_view: PyOnceLock::new(),
         }
     }
 
@@ -250,6 +254,37 @@ impl PyArray {
     #[getter]
     fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         crate::export::cai(self, py)
+    }
+
+    /// The `dpctl.SyclQueue` of SYCL memory (dpnp and dpctl.tensor compute on it), where dpctl
+    /// imports.
+    #[getter]
+    fn sycl_queue(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        crate::dpctl_attrs::sycl_queue(self, py)
+    }
+
+    /// The `dpctl.SyclDevice` of SYCL memory, where dpctl imports.
+    #[getter]
+    fn sycl_device(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        crate::dpctl_attrs::sycl_device(self, py)
+    }
+
+    /// The `dpctl.SyclContext` SYCL memory is bound to, where dpctl imports.
+    #[getter]
+    fn sycl_context(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        crate::dpctl_attrs::sycl_context(self, py)
+    }
+
+    /// "device", "shared" or "host" for SYCL USM, where dpctl imports.
+    #[getter]
+    fn usm_type(&self, py: Python<'_>) -> PyResult<&'static str> {
+        crate::dpctl_attrs::usm_type(self, py)
+    }
+
+    /// A `dpnp.tensor.usm_ndarray` viewing SYCL memory, where dpnp is imported.
+    #[getter]
+    fn __usm_ndarray__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        crate::dpctl_attrs::usm_ndarray(self, py)
     }
 
     /// `(device type, device id)` of the memory, in DLPack's codes.

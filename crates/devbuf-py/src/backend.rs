@@ -195,6 +195,53 @@ pub(crate) fn foreign_sycl_queue(
     Ok(Some(Arc::new(queue)))
 }
 
+/// The devbuf queue for another library's SYCL queue given as `device=` (a `dpctl.SyclQueue`,
+/// or any object whose `_get_capsule()` gives a "SyclQueueRef"): that very `sycl::queue` when it
+/// is in order, else devbuf's in-order queue on its device and context. `None` for other objects.
+pub(crate) fn queue_from_sycl_queue_object(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+) -> PyResult<Option<Py<PyQueue>>> {
+    let Some(get_capsule) = obj.getattr_opt(intern!(py, "_get_capsule"))? else {
+        return Ok(None);
+    };
+    let Ok(capsule) = get_capsule.call0()?.cast_into::<PyCapsule>() else {
+        return Ok(None);
+    };
+    if crate::import::capsule_name(&capsule) != c"SyclQueueRef" {
+        return Ok(None);
+    }
+    // The pointer only matters for contexts, which this capsule is not.
+    queue_from_capsule(py, capsule.as_any(), 0).map(|resolved| Some(resolved.queue))
+}
+
+/// The queue a SYCL DLPack producer's memory is imported on: the producer's own queue, named by
+/// its `sycl_queue` (dpctl's and dpnp's convention), when that is a queue on `device_queue`'s
+/// device in the default context (where DLPack memory lives); else `device_queue`, that device's
+/// shared queue. So dpnp → devbuf → dpnp keeps dpnp's queue.
+pub(crate) fn sycl_producer_queue(
+    py: Python<'_>,
+    producer: &Bound<'_, PyAny>,
+    device_queue: Py<PyQueue>,
+) -> PyResult<Py<PyQueue>> {
+    if sycl_queue(&device_queue.get().queue).is_none() {
+        return Ok(device_queue);
+    }
+    let Some(own) = producer.getattr_opt(intern!(py, "sycl_queue"))? else {
+        return Ok(device_queue);
+    };
+    // Resolved through the `syclobj` cache (a producer's queue object is shared by its arrays);
+    // an attribute that names no SYCL queue leaves the import on the device's queue.
+    let Ok(SyclobjQueue { queue: own, .. }) = queue_from_syclobj(py, &own, 0) else {
+        return Ok(device_queue);
+    };
+    let same_place = sycl_queue(&own.get().queue).is_some_and(|sycl| {
+        sycl.is_default_context()
+            && sycl.device().selector == device_queue.get().queue.device().selector
+    });
+    Ok(if same_place { own } else { device_queue })
+}
+
 /// What devbuf passes as `stream` to a kDLOneAPI producer's `__dlpack__`: its queue as a
 /// `dpctl.SyclQueue` (made once per queue from its "SyclQueueRef" capsule), so that the producer
 /// makes it wait for its work. `None` where dpctl is not installed.

@@ -165,10 +165,16 @@ impl PyQueue {
 
 #[pymethods]
 impl PyQueue {
-    /// A new queue on `device` (a selector string, a Device, or None for the default device).
+    /// A new queue on `device` (a selector string, a Device, or None for the default device), or
+    /// the queue of a `dpctl.SyclQueue` (the same `sycl::queue` when it is in order).
     #[new]
     #[pyo3(signature = (device = None))]
     fn new(py: Python<'_>, device: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyQueue>> {
+        if let Some(device) = device
+            && let Some(queue) = sycl_queue_object(py, device)?
+        {
+            return Ok(queue);
+        }
         let selector = match device {
             None => String::new(),
             Some(device) => selector_of(device)?,
@@ -185,6 +191,17 @@ impl PyQueue {
     #[getter]
     fn backend(&self) -> &'static str {
         self.backend_name()
+    }
+
+    /// This SYCL queue as a `dpctl.SyclQueue` (the same `sycl::queue`), where dpctl imports.
+    #[getter]
+    fn sycl_queue(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        crate::backend::dpctl_queue(py, self)?.ok_or_else(|| {
+            PyAttributeError::new_err(format!(
+                "sycl_queue: a {} queue has no dpctl queue (not SYCL, or dpctl cannot be imported)",
+                self.backend_name()
+            ))
+        })
     }
 
     /// The native stream handle (a CUstream as an int) for backends that have one, else None.
@@ -348,22 +365,41 @@ fn selector_of(device: &Bound<'_, PyAny>) -> PyResult<String> {
         return Ok(queue.get().queue.device().selector.clone());
     }
     Err(PyTypeError::new_err(format!(
-        "device: expected None, a selector string, a devbuf.Device or a devbuf.Queue, got {}",
+        "device: expected None, a selector string, a devbuf.Device, a devbuf.Queue or a \
+         dpctl.SyclQueue, got {}",
         device.get_type().name()?
     )))
 }
 
-/// The queue a `device=` argument names: a Queue itself, else the shared queue of the device.
+/// The devbuf queue of another library's SYCL queue given as `device=`; `None` for selectors,
+/// Devices, devbuf Queues and anything else (strings first: the common case, with no capsule).
+fn sycl_queue_object(py: Python<'_>, device: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyQueue>>> {
+    if device.is_instance_of::<PyString>()
+        || device.cast::<PyDevice>().is_ok()
+        || device.cast::<PyQueue>().is_ok()
+    {
+        return Ok(None);
+    }
+    crate::backend::queue_from_sycl_queue_object(py, device)
+}
+
+/// The queue a `device=` argument names: a Queue itself, a `dpctl.SyclQueue`'s queue, else the
+/// shared queue of the device.
 pub(crate) fn resolve_queue(
     py: Python<'_>,
     device: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyQueue>> {
     match device {
         None => shared_queue(py, ""),
-        Some(device) => match device.cast::<PyQueue>() {
-            Ok(queue) => Ok(queue.clone().unbind()),
-            Err(_) => shared_queue(py, &selector_of(device)?),
-        },
+        Some(device) => {
+            if let Ok(queue) = device.cast::<PyQueue>() {
+                return Ok(queue.clone().unbind());
+            }
+            if let Some(queue) = sycl_queue_object(py, device)? {
+                return Ok(queue);
+            }
+            shared_queue(py, &selector_of(device)?)
+        }
     }
 }
 

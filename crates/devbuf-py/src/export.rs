@@ -72,13 +72,18 @@ pub(crate) fn suai<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, 
         };
         build().map_err(|err| as_attribute_error(err, py, ATTRIBUTE))
     })?;
-    // The consumer orders its work on `syclobj`, our queue: pending work elsewhere (another
-    // library's queue, when this memory was imported) must come first there.
+    order_pending_work_on_own_queue(this, py)?;
+    cached.bind(py).copy()
+}
+
+/// A SYCL consumer orders its work on our queue (SUAI's `syclobj`, `sycl_queue`): pending work
+/// elsewhere (another library's queue, when this memory was imported) must come first there.
+pub(crate) fn order_pending_work_on_own_queue(this: &PyArray, py: Python<'_>) -> PyResult<()> {
     let buffer = this.array.buffer();
     if buffer.has_pending_work() {
         py.detach(|| buffer.order_on(buffer.queue())).py()?;
     }
-    cached.bind(py).copy()
+    Ok(())
 }
 
 pub(crate) fn cai<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

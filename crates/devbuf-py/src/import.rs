@@ -209,7 +209,8 @@ fn import_dlpack<'py>(
         Some(device) => {
             let (device_type, device_id): (i32, i32) = device.call0()?.extract()?;
             let device = backend::dl_device(device_type, device_id);
-            Some((device, reachable_queue(py, device, "__dlpack_device__")?))
+            let queue = reachable_queue(py, device, "__dlpack_device__")?;
+            Some((device, backend::sycl_producer_queue(py, obj, queue)?))
         }
         None => None,
     };

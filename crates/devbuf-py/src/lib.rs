@@ -6,6 +6,7 @@ mod array;
 mod backend;
 mod device;
 mod dlpack_method;
+mod dpctl_attrs;
 mod errors;
 mod exchange;
 mod export;

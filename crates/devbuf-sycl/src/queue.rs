@@ -5,7 +5,7 @@ use std::any::Any;
 use std::ffi::{CStr, c_int, c_void};
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
 use devbuf_core::{
@@ -168,11 +168,39 @@ impl SyclQueue {
             ));
         };
         // SAFETY: `copy` is live; the call reads a queue property.
-        if unsafe { api.DPCTLQueue_IsInOrder(copy.as_ptr()) } {
-            Ok(Arc::new(SyclQueue::assemble(copy, context, device)))
-        } else {
-            SyclQueue::on_context(context, device)
+        if !unsafe { api.DPCTLQueue_IsInOrder(copy.as_ptr()) } {
+            return SyclQueue::on_context(context, device);
         }
+        if let Some(known) = SyclQueue::known_equal_to(rt, &copy) {
+            return Ok(known);
+        }
+        let adopted = Arc::new(SyclQueue::assemble(copy, context, device));
+        let mut adopted_queues = rt.adopted_queues.lock();
+        adopted_queues.retain(|queue| queue.strong_count() > 0);
+        adopted_queues.push(Arc::downgrade(&adopted));
+        Ok(adopted)
+    }
+
+    /// The devbuf queue, still in use, that wraps the very `sycl::queue` `queue` is a handle to:
+    /// a device's default queue, or one adopted from another library.
+    fn known_equal_to(rt: &'static Runtime, queue: &RawQueue) -> Option<Arc<SyclQueue>> {
+        let same = |known: &SyclQueue| {
+            // SAFETY: both handles are live queues of `rt`; the call compares them.
+            unsafe {
+                rt.api()
+                    .DPCTLQueue_AreEq(known.queue.as_ptr(), queue.as_ptr())
+            }
+        };
+        let defaults = rt.default_queues.lock();
+        if let Some((_, known)) = defaults.iter().find(|(_, known)| same(known)) {
+            return Some(Arc::clone(known));
+        }
+        drop(defaults);
+        rt.adopted_queues
+            .lock()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|known| same(known))
     }
 
     /// Like [`SyclQueue::from_queue_ref`], for a SUAI producer's queue: also returns that queue

@@ -7,7 +7,7 @@
 
 use std::ffi::{CStr, OsStr, OsString, c_char};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use devbuf_sycl_sys::{DpctlSyclInterface, LIBRARY_NAME};
 use parking_lot::Mutex;
@@ -38,6 +38,10 @@ pub struct Runtime {
     pub(crate) default_queues: Mutex<Vec<(i32, Arc<SyclQueue>)>>,
     /// The default queue each filter string opened (resolving one takes tens of µs).
     pub(crate) filter_queues: Mutex<Vec<(String, Arc<SyclQueue>)>>,
+    /// The queues made for other libraries' in-order `sycl::queue`s, while devbuf uses them: the
+    /// same `sycl::queue` handed over again (a dpnp array made from devbuf memory, imported back)
+    /// gets the same devbuf queue.
+    pub(crate) adopted_queues: Mutex<Vec<Weak<SyclQueue>>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -71,6 +75,7 @@ impl Runtime {
             location: location.to_owned(),
             default_queues: Mutex::new(Vec::new()),
             filter_queues: Mutex::new(Vec::new()),
+            adopted_queues: Mutex::new(Vec::new()),
         }));
         loaded.push(runtime);
         Ok(runtime)
@@ -180,6 +185,7 @@ required_symbols!(
     DPCTLEvent_GetCommandExecutionStatus,
     DPCTLEvent_Wait,
     DPCTLFilterSelector_Create,
+    DPCTLQueue_AreEq,
     DPCTLQueue_Copy,
     DPCTLQueue_Create,
     DPCTLQueue_Delete,
