@@ -310,7 +310,7 @@ impl Buffer {
         }
         let size = nbytes.max(1);
         let ptr = queue.allocate(kind, size, align)?;
-        Ok(Buffer {
+        let buffer = Buffer {
             alloc: Arc::new(Allocation {
                 base: ptr.as_ptr() as usize,
                 kind,
@@ -321,7 +321,14 @@ impl Buffer {
             }),
             offset: 0,
             len: nbytes,
-        })
+        };
+        if queue.allocates_in_order(kind) {
+            // The allocation itself is work on the queue: nothing else may touch the memory
+            // before it. (On failure, dropping the buffer releases the memory.)
+            let allocated = queue.record_event()?;
+            buffer.record_work(queue, allocated);
+        }
+        Ok(buffer)
     }
 
     /// Wraps foreign memory. `queue` is the queue that can reach it (for copies and fills) and

@@ -1,13 +1,13 @@
 //! [`CudaQueue`]: a device's primary context and one stream, as a [`devbuf_core::Queue`].
 
 use std::any::Any;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
-use cudarc::driver::sys::{self, CUcontext, CUevent, CUstream};
+use cudarc::driver::sys::{self, CUcontext, CUevent, CUresult, CUstream};
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
-use devbuf_core::{DeviceInfo, Error, Event, MemKind, Queue, Result};
+use devbuf_core::{DeviceInfo, Error, Event, MemKind, Queue, Result, blocking};
 use parking_lot::Mutex;
 
 use crate::context::PrimaryContext;
@@ -29,6 +29,9 @@ pub struct CudaQueue {
     /// Aligned address handed out → address the driver returned, for allocations aligned beyond
     /// [`NATIVE_ALIGNMENT`] whose start had to move.
     over_aligned: Mutex<HashMap<usize, usize>>,
+    /// Device memory from `cuMemAlloc` because the driver refused the stream-ordered allocator
+    /// for it: it must be freed with `cuMemFree`.
+    synchronous_fallbacks: Mutex<HashSet<usize>>,
 }
 
 impl CudaQueue {
@@ -84,6 +87,7 @@ impl CudaQueue {
             },
             can_map_host_memory: caps.can_map_host_memory,
             over_aligned: Mutex::new(HashMap::new()),
+            synchronous_fallbacks: Mutex::new(HashSet::new()),
         }
     }
 
@@ -258,24 +262,34 @@ impl Queue for CudaQueue {
             self.out_of_memory(kind, size, format!("padding to {align} bytes overflows"))
         })?;
         let _current = self.stream.context().enter()?;
-        let base = memory::allocate(
+        let (base, allocator) = memory::allocate(
             cuda_kind,
             requested,
             self.allocator,
             self.can_map_host_memory,
             self.stream.raw(),
         )
-        .map_err(|err| match err.code {
-            // Whatever the driver refuses (out of memory, a size beyond its limits) is MemoryError.
-            Some(_) => self.out_of_memory(kind, size, err.to_string()),
-            None => err.into(),
+        .map_err(|err| {
+            // Only a lack of memory is MemoryError; a broken context or a refused call is a fault.
+            if err.is(CUresult::CUDA_ERROR_OUT_OF_MEMORY) {
+                self.out_of_memory(kind, size, err.to_string())
+            } else {
+                err.into()
+            }
         })?;
+        if allocator != self.allocator && cuda_kind == CudaKind::Device {
+            self.synchronous_fallbacks.lock().insert(base);
+        }
         let aligned = memory::aligned_start(base, align);
         if aligned != base {
             self.over_aligned.lock().insert(aligned, base);
         }
         NonNull::new(aligned as *mut u8)
             .ok_or_else(|| self.out_of_memory(kind, size, "the driver returned null".into()))
+    }
+
+    fn allocates_in_order(&self, kind: MemKind) -> bool {
+        kind == MemKind::Device && self.allocator == DeviceAllocator::StreamOrdered
     }
 
     unsafe fn deallocate(&self, ptr: NonNull<u8>, kind: MemKind, _size: usize, align: usize) {
@@ -288,13 +302,31 @@ impl Queue for CudaQueue {
         } else {
             aligned
         };
+        let allocator = if cuda_kind == CudaKind::Device
+            && self.allocator == DeviceAllocator::StreamOrdered
+            && self.synchronous_fallbacks.lock().remove(&base)
+        {
+            DeviceAllocator::Synchronous
+        } else {
+            self.allocator
+        };
         // A failure here (the driver already shut down at process exit) cannot be reported and
         // leaves nothing to free.
-        if let Ok(_current) = self.stream.context().enter() {
-            // SAFETY: the caller passes back one allocation of ours, once, with no work pending;
-            // `base` is what the driver returned for it.
-            let _ = unsafe { memory::free(cuda_kind, base, self.allocator, self.stream.raw()) };
+        let Ok(_current) = self.stream.context().enter() else {
+            return;
+        };
+        // A free that is not stream-ordered happens at once: the work enqueued on our stream so far
+        // (other queues' work on the memory included, which the caller ordered into it) must be
+        // done. Memory that work may still use is leaked when the wait fails.
+        if !memory::frees_in_order(cuda_kind, allocator)
+            && !self.stream.is_idle().unwrap_or(false)
+            && blocking(|| self.stream.synchronize()).is_err()
+        {
+            return;
         }
+        // SAFETY: the caller passes back one allocation of ours, once, ordered after the work on
+        // it; `base` and `allocator` are what the driver returned for it.
+        let _ = unsafe { memory::free(cuda_kind, base, allocator, self.stream.raw()) };
     }
 
     unsafe fn copy(&self, dst: *mut u8, src: *const u8, len: usize) -> Result<()> {
