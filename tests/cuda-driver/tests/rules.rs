@@ -334,6 +334,18 @@ driver_test!(the_nth_allocation_fails_when_asked ["DEVBUF_CUDA_TEST_FAIL_ALLOCAT
     assert_eq!(result, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
 });
 
+driver_test!(an_allocation_fails_with_the_code_asked_for ["DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS" = "1:NOT_SUPPORTED,2:INVALID_CONTEXT"] {
+    setup();
+    let mut ptr = 0;
+    // SAFETY: a valid out-pointer; the stream is the legacy default stream.
+    let result = unsafe { sys::cuMemAllocAsync(&mut ptr, 64, 1 as CUstream) };
+    assert_eq!(result, CUresult::CUDA_ERROR_NOT_SUPPORTED);
+    // SAFETY: a valid out-pointer.
+    let result = unsafe { sys::cuMemAlloc_v2(&mut ptr, 64) };
+    assert_eq!(result, CUresult::CUDA_ERROR_INVALID_CONTEXT);
+    device_alloc(64);
+});
+
 fn attributes(ptr: u64) -> (u32, bool, i32, CUcontext) {
     let (mut kind, mut managed, mut ordinal, mut context) =
         (0u32, 0u8, -1i32, ptr::null_mut::<sys::CUctx_st>());

@@ -1,0 +1,63 @@
+//! How the CUDA backend reports and survives driver faults, shown on the CUDA test driver with
+//! injected failures. Each test runs in a child process with the driver settings it needs.
+
+mod common;
+
+use std::ffi::c_void;
+use std::ptr;
+
+use cudarc::driver::sys;
+use devbuf_core::conformance::pattern;
+use devbuf_core::{Buffer, Error, MemKind};
+
+use common::{check, fresh, in_primary_context, shared};
+
+const LEN: usize = 1 << 20;
+
+// Only a lack of memory is MemoryError; a refused stream-ordered allocation falls back to
+// `cuMemAlloc`, whose memory is then freed with `cuMemFree` after the work on it.
+child_test!(allocation_failures_keep_their_meaning [
+    "DEVBUF_CUDA_TEST_DELAY_US" = "20000",
+    "DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS" = "1:INVALID_CONTEXT,2:NOT_SUPPORTED,4",
+] {
+    let queue = shared(0);
+    match Buffer::alloc(&queue, MemKind::Host, LEN) {
+        Err(Error::Runtime { .. }) => {}
+        other => panic!("CUDA_ERROR_INVALID_CONTEXT from cuMemHostAlloc gave {other:?}"),
+    }
+    let fallback = Buffer::alloc(&queue, MemKind::Device, LEN)
+        .expect("cuMemAllocAsync refused: the memory comes from cuMemAlloc");
+    fallback.copy_from_host(&pattern(LEN, 9)).unwrap();
+    assert_eq!(fallback.to_vec().unwrap(), pattern(LEN, 9));
+    fallback.enqueue_fill(4).unwrap();
+    let address = fallback.ptr() as usize;
+    drop(fallback);
+    assert_eq!(devbuf_cuda::classify(address).unwrap(), None, "the fallback block was not freed");
+    match Buffer::alloc(&queue, MemKind::Device, LEN) {
+        Err(Error::OutOfMemory { .. }) => {}
+        other => panic!("CUDA_ERROR_OUT_OF_MEMORY gave {other:?}"),
+    }
+});
+
+// After a fault the context's error is sticky: an allocation then is a runtime fault, not a lack of
+// memory.
+child_test!(a_sticky_error_is_not_out_of_memory ["DEVBUF_CUDA_TEST_DELAY_US" = "20000"] {
+    let queue = fresh(0);
+    in_primary_context(0, || {
+        let mut pinned: *mut c_void = ptr::null_mut();
+        // SAFETY: a valid out-pointer; freeing the memory while the fill on it is queued is the
+        // fault this test needs.
+        unsafe {
+            check("cuMemHostAlloc", sys::cuMemHostAlloc(&mut pinned, LEN, 0));
+            let stream = common::cuda(&queue).stream() as sys::CUstream;
+            check("cuMemsetD8Async", sys::cuMemsetD8Async(pinned as u64, 1, LEN, stream));
+            sys::cuMemFreeHost(pinned);
+        }
+    });
+    for kind in [MemKind::Device, MemKind::Host, MemKind::Shared] {
+        match Buffer::alloc(&queue, kind, LEN) {
+            Err(Error::Runtime { message, .. }) => assert!(message.contains("ILLEGAL_ADDRESS")),
+            other => panic!("{kind} allocation in a broken context gave {other:?}"),
+        }
+    }
+});
