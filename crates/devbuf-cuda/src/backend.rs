@@ -3,12 +3,14 @@
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
+use cudarc::driver::sys::CUresult;
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
 use devbuf_core::{Availability, Backend, DeviceInfo, Error, MemKind, Queue, Result};
 use parking_lot::Mutex;
 
 use crate::device;
 use crate::driver::{self, BACKEND};
+use crate::memory;
 use crate::queue::CudaQueue;
 
 /// The CUDA backend: selectors "cuda" (device 0) and "cuda:N".
@@ -81,9 +83,17 @@ impl Backend for CudaBackend {
 /// device (for pinned and managed memory, the device current when it was allocated) and its kind;
 /// `Ok(None)` for memory CUDA does not know, such as pageable host memory.
 pub fn classify(ptr: usize) -> Result<Option<(u32, MemKind)>> {
-    // The query runs in device 0's primary context: pointer attributes are global under unified
-    // addressing, but the driver wants some context current.
-    CudaBackend::shared_queue(0)?.classify(ptr)
+    let driver = driver::loaded()?;
+    // Pointer attributes are process-wide under unified addressing and the ones asked for need no
+    // current context, so classifying memory opens no device: importing device 1's memory never
+    // depends on device 0.
+    match memory::pointer_info(ptr) {
+        // A driver that wants a context anyway: the first device that can be opened will do.
+        Err(err) if err.is(CUresult::CUDA_ERROR_INVALID_CONTEXT) => (0..driver.device_count)
+            .find_map(|ordinal| CudaBackend::shared_queue(ordinal).ok())
+            .map_or(Err(err.into()), |queue| queue.classify(ptr)),
+        classified => Ok(classified?),
+    }
 }
 
 /// The queue to import foreign memory at `ptr` with, and the memory's kind: the shared queue of

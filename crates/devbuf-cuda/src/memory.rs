@@ -6,7 +6,7 @@
 //! | Host | `cuMemHostAlloc(DEVICEMAP \| PORTABLE)`: pinned, reachable from every context | `cuMemFreeHost` |
 //! | Shared | `cuMemAllocManaged(GLOBAL)`: migrates, any stream may touch it | `cuMemFree` |
 //!
-//! Every function here expects the allocating context to be current.
+//! Every function here but [`pointer_info`] expects the allocating context to be current.
 
 use std::ffi::c_void;
 use std::ptr;

@@ -5,15 +5,15 @@ use std::collections::{HashMap, HashSet};
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
-use cudarc::driver::sys::{self, CUcontext, CUevent, CUresult, CUstream};
+use cudarc::driver::sys::{self, CUcontext, CUresult, CUstream};
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
-use devbuf_core::{DeviceInfo, Error, Event, MemKind, Queue, Result, blocking};
+use devbuf_core::{DeviceInfo, Error, Event, ForeignQueue, MemKind, Queue, Result, blocking};
 use parking_lot::Mutex;
 
 use crate::context::PrimaryContext;
 use crate::device::{self, DeviceCaps};
 use crate::driver::{self, BACKEND, DriverError, call};
-use crate::event::{CudaEvent, RawEvent};
+use crate::event::{self, CudaEvent, RawEvent};
 use crate::memory::{self, CudaKind, DeviceAllocator, NATIVE_ALIGNMENT};
 use crate::protocol::{self, ProtocolStream};
 use crate::stream::Stream;
@@ -26,6 +26,8 @@ pub struct CudaQueue {
     stream: Stream,
     allocator: DeviceAllocator,
     can_map_host_memory: bool,
+    /// Whether the host may touch managed memory while work runs on the device.
+    concurrent_managed_access: bool,
     /// Aligned address handed out → address the driver returned, for allocations aligned beyond
     /// [`NATIVE_ALIGNMENT`] whose start had to move.
     over_aligned: Mutex<HashMap<usize, usize>>,
@@ -86,6 +88,7 @@ impl CudaQueue {
                 DeviceAllocator::Synchronous
             },
             can_map_host_memory: caps.can_map_host_memory,
+            concurrent_managed_access: caps.concurrent_managed_access,
             over_aligned: Mutex::new(HashMap::new()),
             synchronous_fallbacks: Mutex::new(HashSet::new()),
         }
@@ -94,6 +97,11 @@ impl CudaQueue {
     /// The device's ordinal.
     pub fn ordinal(&self) -> u32 {
         self.stream.context().ordinal()
+    }
+
+    /// The primary context the queue's stream belongs to.
+    pub(crate) fn context(&self) -> &Arc<PrimaryContext> {
+        self.stream.context()
     }
 
     /// The `CUstream` work is enqueued on; never 0, so it is also the integer that names it in a
@@ -124,7 +132,7 @@ impl CudaQueue {
         // An event must be recorded in its stream's own context.
         let event = RawEvent::create(stream_context(self.stream.context(), handle)?)?;
         event.record(handle as CUstream)?;
-        self.enqueue_wait(self.stream.raw(), self.stream.context().raw(), event.raw())?;
+        event::enqueue_wait(self.stream.raw(), self.stream.context().raw(), event.raw())?;
         Ok(())
     }
 
@@ -142,21 +150,7 @@ impl CudaQueue {
         }
         let event = CudaEvent::record(self.stream.context(), self.stream.raw())?;
         let consumer_context = stream_context(self.stream.context(), handle)?;
-        self.enqueue_wait(handle as CUstream, consumer_context, event.raw())?;
-        Ok(())
-    }
-
-    /// Imports a foreign CAI's `stream` entry: rejects 0, and unless
-    /// [`protocol::CAI_SYNC_ENV`] turned it off, orders this queue's work after the producer's.
-    ///
-    /// # Safety
-    /// `stream`, unless 1 or 2, is a live `CUstream` (the CAI producer's promise).
-    pub unsafe fn sync_cai_import(&self, stream: Option<i64>) -> Result<()> {
-        let producer = protocol::decode_cai_stream(stream)?;
-        if protocol::cai_import_sync_enabled() {
-            // SAFETY: the caller's promise about `stream`.
-            unsafe { self.wait_for_stream(producer) }?;
-        }
+        event::enqueue_wait(handle as CUstream, consumer_context, event.raw())?;
         Ok(())
     }
 
@@ -178,20 +172,6 @@ impl CudaQueue {
         Ok(memory::pointer_info(ptr)?)
     }
 
-    fn enqueue_wait(
-        &self,
-        stream: CUstream,
-        context: CUcontext,
-        event: CUevent,
-    ) -> Result<(), DriverError> {
-        let _current = crate::context::enter(context)?;
-        // SAFETY: the stream is alive (ours, or its owner's promise) in the current context, and
-        // the event is alive and recorded; waiting on another context's event is allowed.
-        call("cuStreamWaitEvent", || unsafe {
-            sys::cuStreamWaitEvent(stream, event, 0)
-        })
-    }
-
     fn out_of_memory(&self, kind: MemKind, size: usize, reason: String) -> Error {
         Error::OutOfMemory {
             kind,
@@ -203,7 +183,10 @@ impl CudaQueue {
 }
 
 /// The context a stream belongs to; 1 and 2 resolve in `ours`, the context current when used.
-fn stream_context(ours: &PrimaryContext, handle: usize) -> Result<CUcontext, DriverError> {
+pub(crate) fn stream_context(
+    ours: &PrimaryContext,
+    handle: usize,
+) -> Result<CUcontext, DriverError> {
     if matches!(
         ProtocolStream::from_handle(handle),
         Ok(ProtocolStream::Legacy | ProtocolStream::PerThread)
@@ -376,9 +359,24 @@ impl Queue for CudaQueue {
         Ok(self.stream.synchronize()?)
     }
 
-    /// Every stream of the primary context: the one CuPy, torch and Numba use too.
+    /// Every stream of every active primary context (the contexts CuPy, torch and Numba use
+    /// too): consumers of exported memory may work on it from any device.
     fn wait_device(&self) -> Result<()> {
-        Ok(self.stream.context().synchronize()?)
+        let device_count = driver::loaded()?.device_count;
+        Ok(crate::context::synchronize_active_primary_contexts(
+            device_count,
+        )?)
+    }
+
+    /// Managed memory is the host's only where the device allows concurrent access: elsewhere the
+    /// host must not touch it while any work runs on the device, which devbuf cannot promise for a
+    /// host view, so it copies instead.
+    fn host_accessible(&self, kind: MemKind) -> bool {
+        match kind {
+            MemKind::Host => true,
+            MemKind::Shared => self.concurrent_managed_access,
+            MemKind::Device | MemKind::Unknown => false,
+        }
     }
 
     fn record_event(&self) -> Result<Event> {
@@ -390,9 +388,11 @@ impl Queue for CudaQueue {
 
     fn wait_event(&self, event: &Event) -> Result<()> {
         match event.downcast_ref::<CudaEvent>() {
-            Some(cuda) => {
-                Ok(self.enqueue_wait(self.stream.raw(), self.stream.context().raw(), cuda.raw())?)
-            }
+            Some(cuda) => Ok(event::enqueue_wait(
+                self.stream.raw(),
+                self.stream.context().raw(),
+                cuda.raw(),
+            )?),
             // Another backend's event: the device cannot wait for it, the host can.
             None => event.wait(),
         }
@@ -425,6 +425,10 @@ impl Queue for CudaQueue {
 
     fn native_stream(&self) -> Option<usize> {
         Some(self.stream())
+    }
+
+    fn as_foreign_queue(self: Arc<Self>) -> Option<Arc<dyn ForeignQueue>> {
+        Some(self)
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -8,7 +8,7 @@ use std::ptr;
 
 use cudarc::driver::sys;
 use devbuf_core::conformance::pattern;
-use devbuf_core::{Buffer, Error, MemKind};
+use devbuf_core::{Buffer, Error, HostQueue, MemKind};
 
 use common::{check, fresh, in_primary_context, shared};
 
@@ -19,6 +19,7 @@ const LEN: usize = 1 << 20;
 child_test!(allocation_failures_keep_their_meaning [
     "DEVBUF_CUDA_TEST_DELAY_US" = "20000",
     "DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS" = "1:INVALID_CONTEXT,2:NOT_SUPPORTED,4",
+    "DEVBUF_CUDA_TEST_MEMORY_POOLS" = "1",
 ] {
     let queue = shared(0);
     match Buffer::alloc(&queue, MemKind::Host, LEN) {
@@ -60,4 +61,46 @@ child_test!(a_sticky_error_is_not_out_of_memory ["DEVBUF_CUDA_TEST_DELAY_US" = "
             other => panic!("{kind} allocation in a broken context gave {other:?}"),
         }
     }
+});
+
+// Without concurrent managed access the host must not touch managed memory while work may run on
+// it: devbuf copies it through the device instead (the driver faults a host access).
+child_test!(managed_memory_is_copied_not_touched_without_concurrent_access [
+    "DEVBUF_CUDA_TEST_DELAY_US" = "20000",
+    "DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS" = "0",
+] {
+    let queue = shared(0);
+    let managed = Buffer::alloc(&queue, MemKind::Shared, LEN).unwrap();
+    managed.copy_from_host(&pattern(LEN, 1)).unwrap();
+    assert!(!managed.is_host_accessible());
+    managed.mark_exported();
+    // A consumer's work on it, which devbuf does not see.
+    let consumer = fresh(0);
+    common::foreign_fill(0, common::cuda(&consumer).stream(), managed.ptr(), 2, LEN);
+    let host = Buffer::alloc(&HostQueue::shared(), MemKind::Host, LEN).unwrap();
+    host.copy_from(&managed).unwrap();
+    consumer.wait().unwrap();
+});
+
+// Memory of device 1 is classified without device 0, which may be unusable.
+child_test!(pointers_are_classified_without_device_0 [
+    "DEVBUF_CUDA_TEST_UNAVAILABLE_DEVICES" = "0",
+] {
+    let memory = Buffer::alloc(&shared(1), MemKind::Device, 64).unwrap();
+    let (queue, kind) = devbuf_cuda::queue_for_pointer(memory.ptr() as usize)
+        .expect("classifying device 1's memory")
+        .expect("device 1's memory is CUDA memory");
+    assert_eq!((queue.ordinal(), kind), (1, MemKind::Device));
+});
+
+// Classifying device 1's memory does not open device 0.
+child_test!(classifying_opens_no_other_device {
+    let memory = Buffer::alloc(&shared(1), MemKind::Host, 64).unwrap();
+    assert!(devbuf_cuda::classify(memory.ptr() as usize).unwrap().is_some());
+    let (mut flags, mut active) = (0u32, 0i32);
+    // SAFETY: valid out-pointers; device 0 exists.
+    check("cuDevicePrimaryCtxGetState", unsafe {
+        sys::cuDevicePrimaryCtxGetState(0, &mut flags, &mut active)
+    });
+    assert_eq!(active, 0, "classifying opened device 0");
 });

@@ -118,10 +118,10 @@ pub fn in_primary_context<T>(ordinal: i32, body: impl FnOnce() -> T) -> T {
     result
 }
 
-/// Enqueues setting `len` bytes at `ptr` to `byte` on `stream` (of device 0), as another library
-/// would: devbuf does not know about it.
-pub fn foreign_fill(stream: usize, ptr: *mut u8, byte: u8, len: usize) {
-    in_primary_context(0, || {
+/// Enqueues setting `len` bytes at `ptr` to `byte` on `stream` (of device `ordinal`), as another
+/// library would: devbuf does not know about it.
+pub fn foreign_fill(ordinal: i32, stream: usize, ptr: *mut u8, byte: u8, len: usize) {
+    in_primary_context(ordinal, || {
         // SAFETY: the caller keeps the memory and the stream alive until the fill completes.
         check("cuMemsetD8Async", unsafe {
             sys::cuMemsetD8Async(ptr as u64, byte, len, stream as CUstream)
