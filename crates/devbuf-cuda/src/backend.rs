@@ -97,12 +97,23 @@ pub fn classify(ptr: usize) -> Result<Option<(u32, MemKind)>> {
 }
 
 /// The queue to import foreign memory at `ptr` with, and the memory's kind: the shared queue of
-/// the device the memory belongs to. `Ok(None)` for memory CUDA does not know.
+/// the device the memory belongs to. `Ok(None)` for memory CUDA does not know. Device memory of a
+/// context other than the device's primary one (PyCUDA's, say) is refused: devbuf's queues work in
+/// primary contexts, and that memory is not theirs to fill or to order work on.
 pub fn queue_for_pointer(ptr: usize) -> Result<Option<(Arc<CudaQueue>, MemKind)>> {
-    match classify(ptr)? {
-        Some((ordinal, kind)) => Ok(Some((CudaBackend::shared_queue(ordinal)?, kind))),
-        None => Ok(None),
+    let Some((ordinal, kind)) = classify(ptr)? else {
+        return Ok(None);
+    };
+    let queue = CudaBackend::shared_queue(ordinal)?;
+    if kind == MemKind::Device && memory::pointer_context(ptr)? != queue.context().raw() {
+        return Err(Error::Unsupported {
+            device: queue.device().selector.clone(),
+            what: format!("importing device memory at {ptr:#x}"),
+            reason: "it belongs to a CUDA context other than the device's primary context, and                      devbuf's queues work in primary contexts (the ones CuPy, PyTorch and Numba use)"
+                .into(),
+        });
     }
+    Ok(Some((queue, kind)))
 }
 
 /// The default device's shared queue for tests and examples; the error says why CUDA cannot be

@@ -12,8 +12,8 @@ use std::ffi::c_void;
 use std::ptr;
 
 use cudarc::driver::sys::{
-    self, CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CUmemAttach_flags, CUmemorytype,
-    CUpointer_attribute, CUresult, CUstream,
+    self, CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CUcontext, CUmemAttach_flags,
+    CUmemorytype, CUpointer_attribute, CUresult, CUstream,
 };
 use devbuf_core::MemKind;
 
@@ -197,6 +197,19 @@ pub(crate) fn pointer_info(ptr: usize) -> Result<Option<(u32, MemKind)>, DriverE
         Err(err) => return Err(err),
     }
     Ok(classify_attributes(memory_type, is_managed != 0, ordinal))
+}
+
+/// The context `ptr`'s memory was allocated in; null for memory CUDA does not know.
+pub(crate) fn pointer_context(ptr: usize) -> Result<CUcontext, DriverError> {
+    let mut context: CUcontext = ptr::null_mut();
+    let mut attribute = [CUpointer_attribute::CU_POINTER_ATTRIBUTE_CONTEXT];
+    let mut value: [*mut c_void; 1] = [(&raw mut context).cast()];
+    // SAFETY: the value pointer points at a live local of the attribute's type; the pointer being
+    // queried is never dereferenced.
+    call("cuPointerGetAttributes", || unsafe {
+        sys::cuPointerGetAttributes(1, attribute.as_mut_ptr(), value.as_mut_ptr(), ptr as u64)
+    })?;
+    Ok(context)
 }
 
 /// The kind the driver's attributes describe. Managed memory reports either memory type

@@ -8,7 +8,7 @@ use std::ptr;
 
 use cudarc::driver::sys;
 use devbuf_core::conformance::pattern;
-use devbuf_core::{Buffer, Error, HostQueue, MemKind};
+use devbuf_core::{Buffer, Error, HostQueue, MemKind, Queue};
 
 use common::{check, fresh, in_primary_context, shared};
 
@@ -103,4 +103,29 @@ child_test!(classifying_opens_no_other_device {
         sys::cuDevicePrimaryCtxGetState(0, &mut flags, &mut active)
     });
     assert_eq!(active, 0, "classifying opened device 0");
+});
+
+// Device memory of a context other than the primary one is not handed to the primary context's
+// queue.
+child_test!(memory_of_another_context_is_not_imported_with_the_primary_queue {
+    let primary = shared(0);
+    let mut context = ptr::null_mut();
+    let mut memory = 0;
+    // SAFETY: valid out-pointers; the created context is current until it is destroyed below.
+    unsafe {
+        check("cuCtxCreate", sys::cuCtxCreate_v2(&mut context, 0, 0));
+        check("cuMemAlloc", sys::cuMemAlloc_v2(&mut memory, LEN));
+    }
+    match devbuf_cuda::queue_for_pointer(memory as usize) {
+        Err(Error::Unsupported { reason, .. }) => assert!(reason.contains("primary context")),
+        Err(other) => panic!("importing another context's memory failed with {other:?}"),
+        Ok(found) => panic!(
+            "another context's memory was imported with {:?}",
+            found.map(|(queue, kind)| (queue.device().selector.clone(), kind))
+        ),
+    }
+    let own = Buffer::alloc(&primary, MemKind::Device, 64).unwrap();
+    assert!(devbuf_cuda::queue_for_pointer(own.ptr() as usize).unwrap().is_some());
+    // SAFETY: the context created above, destroyed once, with its memory.
+    check("cuCtxDestroy", unsafe { sys::cuCtxDestroy_v2(context) });
 });

@@ -16,7 +16,8 @@
 //! - devices with names, compute capability 9.0, unified addressing, managed memory, concurrent
 //!   managed access, memory pools, total memory (CUDA_ERROR_INVALID_DEVICE for bad ordinals);
 //! - reference-counted primary contexts (retain, release, reset, state, flags), destroyed with all
-//!   their streams, events and memory when the last retain goes; a per-thread context stack; calls
+//!   their streams, events and memory when the last retain goes; contexts of their own
+//!   (`cuCtxCreate_v2`, current on creation, and `cuCtxDestroy`); a per-thread context stack; calls
 //!   that need a context fail with CUDA_ERROR_INVALID_CONTEXT without one (and with
 //!   CUDA_ERROR_CONTEXT_IS_DESTROYED in a released one);
 //! - device memory the host cannot touch (addresses in a `PROT_NONE` reservation: a host
@@ -57,7 +58,8 @@
 //!
 //! Kernels, modules and linking (`cuModule*`, `cuLaunchKernel`, ...), graphs and stream capture,
 //! IPC, peer mappings (`cuDeviceCanAccessPeer` answers 0; copies between devices work through
-//! unified addressing), non-primary contexts (`cuCtxCreate`), `cuMemHostRegister`, 2D/3D copies,
+//! unified addressing), `cuCtxCreate_v3`/`_v4` (execution affinity, creation parameters),
+//! `cuMemHostRegister`, 2D/3D copies,
 //! memory pools other than the default one, the per-thread-default-stream variants (`_ptsz`,
 //! `_ptds`: stream 0 is always the legacy stream), and the pre-3.2 32-bit ABIs of the plain names
 //! `cuMemAlloc`, `cuMemcpyHtoD`, ... (not exported, so a program built against them fails to load

@@ -472,3 +472,50 @@ driver_test!(the_old_driver_build_lacks_the_stream_ordered_allocator {
     };
     assert_eq!(result, CUresult::CUDA_ERROR_INVALID_VALUE);
 });
+
+driver_test!(a_created_context_is_its_own_until_destroyed {
+    let primary = setup();
+    let mut created = ptr::null_mut();
+    // SAFETY: a valid out-pointer; device 1 exists.
+    ok(unsafe { sys::cuCtxCreate_v2(&mut created, 0, 1) });
+    assert_ne!(created, primary);
+    let mut current = ptr::null_mut();
+    // SAFETY: a valid out-pointer.
+    ok(unsafe { sys::cuCtxGetCurrent(&mut current) });
+    assert_eq!(current, created, "a created context is current on its thread");
+    let memory = device_alloc(64);
+    let (_, _, ordinal, owner) = attributes(memory);
+    assert_eq!((ordinal, owner), (1, created));
+    let own_stream = stream(NON_BLOCKING);
+    let mut stream_context = ptr::null_mut();
+    // SAFETY: a live stream and a valid out-pointer.
+    ok(unsafe { sys::cuStreamGetCtx(own_stream, &mut stream_context) });
+    assert_eq!(stream_context, created);
+
+    // SAFETY: the context created above, destroyed once; then a stale handle and the primary.
+    unsafe {
+        ok(sys::cuCtxDestroy_v2(created));
+        ok(sys::cuCtxGetCurrent(&mut current));
+        assert_eq!(current, primary, "destroying a current context pops it");
+        assert_eq!(
+            sys::cuCtxDestroy_v2(created),
+            CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED
+        );
+        assert_eq!(sys::cuCtxDestroy_v2(primary), CUresult::CUDA_ERROR_INVALID_CONTEXT);
+        assert_eq!(
+            sys::cuCtxPushCurrent_v2(ptr::null_mut::<sys::CUctx_st>().wrapping_add(8)),
+            CUresult::CUDA_ERROR_INVALID_CONTEXT
+        );
+    }
+    // Its memory went with it.
+    let mut kind = 0u32;
+    // SAFETY: a valid out-pointer for this attribute's type.
+    let result = unsafe {
+        sys::cuPointerGetAttribute(
+            (&raw mut kind).cast(),
+            P::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            memory,
+        )
+    };
+    assert_eq!(result, CUresult::CUDA_ERROR_INVALID_VALUE);
+});
