@@ -16,8 +16,9 @@ pub fn set_blocking_hook(hook: BlockingHook) -> bool {
     HOOK.set(hook).is_ok()
 }
 
-/// Runs `wait` through the installed hook (directly when there is none).
-pub(crate) fn blocking<T>(wait: impl FnOnce() -> T) -> T {
+/// Runs `wait`, a call that may block the calling thread (a backend waiting for its device before
+/// it frees memory), through the installed hook (directly when there is none).
+pub fn blocking<T>(wait: impl FnOnce() -> T) -> T {
     let Some(hook) = HOOK.get() else {
         return wait();
     };

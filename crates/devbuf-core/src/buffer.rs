@@ -102,6 +102,10 @@ struct PendingList {
     /// when devbuf first needs one, so that imports nobody waits on cost nothing; the event then
     /// covers the producer's work up to that moment, which includes its work at import.
     producer: Option<Arc<dyn ForeignQueue>>,
+    /// The queue of the library that produced imported memory when its protocol asks that its
+    /// later work there wait for ours (CAI v3's consumer rule): every command devbuf enqueues
+    /// without waiting for it is made to precede that queue's later work. Not pending work itself.
+    held_back: Option<Arc<dyn ForeignQueue>>,
 }
 
 impl PendingList {
@@ -237,14 +241,18 @@ impl Drop for Allocation {
                 }
             }
             Release::Foreign(owner) => {
-                // Foreign memory has no ordered release: block until devbuf's work on it is done.
+                // Foreign memory has no ordered release: block until devbuf's work on it is done,
+                // and, when devbuf handed it on to another library, until the device is idle.
+                let queue = &self.queue;
                 let ours = || {
                     pending
                         .iter()
                         .filter(|w| w.queue.is_some())
                         .all(|w| w.event.wait().is_ok())
+                        && (!exported || queue.wait_device().is_ok())
                 };
-                let done = pending.iter().all(|w| w.queue.is_none()) || blocking(ours);
+                let done =
+                    (pending.iter().all(|w| w.queue.is_none()) && !exported) || blocking(ours);
                 let owner = owner.get_mut().take();
                 match owner {
                     Some(owner) if done => {
@@ -310,7 +318,7 @@ impl Buffer {
         }
         let size = nbytes.max(1);
         let ptr = queue.allocate(kind, size, align)?;
-        Ok(Buffer {
+        let buffer = Buffer {
             alloc: Arc::new(Allocation {
                 base: ptr.as_ptr() as usize,
                 kind,
@@ -321,7 +329,14 @@ impl Buffer {
             }),
             offset: 0,
             len: nbytes,
-        })
+        };
+        if queue.allocates_in_order(kind) {
+            // The allocation itself is work on the queue: nothing else may touch the memory
+            // before it. (On failure, dropping the buffer releases the memory.)
+            let allocated = queue.record_event()?;
+            buffer.record_work(queue, allocated);
+        }
+        Ok(buffer)
     }
 
     /// Wraps foreign memory. `queue` is the queue that can reach it (for copies and fills) and
@@ -574,6 +589,14 @@ impl Buffer {
         Ok(())
     }
 
+    /// Makes `producer`, the queue of the library that produced this (imported) memory, wait for
+    /// every command devbuf enqueues on it from now on without waiting for it (copies, fills)
+    /// before it runs more of its own work: CAI v3's rule for a consumer that works on its own
+    /// stream. The producer's queue must stay alive while the memory is viewed.
+    pub fn hold_back(&self, producer: Arc<dyn ForeignQueue>) {
+        self.alloc.pending.lock().held_back = Some(producer);
+    }
+
     /// Makes work enqueued on `queue` from now on wait for pending work on this allocation from
     /// other queues (on the device where the runtime can, else by blocking).
     pub fn order_on(&self, queue: &Arc<dyn Queue>) -> Result<()> {
@@ -744,6 +767,11 @@ fn record_enqueued(
             None
         };
         set_latest(pending, queue, event.clone(), keep);
+    }
+    for pending in &guards {
+        if let Some(producer) = &pending.held_back {
+            producer.wait_event(&event)?;
+        }
     }
     Ok(event)
 }
@@ -1137,6 +1165,7 @@ mod tests {
     #[derive(Debug, Default)]
     struct Producer {
         recorded: AtomicUsize,
+        waited: AtomicUsize,
         done: Arc<AtomicBool>,
     }
 
@@ -1151,8 +1180,45 @@ mod tests {
             }))
         }
         fn wait_event(&self, _event: &Event) -> Result<()> {
+            self.waited.fetch_add(1, Ordering::SeqCst);
             Ok(())
         }
+    }
+
+    #[test]
+    fn a_held_back_producer_waits_for_work_enqueued_without_waiting() {
+        let (_, qa) = deferred("a");
+        let imported = Buffer::alloc(&qa, MemKind::Device, 8).unwrap();
+        let producer = Arc::new(Producer::default());
+        imported.hold_back(producer.clone());
+        assert!(!imported.has_pending_work());
+        imported.fill(1).unwrap();
+        assert_eq!(producer.waited.load(Ordering::SeqCst), 0);
+        imported.enqueue_fill(2).unwrap();
+        let source = Buffer::alloc(&qa, MemKind::Device, 8).unwrap();
+        imported.enqueue_copy_from(&source, &qa).unwrap();
+        assert_eq!(producer.waited.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn re_exported_foreign_memory_lets_go_of_its_owner_after_the_device_is_idle() {
+        let (a, qa) = deferred("a");
+        let released = Arc::new(AtomicBool::new(false));
+        let set = Arc::clone(&released);
+        // SAFETY: nothing dereferences the made-up address.
+        let imported = unsafe {
+            Buffer::from_foreign(
+                Arc::clone(&qa),
+                0x1000 as *mut u8,
+                8,
+                MemKind::Device,
+                Owner::deleter(move || set.store(true, Ordering::SeqCst)),
+            )
+        };
+        imported.mark_exported();
+        drop(imported);
+        assert!(released.load(Ordering::SeqCst));
+        assert_eq!(a.device_waits.load(Ordering::SeqCst), 1);
     }
 
     #[test]

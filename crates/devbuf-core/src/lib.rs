@@ -27,7 +27,7 @@ mod queue;
 pub mod conformance;
 
 pub use array::{Array, Layout, MAX_NDIM, check_ndim};
-pub use blocking::set_blocking_hook;
+pub use blocking::{blocking, set_blocking_hook};
 pub use buffer::{Buffer, DEFAULT_ALIGNMENT, Owner};
 pub use dlpark;
 pub use dtype::{ByteOrder, DType, ScalarKind};

@@ -39,6 +39,14 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// of two). The memory must be released with [`Queue::deallocate`] with the same arguments.
     fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>>;
 
+    /// Whether memory of `kind` from [`Queue::allocate`] becomes usable only when this queue's
+    /// work reaches the allocation (a stream-ordered allocator, whose block may still be in use
+    /// by its previous owner's queued work): [`crate::Buffer`] then records the allocation as
+    /// pending work, which other queues, host views and exports wait for.
+    fn allocates_in_order(&self, _kind: MemKind) -> bool {
+        false
+    }
+
     /// Releases memory from [`Queue::allocate`], after the work already enqueued on this queue
     /// (stream-ordered where the runtime can, else by waiting when work is pending).
     ///

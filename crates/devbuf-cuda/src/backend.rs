@@ -3,12 +3,14 @@
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
+use cudarc::driver::sys::CUresult;
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
 use devbuf_core::{Availability, Backend, DeviceInfo, Error, MemKind, Queue, Result};
 use parking_lot::Mutex;
 
 use crate::device;
 use crate::driver::{self, BACKEND};
+use crate::memory;
 use crate::queue::CudaQueue;
 
 /// The CUDA backend: selectors "cuda" (device 0) and "cuda:N".
@@ -81,18 +83,37 @@ impl Backend for CudaBackend {
 /// device (for pinned and managed memory, the device current when it was allocated) and its kind;
 /// `Ok(None)` for memory CUDA does not know, such as pageable host memory.
 pub fn classify(ptr: usize) -> Result<Option<(u32, MemKind)>> {
-    // The query runs in device 0's primary context: pointer attributes are global under unified
-    // addressing, but the driver wants some context current.
-    CudaBackend::shared_queue(0)?.classify(ptr)
+    let driver = driver::loaded()?;
+    // Pointer attributes are process-wide under unified addressing and the ones asked for need no
+    // current context, so classifying memory opens no device: importing device 1's memory never
+    // depends on device 0.
+    match memory::pointer_info(ptr) {
+        // A driver that wants a context anyway: the first device that can be opened will do.
+        Err(err) if err.is(CUresult::CUDA_ERROR_INVALID_CONTEXT) => (0..driver.device_count)
+            .find_map(|ordinal| CudaBackend::shared_queue(ordinal).ok())
+            .map_or(Err(err.into()), |queue| queue.classify(ptr)),
+        classified => Ok(classified?),
+    }
 }
 
 /// The queue to import foreign memory at `ptr` with, and the memory's kind: the shared queue of
-/// the device the memory belongs to. `Ok(None)` for memory CUDA does not know.
+/// the device the memory belongs to. `Ok(None)` for memory CUDA does not know. Device memory of a
+/// context other than the device's primary one (PyCUDA's, say) is refused: devbuf's queues work in
+/// primary contexts, and that memory is not theirs to fill or to order work on.
 pub fn queue_for_pointer(ptr: usize) -> Result<Option<(Arc<CudaQueue>, MemKind)>> {
-    match classify(ptr)? {
-        Some((ordinal, kind)) => Ok(Some((CudaBackend::shared_queue(ordinal)?, kind))),
-        None => Ok(None),
+    let Some((ordinal, kind)) = classify(ptr)? else {
+        return Ok(None);
+    };
+    let queue = CudaBackend::shared_queue(ordinal)?;
+    if kind == MemKind::Device && memory::pointer_context(ptr)? != queue.context().raw() {
+        return Err(Error::Unsupported {
+            device: queue.device().selector.clone(),
+            what: format!("importing device memory at {ptr:#x}"),
+            reason: "it belongs to a CUDA context other than the device's primary context, and                      devbuf's queues work in primary contexts (the ones CuPy, PyTorch and Numba use)"
+                .into(),
+        });
     }
+    Ok(Some((queue, kind)))
 }
 
 /// The default device's shared queue for tests and examples; the error says why CUDA cannot be

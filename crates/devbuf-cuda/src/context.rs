@@ -80,6 +80,29 @@ impl Drop for PrimaryContext {
     }
 }
 
+/// Blocks until all work has completed in the primary context of every device where one is active
+/// (retained by devbuf or another library): other libraries' work on memory handed to them may run
+/// on any device, since pinned and managed memory is reachable from every device, and device memory
+/// through copies.
+pub(crate) fn synchronize_active_primary_contexts(device_count: u32) -> Result<(), DriverError> {
+    for ordinal in 0..device_count {
+        let mut device = 0;
+        // SAFETY: `device` is a valid out-pointer; a bad ordinal is an error code.
+        call("cuDeviceGet", || unsafe {
+            sys::cuDeviceGet(&mut device, ordinal as i32)
+        })?;
+        let (mut flags, mut active) = (0u32, 0i32);
+        // SAFETY: valid out-pointers and a device handle from the driver.
+        call("cuDevicePrimaryCtxGetState", || unsafe {
+            sys::cuDevicePrimaryCtxGetState(device, &mut flags, &mut active)
+        })?;
+        if active != 0 {
+            PrimaryContext::retain(ordinal)?.synchronize()?;
+        }
+    }
+    Ok(())
+}
+
 /// Proof that a context is current on this thread; restores the previous one when dropped.
 /// Not `Send`: the context stack it pops is the creating thread's.
 #[must_use]

@@ -18,6 +18,8 @@ pub(crate) struct DeviceCaps {
     pub memory_pools: bool,
     /// Whether pinned host memory can be mapped into the device's address space.
     pub can_map_host_memory: bool,
+    /// Whether the host may touch managed memory while work runs on the device.
+    pub concurrent_managed_access: bool,
 }
 
 /// Queries device `ordinal`; needs no context.
@@ -55,6 +57,8 @@ pub(crate) fn query(driver: &Driver, ordinal: u32) -> Result<DeviceCaps, DriverE
     let managed = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY)? != 0;
     let can_map_host_memory =
         attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY)? != 0;
+    let concurrent_managed_access =
+        attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS)? != 0;
     // Drivers older than 11.2 do not know the attribute: no pools there.
     let memory_pools = driver.stream_ordered_allocator
         && attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)
@@ -103,5 +107,6 @@ pub(crate) fn query(driver: &Driver, ordinal: u32) -> Result<DeviceCaps, DriverE
         },
         memory_pools,
         can_map_host_memory,
+        concurrent_managed_access,
     })
 }

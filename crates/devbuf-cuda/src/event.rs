@@ -77,7 +77,17 @@ impl CudaEvent {
         context: &Arc<PrimaryContext>,
         stream: CUstream,
     ) -> Result<Self, DriverError> {
-        let event = RawEvent::create(context.raw())?;
+        Self::record_in(context, context.raw(), stream)
+    }
+
+    /// Records a new event on `stream`, a stream of `event_context` (another library's), keeping
+    /// `context` alive with it.
+    pub(crate) fn record_in(
+        context: &Arc<PrimaryContext>,
+        event_context: CUcontext,
+        stream: CUstream,
+    ) -> Result<Self, DriverError> {
+        let event = RawEvent::create(event_context)?;
         event.record(stream)?;
         Ok(CudaEvent {
             event,
@@ -120,4 +130,19 @@ impl QueueEvent for CudaEvent {
     fn as_any(&self) -> &dyn Any {
         self
     }
+}
+
+/// Makes work enqueued on `stream` (of `context`) from now on wait for `event`, without blocking
+/// the host.
+pub(crate) fn enqueue_wait(
+    stream: CUstream,
+    context: CUcontext,
+    event: CUevent,
+) -> Result<(), DriverError> {
+    let _current = context::enter(context)?;
+    // SAFETY: the stream is alive (ours, or its owner's promise) in the current context, and the
+    // event is alive and recorded; waiting on another context's event is allowed.
+    call("cuStreamWaitEvent", || unsafe {
+        sys::cuStreamWaitEvent(stream, event, 0)
+    })
 }

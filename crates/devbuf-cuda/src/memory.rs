@@ -6,14 +6,14 @@
 //! | Host | `cuMemHostAlloc(DEVICEMAP \| PORTABLE)`: pinned, reachable from every context | `cuMemFreeHost` |
 //! | Shared | `cuMemAllocManaged(GLOBAL)`: migrates, any stream may touch it | `cuMemFree` |
 //!
-//! Every function here expects the allocating context to be current.
+//! Every function here but [`pointer_info`] expects the allocating context to be current.
 
 use std::ffi::c_void;
 use std::ptr;
 
 use cudarc::driver::sys::{
-    self, CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CUmemAttach_flags, CUmemorytype,
-    CUpointer_attribute, CUresult, CUstream,
+    self, CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CUcontext, CUmemAttach_flags,
+    CUmemorytype, CUpointer_attribute, CUresult, CUstream,
 };
 use devbuf_core::MemKind;
 
@@ -70,29 +70,35 @@ impl CudaKind {
     }
 }
 
-/// Allocates `size` bytes of `kind`. `stream` orders stream-ordered allocations.
+/// Allocates `size` bytes of `kind`, returning the address and the allocator that made it (which
+/// [`free`] needs). `stream` orders stream-ordered allocations; where the driver refuses those
+/// (CUDA_ERROR_NOT_SUPPORTED), the memory comes from `cuMemAlloc`.
 pub(crate) fn allocate(
     kind: CudaKind,
     size: usize,
     allocator: DeviceAllocator,
     can_map_host_memory: bool,
     stream: CUstream,
-) -> Result<usize, DriverError> {
+) -> Result<(usize, DeviceAllocator), DriverError> {
     match kind {
         CudaKind::Device => {
             let mut ptr = 0;
-            match allocator {
+            if allocator == DeviceAllocator::StreamOrdered {
                 // SAFETY: `ptr` is a valid out-pointer and `stream` a live stream of the current
                 // context.
-                DeviceAllocator::StreamOrdered => call("cuMemAllocAsync", || unsafe {
+                match call("cuMemAllocAsync", || unsafe {
                     sys::cuMemAllocAsync(&mut ptr, size, stream)
-                })?,
-                // SAFETY: `ptr` is a valid out-pointer and a context is current.
-                DeviceAllocator::Synchronous => call("cuMemAlloc", || unsafe {
-                    sys::cuMemAlloc_v2(&mut ptr, size)
-                })?,
+                }) {
+                    Ok(()) => return Ok((ptr as usize, DeviceAllocator::StreamOrdered)),
+                    Err(err) if err.is(CUresult::CUDA_ERROR_NOT_SUPPORTED) => {}
+                    Err(err) => return Err(err),
+                }
             }
-            Ok(ptr as usize)
+            // SAFETY: `ptr` is a valid out-pointer and a context is current.
+            call("cuMemAlloc", || unsafe {
+                sys::cuMemAlloc_v2(&mut ptr, size)
+            })?;
+            Ok((ptr as usize, DeviceAllocator::Synchronous))
         }
         CudaKind::Host => {
             let mut ptr: *mut c_void = ptr::null_mut();
@@ -105,7 +111,7 @@ pub(crate) fn allocate(
             call("cuMemHostAlloc", || unsafe {
                 sys::cuMemHostAlloc(&mut ptr, size, flags)
             })?;
-            Ok(ptr as usize)
+            Ok((ptr as usize, allocator))
         }
         CudaKind::Shared => {
             let mut ptr = 0;
@@ -117,16 +123,23 @@ pub(crate) fn allocate(
                     CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as u32,
                 )
             })?;
-            Ok(ptr as usize)
+            Ok((ptr as usize, allocator))
         }
     }
 }
 
-/// Releases memory from [`allocate`] with the same `kind`, `allocator` and `stream`.
+/// Whether [`free`] of `kind` from `allocator` is ordered on the stream; other frees happen at
+/// once, so the work before them must have completed.
+pub(crate) fn frees_in_order(kind: CudaKind, allocator: DeviceAllocator) -> bool {
+    kind == CudaKind::Device && allocator == DeviceAllocator::StreamOrdered
+}
+
+/// Releases memory from [`allocate`] with the same `kind`, the allocator it returned, and the same
+/// `stream`.
 ///
 /// # Safety
-/// `ptr` came from `allocate(kind, ..)` with the same allocator, is released once, and no work on
-/// it is pending (stream-ordered frees are ordered on `stream`).
+/// `ptr` came from `allocate(kind, ..)` with that allocator, is released once, and no work on it
+/// is pending (stream-ordered frees are ordered on `stream`, see [`frees_in_order`]).
 pub(crate) unsafe fn free(
     kind: CudaKind,
     ptr: usize,
@@ -184,6 +197,19 @@ pub(crate) fn pointer_info(ptr: usize) -> Result<Option<(u32, MemKind)>, DriverE
         Err(err) => return Err(err),
     }
     Ok(classify_attributes(memory_type, is_managed != 0, ordinal))
+}
+
+/// The context `ptr`'s memory was allocated in; null for memory CUDA does not know.
+pub(crate) fn pointer_context(ptr: usize) -> Result<CUcontext, DriverError> {
+    let mut context: CUcontext = ptr::null_mut();
+    let mut attribute = [CUpointer_attribute::CU_POINTER_ATTRIBUTE_CONTEXT];
+    let mut value: [*mut c_void; 1] = [(&raw mut context).cast()];
+    // SAFETY: the value pointer points at a live local of the attribute's type; the pointer being
+    // queried is never dereferenced.
+    call("cuPointerGetAttributes", || unsafe {
+        sys::cuPointerGetAttributes(1, attribute.as_mut_ptr(), value.as_mut_ptr(), ptr as u64)
+    })?;
+    Ok(context)
 }
 
 /// The kind the driver's attributes describe. Managed memory reports either memory type

@@ -76,6 +76,13 @@ pub fn decode_cai_stream(stream: Option<i64>) -> Result<ProtocolStream> {
     }
 }
 
+/// The `stream` a CAI dict of `version` implies when it has no `stream` key: producers before v3
+/// had none and worked on the legacy default stream, with which consumers were implicitly ordered
+/// (devbuf's streams are not); from v3 on, a missing key means no synchronization is needed.
+pub fn implied_cai_stream(version: i64) -> Option<i64> {
+    (version < 3).then_some(CU_STREAM_LEGACY as i64)
+}
+
 /// Decodes the `stream` argument of `__dlpack__(stream=...)`: the consumer's stream, on which the
 /// consumer will use the data. `None` means the legacy default stream, -1 no synchronization.
 pub fn decode_dlpack_stream(stream: Option<i64>) -> Result<ProtocolStream> {
@@ -156,6 +163,14 @@ mod tests {
                 .to_string()
                 .starts_with("stream: 0 is disallowed")
         );
+    }
+
+    #[test]
+    fn producers_before_v3_imply_the_legacy_stream() {
+        for version in 0..3 {
+            assert_eq!(implied_cai_stream(version), Some(1));
+        }
+        assert_eq!(implied_cai_stream(3), None);
     }
 
     #[test]

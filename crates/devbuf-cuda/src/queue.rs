@@ -1,19 +1,19 @@
 //! [`CudaQueue`]: a device's primary context and one stream, as a [`devbuf_core::Queue`].
 
 use std::any::Any;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
-use cudarc::driver::sys::{self, CUcontext, CUevent, CUstream};
+use cudarc::driver::sys::{self, CUcontext, CUresult, CUstream};
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
-use devbuf_core::{DeviceInfo, Error, Event, MemKind, Queue, Result};
+use devbuf_core::{DeviceInfo, Error, Event, ForeignQueue, MemKind, Queue, Result, blocking};
 use parking_lot::Mutex;
 
 use crate::context::PrimaryContext;
 use crate::device::{self, DeviceCaps};
 use crate::driver::{self, BACKEND, DriverError, call};
-use crate::event::{CudaEvent, RawEvent};
+use crate::event::{self, CudaEvent, RawEvent};
 use crate::memory::{self, CudaKind, DeviceAllocator, NATIVE_ALIGNMENT};
 use crate::protocol::{self, ProtocolStream};
 use crate::stream::Stream;
@@ -26,9 +26,14 @@ pub struct CudaQueue {
     stream: Stream,
     allocator: DeviceAllocator,
     can_map_host_memory: bool,
+    /// Whether the host may touch managed memory while work runs on the device.
+    concurrent_managed_access: bool,
     /// Aligned address handed out → address the driver returned, for allocations aligned beyond
     /// [`NATIVE_ALIGNMENT`] whose start had to move.
     over_aligned: Mutex<HashMap<usize, usize>>,
+    /// Device memory from `cuMemAlloc` because the driver refused the stream-ordered allocator
+    /// for it: it must be freed with `cuMemFree`.
+    synchronous_fallbacks: Mutex<HashSet<usize>>,
 }
 
 impl CudaQueue {
@@ -83,7 +88,9 @@ impl CudaQueue {
                 DeviceAllocator::Synchronous
             },
             can_map_host_memory: caps.can_map_host_memory,
+            concurrent_managed_access: caps.concurrent_managed_access,
             over_aligned: Mutex::new(HashMap::new()),
+            synchronous_fallbacks: Mutex::new(HashSet::new()),
         }
     }
 
@@ -92,15 +99,15 @@ impl CudaQueue {
         self.stream.context().ordinal()
     }
 
+    /// The primary context the queue's stream belongs to.
+    pub(crate) fn context(&self) -> &Arc<PrimaryContext> {
+        self.stream.context()
+    }
+
     /// The `CUstream` work is enqueued on; never 0, so it is also the integer that names it in a
     /// CAI `stream` entry and a `__dlpack__(stream=...)` argument (1 for the legacy default stream).
     pub fn stream(&self) -> usize {
         self.stream.raw() as usize
-    }
-
-    /// The primary context the queue's work and memory belong to.
-    pub(crate) fn context(&self) -> &Arc<PrimaryContext> {
-        self.stream.context()
     }
 
     /// Whether device memory comes from the device's stream-ordered memory pool.
@@ -125,7 +132,7 @@ impl CudaQueue {
         // An event must be recorded in its stream's own context.
         let event = RawEvent::create(stream_context(self.stream.context(), handle)?)?;
         event.record(handle as CUstream)?;
-        self.enqueue_wait(self.stream.raw(), self.stream.context().raw(), event.raw())?;
+        event::enqueue_wait(self.stream.raw(), self.stream.context().raw(), event.raw())?;
         Ok(())
     }
 
@@ -143,21 +150,7 @@ impl CudaQueue {
         }
         let event = CudaEvent::record(self.stream.context(), self.stream.raw())?;
         let consumer_context = stream_context(self.stream.context(), handle)?;
-        self.enqueue_wait(handle as CUstream, consumer_context, event.raw())?;
-        Ok(())
-    }
-
-    /// Imports a foreign CAI's `stream` entry: rejects 0, and unless
-    /// [`protocol::CAI_SYNC_ENV`] turned it off, orders this queue's work after the producer's.
-    ///
-    /// # Safety
-    /// `stream`, unless 1 or 2, is a live `CUstream` (the CAI producer's promise).
-    pub unsafe fn sync_cai_import(&self, stream: Option<i64>) -> Result<()> {
-        let producer = protocol::decode_cai_stream(stream)?;
-        if protocol::cai_import_sync_enabled() {
-            // SAFETY: the caller's promise about `stream`.
-            unsafe { self.wait_for_stream(producer) }?;
-        }
+        event::enqueue_wait(handle as CUstream, consumer_context, event.raw())?;
         Ok(())
     }
 
@@ -179,20 +172,6 @@ impl CudaQueue {
         Ok(memory::pointer_info(ptr)?)
     }
 
-    fn enqueue_wait(
-        &self,
-        stream: CUstream,
-        context: CUcontext,
-        event: CUevent,
-    ) -> Result<(), DriverError> {
-        let _current = crate::context::enter(context)?;
-        // SAFETY: the stream is alive (ours, or its owner's promise) in the current context, and
-        // the event is alive and recorded; waiting on another context's event is allowed.
-        call("cuStreamWaitEvent", || unsafe {
-            sys::cuStreamWaitEvent(stream, event, 0)
-        })
-    }
-
     fn out_of_memory(&self, kind: MemKind, size: usize, reason: String) -> Error {
         Error::OutOfMemory {
             kind,
@@ -204,7 +183,10 @@ impl CudaQueue {
 }
 
 /// The context a stream belongs to; 1 and 2 resolve in `ours`, the context current when used.
-fn stream_context(ours: &PrimaryContext, handle: usize) -> Result<CUcontext, DriverError> {
+pub(crate) fn stream_context(
+    ours: &PrimaryContext,
+    handle: usize,
+) -> Result<CUcontext, DriverError> {
     if matches!(
         ProtocolStream::from_handle(handle),
         Ok(ProtocolStream::Legacy | ProtocolStream::PerThread)
@@ -263,24 +245,34 @@ impl Queue for CudaQueue {
             self.out_of_memory(kind, size, format!("padding to {align} bytes overflows"))
         })?;
         let _current = self.stream.context().enter()?;
-        let base = memory::allocate(
+        let (base, allocator) = memory::allocate(
             cuda_kind,
             requested,
             self.allocator,
             self.can_map_host_memory,
             self.stream.raw(),
         )
-        .map_err(|err| match err.code {
-            // Whatever the driver refuses (out of memory, a size beyond its limits) is MemoryError.
-            Some(_) => self.out_of_memory(kind, size, err.to_string()),
-            None => err.into(),
+        .map_err(|err| {
+            // Only a lack of memory is MemoryError; a broken context or a refused call is a fault.
+            if err.is(CUresult::CUDA_ERROR_OUT_OF_MEMORY) {
+                self.out_of_memory(kind, size, err.to_string())
+            } else {
+                err.into()
+            }
         })?;
+        if allocator != self.allocator && cuda_kind == CudaKind::Device {
+            self.synchronous_fallbacks.lock().insert(base);
+        }
         let aligned = memory::aligned_start(base, align);
         if aligned != base {
             self.over_aligned.lock().insert(aligned, base);
         }
         NonNull::new(aligned as *mut u8)
             .ok_or_else(|| self.out_of_memory(kind, size, "the driver returned null".into()))
+    }
+
+    fn allocates_in_order(&self, kind: MemKind) -> bool {
+        kind == MemKind::Device && self.allocator == DeviceAllocator::StreamOrdered
     }
 
     unsafe fn deallocate(&self, ptr: NonNull<u8>, kind: MemKind, _size: usize, align: usize) {
@@ -293,13 +285,31 @@ impl Queue for CudaQueue {
         } else {
             aligned
         };
+        let allocator = if cuda_kind == CudaKind::Device
+            && self.allocator == DeviceAllocator::StreamOrdered
+            && self.synchronous_fallbacks.lock().remove(&base)
+        {
+            DeviceAllocator::Synchronous
+        } else {
+            self.allocator
+        };
         // A failure here (the driver already shut down at process exit) cannot be reported and
         // leaves nothing to free.
-        if let Ok(_current) = self.stream.context().enter() {
-            // SAFETY: the caller passes back one allocation of ours, once, with no work pending;
-            // `base` is what the driver returned for it.
-            let _ = unsafe { memory::free(cuda_kind, base, self.allocator, self.stream.raw()) };
+        let Ok(_current) = self.stream.context().enter() else {
+            return;
+        };
+        // A free that is not stream-ordered happens at once: the work enqueued on our stream so far
+        // (other queues' work on the memory included, which the caller ordered into it) must be
+        // done. Memory that work may still use is leaked when the wait fails.
+        if !memory::frees_in_order(cuda_kind, allocator)
+            && !self.stream.is_idle().unwrap_or(false)
+            && blocking(|| self.stream.synchronize()).is_err()
+        {
+            return;
         }
+        // SAFETY: the caller passes back one allocation of ours, once, ordered after the work on
+        // it; `base` and `allocator` are what the driver returned for it.
+        let _ = unsafe { memory::free(cuda_kind, base, allocator, self.stream.raw()) };
     }
 
     unsafe fn copy(&self, dst: *mut u8, src: *const u8, len: usize) -> Result<()> {
@@ -349,9 +359,24 @@ impl Queue for CudaQueue {
         Ok(self.stream.synchronize()?)
     }
 
-    /// Every stream of the primary context: the one CuPy, torch and Numba use too.
+    /// Every stream of every active primary context (the contexts CuPy, torch and Numba use
+    /// too): consumers of exported memory may work on it from any device.
     fn wait_device(&self) -> Result<()> {
-        Ok(self.stream.context().synchronize()?)
+        let device_count = driver::loaded()?.device_count;
+        Ok(crate::context::synchronize_active_primary_contexts(
+            device_count,
+        )?)
+    }
+
+    /// Managed memory is the host's only where the device allows concurrent access: elsewhere the
+    /// host must not touch it while any work runs on the device, which devbuf cannot promise for a
+    /// host view, so it copies instead.
+    fn host_accessible(&self, kind: MemKind) -> bool {
+        match kind {
+            MemKind::Host => true,
+            MemKind::Shared => self.concurrent_managed_access,
+            MemKind::Device | MemKind::Unknown => false,
+        }
     }
 
     fn record_event(&self) -> Result<Event> {
@@ -363,9 +388,11 @@ impl Queue for CudaQueue {
 
     fn wait_event(&self, event: &Event) -> Result<()> {
         match event.downcast_ref::<CudaEvent>() {
-            Some(cuda) => {
-                Ok(self.enqueue_wait(self.stream.raw(), self.stream.context().raw(), cuda.raw())?)
-            }
+            Some(cuda) => Ok(event::enqueue_wait(
+                self.stream.raw(),
+                self.stream.context().raw(),
+                cuda.raw(),
+            )?),
             // Another backend's event: the device cannot wait for it, the host can.
             None => event.wait(),
         }
@@ -402,6 +429,10 @@ impl Queue for CudaQueue {
 
     fn native_stream(&self) -> Option<usize> {
         Some(self.stream())
+    }
+
+    fn as_foreign_queue(self: Arc<Self>) -> Option<Arc<dyn ForeignQueue>> {
+        Some(self)
     }
 
     fn as_any(&self) -> &dyn Any {

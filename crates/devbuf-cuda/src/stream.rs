@@ -3,7 +3,7 @@
 use std::ptr;
 use std::sync::Arc;
 
-use cudarc::driver::sys::{self, CUstream, CUstream_flags};
+use cudarc::driver::sys::{self, CUresult, CUstream, CUstream_flags};
 
 use crate::context::PrimaryContext;
 use crate::driver::{DriverError, call};
@@ -55,6 +55,17 @@ impl Stream {
 
     pub fn context(&self) -> &Arc<PrimaryContext> {
         &self.context
+    }
+
+    /// Whether all work enqueued so far has completed, without blocking.
+    pub fn is_idle(&self) -> Result<bool, DriverError> {
+        let _current = self.context.enter()?;
+        // SAFETY: the stream is alive (owned, or kept alive by its owner) and its context current.
+        match call("cuStreamQuery", || unsafe { sys::cuStreamQuery(self.raw) }) {
+            Ok(()) => Ok(true),
+            Err(err) if err.is(CUresult::CUDA_ERROR_NOT_READY) => Ok(false),
+            Err(err) => Err(err),
+        }
     }
 
     /// Blocks until all work enqueued so far has completed.

@@ -514,10 +514,12 @@ fn protocol_streams_are_validated_and_the_default_streams_accepted() {
         return;
     };
     let queue = &*shared;
+    let as_queue: Arc<dyn Queue> = shared.clone();
+    let imported = Buffer::alloc(&as_queue, MemKind::Host, 64).unwrap();
     let cai = |stream| {
         // SAFETY: the only handle passed is the queue's own live stream; the other values are
         // rejected or the special streams 1 and 2.
-        unsafe { queue.sync_cai_import(stream) }
+        unsafe { queue.sync_cai_import(&imported, stream) }
     };
     let dlpack = |stream| {
         // SAFETY: as for `cai`.

@@ -195,7 +195,7 @@ fn import_dlpack<'py>(
         let array = import_managed(py, ManagedTensor::Versioned(tensor), None, None)?;
         // The no-sync export leaves ordering to us: order after the producer's current stream.
         if sync && let Some(current_work_stream) = api.current_work_stream {
-            streams::order_after_producer(py, &array.get().queue, |stream_out| {
+            streams::order_after_producer(py, array.get().array.buffer(), |stream_out| {
                 // SAFETY: the producer's table; `stream_out` is a valid out-pointer.
                 unsafe { current_work_stream(device.device_type, device.device_id, stream_out) }
             })?;
@@ -612,18 +612,25 @@ fn import_cai<'py>(
                 .extract::<i64>()
                 .map_err(|_| PyTypeError::new_err("stream: expected None or an int"))?,
         ),
-        _ => None,
+        Some(_) => None,
+        None => devbuf::cuda::protocol::implied_cai_stream(parsed.version),
     };
     let foreign = interface::import_cai(&parsed).py()?;
-    let queue = backend::queue_for_cuda_pointer(py, foreign.base)?;
-    streams::order_after_cai_stream(py, &queue, stream, sync)?;
-    wrap_foreign(
+    // An empty array has no memory to classify (the spec makes its `data` 0): any CUDA queue will do.
+    let queue = if foreign.len == 0 {
+        shared_queue(py, devbuf::cuda::BACKEND)?
+    } else {
+        backend::queue_for_cuda_pointer(py, foreign.base)?
+    };
+    let array = wrap_foreign(
         py,
         foreign,
         queue,
         Owner::keep_alive(obj.clone().unbind()),
         "data",
-    )
+    )?;
+    streams::order_after_cai_stream(py, array.get().array.buffer(), stream, sync)?;
+    Ok(array)
 }
 
 /// A Py_buffer held until the last view of its memory is gone, released under the GIL.

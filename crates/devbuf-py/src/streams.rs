@@ -6,6 +6,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use devbuf::Buffer;
 use devbuf::dlpark::ffi::{DLDevice, DLDeviceType};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -146,15 +147,15 @@ pub(crate) fn consumer_stream_argument<'py>(
     Ok(backend::dpctl_queue(py, queue)?.map(|queue| queue.into_bound(py)))
 }
 
-/// After a no-sync DLPack export (the C exchange table), orders `queue`'s later work after the
-/// producer's current work stream, which `current_work_stream` writes out. Only queues with
-/// native streams need it.
+/// After a no-sync DLPack export (the C exchange table), orders later work on `buffer` (just
+/// imported) after the producer's current work stream, which `current_work_stream` writes out.
+/// Only queues with native streams need it.
 pub(crate) fn order_after_producer(
     py: Python<'_>,
-    queue: &Py<PyQueue>,
+    buffer: &Buffer,
     current_work_stream: impl FnOnce(*mut *mut c_void) -> c_int,
 ) -> PyResult<()> {
-    if queue.get().queue.native_stream().is_none() {
+    if buffer.queue().native_stream().is_none() {
         return Ok(());
     }
     let mut stream: *mut c_void = std::ptr::null_mut();
@@ -163,21 +164,26 @@ pub(crate) fn order_after_producer(
     }
     // A NULL current stream is the legacy default stream, which the protocols call 1.
     let stream = if stream.is_null() { 1 } else { stream as i64 };
-    order_after_cai_stream(py, queue, Some(stream), true)
+    order_after_cai_stream(py, buffer, Some(stream), true)
 }
 
-/// CAI v3's consumer rule: when the producer names a stream, later work on `queue` waits for it
-/// (an event on the producer's stream, waited on by ours: no host block), unless `sync` is off
-/// or `DEVBUF_CUDA_ARRAY_INTERFACE_SYNC=0` turned it off. 0 is refused either way.
+/// CAI v3's consumer rule for `buffer`, just imported: when the producer names a stream, later
+/// work on the buffer waits for it (an event on the producer's stream, waited on by ours: no host
+/// block; host views and re-exports wait for it too), and the producer's stream waits for work
+/// devbuf enqueues on the buffer; unless `sync` is off or `DEVBUF_CUDA_ARRAY_INTERFACE_SYNC=0`
+/// turned it off. 0 is refused either way.
 pub(crate) fn order_after_cai_stream(
     py: Python<'_>,
-    queue: &Py<PyQueue>,
+    buffer: &Buffer,
     stream: Option<i64>,
     sync: bool,
 ) -> PyResult<()> {
-    match backend::cuda_queue(&queue.get().queue) {
-        // SAFETY: a CAI producer's `stream` names one of its live CUDA streams (CAI v3's contract).
-        Some(cuda) if sync => py.detach(|| unsafe { cuda.sync_cai_import(stream) }).py(),
+    match backend::cuda_queue(buffer.queue()) {
+        // SAFETY: a CAI producer's `stream` names one of its live CUDA streams, alive while the
+        // data is used (CAI v3's contract).
+        Some(cuda) if sync => py
+            .detach(|| unsafe { cuda.sync_cai_import(buffer, stream) })
+            .py(),
         _ => devbuf::cuda::protocol::decode_cai_stream(stream)
             .map(drop)
             .py(),

@@ -30,8 +30,9 @@ pub(crate) struct Config {
     /// `DEVBUF_CUDA_TEST_INIT_ERROR`: the code `cuInit` fails with.
     pub init_error: Option<CUresult>,
     /// `DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS`: 1-based numbers of the allocation calls (of any kind,
-    /// counted over the process) that fail with CUDA_ERROR_OUT_OF_MEMORY.
-    pub failing_allocations: Vec<u64>,
+    /// counted over the process) that fail, each with its code (CUDA_ERROR_OUT_OF_MEMORY unless
+    /// the entry names one: `N:CODE`).
+    pub failing_allocations: Vec<(u64, CUresult)>,
     /// `DEVBUF_CUDA_TEST_UNAVAILABLE_DEVICES`: ordinals whose primary context cannot be retained
     /// (CUDA_ERROR_DEVICE_UNAVAILABLE, as for a device another process holds exclusively).
     pub unavailable_devices: Vec<i32>,
@@ -94,7 +95,26 @@ impl Config {
                 })
                 .collect()
         };
-        let failing_allocations = numbers("DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS", &mut errors);
+        let failing_allocations = list("DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS")
+            .into_iter()
+            .filter_map(|item| {
+                let (number, code) = match item.split_once(':') {
+                    Some((number, code)) => (number, parse_code(code)),
+                    None => (item.as_str(), Some(CUresult::CUDA_ERROR_OUT_OF_MEMORY)),
+                };
+                match (number.trim().parse(), code) {
+                    (Ok(number), Some(code)) if code != CUresult::CUDA_SUCCESS => {
+                        Some((number, code))
+                    }
+                    _ => {
+                        errors.push(format!(
+                            "DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS: {item:?} is not N or N:CODE"
+                        ));
+                        None
+                    }
+                }
+            })
+            .collect();
         let unavailable_devices = numbers("DEVBUF_CUDA_TEST_UNAVAILABLE_DEVICES", &mut errors)
             .into_iter()
             .map(|ordinal| ordinal as i32)
@@ -175,19 +195,30 @@ mod tests {
     fn variables_set_faults_and_bad_values_are_reported() {
         let config = with(&[
             ("DEVBUF_CUDA_TEST_INIT_ERROR", "NO_DEVICE"),
-            ("DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS", "3, 5"),
+            ("DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS", "3, 5:NOT_SUPPORTED"),
             ("DEVBUF_CUDA_TEST_HIDE", "cuMemAllocAsync,cuMemFreeAsync"),
             ("DEVBUF_CUDA_TEST_POOL_REUSE", "immediate"),
         ]);
         assert_eq!(config.init_error, Some(CUresult::CUDA_ERROR_NO_DEVICE));
-        assert_eq!(config.failing_allocations, [3, 5]);
+        assert_eq!(
+            config.failing_allocations,
+            [
+                (3, CUresult::CUDA_ERROR_OUT_OF_MEMORY),
+                (5, CUresult::CUDA_ERROR_NOT_SUPPORTED)
+            ]
+        );
         assert_eq!(config.hidden, ["cuMemAllocAsync", "cuMemFreeAsync"]);
         assert!(config.immediate_pool_reuse);
         let bad = with(&[
             ("DEVBUF_CUDA_TEST_DEVICES", "two"),
             ("DEVBUF_CUDA_TEST_MEMORY_POOLS", "maybe"),
+            ("DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS", "2:NO_SUCH_CODE"),
         ]);
         let error = bad.error.unwrap();
         assert!(error.contains("DEVBUF_CUDA_TEST_DEVICES") && error.contains("MEMORY_POOLS"));
+        assert!(
+            error.contains("\"2:NO_SUCH_CODE\" is not N or N:CODE"),
+            "{error}"
+        );
     }
 }

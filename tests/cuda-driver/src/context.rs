@@ -7,7 +7,7 @@
 
 use std::cell::RefCell;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use cudarc::driver::sys::{CUcontext, CUdevice, CUresult};
 use parking_lot::Mutex;
@@ -21,7 +21,10 @@ const PRIMARY_CONTEXT_FLAG_MASK: u32 = 0x07 | 0x10;
 
 pub(crate) struct Context {
     pub ordinal: usize,
+    /// For a device's primary context its retains and flags; for a created one, its flags.
     primary: Mutex<Primary>,
+    /// `None` for a primary context; for one from `cuCtxCreate`, whether it is not yet destroyed.
+    created: Option<AtomicBool>,
     /// The sticky error code, 0 while there is none.
     sticky: AtomicU32,
     /// Bumped each time the context is destroyed: handles made before then are stale.
@@ -41,11 +44,19 @@ fn contexts() -> &'static [Context] {
             .map(|ordinal| Context {
                 ordinal,
                 primary: Mutex::default(),
+                created: None,
                 sticky: AtomicU32::new(0),
                 generation: AtomicU64::new(0),
             })
             .collect()
     })
+}
+
+/// Contexts from `cuCtxCreate`, destroyed or not (a destroyed one's handle stays recognisable,
+/// so that using it is CUDA_ERROR_CONTEXT_IS_DESTROYED rather than a crash).
+fn created_contexts() -> &'static Mutex<Vec<&'static Context>> {
+    static CREATED: Mutex<Vec<&'static Context>> = Mutex::new(Vec::new());
+    &CREATED
 }
 
 /// Device `ordinal`'s primary context.
@@ -63,6 +74,13 @@ impl Context {
         contexts()
             .iter()
             .find(|context| context.handle() == handle)
+            .or_else(|| {
+                let created = created_contexts().lock();
+                created
+                    .iter()
+                    .copied()
+                    .find(|context| context.handle() == handle)
+            })
             .ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)
     }
 
@@ -71,7 +89,10 @@ impl Context {
     }
 
     pub fn is_active(&self) -> bool {
-        self.primary.lock().retains > 0
+        match &self.created {
+            None => self.primary.lock().retains > 0,
+            Some(alive) => alive.load(Ordering::Acquire),
+        }
     }
 
     /// Ok while the context is alive and has met no fault; otherwise the code every call gets.
@@ -152,6 +173,62 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(
         primary.primary.lock().retains += 1;
         // SAFETY: the caller's out-pointer.
         unsafe { write_out(context, primary.handle()) }
+    })
+}
+
+/// Creates a context of its own on `device` (not the primary one) and makes it current: it is
+/// pushed on the calling thread's stack, and lives until `cuCtxDestroy`.
+///
+/// # Safety
+/// `context` is null or valid for writing a CUcontext.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxCreate_v2(
+    context: *mut CUcontext,
+    flags: u32,
+    device: CUdevice,
+) -> CUresult {
+    entry("cuCtxCreate", || {
+        let ordinal = ordinal(device)?;
+        if flags & !PRIMARY_CONTEXT_FLAG_MASK != 0 || context.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        if config().unavailable_devices.contains(&(ordinal as i32)) {
+            return Err(CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE);
+        }
+        let created: &'static Context = Box::leak(Box::new(Context {
+            ordinal,
+            primary: Mutex::new(Primary { retains: 0, flags }),
+            created: Some(AtomicBool::new(true)),
+            sticky: AtomicU32::new(0),
+            generation: AtomicU64::new(0),
+        }));
+        created_contexts().lock().push(created);
+        STACK.with(|stack| stack.borrow_mut().push(created));
+        // SAFETY: the caller's out-pointer, checked non-null.
+        unsafe { write_out(context, created.handle()) }
+    })
+}
+
+/// Destroys a context from `cuCtxCreate` with everything in it; the calling thread's stack
+/// loses it if it is current there. A primary context cannot be destroyed this way.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxDestroy_v2(context: CUcontext) -> CUresult {
+    entry("cuCtxDestroy", || {
+        let context = Context::from_handle(context)?;
+        let Some(alive) = &context.created else {
+            return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+        };
+        if !alive.swap(false, Ordering::AcqRel) {
+            return Err(CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED);
+        }
+        context.destroy();
+        STACK.with(|stack| {
+            let mut stack = stack.borrow_mut();
+            if stack.last().is_some_and(|top| std::ptr::eq(*top, context)) {
+                stack.pop();
+            }
+        });
+        Ok(())
     })
 }
 

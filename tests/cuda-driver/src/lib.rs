@@ -16,7 +16,8 @@
 //! - devices with names, compute capability 9.0, unified addressing, managed memory, concurrent
 //!   managed access, memory pools, total memory (CUDA_ERROR_INVALID_DEVICE for bad ordinals);
 //! - reference-counted primary contexts (retain, release, reset, state, flags), destroyed with all
-//!   their streams, events and memory when the last retain goes; a per-thread context stack; calls
+//!   their streams, events and memory when the last retain goes; contexts of their own
+//!   (`cuCtxCreate_v2`, current on creation, and `cuCtxDestroy`); a per-thread context stack; calls
 //!   that need a context fail with CUDA_ERROR_INVALID_CONTEXT without one (and with
 //!   CUDA_ERROR_CONTEXT_IS_DESTROYED in a released one);
 //! - device memory the host cannot touch (addresses in a `PROT_NONE` reservation: a host
@@ -53,7 +54,7 @@
 //! | `DEVBUF_CUDA_TEST_TOTAL_MEMORY_MB=N` | each device's memory (default 16384) |
 //! | `DEVBUF_CUDA_TEST_DRIVER_VERSION=N` | what `cuDriverGetVersion` answers (default 13000) |
 //! | `DEVBUF_CUDA_TEST_INIT_ERROR=CODE` | `cuInit` fails with CODE (a name such as `NO_DEVICE` or a number) |
-//! | `DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS=N,M` | the Nth and Mth allocation calls of the process (any kind) fail with CUDA_ERROR_OUT_OF_MEMORY |
+//! | `DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS=N,M:CODE` | the Nth and Mth allocation calls of the process (any kind) fail, with CUDA_ERROR_OUT_OF_MEMORY or the CODE named (e.g. `NOT_SUPPORTED`, as some virtualized devices answer `cuMemAllocAsync` although their pool attribute reads 1) |
 //! | `DEVBUF_CUDA_TEST_UNAVAILABLE_DEVICES=0,1` | retaining these devices' primary contexts fails with CUDA_ERROR_DEVICE_UNAVAILABLE |
 //! | `DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0` | the device attribute reads 0, and the host faults when it touches managed memory while stream work on it is pending |
 //! | `DEVBUF_CUDA_TEST_MEMORY_POOLS=0` | no memory pools: the attribute reads 0, `cuMemAllocAsync` is CUDA_ERROR_NOT_SUPPORTED |
@@ -66,8 +67,10 @@
 //! ## Not modelled
 //!
 //! Kernels, modules and linking (`cuModule*`, `cuLaunchKernel`, ...), graphs and stream capture,
-//! IPC events (`cuIpcGetEventHandle`, `cuIpcOpenEventHandle`), peer mappings (`cuDeviceCanAccessPeer` answers 0; copies between devices work through
-//! unified addressing), non-primary contexts (`cuCtxCreate`), `cuMemHostRegister`, 2D/3D copies,
+//! IPC events (`cuIpcGetEventHandle`, `cuIpcOpenEventHandle`), peer mappings
+//! (`cuDeviceCanAccessPeer` answers 0; copies between devices work through unified addressing),
+//! `cuCtxCreate_v3`/`_v4` (execution affinity, creation parameters), `cuMemHostRegister`, 2D/3D
+//! copies,
 //! memory pools other than the default one, the per-thread-default-stream variants (`_ptsz`,
 //! `_ptds`: stream 0 is always the legacy stream), and the pre-3.2 32-bit ABIs of the plain names
 //! `cuMemAlloc`, `cuMemcpyHtoD`, ... (not exported, so a program built against them fails to load

@@ -161,10 +161,14 @@ static ALLOCATION_CALLS: AtomicU64 = AtomicU64::new(0);
 /// names its number.
 pub(crate) fn count_allocation_call() -> DriverResult {
     let number = ALLOCATION_CALLS.fetch_add(1, Ordering::AcqRel) + 1;
-    if config().failing_allocations.contains(&number) {
-        return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    match config()
+        .failing_allocations
+        .iter()
+        .find(|(failing, _)| *failing == number)
+    {
+        Some(&(_, code)) => Err(code),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 fn device_memory_used() -> &'static [AtomicUsize] {

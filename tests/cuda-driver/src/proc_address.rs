@@ -79,6 +79,9 @@ table! {
     "cuDevicePrimaryCtxSetFlags" 7000 => cuDevicePrimaryCtxSetFlags;
     "cuDevicePrimaryCtxSetFlags" 11000 => cuDevicePrimaryCtxSetFlags_v2;
     "cuDevicePrimaryCtxGetState" 7000 => cuDevicePrimaryCtxGetState;
+    "cuCtxCreate" 3020 => cuCtxCreate_v2;
+    "cuCtxCreate" 11040 => none;
+    "cuCtxDestroy" 4000 => cuCtxDestroy_v2;
     "cuCtxGetCurrent" 4000 => cuCtxGetCurrent;
     "cuCtxSetCurrent" 4000 => cuCtxSetCurrent;
     "cuCtxPushCurrent" 4000 => cuCtxPushCurrent_v2;

@@ -334,6 +334,18 @@ driver_test!(the_nth_allocation_fails_when_asked ["DEVBUF_CUDA_TEST_FAIL_ALLOCAT
     assert_eq!(result, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
 });
 
+driver_test!(an_allocation_fails_with_the_code_asked_for ["DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS" = "1:NOT_SUPPORTED,2:INVALID_CONTEXT"] {
+    setup();
+    let mut ptr = 0;
+    // SAFETY: a valid out-pointer; the stream is the legacy default stream.
+    let result = unsafe { sys::cuMemAllocAsync(&mut ptr, 64, 1 as CUstream) };
+    assert_eq!(result, CUresult::CUDA_ERROR_NOT_SUPPORTED);
+    // SAFETY: a valid out-pointer.
+    let result = unsafe { sys::cuMemAlloc_v2(&mut ptr, 64) };
+    assert_eq!(result, CUresult::CUDA_ERROR_INVALID_CONTEXT);
+    device_alloc(64);
+});
+
 fn attributes(ptr: u64) -> (u32, bool, i32, CUcontext) {
     let (mut kind, mut managed, mut ordinal, mut context) =
         (0u32, 0u8, -1i32, ptr::null_mut::<sys::CUctx_st>());
@@ -457,6 +469,49 @@ driver_test!(the_old_driver_build_lacks_the_stream_ordered_allocator {
     // SAFETY: a valid out-pointer.
     let result = unsafe {
         sys::cuDeviceGetAttribute(&mut value, A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 0)
+    };
+    assert_eq!(result, CUresult::CUDA_ERROR_INVALID_VALUE);
+});
+
+driver_test!(a_created_context_is_its_own_until_destroyed {
+    let primary = setup();
+    let mut created = ptr::null_mut();
+    // SAFETY: a valid out-pointer; device 1 exists.
+    ok(unsafe { sys::cuCtxCreate_v2(&mut created, 0, 1) });
+    assert_ne!(created, primary);
+    let mut current = ptr::null_mut();
+    // SAFETY: a valid out-pointer.
+    ok(unsafe { sys::cuCtxGetCurrent(&mut current) });
+    assert_eq!(current, created, "a created context is current on its thread");
+    let memory = device_alloc(64);
+    let (_, _, ordinal, owner) = attributes(memory);
+    assert_eq!((ordinal, owner), (1, created));
+    let own_stream = stream(NON_BLOCKING);
+    let mut stream_context = ptr::null_mut();
+    // SAFETY: a live stream and a valid out-pointer.
+    ok(unsafe { sys::cuStreamGetCtx(own_stream, &mut stream_context) });
+    assert_eq!(stream_context, created);
+
+    // SAFETY: the context created above, destroyed once; then a stale handle and the primary.
+    unsafe {
+        ok(sys::cuCtxDestroy_v2(created));
+        ok(sys::cuCtxGetCurrent(&mut current));
+        assert_eq!(current, primary, "destroying a current context pops it");
+        assert_eq!(
+            sys::cuCtxDestroy_v2(created),
+            CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED
+        );
+        assert_eq!(sys::cuCtxDestroy_v2(primary), CUresult::CUDA_ERROR_INVALID_CONTEXT);
+    }
+    // Its memory went with it.
+    let mut kind = 0u32;
+    // SAFETY: a valid out-pointer for this attribute's type.
+    let result = unsafe {
+        sys::cuPointerGetAttribute(
+            (&raw mut kind).cast(),
+            P::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            memory,
+        )
     };
     assert_eq!(result, CUresult::CUDA_ERROR_INVALID_VALUE);
 });

@@ -1,0 +1,153 @@
+//! Ordering and lifetime rules of the CUDA backend, each shown on the CUDA test driver (with its
+//! per-operation delay, so that a missing wait reads wrong bytes or touches unallocated memory,
+//! which the driver reports as an illegal address). Each test runs in a child process with the
+//! driver settings it needs.
+
+mod common;
+
+use std::ffi::c_void;
+use std::ptr;
+
+use cudarc::driver::sys;
+use devbuf_core::conformance::{assert_check, pattern};
+use devbuf_core::{Buffer, MemKind, Owner};
+
+use common::{check, cuda, foreign_fill, fresh, in_primary_context, shared};
+
+const LEN: usize = 1 << 20;
+
+child_test!(busy_frees_are_ordered_with_memory_pools ["DEVBUF_CUDA_TEST_DELAY_US" = "2000"] {
+    assert_check("busy_free", "cuda", &Ok(shared(0)));
+});
+
+child_test!(busy_frees_are_ordered_without_memory_pools [
+    "DEVBUF_CUDA_TEST_DELAY_US" = "2000",
+    "DEVBUF_CUDA_TEST_MEMORY_POOLS" = "0",
+] {
+    assert_check("busy_free", "cuda", &Ok(shared(0)));
+});
+
+// Pinned memory that a copy on another device's stream still writes: the release waits for it.
+child_test!(pinned_memory_outlives_a_copy_on_another_device ["DEVBUF_CUDA_TEST_DELAY_US" = "20000"] {
+    let (home, other) = (shared(0), shared(1));
+    let source = Buffer::alloc(&other, MemKind::Device, LEN).unwrap();
+    source.copy_from_host(&pattern(LEN, 3)).unwrap();
+    for kind in [MemKind::Host, MemKind::Shared] {
+        let target = Buffer::alloc(&home, kind, LEN).unwrap();
+        target.enqueue_copy_from(&source, &other).unwrap();
+        drop(target);
+    }
+    assert_eq!(source.to_vec().unwrap(), pattern(LEN, 3));
+});
+
+// A block the pool hands back at once is usable only once the allocating stream reaches the
+// allocation: a copy into it on another stream must wait for that.
+child_test!(a_fresh_pool_allocation_is_pending_work [
+    "DEVBUF_CUDA_TEST_DELAY_US" = "20000",
+    "DEVBUF_CUDA_TEST_POOL_REUSE" = "immediate",
+    "DEVBUF_CUDA_TEST_MEMORY_POOLS" = "1",
+] {
+    let (home, other) = (shared(0), fresh(0));
+    let source = Buffer::alloc(&other, MemKind::Host, LEN).unwrap();
+    source.copy_from_host(&pattern(LEN, 5)).unwrap();
+    let first = Buffer::alloc(&home, MemKind::Device, LEN).unwrap();
+    first.enqueue_fill(1).unwrap();
+    drop(first);
+    let fresh_block = Buffer::alloc(&home, MemKind::Device, LEN).unwrap();
+    assert!(
+        fresh_block.has_pending_work(),
+        "a stream-ordered allocation is not recorded as pending work"
+    );
+    let sync = fresh_block.sync_queue(fresh_block.queue()).unwrap();
+    assert!(
+        sync.is_some_and(|queue| std::sync::Arc::ptr_eq(&queue, &home)),
+        "a CAI export of a fresh allocation must name the allocating stream"
+    );
+    fresh_block.enqueue_copy_from(&source, &other).unwrap();
+    assert_eq!(fresh_block.to_vec().unwrap(), pattern(LEN, 5));
+});
+
+// A CAI import with a producer stream: host views wait for the producer's work through our stream,
+// and the producer's later work waits for what devbuf enqueues on the memory (CAI v3).
+child_test!(a_cai_import_records_the_producers_work_and_holds_its_stream_back [
+    "DEVBUF_CUDA_TEST_DELAY_US" = "20000",
+] {
+    let (home, producer) = (shared(0), fresh(0));
+    let producer_stream = cuda(&producer).stream();
+    let memory = Buffer::alloc(&home, MemKind::Host, LEN).unwrap();
+    memory.fill(0).unwrap();
+    foreign_fill(0, producer_stream, memory.ptr(), 7, LEN);
+    // SAFETY: `memory` is kept alive by the imported buffer's owner.
+    let imported = unsafe {
+        Buffer::from_foreign(
+            home.clone(),
+            memory.ptr(),
+            LEN,
+            MemKind::Host,
+            Owner::keep_alive(memory.clone()),
+        )
+    };
+    // SAFETY: the producer's stream lives until the end of the test.
+    unsafe { cuda(&home).sync_cai_import(&imported, Some(producer_stream as i64)) }.unwrap();
+    assert!(imported.has_pending_work());
+    imported.synchronize().unwrap();
+    // SAFETY: pinned memory, and the producer's work on it is done.
+    let bytes = unsafe { std::slice::from_raw_parts(imported.ptr(), LEN) };
+    assert!(bytes.iter().all(|&b| b == 7), "read before the producer's work");
+
+    for _ in 0..5 {
+        imported.enqueue_fill(9).unwrap();
+    }
+    foreign_fill(0, producer_stream, memory.ptr(), 5, LEN);
+    producer.wait().unwrap();
+    imported.synchronize().unwrap();
+    assert_eq!(
+        memory.to_vec().unwrap(),
+        vec![5; LEN],
+        "the producer's stream did not wait for our fills"
+    );
+});
+
+// Memory handed to other libraries may be used by their work on any device: it is released only
+// after that work.
+child_test!(exported_memory_is_released_after_consumers_on_every_device [
+    "DEVBUF_CUDA_TEST_DELAY_US" = "20000",
+] {
+    let (home, consumer) = (shared(0), shared(1));
+    for kind in [MemKind::Host, MemKind::Shared] {
+        let exported = Buffer::alloc(&home, kind, LEN).unwrap();
+        exported.mark_exported();
+        foreign_fill(1, cuda(&consumer).stream(), exported.ptr(), 1, LEN);
+        drop(exported);
+    }
+    consumer.wait().unwrap();
+    Buffer::alloc(&home, MemKind::Host, 64).expect("device 0 is still usable");
+});
+
+// Foreign memory devbuf handed on lets go of its producer's owner only after the consumers' work.
+child_test!(re_exported_foreign_memory_outlives_its_consumers [
+    "DEVBUF_CUDA_TEST_DELAY_US" = "20000",
+] {
+    let (home, consumer) = (shared(0), fresh(0));
+    let pinned = in_primary_context(0, || {
+        let mut pinned: *mut c_void = ptr::null_mut();
+        // SAFETY: a valid out-pointer; the deleter below frees the memory once.
+        check("cuMemHostAlloc", unsafe { sys::cuMemHostAlloc(&mut pinned, LEN, 0) });
+        pinned as usize
+    });
+    let free = move || {
+        in_primary_context(0, || {
+            // SAFETY: the pinned allocation above, freed once, after its last view.
+            check("cuMemFreeHost", unsafe { sys::cuMemFreeHost(pinned as *mut c_void) });
+        })
+    };
+    // SAFETY: the memory stays allocated until the deleter runs.
+    let imported = unsafe {
+        Buffer::from_foreign(home.clone(), pinned as *mut u8, LEN, MemKind::Host, Owner::deleter(free))
+    };
+    imported.mark_exported();
+    foreign_fill(0, cuda(&consumer).stream(), imported.ptr(), 1, LEN);
+    drop(imported);
+    consumer.wait().unwrap();
+    Buffer::alloc(&home, MemKind::Host, 64).expect("device 0 is still usable");
+});
