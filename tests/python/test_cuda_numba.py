@@ -46,8 +46,8 @@ def test_numba_waits_for_devbuf_work_still_pending_on_devbuf_stream(numba_cuda):
     stream = buffer.__cuda_array_interface__["stream"]
     assert stream in (None, buffer.queue.stream)  # None only once the fill finished
     theirs = numba_cuda.as_cuda_array(buffer)  # Numba synchronizes the named stream
-    # On the legacy default stream, which does not wait for a non-blocking stream by itself.
-    seen = theirs.copy_to_host(stream=numba_cuda.legacy_default_stream())
+    # On a stream of Numba's own, which does not wait for devbuf's by itself.
+    seen = theirs.copy_to_host(stream=numba_cuda.stream())
     assert seen.tobytes() == bytes([10]) * N
 
 

@@ -16,7 +16,7 @@
 //! - CAI export: `stream` is [`CudaQueue::stream`] while the queue may have work on the data.
 //! - CAI import: [`queue_for_pointer`] picks the queue and kind for `data`, then
 //!   [`CudaQueue::sync_cai_import`] with the imported buffer and the `stream` entry (for a
-//!   producer before v3 without one, [`protocol::implied_cai_stream`]).
+//!   producer that names none, [`protocol::implied_cai_stream`]).
 //! - DLPack export: [`CudaQueue::sync_dlpack_export`] with `__dlpack__`'s `stream` argument.
 //! - DLPack import: pass [`CudaQueue::stream`] of the queue for the producer's
 //!   `__dlpack_device__` ([`devbuf_core::Backend::queue_for_dlpack_device`]) as `stream=`.

@@ -76,11 +76,15 @@ pub fn decode_cai_stream(stream: Option<i64>) -> Result<ProtocolStream> {
     }
 }
 
-/// The `stream` a CAI dict of `version` implies when it has no `stream` key: producers before v3
-/// had none and worked on the legacy default stream, with which consumers were implicitly ordered
-/// (devbuf's streams are not); from v3 on, a missing key means no synchronization is needed.
-pub fn implied_cai_stream(version: i64) -> Option<i64> {
-    (version < 3).then_some(CU_STREAM_LEGACY as i64)
+/// The stream devbuf orders a CAI import after when the dict names none (no `stream` key, or
+/// `None`): the legacy default stream. Producers before v3 had no key and worked on it, relying on
+/// its implicit ordering with blocking streams (devbuf's are non-blocking). From v3 on, `None`
+/// means "no synchronization needed", but producers say it while their default-stream work may
+/// still run: Numba's arrays on stream 0 export `None` right after a host-to-device copy from
+/// pageable memory, which the driver lets return before the DMA completes. Waiting for the legacy
+/// stream costs an event and no host wait.
+pub fn implied_cai_stream() -> i64 {
+    CU_STREAM_LEGACY as i64
 }
 
 /// Decodes the `stream` argument of `__dlpack__(stream=...)`: the consumer's stream, on which the
@@ -166,11 +170,11 @@ mod tests {
     }
 
     #[test]
-    fn producers_before_v3_imply_the_legacy_stream() {
-        for version in 0..3 {
-            assert_eq!(implied_cai_stream(version), Some(1));
-        }
-        assert_eq!(implied_cai_stream(3), None);
+    fn a_cai_without_a_stream_implies_the_legacy_stream() {
+        assert_eq!(
+            decode_cai_stream(Some(implied_cai_stream())).unwrap(),
+            ProtocolStream::Legacy
+        );
     }
 
     #[test]

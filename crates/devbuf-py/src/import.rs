@@ -612,8 +612,7 @@ fn import_cai<'py>(
                 .extract::<i64>()
                 .map_err(|_| PyTypeError::new_err("stream: expected None or an int"))?,
         ),
-        Some(_) => None,
-        None => devbuf::cuda::protocol::implied_cai_stream(parsed.version),
+        _ => Some(devbuf::cuda::protocol::implied_cai_stream()),
     };
     let foreign = interface::import_cai(&parsed).py()?;
     // An empty array has no memory to classify (the spec makes its `data` 0): any CUDA queue will do.
