@@ -14,8 +14,9 @@ use std::sync::Arc;
 
 use dlpark::ffi::DLDevice;
 
+use crate::exchange::{ForeignObject, Protocol, ResolvedQueue};
 use crate::ipc::{self, IpcSharing};
-use crate::{DeviceInfo, MemKind, Result};
+use crate::{Buffer, DeviceInfo, MemKind, Result};
 
 /// A device and context with an in-order stream of work on it.
 ///
@@ -128,6 +129,51 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
                 self.device().backend
             ),
         ))
+    }
+
+    /// Why memory of this queue cannot leave through DLPack zero-copy on its own device although
+    /// DLPack has a pointer form for it (SYCL memory outside the device's default context, the
+    /// only one DLPack consumers look in), if it cannot.
+    fn dlpack_export_refusal(&self) -> Option<String> {
+        None
+    }
+
+    /// Readies `buffer` (memory of this queue) for a zero-copy DLPack export to `device`, ordered
+    /// for the consumer's `stream` argument, where this backend has a rule for that device (CUDA
+    /// streams, SYCL queues); `None` leaves it to the generic rule (waiting for pending work).
+    ///
+    /// # Safety
+    /// A stream handle in `stream` names one of the consumer's live streams (DLPack's contract).
+    unsafe fn order_dlpack_export(
+        &self,
+        _buffer: &Buffer,
+        _device: DLDevice,
+        _stream: &ForeignObject<'_>,
+    ) -> Option<Result<()>> {
+        None
+    }
+
+    /// Whether other libraries may enqueue work on this very queue that devbuf does not track
+    /// (they were given its native stream): exports that wait then wait for the whole queue.
+    fn untracked_foreign_work(&self) -> bool {
+        false
+    }
+
+    /// Orders later work on `buffer`, just imported through `protocol` onto this queue, after the
+    /// producer's `stream` as that protocol names it (`None`: the producer named none), unless
+    /// `sync` is off; a stream value the protocol forbids is refused either way.
+    ///
+    /// # Safety
+    /// A stream handle in `stream` names one of the producer's live streams (the protocol's
+    /// contract), alive while the data is used.
+    unsafe fn order_after_producer_stream(
+        &self,
+        _buffer: &Buffer,
+        _protocol: Protocol,
+        _stream: Option<i64>,
+        _sync: bool,
+    ) -> Result<()> {
+        Ok(())
     }
 
     /// Downcasting, for backend-specific protocol details.
@@ -271,6 +317,44 @@ pub trait Backend: Send + Sync {
 
     /// A queue on the device a DLPack producer named, if `device` belongs to this backend.
     fn queue_for_dlpack_device(&self, device: DLDevice) -> Option<Result<Arc<dyn Queue>>>;
+
+    /// Whether memory of this backend's queues is described by `protocol`.
+    fn speaks(&self, _protocol: Protocol) -> bool {
+        false
+    }
+
+    /// The queue a SUAI `syclobj` names for memory at `data`, if the object is this backend's.
+    ///
+    /// # Safety
+    /// A [`ForeignObject::Handle`] is a live handle of the kind its name says, for the call.
+    unsafe fn queue_for_suai_context(
+        &self,
+        _syclobj: &ForeignObject<'_>,
+        _data: usize,
+    ) -> Option<Result<ResolvedQueue>> {
+        None
+    }
+
+    /// The queue of another library's queue handle given as a device, if it is this backend's.
+    ///
+    /// # Safety
+    /// As for [`Backend::queue_for_suai_context`].
+    unsafe fn queue_for_device_object(
+        &self,
+        _object: &ForeignObject<'_>,
+    ) -> Option<Result<Arc<dyn Queue>>> {
+        None
+    }
+
+    /// The queue for memory at `ptr` that `protocol` hands over as a bare pointer (CAI's `data`),
+    /// if `protocol` is this backend's; an error when the runtime does not know the pointer.
+    fn queue_for_pointer(
+        &self,
+        _protocol: Protocol,
+        _ptr: usize,
+    ) -> Option<Result<Arc<dyn Queue>>> {
+        None
+    }
 }
 
 /// Splits a device selector such as "sycl:opencl:cpu:0", "cuda:1" or "host" into the backend name

@@ -5,7 +5,7 @@ use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::CUresult;
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
-use devbuf_core::{Availability, Backend, DeviceInfo, Error, MemKind, Queue, Result};
+use devbuf_core::{Availability, Backend, DeviceInfo, Error, MemKind, Protocol, Queue, Result};
 use parking_lot::Mutex;
 
 use crate::device;
@@ -75,6 +75,20 @@ impl Backend for CudaBackend {
                 selector: format!("DLPack device (kDLCUDA, {ordinal})"),
                 reason: "a CUDA device id is never negative".into(),
             }),
+        })
+    }
+
+    fn speaks(&self, protocol: Protocol) -> bool {
+        protocol == Protocol::Cai
+    }
+
+    fn queue_for_pointer(&self, protocol: Protocol, ptr: usize) -> Option<Result<Arc<dyn Queue>>> {
+        (protocol == Protocol::Cai).then(|| match queue_for_pointer(ptr)? {
+            Some((queue, _kind)) => Ok(queue as Arc<dyn Queue>),
+            None => Err(Error::invalid(
+                "data",
+                format!("{ptr:#x} is not CUDA memory (the driver does not know the pointer)"),
+            )),
         })
     }
 }

@@ -5,7 +5,10 @@
 use std::sync::Arc;
 
 use cudarc::driver::sys::{CUcontext, CUstream};
-use devbuf_core::{Buffer, Error, Event, ForeignQueue, Queue, Result};
+use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
+use devbuf_core::{
+    Buffer, Error, Event, ForeignObject, ForeignQueue, Protocol, Queue, Result, blocking,
+};
 
 use crate::context::PrimaryContext;
 use crate::event::{self, CudaEvent};
@@ -59,6 +62,70 @@ impl ForeignQueue for CudaQueue {
 }
 
 impl CudaQueue {
+    /// [`Queue::order_dlpack_export`] for memory of this queue: for a CUDA device, the consumer's
+    /// `stream` (None or an int, DLPack's encoding) is made to wait for all pending work on
+    /// `buffer`, without blocking the host.
+    ///
+    /// # Safety
+    /// As for [`CudaQueue::sync_dlpack_export`].
+    pub(crate) unsafe fn order_dlpack_export_to(
+        &self,
+        buffer: &Buffer,
+        device: DLDevice,
+        stream: &ForeignObject<'_>,
+    ) -> Option<Result<()>> {
+        let cuda_device = matches!(
+            device.device_type,
+            DLDeviceType::CUDA | DLDeviceType::CUDAHOST | DLDeviceType::CUDAMANAGED
+        );
+        if !cuda_device {
+            return None;
+        }
+        let stream = match stream {
+            ForeignObject::Nothing => None,
+            ForeignObject::Int(value) => Some(*value),
+            _ => {
+                return Some(Err(Error::wrong_type(
+                    "stream",
+                    "expected None or an int (a CUDA stream)",
+                )));
+            }
+        };
+        Some(blocking(|| {
+            // The queue that sees all pending work (joined there when it is on several), else ours.
+            let pending = buffer.sync_queue(buffer.queue())?;
+            let producer = pending
+                .as_ref()
+                .and_then(|queue| queue.as_any().downcast_ref::<CudaQueue>())
+                .unwrap_or(self);
+            // SAFETY: the caller's promise about `stream`; 0 is refused inside.
+            unsafe { producer.sync_dlpack_export(stream) }
+        }))
+    }
+
+    /// [`Queue::order_after_producer_stream`]: CAI's rule, where a producer that names no stream
+    /// is taken to work on [`protocol::implied_cai_stream`].
+    ///
+    /// # Safety
+    /// As for [`CudaQueue::sync_cai_import`].
+    pub(crate) unsafe fn order_after_cai_stream(
+        &self,
+        buffer: &Buffer,
+        protocol: Protocol,
+        stream: Option<i64>,
+        sync: bool,
+    ) -> Result<()> {
+        if protocol != Protocol::Cai {
+            return Ok(());
+        }
+        let stream = Some(stream.unwrap_or_else(protocol::implied_cai_stream));
+        if !sync {
+            return protocol::decode_cai_stream(stream).map(drop);
+        }
+        // SAFETY: the caller's promise about `stream`.
+        blocking(|| unsafe { self.sync_cai_import(buffer, stream) })
+    }
+
     /// Imports a foreign CAI's `stream` entry for `buffer`, memory just imported with this queue.
     /// Rejects 0; unless [`protocol::CAI_SYNC_ENV`] turned it off, it
     /// - orders this queue's work after the producer's (an event on the producer's stream that

@@ -7,7 +7,10 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUcontext, CUresult, CUstream};
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
-use devbuf_core::{DeviceInfo, Error, Event, ForeignQueue, MemKind, Queue, Result, blocking};
+use devbuf_core::{
+    Buffer, DeviceInfo, Error, Event, ForeignObject, ForeignQueue, MemKind, Protocol, Queue,
+    Result, blocking,
+};
 use parking_lot::Mutex;
 
 use crate::context::PrimaryContext;
@@ -433,6 +436,32 @@ impl Queue for CudaQueue {
 
     fn as_foreign_queue(self: Arc<Self>) -> Option<Arc<dyn ForeignQueue>> {
         Some(self)
+    }
+
+    unsafe fn order_dlpack_export(
+        &self,
+        buffer: &Buffer,
+        device: DLDevice,
+        stream: &ForeignObject<'_>,
+    ) -> Option<Result<()>> {
+        // SAFETY: the caller's promise about `stream`.
+        unsafe { self.order_dlpack_export_to(buffer, device, stream) }
+    }
+
+    /// Consumers were given the stream itself (CAI, DLPack) and enqueue work devbuf never sees.
+    fn untracked_foreign_work(&self) -> bool {
+        true
+    }
+
+    unsafe fn order_after_producer_stream(
+        &self,
+        buffer: &Buffer,
+        protocol: Protocol,
+        stream: Option<i64>,
+        sync: bool,
+    ) -> Result<()> {
+        // SAFETY: the caller's promise about `stream`.
+        unsafe { self.order_after_cai_stream(buffer, protocol, stream, sync) }
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -30,7 +30,7 @@ pub(crate) struct DlpackExport {
     /// Why a zero-copy export to its own device is refused, if it is.
     pub(crate) refusal: Option<String>,
     /// Whether the memory is CUDA memory, whose exports follow the stream rules.
-    pub(crate) cuda: bool,
+    pub(crate) untracked_foreign_work: bool,
 }
 
 impl DlpackExport {
@@ -86,8 +86,10 @@ impl PyArray {
             let device = buffer.queue().dlpack_device(buffer.kind());
             DlpackExport {
                 template: DlpackTemplate::new(&self.array, device).map_err(|err| err.to_string()),
-                refusal: crate::backend::dlpack_export_refusal(buffer.queue(), device),
-                cuda: crate::backend::cuda_queue(buffer.queue()).is_some(),
+                refusal: devbuf::dlpack::pointer_refusal(device)
+                    .map(String::from)
+                    .or_else(|| buffer.queue().dlpack_export_refusal()),
+                untracked_foreign_work: buffer.queue().untracked_foreign_work(),
             }
         })
     }

@@ -6,7 +6,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use devbuf::dlpark::ffi::DLDevice;
-use devbuf::{Availability, Buffer, DeviceInfo, ExportedHandle, MemKind, Queue};
+use devbuf::{Availability, Buffer, DeviceInfo, ExportedHandle, MemKind, Protocol, Queue};
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyAttributeError, PyTypeError};
 use pyo3::ffi;
@@ -196,7 +196,7 @@ impl PyQueue {
     /// This SYCL queue as a `dpctl.SyclQueue` (the same `sycl::queue`), where dpctl imports.
     #[getter]
     fn sycl_queue(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        crate::backend::dpctl_queue(py, self)?.ok_or_else(|| {
+        crate::foreign::dpctl_queue(py, self)?.ok_or_else(|| {
             PyAttributeError::new_err(format!(
                 "sycl_queue: a {} queue has no dpctl queue (not SYCL, or dpctl cannot be imported)",
                 self.backend_name()
@@ -254,8 +254,9 @@ impl PyQueue {
 
     /// The CUDA stream protocol (cuda.core, CuPy): `(0, stream handle)`.
     fn __cuda_stream__(&self) -> PyResult<(u32, usize)> {
-        match (self.backend_name(), self.queue.native_stream()) {
-            ("cuda", Some(stream)) => Ok((0, stream)),
+        let cuda = devbuf::speaks(self.queue.device(), Protocol::Cai);
+        match (cuda, self.queue.native_stream()) {
+            (true, Some(stream)) => Ok((0, stream)),
             _ => Err(PyAttributeError::new_err(format!(
                 "{} queues have no CUDA stream",
                 self.backend_name()
@@ -380,7 +381,7 @@ fn sycl_queue_object(py: Python<'_>, device: &Bound<'_, PyAny>) -> PyResult<Opti
     {
         return Ok(None);
     }
-    crate::backend::queue_from_sycl_queue_object(py, device)
+    crate::foreign::queue_from_device_object(py, device)
 }
 
 /// The queue a `device=` argument names: a Queue itself, a `dpctl.SyclQueue`'s queue, else the

@@ -31,13 +31,13 @@ fn dpctl_queue_of(this: &PyArray, py: Python<'_>, attribute: &str) -> PyResult<P
             buffer.device().selector
         ))
     };
-    if crate::backend::sycl_queue(buffer.queue()).is_none() {
+    if !crate::foreign::speaks_suai(buffer.queue()) {
         return Err(missing("is not SYCL memory"));
     }
     if buffer.kind() == MemKind::Unknown {
         return Err(missing("is not USM its context knows"));
     }
-    crate::backend::dpctl_queue(py, this.queue.get())?
+    crate::foreign::dpctl_queue(py, this.queue.get())?
         .ok_or_else(|| missing("has no dpctl queue (dpctl cannot be imported)"))
 }
 

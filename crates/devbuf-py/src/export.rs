@@ -12,7 +12,7 @@ use std::ptr::NonNull;
 use devbuf::dlpack::{self, DlpackTemplate, ManagedTensorAbi};
 use devbuf::dlpark::DlpackFlags;
 use devbuf::dlpark::ffi::{DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned};
-use devbuf::{Array, HostQueue, MemKind};
+use devbuf::{Array, HostQueue, MemKind, Protocol};
 use pyo3::exceptions::{PyAttributeError, PyBufferError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
@@ -22,18 +22,18 @@ use crate::array::PyArray;
 use crate::errors::IntoPyResult;
 use crate::streams;
 
-/// The backend whose memory a protocol describes.
-fn require_backend(this: &PyArray, backend: &str, attribute: &str) -> PyResult<()> {
+/// Memory of the backend `protocol` describes, else an AttributeError naming that backend.
+fn require_protocol(this: &PyArray, protocol: Protocol, attribute: &str) -> PyResult<()> {
     let device = this.array.buffer().device();
-    if device.backend == backend {
-        Ok(())
-    } else {
-        Err(PyAttributeError::new_err(format!(
-            "{attribute}: {} memory on {:?} is not {backend} memory",
-            this.array.buffer().kind(),
-            device.selector
-        )))
+    if devbuf::speaks(device, protocol) {
+        return Ok(());
     }
+    let speaker = devbuf::backend_for(protocol).map_or("another backend's", |b| b.name());
+    Err(PyAttributeError::new_err(format!(
+        "{attribute}: {} memory on {:?} is not {speaker} memory",
+        this.array.buffer().kind(),
+        device.selector
+    )))
 }
 
 /// Exports that cannot describe this array are missing attributes, not errors.
@@ -55,7 +55,7 @@ fn strides_value<'py>(py: Python<'py>, strides: Option<Vec<i64>>) -> PyResult<Bo
 pub(crate) fn suai<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
     const ATTRIBUTE: &str = "__sycl_usm_array_interface__";
     let cached = this.cache.suai.get_or_try_init(py, || {
-        require_backend(this, "sycl", ATTRIBUTE)?;
+        require_protocol(this, Protocol::Suai, ATTRIBUTE)?;
         this.array.buffer().mark_exported();
         let build = || -> PyResult<Py<PyDict>> {
             let layout = this.array.layout();
@@ -89,7 +89,7 @@ pub(crate) fn order_pending_work_on_own_queue(this: &PyArray, py: Python<'_>) ->
 pub(crate) fn cai<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
     const ATTRIBUTE: &str = "__cuda_array_interface__";
     let cached = this.cache.cai.get_or_try_init(py, || {
-        require_backend(this, "cuda", ATTRIBUTE)?;
+        require_protocol(this, Protocol::Cai, ATTRIBUTE)?;
         this.array.buffer().mark_exported();
         let build = || -> PyResult<Py<PyDict>> {
             let layout = this.array.layout();
@@ -192,7 +192,7 @@ pub(crate) fn dlpack<'py>(
         ));
     }
     let (array, copied) = if zero_copy {
-        streams::prepare_dlpack_export(py, this, prepared.cuda, target, stream)?;
+        streams::prepare_dlpack_export(py, this, prepared.untracked_foreign_work, target, stream)?;
         this.array.buffer().mark_exported();
         (None, false)
     } else {

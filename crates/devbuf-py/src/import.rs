@@ -10,7 +10,9 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use devbuf::dlpack::ManagedTensor;
-use devbuf::dlpark::ffi::{DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPackExchangeAPI};
+use devbuf::dlpark::ffi::{
+    DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned, DLPackExchangeAPI,
+};
 use devbuf::interface::{self, ForeignLayout, InterfaceDict};
 use devbuf::{Array, Buffer, DType, MemKind, Owner};
 use parking_lot::Mutex;
@@ -23,7 +25,8 @@ use pyo3::{ffi, intern};
 use crate::array::PyArray;
 use crate::device::{PyQueue, resolve_queue, shared_queue, shared_queue_for_dlpack};
 use crate::errors::IntoPyResult;
-use crate::{backend, streams};
+use crate::foreign::{self, capsule_name};
+use crate::streams;
 
 /// Imports any supported object zero-copy (or copies it when `copy`). With `sync`, later work
 /// on the array's queue is ordered after the producer's stream (CAI v3, DLPack); without, the
@@ -208,9 +211,12 @@ fn import_dlpack<'py>(
     let announced = match obj.getattr_opt(intern!(py, "__dlpack_device__"))? {
         Some(device) => {
             let (device_type, device_id): (i32, i32) = device.call0()?.extract()?;
-            let device = backend::dl_device(device_type, device_id);
+            let device = DLDevice {
+                device_type: DLDeviceType(device_type as _),
+                device_id,
+            };
             let queue = reachable_queue(py, device, "__dlpack_device__")?;
-            Some((device, backend::sycl_producer_queue(py, obj, queue)?))
+            Some((device, foreign::dlpack_producer_queue(py, obj, queue)?))
         }
         None => None,
     };
@@ -324,20 +330,6 @@ pub(crate) fn import_capsule<'py>(
         }
     };
     import_managed(py, tensor, Some((capsule, used_name)), announced)
-}
-
-/// A capsule's name ("" when it has none). The name lives as long as the capsule keeps it.
-pub(crate) fn capsule_name<'a>(capsule: &'a Bound<'_, PyCapsule>) -> &'a CStr {
-    // SAFETY: a live capsule; its name is a C string or null, owned by whoever named it for at
-    // least as long as the capsule has that name, which outlives the borrow of `capsule`.
-    unsafe {
-        let name = ffi::PyCapsule_GetName(capsule.as_ptr());
-        if name.is_null() {
-            c""
-        } else {
-            CStr::from_ptr(name)
-        }
-    }
 }
 
 /// # Safety
@@ -578,7 +570,7 @@ fn import_suai<'py>(
         PyValueError::new_err("syclobj: missing from __sycl_usm_array_interface__")
     })?;
     let foreign = interface::import_suai(&parsed).py()?;
-    let resolved = backend::queue_from_syclobj(py, &syclobj, foreign.base)?;
+    let resolved = foreign::queue_from_syclobj(py, &syclobj, foreign.base)?;
     let key = if parsed.offset == 0 { "data" } else { "offset" };
     let array = wrap_foreign(
         py,
@@ -612,15 +604,28 @@ fn import_cai<'py>(
                 .extract::<i64>()
                 .map_err(|_| PyTypeError::new_err("stream: expected None or an int"))?,
         ),
-        _ => Some(devbuf::cuda::protocol::implied_cai_stream()),
+        _ => None,
     };
     let foreign = interface::import_cai(&parsed).py()?;
-    // An empty array has no memory to classify (the spec makes its `data` 0): any CUDA queue will do.
-    let queue = if foreign.len == 0 {
-        shared_queue(py, devbuf::cuda::BACKEND)?
+    // An empty array has no memory to classify (the spec makes its `data` 0): any queue of the
+    // protocol's backend will do.
+    let selector = if foreign.len == 0 {
+        devbuf::backend_for(devbuf::Protocol::Cai)
+            .map(|backend| backend.name())
+            .ok_or_else(|| {
+                PyValueError::new_err(
+                    "__cuda_array_interface__: no backend compiled into devbuf speaks it",
+                )
+            })?
+            .to_string()
     } else {
-        backend::queue_for_cuda_pointer(py, foreign.base)?
+        let base = foreign.base;
+        let queue = py
+            .detach(|| devbuf::queue_for_pointer(devbuf::Protocol::Cai, base))
+            .py()?;
+        queue.device().selector.clone()
     };
+    let queue = shared_queue(py, &selector)?;
     let array = wrap_foreign(
         py,
         foreign,
@@ -628,7 +633,12 @@ fn import_cai<'py>(
         Owner::keep_alive(obj.clone().unbind()),
         "data",
     )?;
-    streams::order_after_cai_stream(py, array.get().array.buffer(), stream, sync)?;
+    streams::order_after_producer_stream(
+        array.get().array.buffer(),
+        devbuf::Protocol::Cai,
+        stream,
+        sync,
+    )?;
     Ok(array)
 }
 

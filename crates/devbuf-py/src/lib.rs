@@ -3,13 +3,13 @@
 //! Rust crates.
 
 mod array;
-mod backend;
 mod device;
 mod dlpack_method;
 mod dpctl_attrs;
 mod errors;
 mod exchange;
 mod export;
+mod foreign;
 mod import;
 mod ipc;
 mod pickle;

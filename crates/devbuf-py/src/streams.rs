@@ -6,15 +6,15 @@ use std::ffi::{c_int, c_void};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use devbuf::Buffer;
 use devbuf::dlpark::ffi::{DLDevice, DLDeviceType};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use devbuf::{Buffer, Protocol};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::array::PyArray;
-use crate::backend;
 use crate::device::PyQueue;
 use crate::errors::IntoPyResult;
+use crate::foreign;
 
 /// CAI v3's producer-side option: when off, exports always say `stream: None` and the user takes
 /// over synchronization. On by default; `DEVBUF_CAI_EXPORT_STREAM=0` turns it off for the process.
@@ -46,63 +46,27 @@ pub(crate) fn cai_export_stream(this: &PyArray) -> devbuf::Result<Option<usize>>
 }
 
 /// Readies memory for a zero-copy DLPack export to `device`, per the consumer's `stream`
-/// argument (the array API's rules):
-/// - CUDA devices: -1 = the consumer synchronizes itself; None = the legacy default stream; 1, 2
-///   or a stream handle = that stream, which is made to wait for all pending work on the memory
-///   without blocking the host; 0 is refused.
-/// - The CPU (also for host-accessible CUDA or SYCL memory) takes None or -1, and pending device
-///   work is completed first.
-/// - kDLOneAPI (as dpctl and dpnp.tensor): a SYCL queue (`dpctl.SyclQueue`, or a devbuf queue)
-///   is the consumer's, which is made to wait for all pending work without blocking the host;
-///   None promises no synchronization, so pending work is completed first; anything else is a
-///   TypeError.
-/// - Other devices: pending work is completed first.
+/// argument (the array API's rules). The memory's backend applies its own rule where it has one
+/// for `device` (CUDA streams; SYCL queues for kDLOneAPI); otherwise -1 means the consumer
+/// synchronizes itself, the CPU takes only None (or -1), and pending work is completed first.
 pub(crate) fn prepare_dlpack_export(
     py: Python<'_>,
     this: &PyArray,
-    cuda: bool,
+    untracked_foreign_work: bool,
     device: DLDevice,
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let stream = stream.filter(|s| !s.is_none());
     let buffer = this.array.buffer();
     let home = buffer.queue();
-    let cuda_device = matches!(
-        device.device_type,
-        DLDeviceType::CUDA | DLDeviceType::CUDAHOST | DLDeviceType::CUDAMANAGED
-    );
-    if cuda
-        && cuda_device
-        && let Some(home_cuda) = backend::cuda_queue(home)
-    {
-        let stream = stream
-            .map(|s| s.extract::<i64>())
-            .transpose()
-            .map_err(|_| PyTypeError::new_err("stream: expected None or an int (a CUDA stream)"))?;
-        // The queue that sees all pending work (joined there when it is on several), else ours.
-        let pending = py.detach(|| buffer.sync_queue(home)).py()?;
-        let producer = pending
-            .as_ref()
-            .and_then(backend::cuda_queue)
-            .unwrap_or(home_cuda);
-        // SAFETY: the consumer passed `stream` to name one of its live CUDA streams (DLPack's
-        // contract); 0 is refused inside.
-        return py
-            .detach(|| unsafe { producer.sync_dlpack_export(stream) })
-            .py();
-    }
-    if device.device_type == DLDeviceType::ONEAPI
-        && let Some(stream) = stream
-    {
-        let Some(consumer) = backend::foreign_sycl_queue(py, stream)? else {
-            return Err(PyTypeError::new_err(format!(
-                "stream: a kDLOneAPI export takes None or a dpctl.SyclQueue, not {}",
-                stream.repr().map_or_else(|_| "?".into(), |r| r.to_string())
-            )));
-        };
-        return py
-            .detach(|| buffer.order_on_foreign(consumer.as_ref()))
-            .py();
+    let none = py.None().into_bound(py);
+    let handled = foreign::ask(stream.unwrap_or(&none), |stream| {
+        // SAFETY: the consumer passed `stream` to name one of its live streams or queues
+        // (DLPack's contract); `ask` holds the object a handle was read from.
+        unsafe { home.order_dlpack_export(buffer, device, stream) }
+    })?;
+    if let Some(done) = handled {
+        return done.py();
     }
     let stream_value = stream.map(|s| s.extract::<i64>().ok());
     if stream_value == Some(Some(-1)) {
@@ -114,13 +78,16 @@ pub(crate) fn prepare_dlpack_export(
             stream.map(|s| s.to_string()).unwrap_or_default()
         )));
     }
-    // Work a consumer enqueued on a CUDA queue's stream itself is not tracked: wait for it too.
-    if !cuda && !buffer.has_pending_work() {
+    if !untracked_foreign_work && !buffer.has_pending_work() {
         return Ok(());
     }
     py.detach(|| {
         buffer.synchronize()?;
-        if cuda { home.wait() } else { Ok(()) }
+        if untracked_foreign_work {
+            home.wait()
+        } else {
+            Ok(())
+        }
     })
     .py()
 }
@@ -144,12 +111,12 @@ pub(crate) fn consumer_stream_argument<'py>(
     if !sync {
         return Ok(None);
     }
-    Ok(backend::dpctl_queue(py, queue)?.map(|queue| queue.into_bound(py)))
+    Ok(foreign::dpctl_queue(py, queue)?.map(|queue| queue.into_bound(py)))
 }
 
 /// After a no-sync DLPack export (the C exchange table), orders later work on `buffer` (just
 /// imported) after the producer's current work stream, which `current_work_stream` writes out.
-/// Only queues with native streams need it.
+/// Only queues with native streams need it; the handle has CAI's meaning.
 pub(crate) fn order_after_producer(
     py: Python<'_>,
     buffer: &Buffer,
@@ -164,28 +131,24 @@ pub(crate) fn order_after_producer(
     }
     // A NULL current stream is the legacy default stream, which the protocols call 1.
     let stream = if stream.is_null() { 1 } else { stream as i64 };
-    order_after_cai_stream(py, buffer, Some(stream), true)
+    order_after_producer_stream(buffer, Protocol::Cai, Some(stream), true)
 }
 
-/// CAI v3's consumer rule for `buffer`, just imported: when the producer names a stream, later
-/// work on the buffer waits for it (an event on the producer's stream, waited on by ours: no host
-/// block; host views and re-exports wait for it too), and the producer's stream waits for work
-/// devbuf enqueues on the buffer; unless `sync` is off or `DEVBUF_CUDA_ARRAY_INTERFACE_SYNC=0`
-/// turned it off. 0 is refused either way.
-pub(crate) fn order_after_cai_stream(
-    py: Python<'_>,
+/// The consumer's rule of `protocol` for `buffer`, just imported: when the producer names a
+/// stream (or none: `None`), later work on the buffer waits for it without blocking the host,
+/// unless `sync` is off; the memory's backend applies it (releasing the GIL if it waits).
+pub(crate) fn order_after_producer_stream(
     buffer: &Buffer,
+    protocol: Protocol,
     stream: Option<i64>,
     sync: bool,
 ) -> PyResult<()> {
-    match backend::cuda_queue(buffer.queue()) {
-        // SAFETY: a CAI producer's `stream` names one of its live CUDA streams, alive while the
-        // data is used (CAI v3's contract).
-        Some(cuda) if sync => py
-            .detach(|| unsafe { cuda.sync_cai_import(buffer, stream) })
-            .py(),
-        _ => devbuf::cuda::protocol::decode_cai_stream(stream)
-            .map(drop)
-            .py(),
-    }
+    // SAFETY: a producer's `stream` names one of its live streams, alive while the data is used
+    // (the protocol's contract).
+    let ordered = unsafe {
+        buffer
+            .queue()
+            .order_after_producer_stream(buffer, protocol, stream, sync)
+    };
+    ordered.py()
 }

@@ -4,9 +4,13 @@ use std::ffi::OsStr;
 use std::sync::Arc;
 
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
-use devbuf_core::{Availability, Backend, DeviceInfo, Error, MemKind, Queue, Result};
+use devbuf_core::{
+    Availability, Backend, DeviceInfo, Error, ForeignObject, MemKind, Protocol, Queue,
+    ResolvedQueue, Result,
+};
 
 use crate::SYCL;
+use crate::exchange;
 use crate::queue::SyclQueue;
 use crate::raw::{Device, all_devices};
 use crate::runtime::Runtime;
@@ -150,5 +154,26 @@ impl Backend for SyclBackend {
             self.queue_for_dpctl_index(device.device_id)
                 .map(|queue| queue as Arc<dyn Queue>)
         })
+    }
+
+    fn speaks(&self, protocol: Protocol) -> bool {
+        protocol == Protocol::Suai
+    }
+
+    unsafe fn queue_for_suai_context(
+        &self,
+        syclobj: &ForeignObject<'_>,
+        data: usize,
+    ) -> Option<Result<ResolvedQueue>> {
+        // SAFETY: the caller's promise about handles.
+        Some(unsafe { exchange::queue_for_syclobj(self.runtime(), syclobj, data) })
+    }
+
+    unsafe fn queue_for_device_object(
+        &self,
+        object: &ForeignObject<'_>,
+    ) -> Option<Result<Arc<dyn Queue>>> {
+        // SAFETY: the caller's promise about handles.
+        unsafe { exchange::queue_for_device_object(self.runtime(), object) }
     }
 }

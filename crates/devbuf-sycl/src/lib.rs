@@ -41,6 +41,7 @@
 //! Queues are created with an asynchronous error handler, since SYCL's default one terminates.
 
 mod backend;
+mod exchange;
 mod queue;
 mod raw;
 mod runtime;

@@ -9,8 +9,8 @@ use std::sync::{Arc, Weak};
 
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
 use devbuf_core::{
-    DeviceInfo, Error, Event, ExportedHandle, ForeignQueue, LastCommand, MemKind, Queue,
-    QueueEvent, Result,
+    Buffer, DeviceInfo, Error, Event, ExportedHandle, ForeignObject, ForeignQueue, LastCommand,
+    MemKind, Queue, QueueEvent, Result,
 };
 use devbuf_sycl_sys as sys;
 
@@ -557,6 +557,20 @@ impl Queue for SyclQueue {
              here (OpenCL) have none either; Level Zero's IPC (zeMemGetIpcHandle) is not reachable \
              through it",
         ))
+    }
+
+    fn dlpack_export_refusal(&self) -> Option<String> {
+        self.dlpack_refusal()
+    }
+
+    unsafe fn order_dlpack_export(
+        &self,
+        buffer: &Buffer,
+        device: DLDevice,
+        stream: &ForeignObject<'_>,
+    ) -> Option<Result<()>> {
+        // SAFETY: the caller's promise about handles.
+        unsafe { self.order_dlpack_export_on(buffer, device, stream) }
     }
 
     fn as_any(&self) -> &dyn Any {

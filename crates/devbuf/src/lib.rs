@@ -113,3 +113,63 @@ pub fn queue_for_dlpack_device(device: dlpark::ffi::DLDevice) -> Result<Arc<dyn 
 pub fn open_ipc(handle: &IpcHandle) -> Result<Buffer> {
     ipc::open(&open(&handle.device)?, handle)
 }
+
+/// The backend whose memory `protocol` describes (the first compiled in that speaks it).
+pub fn backend_for(protocol: Protocol) -> Option<&'static dyn Backend> {
+    backends()
+        .iter()
+        .find(|backend| backend.speaks(protocol))
+        .map(|backend| backend.as_ref())
+}
+
+/// Whether memory on `device` is described by `protocol`.
+pub fn speaks(device: &DeviceInfo, protocol: Protocol) -> bool {
+    backend(device.backend).is_ok_and(|backend| backend.speaks(protocol))
+}
+
+/// The queue a SUAI `syclobj` names for memory at `data`: asked of every backend.
+///
+/// # Safety
+/// A [`ForeignObject::Handle`] is a live handle of the kind its name says, for the call.
+pub unsafe fn queue_for_suai_context(
+    syclobj: &ForeignObject<'_>,
+    data: usize,
+) -> Result<ResolvedQueue> {
+    backends()
+        .iter()
+        // SAFETY: the caller's promise about handles.
+        .find_map(|backend| unsafe { backend.queue_for_suai_context(syclobj, data) })
+        .unwrap_or_else(|| {
+            Err(Error::invalid(
+                "syclobj",
+                format!("{syclobj:?} names no queue of a backend compiled into devbuf"),
+            ))
+        })
+}
+
+/// The queue of another library's queue handle given as a device; `None` when no backend owns
+/// the object.
+///
+/// # Safety
+/// As for [`queue_for_suai_context`].
+pub unsafe fn queue_for_device_object(
+    object: &ForeignObject<'_>,
+) -> Option<Result<Arc<dyn Queue>>> {
+    backends()
+        .iter()
+        // SAFETY: the caller's promise about handles.
+        .find_map(|backend| unsafe { backend.queue_for_device_object(object) })
+}
+
+/// The queue for memory at `ptr` that `protocol` hands over as a bare pointer (CAI's `data`).
+pub fn queue_for_pointer(protocol: Protocol, ptr: usize) -> Result<Arc<dyn Queue>> {
+    backends()
+        .iter()
+        .find_map(|backend| backend.queue_for_pointer(protocol, ptr))
+        .unwrap_or_else(|| {
+            Err(Error::invalid(
+                "data",
+                format!("{ptr:#x}: no backend compiled into devbuf speaks {protocol:?}"),
+            ))
+        })
+}

@@ -1,0 +1,257 @@
+//! Python objects other libraries hand over (SUAI's `syclobj`, DLPack's `stream`, a `device=`
+//! argument) reduced to [`ForeignObject`]s, and the backends' answers about them turned back into
+//! Python queues. Which runtime an object belongs to is the backends' question (through the
+//! `devbuf` registry); this module only reads Python objects and caches by identity.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use devbuf::{ForeignObject, ForeignQueue, Protocol, Queue};
+use parking_lot::Mutex;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyCapsule, PyInt, PyString};
+use pyo3::{ffi, intern};
+
+use crate::device::{PyQueue, handle_capsule, shared_queue};
+use crate::errors::IntoPyResult;
+
+/// The name of a capsule (empty when it has none).
+pub(crate) fn capsule_name<'a>(capsule: &'a Bound<'_, PyCapsule>) -> &'a std::ffi::CStr {
+    // SAFETY: a live capsule; its name, if any, lives as long as the capsule.
+    let name = unsafe { ffi::PyCapsule_GetName(capsule.as_ptr()) };
+    if name.is_null() {
+        c""
+    } else {
+        // SAFETY: a NUL-terminated name owned by the capsule.
+        unsafe { std::ffi::CStr::from_ptr(name) }
+    }
+}
+
+/// A Python object held for one question to the backends: the capsule (if any) its handle was
+/// read from stays alive with it.
+enum Held<'py> {
+    Nothing,
+    Int(i64),
+    Text(Bound<'py, PyString>),
+    Queue(Arc<dyn Queue>),
+    Capsule(Bound<'py, PyCapsule>, usize),
+    NotACapsule,
+    Other(String),
+}
+
+impl Held<'_> {
+    /// The object as the backends see it, valid while `self` is.
+    fn view(&self) -> PyResult<ForeignObject<'_>> {
+        Ok(match self {
+            Held::Nothing => ForeignObject::Nothing,
+            Held::Int(value) => ForeignObject::Int(*value),
+            Held::Text(text) => ForeignObject::Text(text.to_str()?),
+            Held::Queue(queue) => ForeignObject::Queue(queue),
+            Held::Capsule(capsule, ptr) => ForeignObject::Handle {
+                name: capsule_name(capsule),
+                ptr: *ptr,
+            },
+            Held::NotACapsule => ForeignObject::NotACapsule,
+            Held::Other(repr) => ForeignObject::Other(repr),
+        })
+    }
+}
+
+/// Reads `obj`: None, an int, a string, a devbuf queue, a capsule, or an object whose
+/// `_get_capsule()` gives its runtime handle (dpctl's queues and contexts), else its repr.
+fn hold<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Held<'py>> {
+    let py = obj.py();
+    if obj.is_none() {
+        return Ok(Held::Nothing);
+    }
+    if let Ok(queue) = obj.cast::<PyQueue>() {
+        return Ok(Held::Queue(Arc::clone(&queue.get().queue)));
+    }
+    if obj.is_instance_of::<PyInt>() {
+        if let Ok(value) = obj.extract::<i64>() {
+            return Ok(Held::Int(value));
+        }
+    } else if let Ok(text) = obj.cast::<PyString>() {
+        return Ok(Held::Text(text.clone()));
+    }
+    let capsule = match obj.cast::<PyCapsule>() {
+        Ok(capsule) => Some(capsule.clone()),
+        Err(_) => match obj.getattr_opt(intern!(py, "_get_capsule"))? {
+            Some(get_capsule) => match get_capsule.call0()?.cast_into::<PyCapsule>() {
+                Ok(capsule) => Some(capsule),
+                Err(_) => return Ok(Held::NotACapsule),
+            },
+            None => None,
+        },
+    };
+    match capsule {
+        Some(capsule) => {
+            let name = capsule_name(&capsule);
+            // SAFETY: a live capsule and its own name.
+            let payload = unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), name.as_ptr()) };
+            if payload.is_null() {
+                return Err(PyErr::fetch(py));
+            }
+            Ok(Held::Capsule(capsule, payload as usize))
+        }
+        None => Ok(Held::Other(obj.repr()?.to_string())),
+    }
+}
+
+/// Asks `question` about `obj`, reduced to a [`ForeignObject`] that stays valid for the call.
+pub(crate) fn ask<T>(
+    obj: &Bound<'_, PyAny>,
+    question: impl FnOnce(&ForeignObject<'_>) -> T,
+) -> PyResult<T> {
+    let held = hold(obj)?;
+    Ok(question(&held.view()?))
+}
+
+/// What a SUAI `syclobj` resolves to: the queue for its memory, and the producer's queue whose
+/// pending work imports are ordered after.
+pub(crate) struct ContextQueue {
+    pub(crate) queue: Py<PyQueue>,
+    pub(crate) producer: Option<Arc<dyn ForeignQueue>>,
+}
+
+impl ContextQueue {
+    fn clone_ref(&self, py: Python<'_>) -> ContextQueue {
+        ContextQueue {
+            queue: self.queue.clone_ref(py),
+            producer: self.producer.clone(),
+        }
+    }
+}
+
+/// Queues recently resolved from `syclobj` objects (other libraries' queues and contexts are
+/// long-lived and shared by many arrays), keyed by identity, when the backend says the answer does
+/// not depend on the pointer. Each entry holds its object, so an id is never reused while cached;
+/// the cache is small so that it keeps few objects alive.
+type ContextCache = Mutex<VecDeque<(Py<PyAny>, ContextQueue)>>;
+static CONTEXT_QUEUES: PyOnceLock<ContextCache> = PyOnceLock::new();
+const CONTEXT_CACHE_SIZE: usize = 16;
+
+/// The queue a SUAI `syclobj` names, for memory at `data`.
+pub(crate) fn queue_from_syclobj(
+    py: Python<'_>,
+    syclobj: &Bound<'_, PyAny>,
+    data: usize,
+) -> PyResult<ContextQueue> {
+    if let Ok(queue) = syclobj.cast::<PyQueue>() {
+        return Ok(ContextQueue {
+            producer: Arc::clone(&queue.get().queue).as_foreign_queue(),
+            queue: queue.clone().unbind(),
+        });
+    }
+    // Strings and capsules are not cached: a string is cheap to resolve, a capsule is made per use.
+    let by_identity = !syclobj.is_instance_of::<PyString>() && syclobj.cast::<PyCapsule>().is_err();
+    let cache = CONTEXT_QUEUES.get_or_init(py, Default::default);
+    if by_identity && let Some((_, resolved)) = cache.lock().iter().find(|(obj, _)| obj.is(syclobj))
+    {
+        return Ok(resolved.clone_ref(py));
+    }
+    let resolved = ask(syclobj, |object| {
+        // SAFETY: `ask` holds the capsule a handle was read from for the call.
+        py.detach(|| unsafe { devbuf::queue_for_suai_context(object, data) })
+    })?
+    .py()?;
+    let cacheable = by_identity && resolved.same_for_every_pointer;
+    let resolved = ContextQueue {
+        queue: wrap_queue(py, resolved.queue)?,
+        producer: resolved.producer,
+    };
+    if cacheable {
+        let entry = (syclobj.clone().unbind(), resolved.clone_ref(py));
+        let evicted = {
+            let mut cache = cache.lock();
+            let evicted = (cache.len() == CONTEXT_CACHE_SIZE)
+                .then(|| cache.pop_front())
+                .flatten();
+            cache.push_back(entry);
+            evicted
+        };
+        // Dropped unlocked: its object's finalizer may run Python code that imports again.
+        drop(evicted);
+    }
+    Ok(resolved)
+}
+
+/// The devbuf queue for another library's queue object given as `device=` (a `dpctl.SyclQueue`);
+/// `None` for objects no backend owns.
+pub(crate) fn queue_from_device_object(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+) -> PyResult<Option<Py<PyQueue>>> {
+    // A capsule getter that gives no capsule names no device either.
+    if obj.getattr_opt(intern!(py, "_get_capsule"))?.is_none() {
+        return Ok(None);
+    }
+    let found = ask(obj, |object| {
+        // SAFETY: `ask` holds the capsule a handle was read from for the call.
+        py.detach(|| unsafe { devbuf::queue_for_device_object(object) })
+    })?;
+    match found {
+        Some(queue) => Ok(Some(wrap_queue(py, queue.py()?)?)),
+        None => Ok(None),
+    }
+}
+
+/// Whether memory of `queue` is SUAI's (and dpctl's).
+pub(crate) fn speaks_suai(queue: &Arc<dyn Queue>) -> bool {
+    devbuf::speaks(queue.device(), Protocol::Suai)
+}
+
+/// The queue a DLPack producer's memory is imported on: the producer's own queue, named by its
+/// `sycl_queue` (dpctl's and dpnp's convention), when that queue is on `device_queue`'s device and
+/// may carry DLPack memory; else `device_queue`, that device's shared queue. So dpnp → devbuf →
+/// dpnp keeps dpnp's queue.
+pub(crate) fn dlpack_producer_queue(
+    py: Python<'_>,
+    producer: &Bound<'_, PyAny>,
+    device_queue: Py<PyQueue>,
+) -> PyResult<Py<PyQueue>> {
+    if !speaks_suai(&device_queue.get().queue) {
+        return Ok(device_queue);
+    }
+    let Some(own) = producer.getattr_opt(intern!(py, "sycl_queue"))? else {
+        return Ok(device_queue);
+    };
+    // Resolved through the `syclobj` cache (a producer's queue object is shared by its arrays);
+    // an attribute that names no queue leaves the import on the device's queue.
+    let Ok(ContextQueue { queue: own, .. }) = queue_from_syclobj(py, &own, 0) else {
+        return Ok(device_queue);
+    };
+    let own_queue = &own.get().queue;
+    let same_place = own_queue.dlpack_export_refusal().is_none()
+        && own_queue.device().selector == device_queue.get().queue.device().selector;
+    Ok(if same_place { own } else { device_queue })
+}
+
+/// `queue` as a `dpctl.SyclQueue` (made once per queue from its exported handle): what devbuf
+/// passes as `stream` to a kDLOneAPI producer, and `Queue.sycl_queue`. `None` where the queue
+/// exports no handle or dpctl is not installed.
+pub(crate) fn dpctl_queue(py: Python<'_>, queue: &PyQueue) -> PyResult<Option<Py<PyAny>>> {
+    let made = queue.dpctl_queue.get_or_try_init(py, || -> PyResult<_> {
+        let Some(handle) = queue.queue.export_handle() else {
+            return Ok(None);
+        };
+        let Ok(dpctl) = py.import(intern!(py, "dpctl")) else {
+            return Ok(None);
+        };
+        let capsule = handle_capsule(py, handle)?;
+        let made = dpctl.getattr(intern!(py, "SyclQueue"))?.call1((capsule,))?;
+        Ok(Some(made.unbind()))
+    })?;
+    Ok(made.as_ref().map(|queue| queue.clone_ref(py)))
+}
+
+/// The Python queue for a runtime queue: the shared one when it is its device's shared queue.
+fn wrap_queue(py: Python<'_>, queue: Arc<dyn Queue>) -> PyResult<Py<PyQueue>> {
+    if let Ok(shared) = shared_queue(py, &queue.device().selector)
+        && Arc::ptr_eq(&shared.get().queue, &queue)
+    {
+        return Ok(shared);
+    }
+    PyQueue::wrap(py, queue)
+}
