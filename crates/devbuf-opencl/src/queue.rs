@@ -72,13 +72,16 @@ pub struct OpenClQueue {
 
 impl OpenClQueue {
     /// The queue devbuf uses on `entry`'s device: made on first use, then shared.
-    pub(crate) fn for_device(entry: &DeviceEntry) -> Result<Arc<OpenClQueue>> {
-        let mut cached = entry.queue.lock();
-        if let Some(queue) = cached.as_ref() {
+    pub(crate) fn for_device(entry: &'static DeviceEntry) -> Result<Arc<OpenClQueue>> {
+        /// The queue opened on each device, by its entry's address (entries live for the process).
+        static OPENED: Mutex<Vec<(usize, Arc<OpenClQueue>)>> = Mutex::new(Vec::new());
+        let key = std::ptr::from_ref(entry) as usize;
+        let mut opened = OPENED.lock();
+        if let Some((_, queue)) = opened.iter().find(|(known, _)| *known == key) {
             return Ok(Arc::clone(queue));
         }
         let queue = Arc::new(OpenClQueue::create(entry)?);
-        *cached = Some(Arc::clone(&queue));
+        opened.push((key, Arc::clone(&queue)));
         Ok(queue)
     }
 

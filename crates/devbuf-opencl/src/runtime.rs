@@ -1,6 +1,6 @@
 //! Discovery: the loader, its platforms and devices, and how devbuf can use each device.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use devbuf_core::{DeviceInfo, MemKind};
 use opencl3::device::{
@@ -8,10 +8,8 @@ use opencl3::device::{
 };
 use opencl3::error_codes::CL_PLATFORM_NOT_FOUND_KHR;
 use opencl3::platform::{Platform, get_platforms};
-use parking_lot::Mutex;
 
 use crate::OPENCL;
-use crate::queue::OpenClQueue;
 use crate::usm::{
     CL_DEVICE_DEVICE_MEM_CAPABILITIES_INTEL, CL_DEVICE_HOST_MEM_CAPABILITIES_INTEL,
     CL_DEVICE_SINGLE_DEVICE_SHARED_MEM_CAPABILITIES_INTEL, UsmApi,
@@ -30,13 +28,12 @@ pub enum Memory {
     None,
 }
 
-/// One device as discovered, with the queue devbuf uses on it once opened.
+/// One device as discovered.
 #[derive(Debug)]
 pub struct DeviceEntry {
     pub device: Device,
     pub info: DeviceInfo,
     pub memory: Memory,
-    pub queue: Mutex<Option<Arc<OpenClQueue>>>,
 }
 
 /// Every device of every platform, in loader order, or why there are none. Discovered once per
@@ -108,7 +105,6 @@ fn describe(platform: &Platform, device: Device, index: u32, selector: String) -
         },
         device,
         memory,
-        queue: Mutex::new(None),
     }
 }
 

@@ -13,6 +13,7 @@ use devbuf_core::{
     MemKind, Queue, QueueEvent, Result,
 };
 use devbuf_sycl_sys as sys;
+use parking_lot::Mutex;
 
 use crate::SYCL;
 use crate::raw::{Context, Device, RawEvent, RawQueue};
@@ -26,6 +27,34 @@ extern "C" fn report_async_error(code: c_int) {
         std::io::stderr(),
         "devbuf-sycl: asynchronous SYCL error (code {code})"
     );
+}
+
+/// The queues devbuf made on one loaded runtime (kept here, not in [`Runtime`], so that the
+/// runtime module knows nothing of queues).
+#[derive(Default)]
+struct RuntimeQueues {
+    /// One in-order queue in the default context of each device, by dpctl device index.
+    default_queues: Mutex<Vec<(i32, Arc<SyclQueue>)>>,
+    /// The default queue each filter string opened (resolving one takes tens of µs).
+    filter_queues: Mutex<Vec<(String, Arc<SyclQueue>)>>,
+    /// The queues made for other libraries' in-order `sycl::queue`s, while devbuf uses them: the
+    /// same `sycl::queue` handed over again (a dpnp array made from devbuf memory, imported back)
+    /// gets the same devbuf queue.
+    adopted_queues: Mutex<Vec<Weak<SyclQueue>>>,
+}
+
+/// The queues of `rt`, made on first use. Runtimes are loaded once per library and never
+/// unloaded, so neither are these.
+fn queues_of(rt: &'static Runtime) -> &'static RuntimeQueues {
+    static BY_RUNTIME: Mutex<Vec<(usize, &'static RuntimeQueues)>> = Mutex::new(Vec::new());
+    let key = std::ptr::from_ref(rt) as usize;
+    let mut all = BY_RUNTIME.lock();
+    if let Some(&(_, queues)) = all.iter().find(|(known, _)| *known == key) {
+        return queues;
+    }
+    let queues: &'static RuntimeQueues = Box::leak(Box::default());
+    all.push((key, queues));
+    queues
 }
 
 /// An in-order SYCL queue on one device and context.
@@ -94,7 +123,7 @@ impl SyclQueue {
             selector: format!("{SYCL}:{}", device.filter_string()),
             reason: "the device is not among dpctl's root devices".into(),
         })?;
-        let mut cache = rt.default_queues.lock();
+        let mut cache = queues_of(rt).default_queues.lock();
         if let Some((_, queue)) = cache.iter().find(|(cached, _)| *cached == index) {
             return Ok(Arc::clone(queue));
         }
@@ -118,7 +147,7 @@ impl SyclQueue {
     /// The queue for the root device a dpctl filter selector string picks ("opencl:cpu:0",
     /// "gpu", "1"), in that device's default context: SUAI's filter-string `syclobj`.
     pub fn open(rt: &'static Runtime, filter: &str) -> Result<Arc<SyclQueue>> {
-        let cached = rt
+        let cached = queues_of(rt)
             .filter_queues
             .lock()
             .iter()
@@ -127,7 +156,8 @@ impl SyclQueue {
             return Ok(queue);
         }
         let queue = SyclQueue::default_for(Device::from_filter(rt, filter)?)?;
-        rt.filter_queues
+        queues_of(rt)
+            .filter_queues
             .lock()
             .push((filter.to_owned(), Arc::clone(&queue)));
         Ok(queue)
@@ -175,7 +205,7 @@ impl SyclQueue {
             return Ok(known);
         }
         let adopted = Arc::new(SyclQueue::assemble(copy, context, device));
-        let mut adopted_queues = rt.adopted_queues.lock();
+        let mut adopted_queues = queues_of(rt).adopted_queues.lock();
         adopted_queues.retain(|queue| queue.strong_count() > 0);
         adopted_queues.push(Arc::downgrade(&adopted));
         Ok(adopted)
@@ -191,12 +221,12 @@ impl SyclQueue {
                     .DPCTLQueue_AreEq(known.queue.as_ptr(), queue.as_ptr())
             }
         };
-        let defaults = rt.default_queues.lock();
+        let defaults = queues_of(rt).default_queues.lock();
         if let Some((_, known)) = defaults.iter().find(|(_, known)| same(known)) {
             return Some(Arc::clone(known));
         }
         drop(defaults);
-        rt.adopted_queues
+        queues_of(rt).adopted_queues
             .lock()
             .iter()
             .filter_map(Weak::upgrade)

@@ -7,12 +7,10 @@
 
 use std::ffi::{CStr, OsStr, OsString, c_char};
 use std::path::PathBuf;
-use std::sync::{Arc, Weak};
+
 
 use devbuf_sycl_sys::{DpctlSyclInterface, LIBRARY_NAME};
 use parking_lot::Mutex;
-
-use crate::queue::SyclQueue;
 
 /// Environment variable naming the library to load (`ci/env.sh` sets it).
 pub const LIBRARY_ENV: &str = "DEVBUF_SYCL_LIBRARY";
@@ -34,14 +32,6 @@ pub fn set_dpctl_dir(dir: impl Into<PathBuf>) {
 pub struct Runtime {
     api: DpctlSyclInterface,
     location: OsString,
-    /// One in-order queue in the default context of each device, by dpctl device index.
-    pub(crate) default_queues: Mutex<Vec<(i32, Arc<SyclQueue>)>>,
-    /// The default queue each filter string opened (resolving one takes tens of µs).
-    pub(crate) filter_queues: Mutex<Vec<(String, Arc<SyclQueue>)>>,
-    /// The queues made for other libraries' in-order `sycl::queue`s, while devbuf uses them: the
-    /// same `sycl::queue` handed over again (a dpnp array made from devbuf memory, imported back)
-    /// gets the same devbuf queue.
-    pub(crate) adopted_queues: Mutex<Vec<Weak<SyclQueue>>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -73,9 +63,6 @@ impl Runtime {
         let runtime: &'static Runtime = Box::leak(Box::new(Runtime {
             api,
             location: location.to_owned(),
-            default_queues: Mutex::new(Vec::new()),
-            filter_queues: Mutex::new(Vec::new()),
-            adopted_queues: Mutex::new(Vec::new()),
         }));
         loaded.push(runtime);
         Ok(runtime)
