@@ -5,14 +5,14 @@
 use std::sync::OnceLock;
 
 use devbuf::dlpack::DlpackTemplate;
-use devbuf::{Array, Buffer, DType, Layout};
-use pyo3::exceptions::{PyBufferError, PyIndexError, PyTypeError, PyValueError};
+use devbuf::{Array, Buffer, Layout};
+use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyCapsule, PyDict, PySlice, PyTuple};
+use pyo3::types::{PyDict, PyTuple};
 
-use crate::device::{PyDevice, PyQueue};
 use crate::errors::IntoPyResult;
+use crate::queues::PyQueue;
 
 /// What the protocol getters build once and hand out copies of.
 pub(crate) struct ExportCache {
@@ -47,6 +47,14 @@ impl DlpackExport {
 }
 
 /// A typed, strided view of device, shared or host memory.
+/// An array as dpctl memory, and how to make dpnp.tensor arrays of it (see `dpctl_attrs`).
+pub(crate) struct DpctlView {
+    pub(crate) memory: Py<PyAny>,
+    /// `usm_ndarray`, its positional and keyword arguments: made on the first `__usm_ndarray__`
+    /// (dpnp.tensor asks twice per import, and the constructor's arguments never change).
+    pub(crate) usm_ndarray: PyOnceLock<(Py<PyAny>, Py<PyTuple>, Py<PyDict>)>,
+}
+
 #[pyclass(frozen, subclass, module = "devbuf", name = "Array")]
 pub struct PyArray {
     pub(crate) array: Array,
@@ -56,7 +64,7 @@ pub struct PyArray {
     pub(crate) cache: ExportCache,
     /// This array as dpctl memory, behind its dpctl attributes (see `dpctl_attrs`); `None` where
     /// dpctl cannot view it.
-    pub(crate) dpctl_view: PyOnceLock<Option<crate::dpctl_attrs::DpctlView>>,
+    pub(crate) dpctl_view: PyOnceLock<Option<DpctlView>>,
 }
 
 impl PyArray {
@@ -95,7 +103,7 @@ impl PyArray {
     }
 
     /// The bytes the elements occupy, when they are C-contiguous.
-    fn contiguous_bytes(&self, what: &str) -> PyResult<Buffer> {
+    pub(crate) fn contiguous_bytes(&self, what: &str) -> PyResult<Buffer> {
         let layout = self.array.layout();
         if !layout.is_c_contiguous() {
             return Err(PyBufferError::new_err(format!(
@@ -109,260 +117,8 @@ impl PyArray {
             .py()
     }
 
-    fn layout(&self) -> &Layout {
+    pub(crate) fn layout(&self) -> &Layout {
         self.array.layout()
-    }
-}
-
-#[pymethods]
-impl PyArray {
-    #[getter]
-    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let shape = self.cache.shape.get_or_try_init(py, || {
-            PyTuple::new(py, self.layout().shape()).map(Bound::unbind)
-        })?;
-        Ok(shape.bind(py).clone())
-    }
-
-    /// The element type's name, as NumPy spells it ("float32", "uint8", "bfloat16"...).
-    #[getter]
-    fn dtype(&self) -> &'static str {
-        self.layout().dtype().name()
-    }
-
-    /// The NumPy typestr of the element type ("<f4"...); bfloat16 has none.
-    #[getter]
-    fn typestr(&self) -> PyResult<&'static str> {
-        self.layout().dtype().typestr().py()
-    }
-
-    /// Strides in bytes.
-    #[getter]
-    fn strides(&self) -> Vec<isize> {
-        self.layout().strides().to_vec()
-    }
-
-    /// Byte offset of element 0 from the start of `buffer`.
-    #[getter]
-    fn offset(&self) -> usize {
-        self.layout().offset()
-    }
-
-    #[getter]
-    fn ndim(&self) -> usize {
-        self.layout().ndim()
-    }
-
-    /// Number of elements.
-    #[getter]
-    fn size(&self) -> usize {
-        self.layout().size()
-    }
-
-    #[getter]
-    fn itemsize(&self) -> usize {
-        self.layout().dtype().itemsize()
-    }
-
-    /// Bytes of the elements (size × itemsize).
-    #[getter]
-    fn nbytes(&self) -> usize {
-        self.layout().nbytes()
-    }
-
-    #[getter]
-    fn readonly(&self) -> bool {
-        self.array.readonly()
-    }
-
-    /// Address of element 0.
-    #[getter]
-    fn ptr(&self) -> usize {
-        self.array.data_ptr()
-    }
-
-    /// "host", "device", "shared", or "unknown" (foreign memory the runtime cannot classify).
-    #[getter]
-    fn kind(&self) -> &'static str {
-        self.array.buffer().kind().as_str()
-    }
-
-    #[getter]
-    fn device(&self, py: Python<'_>) -> Py<PyDevice> {
-        self.queue.get().device.clone_ref(py)
-    }
-
-    #[getter]
-    fn queue(&self, py: Python<'_>) -> Py<PyQueue> {
-        self.queue.clone_ref(py)
-    }
-
-    #[getter]
-    fn c_contiguous(&self) -> bool {
-        self.layout().is_c_contiguous()
-    }
-
-    #[getter]
-    fn f_contiguous(&self) -> bool {
-        self.layout().is_f_contiguous()
-    }
-
-    /// The memory this array views (the whole buffer, not only the bytes its elements span).
-    #[getter]
-    fn buffer(&self, py: Python<'_>) -> PyResult<Py<PyBuffer>> {
-        PyBuffer::wrap_readonly(
-            py,
-            self.array.buffer().clone(),
-            self.queue.clone_ref(py),
-            self.array.readonly(),
-        )
-    }
-
-    /// Copies `source` (anything `devbuf.asarray` takes: DLPack, SUAI, CAI or buffer-protocol
-    /// objects) into this array. Both must be C-contiguous with the same number of bytes.
-    /// With `blocking=False` the copy is only enqueued on this array's queue: it is pending work
-    /// that the protocols then report (CAI's `stream`) or wait for.
-    #[pyo3(signature = (source, *, blocking = true))]
-    fn copy_from(&self, py: Python<'_>, source: &Bound<'_, PyAny>, blocking: bool) -> PyResult<()> {
-        if self.array.readonly() {
-            return Err(PyValueError::new_err("copy_from: this array is read-only"));
-        }
-        let imported = crate::import::import_object(py, source, false, true)?;
-        let source = imported.get().contiguous_bytes("copy_from's source")?;
-        let destination = self.contiguous_bytes("copy_from")?;
-        if blocking {
-            py.detach(|| destination.copy_from(&source)).py()
-        } else {
-            let queue = destination.queue().clone();
-            py.detach(|| destination.enqueue_copy_from(&source, &queue).map(drop))
-                .py()
-        }
-    }
-
-    /// The bytes of a C-contiguous array, copied to the host.
-    fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        let bytes = self.contiguous_bytes("to_bytes")?;
-        let data = py.detach(|| bytes.to_vec()).py()?;
-        Ok(PyBytes::new(py, &data))
-    }
-
-    /// The SYCL USM array interface (version 1), for SYCL memory.
-    #[getter]
-    fn __sycl_usm_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        crate::export::suai(self, py)
-    }
-
-    /// The CUDA array interface (version 3), for CUDA memory.
-    #[getter]
-    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        crate::export::cai(self, py)
-    }
-
-    /// The `dpctl.SyclQueue` of SYCL memory (dpnp and dpctl.tensor compute on it), where dpctl
-    /// imports.
-    #[getter]
-    fn sycl_queue(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        crate::dpctl_attrs::sycl_queue(self, py)
-    }
-
-    /// The `dpctl.SyclDevice` of SYCL memory, where dpctl imports.
-    #[getter]
-    fn sycl_device(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        crate::dpctl_attrs::sycl_device(self, py)
-    }
-
-    /// The `dpctl.SyclContext` SYCL memory is bound to, where dpctl imports.
-    #[getter]
-    fn sycl_context(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        crate::dpctl_attrs::sycl_context(self, py)
-    }
-
-    /// "device", "shared" or "host" for SYCL USM, where dpctl imports.
-    #[getter]
-    fn usm_type(&self, py: Python<'_>) -> PyResult<&'static str> {
-        crate::dpctl_attrs::usm_type(self, py)
-    }
-
-    /// A `dpnp.tensor.usm_ndarray` viewing SYCL memory, where dpnp is imported.
-    #[getter]
-    fn __usm_ndarray__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        crate::dpctl_attrs::usm_ndarray(self, py)
-    }
-
-    /// `(device type, device id)` of the memory, in DLPack's codes.
-    fn __dlpack_device__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        crate::export::dlpack_device(self, py)
-    }
-
-    // `__dlpack__` is installed on the type by `dlpack_method` (a hand-written vectorcall).
-
-    /// DLPack 1.3's C exchange table ("dlpack_exchange_api" capsule).
-    #[classattr]
-    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Py<PyCapsule>> {
-        crate::exchange::capsule(py).map(Bound::unbind)
-    }
-
-    /// The exchange table under the name of the proposal it came from.
-    #[classattr]
-    fn __c_dlpack_exchange_api__(py: Python<'_>) -> PyResult<Py<PyCapsule>> {
-        crate::exchange::capsule(py).map(Bound::unbind)
-    }
-
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut pyo3::ffi::Py_buffer,
-        flags: std::ffi::c_int,
-    ) -> PyResult<()> {
-        // SAFETY: CPython passes a writable view.
-        unsafe { crate::export::get_buffer(&slf, view, flags) }
-    }
-
-    unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {
-        // Nothing to free: shape and strides point into the array, which the view keeps alive.
-    }
-
-    /// Pickling (protocol 5: host-accessible memory out-of-band, zero-copy); see `pickle.rs`.
-    fn __reduce_ex__<'py>(slf: &Bound<'py, Self>, protocol: i64) -> PyResult<Bound<'py, PyTuple>> {
-        crate::pickle::reduce_ex(slf, protocol)
-    }
-
-    fn __len__(&self) -> PyResult<usize> {
-        self.layout()
-            .shape()
-            .first()
-            .copied()
-            .ok_or_else(|| PyTypeError::new_err("len() of a 0-d array"))
-    }
-
-    fn __repr__(&self) -> String {
-        let device = self.array.buffer().device();
-        format!(
-            "<devbuf.Array shape={} dtype={} kind={} device={:?}{}>",
-            python_tuple(self.layout().shape()),
-            self.layout().dtype(),
-            self.array.buffer().kind(),
-            device.selector,
-            if self.array.readonly() {
-                " read-only"
-            } else {
-                ""
-            }
-        )
-    }
-}
-
-/// `(2, 3)`, `(5,)`, `()`: a shape as Python prints it.
-fn python_tuple(values: &[usize]) -> String {
-    match values {
-        [one] => format!("({one},)"),
-        _ => format!(
-            "({})",
-            values
-                .iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
     }
 }
 
@@ -393,128 +149,4 @@ impl PyBuffer {
             PyClassInitializer::from(PyArray::new(bytes, queue)).add_subclass(PyBuffer {}),
         )
     }
-}
-
-#[pymethods]
-impl PyBuffer {
-    /// Number of bytes.
-    #[getter]
-    fn nbytes(slf: &Bound<'_, Self>) -> usize {
-        slf.as_super().get().array.buffer().len()
-    }
-
-    /// Address of the first byte.
-    #[getter]
-    fn ptr(slf: &Bound<'_, Self>) -> usize {
-        slf.as_super().get().array.buffer().ptr() as usize
-    }
-
-    /// Whether devbuf allocated this memory (False for imported, foreign memory).
-    #[getter]
-    fn owned(slf: &Bound<'_, Self>) -> bool {
-        is_owned(slf.as_super().get().array.buffer())
-    }
-
-    /// A handle that opens this buffer's memory in another process on this machine
-    /// (`devbuf.open_ipc`). Only buffers allocated with `ipc=True` have one (else BufferError).
-    fn ipc_handle(slf: &Bound<'_, Self>) -> PyResult<crate::ipc::PyIpcHandle> {
-        crate::ipc::export(slf.as_super().get(), slf.py())
-    }
-
-    /// A typed view: `dtype` a name or typestr ("float32", "<f4"), `shape` (default: as many
-    /// elements as fit after `offset`), `strides` and `offset` in bytes, as in NumPy.
-    #[pyo3(signature = (dtype, shape = None, strides = None, offset = 0))]
-    fn view(
-        slf: &Bound<'_, Self>,
-        dtype: &str,
-        shape: Option<Vec<usize>>,
-        strides: Option<Vec<isize>>,
-        offset: usize,
-    ) -> PyResult<Py<PyArray>> {
-        let py = slf.py();
-        let this = slf.as_super().get();
-        let dtype = DType::parse(dtype).py()?;
-        let buffer = this.array.buffer();
-        let shape =
-            shape.unwrap_or_else(|| vec![buffer.len().saturating_sub(offset) / dtype.itemsize()]);
-        let layout = Layout::new(
-            dtype,
-            &shape,
-            strides.as_deref(),
-            offset,
-            this.array.readonly(),
-        )
-        .py()?;
-        let array = Array::new(buffer.clone(), layout).py()?;
-        PyArray::wrap(py, array, this.queue.clone_ref(py))
-    }
-
-    /// Sets every byte to `value` (0-255); with `blocking=False` the fill is only enqueued.
-    #[pyo3(signature = (value, *, blocking = true))]
-    fn fill(slf: &Bound<'_, Self>, value: u8, blocking: bool) -> PyResult<()> {
-        let this = slf.as_super().get();
-        if this.array.readonly() {
-            return Err(PyValueError::new_err("fill: this buffer is read-only"));
-        }
-        let buffer = this.array.buffer();
-        if blocking {
-            slf.py().detach(|| buffer.fill(value)).py()
-        } else {
-            slf.py()
-                .detach(|| buffer.enqueue_fill(value).map(drop))
-                .py()
-        }
-    }
-
-    /// Blocks until all pending work on this memory (from any queue) has completed.
-    fn synchronize(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let buffer = slf.as_super().get().array.buffer();
-        slf.py().detach(|| buffer.synchronize()).py()
-    }
-
-    /// `buffer[start:stop]`: a sub-buffer sharing ownership of the allocation.
-    fn __getitem__(slf: &Bound<'_, Self>, index: &Bound<'_, PySlice>) -> PyResult<Py<PyBuffer>> {
-        let this = slf.as_super().get();
-        let buffer = this.array.buffer();
-        let indices = index.indices(buffer.len() as isize)?;
-        if indices.step != 1 {
-            return Err(PyIndexError::new_err(
-                "Buffer slices must be contiguous (step 1)",
-            ));
-        }
-        let (start, stop) = (
-            indices.start as usize,
-            indices.stop.max(indices.start) as usize,
-        );
-        let part = buffer.slice(start..stop).py()?;
-        PyBuffer::wrap_readonly(
-            slf.py(),
-            part,
-            this.queue.clone_ref(slf.py()),
-            this.array.readonly(),
-        )
-    }
-
-    fn __repr__(slf: &Bound<'_, Self>) -> String {
-        let this = slf.as_super().get();
-        let buffer = this.array.buffer();
-        format!(
-            "<devbuf.Buffer {} bytes of {} memory at {:#x} on {:?}{}{}>",
-            buffer.len(),
-            buffer.kind(),
-            buffer.ptr() as usize,
-            buffer.device().selector,
-            if is_owned(buffer) { "" } else { " (foreign)" },
-            if this.array.readonly() {
-                " read-only"
-            } else {
-                ""
-            }
-        )
-    }
-}
-
-/// Whether devbuf allocated the memory: its queue's own allocation, or a shareable one.
-fn is_owned(buffer: &Buffer) -> bool {
-    buffer.is_owned() || devbuf::ipc::is_shareable(buffer)
 }

@@ -18,7 +18,7 @@ use pyo3::types::{PyDict, PyTuple};
 
 use devbuf::MemKind;
 
-use crate::array::PyArray;
+use crate::array::{DpctlView, PyArray};
 
 /// SYCL memory of a kind dpctl names, with dpctl importable: the devbuf queue as a
 /// `dpctl.SyclQueue`.
@@ -39,14 +39,6 @@ fn dpctl_queue_of(this: &PyArray, py: Python<'_>, attribute: &str) -> PyResult<P
     }
     crate::foreign::dpctl_queue(py, this.queue.get())?
         .ok_or_else(|| missing("has no dpctl queue (dpctl cannot be imported)"))
-}
-
-/// An array as dpctl memory, and how to make dpnp.tensor arrays of it.
-pub(crate) struct DpctlView {
-    memory: Py<PyAny>,
-    /// `usm_ndarray`, its positional and keyword arguments: made on the first `__usm_ndarray__`
-    /// (dpnp.tensor asks twice per import, and the constructor's arguments never change).
-    usm_ndarray: PyOnceLock<(Py<PyAny>, Py<PyTuple>, Py<PyDict>)>,
 }
 
 /// The array's dpctl memory view (`dpctl.memory.as_usm_memory`), made once; `None` where dpctl

@@ -22,8 +22,8 @@ use pyo3::types::PyCapsule;
 use pyo3::{Borrowed, ffi};
 
 use crate::array::PyArray;
-use crate::device::shared_queue_for_dlpack;
 use crate::errors::IntoPyResult;
+use crate::queues::shared_queue_for_dlpack;
 
 /// The table; it lives for the whole process, as the protocol requires.
 struct Table(DLPackExchangeAPI);

@@ -8,13 +8,14 @@ use std::sync::Arc;
 
 use devbuf::{ForeignObject, ForeignQueue, Protocol, Queue};
 use parking_lot::Mutex;
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCapsule, PyInt, PyString};
 use pyo3::{ffi, intern};
 
-use crate::device::{PyQueue, handle_capsule, shared_queue};
 use crate::errors::IntoPyResult;
+use crate::queues::{PyDevice, PyQueue, handle_capsule, shared_queue};
 
 /// The name of a capsule (empty when it has none).
 pub(crate) fn capsule_name<'a>(capsule: &'a Bound<'_, PyCapsule>) -> &'a std::ffi::CStr {
@@ -254,4 +255,57 @@ fn wrap_queue(py: Python<'_>, queue: Arc<dyn Queue>) -> PyResult<Py<PyQueue>> {
         return Ok(shared);
     }
     PyQueue::wrap(py, queue)
+}
+
+/// The selector a `device=` argument names.
+pub(crate) fn selector_of(device: &Bound<'_, PyAny>) -> PyResult<String> {
+    if let Ok(selector) = device.cast::<PyString>() {
+        return Ok(selector.to_str()?.to_string());
+    }
+    if let Ok(device) = device.cast::<PyDevice>() {
+        return Ok(device.get().info.selector.clone());
+    }
+    if let Ok(queue) = device.cast::<PyQueue>() {
+        return Ok(queue.get().queue.device().selector.clone());
+    }
+    Err(PyTypeError::new_err(format!(
+        "device: expected None, a selector string, a devbuf.Device, a devbuf.Queue or a \
+         dpctl.SyclQueue, got {}",
+        device.get_type().name()?
+    )))
+}
+
+/// The devbuf queue of another library's SYCL queue given as `device=`; `None` for selectors,
+/// Devices, devbuf Queues and anything else (strings first: the common case, with no capsule).
+pub(crate) fn sycl_queue_object(
+    py: Python<'_>,
+    device: &Bound<'_, PyAny>,
+) -> PyResult<Option<Py<PyQueue>>> {
+    if device.is_instance_of::<PyString>()
+        || device.cast::<PyDevice>().is_ok()
+        || device.cast::<PyQueue>().is_ok()
+    {
+        return Ok(None);
+    }
+    queue_from_device_object(py, device)
+}
+
+/// The queue a `device=` argument names: a Queue itself, a `dpctl.SyclQueue`'s queue, else the
+/// shared queue of the device.
+pub(crate) fn resolve_queue(
+    py: Python<'_>,
+    device: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Py<PyQueue>> {
+    match device {
+        None => shared_queue(py, ""),
+        Some(device) => {
+            if let Ok(queue) = device.cast::<PyQueue>() {
+                return Ok(queue.clone().unbind());
+            }
+            if let Some(queue) = sycl_queue_object(py, device)? {
+                return Ok(queue);
+            }
+            shared_queue(py, &selector_of(device)?)
+        }
+    }
 }

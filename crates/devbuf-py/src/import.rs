@@ -23,9 +23,10 @@ use pyo3::types::{PyCapsule, PyDict, PyString, PyType};
 use pyo3::{ffi, intern};
 
 use crate::array::PyArray;
-use crate::device::{PyQueue, resolve_queue, shared_queue, shared_queue_for_dlpack};
 use crate::errors::IntoPyResult;
+use crate::foreign::resolve_queue;
 use crate::foreign::{self, capsule_name};
+use crate::queues::{PyQueue, shared_queue, shared_queue_for_dlpack};
 use crate::streams;
 
 /// Imports any supported object zero-copy (or copies it when `copy`). With `sync`, later work

@@ -3,6 +3,7 @@
 //! Rust crates.
 
 mod array;
+mod array_methods;
 mod device;
 mod dlpack_method;
 mod dpctl_attrs;
@@ -13,6 +14,7 @@ mod foreign;
 mod import;
 mod ipc;
 mod pickle;
+mod queues;
 mod streams;
 
 use devbuf::conformance::Outcome;
@@ -75,8 +77,8 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<array::PyArray>()?;
     dlpack_method::install(&m.py().get_type::<array::PyArray>())?;
     m.add_class::<array::PyBuffer>()?;
-    m.add_class::<device::PyDevice>()?;
-    m.add_class::<device::PyQueue>()?;
+    m.add_class::<queues::PyDevice>()?;
+    m.add_class::<queues::PyQueue>()?;
     m.add_class::<device::PyBackendInfo>()?;
     m.add_function(wrap_pyfunction!(device::backends, m)?)?;
     m.add_function(wrap_pyfunction!(device::devices, m)?)?;

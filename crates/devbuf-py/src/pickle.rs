@@ -18,9 +18,9 @@ use pyo3::types::{PyByteArray, PyTuple};
 use pyo3::{create_exception, ffi};
 
 use crate::array::{PyArray, PyBuffer};
-use crate::device::{PyQueue, shared_queue};
 use crate::errors::IntoPyResult;
 use crate::import::HeldBuffer;
+use crate::queues::{PyQueue, shared_queue};
 
 create_exception!(
     devbuf,

@@ -12,9 +12,9 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::array::PyArray;
-use crate::device::PyQueue;
 use crate::errors::IntoPyResult;
 use crate::foreign;
+use crate::queues::PyQueue;
 
 /// CAI v3's producer-side option: when off, exports always say `stream: None` and the user takes
 /// over synchronization. On by default; `DEVBUF_CAI_EXPORT_STREAM=0` turns it off for the process.

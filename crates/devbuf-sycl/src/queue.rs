@@ -226,7 +226,8 @@ impl SyclQueue {
             return Some(Arc::clone(known));
         }
         drop(defaults);
-        queues_of(rt).adopted_queues
+        queues_of(rt)
+            .adopted_queues
             .lock()
             .iter()
             .filter_map(Weak::upgrade)

@@ -8,7 +8,6 @@
 use std::ffi::{CStr, OsStr, OsString, c_char};
 use std::path::PathBuf;
 
-
 use devbuf_sycl_sys::{DpctlSyclInterface, LIBRARY_NAME};
 use parking_lot::Mutex;
 
