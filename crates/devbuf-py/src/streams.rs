@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use devbuf::dlpark::ffi::{DLDevice, DLDeviceType};
-use devbuf::{Buffer, Protocol};
+use devbuf::{Buffer, ForeignObject, Protocol};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -59,12 +59,15 @@ pub(crate) fn prepare_dlpack_export(
     let stream = stream.filter(|s| !s.is_none());
     let buffer = this.array.buffer();
     let home = buffer.queue();
-    let none = py.None().into_bound(py);
-    let handled = foreign::ask(stream.unwrap_or(&none), |stream| {
-        // SAFETY: the consumer passed `stream` to name one of its live streams or queues
-        // (DLPack's contract); `ask` holds the object a handle was read from.
-        unsafe { home.order_dlpack_export(buffer, device, stream) }
-    })?;
+    // SAFETY: the consumer passed `stream` to name one of its live streams or queues (DLPack's
+    // contract); `ask` holds the object a handle was read from.
+    let order =
+        |stream: &ForeignObject<'_>| unsafe { home.order_dlpack_export(buffer, device, stream) };
+    // No stream (the common case) needs no Python object read.
+    let handled = match stream {
+        None => order(&ForeignObject::Nothing),
+        Some(stream) => foreign::ask(stream, order)?,
+    };
     if let Some(done) = handled {
         return done.py();
     }
