@@ -183,7 +183,8 @@ unsafe extern "C" fn managed_tensor_to_py_object(
 ) -> c_int {
     guarded(|py| {
         let tensor = NonNull::new(tensor).ok_or_else(|| PyTypeError::new_err("tensor: NULL"))?;
-        let array = crate::import::import_owned_tensor(py, ManagedTensor::Versioned(tensor))?;
+        let array =
+            crate::import_dlpack::import_owned_tensor(py, ManagedTensor::Versioned(tensor))?;
         // SAFETY: `out_py_object` is writable (caller); it receives a new reference.
         unsafe { *out_py_object = array.into_ptr().cast() };
         Ok(())

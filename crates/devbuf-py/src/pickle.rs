@@ -19,7 +19,7 @@ use pyo3::{create_exception, ffi};
 
 use crate::array::{PyArray, PyBuffer};
 use crate::errors::IntoPyResult;
-use crate::import::HeldBuffer;
+use crate::import_buffer::HeldBuffer;
 use crate::queues::{PyQueue, shared_queue};
 
 create_exception!(

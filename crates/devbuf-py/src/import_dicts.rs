@@ -1,0 +1,188 @@
+//! The dictionary protocols: `__sycl_usm_array_interface__` and `__cuda_array_interface__`.
+
+use devbuf::Owner;
+use devbuf::interface::{self, InterfaceDict};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString};
+use pyo3::{ffi, intern};
+
+use crate::array::PyArray;
+use crate::errors::IntoPyResult;
+use crate::foreign;
+use crate::import_buffer::import_buffer_protocol;
+use crate::imported::wrap_foreign;
+use crate::queues::shared_queue;
+use crate::streams;
+
+/// Reads the keys CAI and SUAI share; a wrong Python type is a TypeError naming the key.
+fn read_interface_dict<'py>(
+    dict: &Bound<'py, PyAny>,
+    protocol: &str,
+) -> PyResult<(InterfaceDict, Option<Bound<'py, PyDict>>)> {
+    let py = dict.py();
+    let dict = dict
+        .cast::<PyDict>()
+        .map_err(|_| PyTypeError::new_err(format!("{protocol} is not a dict")))?;
+    let required = |key: &Bound<'py, PyString>| -> PyResult<Bound<'py, PyAny>> {
+        dict.get_item(key)?
+            .ok_or_else(|| PyValueError::new_err(format!("{}: missing from {protocol}", key)))
+    };
+    let typed = |key: &'static str, what: &'static str| {
+        move |_: PyErr| PyTypeError::new_err(format!("{key}: expected {what}"))
+    };
+    let version = required(intern!(py, "version"))?
+        .extract::<i64>()
+        .map_err(typed("version", "an int"))?;
+    let shape = required(intern!(py, "shape"))?
+        .extract::<Vec<i64>>()
+        .map_err(typed("shape", "a tuple of ints"))?;
+    let typestr = required(intern!(py, "typestr"))?
+        .extract::<String>()
+        .map_err(typed("typestr", "a str"))?;
+    let data = match dict.get_item(intern!(py, "data"))? {
+        None => None,
+        Some(data) => Some(
+            data.extract::<(usize, bool)>()
+                .map_err(typed("data", "a tuple (int pointer, bool read-only)"))?,
+        ),
+    };
+    let strides = match dict.get_item(intern!(py, "strides"))? {
+        Some(strides) if !strides.is_none() => Some(
+            strides
+                .extract::<Vec<i64>>()
+                .map_err(typed("strides", "None or a tuple of ints"))?,
+        ),
+        _ => None,
+    };
+    let descr_key = if protocol.contains("sycl") {
+        intern!(py, "typedescr")
+    } else {
+        intern!(py, "descr")
+    };
+    let descr = match dict.get_item(descr_key)? {
+        Some(descr) if !descr.is_none() => {
+            Some(descr.extract::<Vec<(String, String)>>().map_err(typed(
+                if protocol.contains("sycl") {
+                    "typedescr"
+                } else {
+                    "descr"
+                },
+                "a list of (name, typestr) tuples",
+            ))?)
+        }
+        _ => None,
+    };
+    let parsed = InterfaceDict {
+        version,
+        data: data.unwrap_or((0, false)),
+        shape,
+        typestr,
+        descr,
+        strides,
+        offset: 0,
+        has_mask: false,
+    };
+    let present = data.is_some().then(|| dict.clone());
+    Ok((parsed, present))
+}
+
+pub(crate) fn import_suai<'py>(
+    py: Python<'py>,
+    obj: &Bound<'py, PyAny>,
+    dict: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyArray>> {
+    let (mut parsed, with_data) = read_interface_dict(dict, "__sycl_usm_array_interface__")?;
+    let Some(dict) = with_data else {
+        // The spec's fallback for host-accessible USM: no `data`, use the buffer protocol. A fault
+        // is still SUAI's, naming the key.
+        // SAFETY: `obj` is a live object.
+        if unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } == 0 {
+            return Err(PyValueError::new_err(
+                "data: missing from __sycl_usm_array_interface__, and the object has no buffer \
+                 protocol to fall back on",
+            ));
+        }
+        return import_buffer_protocol(py, obj);
+    };
+    parsed.offset = match dict.get_item(intern!(py, "offset"))? {
+        Some(offset) if !offset.is_none() => offset
+            .extract()
+            .map_err(|_| PyTypeError::new_err("offset: expected an int"))?,
+        _ => 0,
+    };
+    let syclobj = dict.get_item(intern!(py, "syclobj"))?.ok_or_else(|| {
+        PyValueError::new_err("syclobj: missing from __sycl_usm_array_interface__")
+    })?;
+    let foreign = interface::import_suai(&parsed).py()?;
+    let resolved = foreign::queue_from_syclobj(py, &syclobj, foreign.base)?;
+    let key = if parsed.offset == 0 { "data" } else { "offset" };
+    let array = wrap_foreign(
+        py,
+        foreign,
+        resolved.queue,
+        Owner::keep_alive(obj.clone().unbind()),
+        key,
+    )?;
+    // The producer may still have work on the memory in its queue: ours is ordered after it.
+    if let Some(producer) = resolved.producer {
+        array.get().array.buffer().record_producer(producer).py()?;
+    }
+    Ok(array)
+}
+
+pub(crate) fn import_cai<'py>(
+    py: Python<'py>,
+    obj: &Bound<'py, PyAny>,
+    dict: &Bound<'py, PyAny>,
+    sync: bool,
+) -> PyResult<Bound<'py, PyArray>> {
+    let (mut parsed, with_data) = read_interface_dict(dict, "__cuda_array_interface__")?;
+    let dict = with_data
+        .ok_or_else(|| PyValueError::new_err("data: missing from __cuda_array_interface__"))?;
+    parsed.has_mask = dict
+        .get_item(intern!(py, "mask"))?
+        .is_some_and(|mask| !mask.is_none());
+    let stream = match dict.get_item(intern!(py, "stream"))? {
+        Some(stream) if !stream.is_none() => Some(
+            stream
+                .extract::<i64>()
+                .map_err(|_| PyTypeError::new_err("stream: expected None or an int"))?,
+        ),
+        _ => None,
+    };
+    let foreign = interface::import_cai(&parsed).py()?;
+    // An empty array has no memory to classify (the spec makes its `data` 0): any queue of the
+    // protocol's backend will do.
+    let selector = if foreign.len == 0 {
+        devbuf::backend_for(devbuf::Protocol::Cai)
+            .map(|backend| backend.name())
+            .ok_or_else(|| {
+                PyValueError::new_err(
+                    "__cuda_array_interface__: no backend compiled into devbuf speaks it",
+                )
+            })?
+            .to_string()
+    } else {
+        let base = foreign.base;
+        let queue = py
+            .detach(|| devbuf::queue_for_pointer(devbuf::Protocol::Cai, base))
+            .py()?;
+        queue.device().selector.clone()
+    };
+    let queue = shared_queue(py, &selector)?;
+    let array = wrap_foreign(
+        py,
+        foreign,
+        queue,
+        Owner::keep_alive(obj.clone().unbind()),
+        "data",
+    )?;
+    streams::order_after_producer_stream(
+        array.get().array.buffer(),
+        devbuf::Protocol::Cai,
+        stream,
+        sync,
+    )?;
+    Ok(array)
+}
