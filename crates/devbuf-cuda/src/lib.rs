@@ -12,14 +12,16 @@
 //! - `ipc`: device memory shared between processes (`cuIpcGetMemHandle`/`cuIpcOpenMemHandle`).
 //! - [`protocol`]: how CAI v3 and DLPack name streams with integers, and the CAI sync opt-out.
 //!
-//! For the exchange protocols (the Python layer):
-//! - CAI export: `stream` is [`CudaQueue::stream`] while the queue may have work on the data.
-//! - CAI import: [`queue_for_pointer`] picks the queue and kind for `data`, then
-//!   [`CudaQueue::sync_cai_import`] with the imported buffer and the `stream` entry (for a
-//!   producer that names none, [`protocol::implied_cai_stream`]).
-//! - DLPack export: [`CudaQueue::sync_dlpack_export`] with `__dlpack__`'s `stream` argument.
-//! - DLPack import: pass [`CudaQueue::stream`] of the queue for the producer's
-//!   `__dlpack_device__` ([`devbuf_core::Backend::queue_for_dlpack_device`]) as `stream=`.
+//! The exchange protocols reach it through core's questions (`devbuf_core::exchange`), which the
+//! Python layer asks without naming a backend:
+//! - CAI export: the buffer's pending work names [`CudaQueue::stream`] while it may touch the data.
+//! - CAI import: `Backend::queue_for_pointer` (the queue and kind of `data`), then
+//!   `Queue::order_after_producer_stream` with the `stream` entry (for a producer that names
+//!   none, [`protocol::implied_cai_stream`]): our stream waits for the producer's, the import is
+//!   pending work, and later non-blocking work holds the producer's stream back (CAI v3).
+//! - DLPack export: `Queue::order_dlpack_export` with `__dlpack__`'s `stream` argument.
+//! - DLPack import: the queue for the producer's `__dlpack_device__`
+//!   (`Backend::queue_for_dlpack_device`) passes its native stream as `stream=`.
 
 mod backend;
 mod context;
