@@ -1,10 +1,13 @@
 //! The conformance kit: what every backend must do, checked the same way for each.
 //!
 //! Backends run it from their tests with [`conformance_tests!`](crate::conformance_tests) (one
-//! `#[test]` per check) and `ci/matrix` runs [`run_all`] for every backend present.
+//! `#[test]` per check) and `ci/matrix` runs [`run_all`] for every backend present. The last
+//! checks run the kit again through a memory pool, and check the pool's own promises.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+mod pooled;
 
 use crate::{Buffer, Error, HostQueue, MemKind, Owner, Queue};
 
@@ -76,6 +79,18 @@ pub const CHECKS: &[Check] = &[
         name: "cross",
         run: copies_across_backends,
     },
+    Check {
+        name: "pool_export",
+        run: pooled::exported_block_is_not_reused,
+    },
+    Check {
+        name: "pool_busy",
+        run: pooled::busy_block_is_reused_after_its_work,
+    },
+    Check {
+        name: "pooled",
+        run: pooled::every_check_through_a_pool,
+    },
 ];
 
 /// Runs every check against `queue`.
@@ -136,7 +151,8 @@ fn skip(backend: &str, name: &str, why: &str) {
 macro_rules! conformance_tests {
     ($backend:literal, $queue:expr) => {
         $crate::conformance_tests!(@tests $backend, $queue;
-            alloc align copy fill busy_free kind_of foreign deleter subview threads oom events cross);
+            alloc align copy fill busy_free kind_of foreign deleter subview threads oom events cross
+            pool_export pool_busy pooled);
     };
     (@tests $backend:literal, $queue:expr; $($name:ident)*) => {
         $(
