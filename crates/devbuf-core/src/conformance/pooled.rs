@@ -11,12 +11,11 @@ use super::{
 use crate::mr::{self, MemoryResource, PoolOptions, PoolResource, QueueResource};
 use crate::{Buffer, DEFAULT_ALIGNMENT, MemKind, Queue};
 
-fn pool(queue: &Arc<dyn Queue>) -> Result<Arc<dyn MemoryResource>, String> {
-    let upstream = QueueResource::new(Arc::clone(queue));
-    Ok(ctx(
-        PoolResource::new(upstream, PoolOptions::default()),
-        || "making a pool".into(),
-    )?)
+fn pool(queue: &Arc<dyn Queue>) -> Arc<dyn MemoryResource> {
+    PoolResource::new(
+        QueueResource::new(Arc::clone(queue)),
+        PoolOptions::default(),
+    )
 }
 
 fn alloc_from(pool: &Arc<dyn MemoryResource>, kind: MemKind, len: usize) -> Result<Buffer, String> {
@@ -32,10 +31,7 @@ pub(super) fn every_check_through_a_pool(queue: &Arc<dyn Queue>) -> Outcome {
         Ok(kinds) => kinds,
         Err(skip) => return skip,
     };
-    let pool = match pool(queue) {
-        Ok(pool) => pool,
-        Err(why) => return Outcome::Fail(why),
-    };
+    let pool = pool(queue);
     for &kind in &kinds {
         if let Err(err) = mr::set_current(kind, Arc::clone(&pool)) {
             return Outcome::Fail(format!("setting the current resource: {err}"));
@@ -63,7 +59,7 @@ pub(super) fn every_check_through_a_pool(queue: &Arc<dyn Queue>) -> Outcome {
 /// handed out again until the consumer lets go.
 pub(super) fn exported_block_is_not_reused(queue: &Arc<dyn Queue>) -> Outcome {
     for_each_kind(queue, |kind| {
-        let pool = pool(queue)?;
+        let pool = pool(queue);
         const LEN: usize = 4096;
         let ours = alloc_from(&pool, kind, LEN)?;
         // What an export (a DLPack capsule, a CAI/SUAI owner) keeps: a view of the allocation.
@@ -99,7 +95,7 @@ pub(super) fn exported_block_is_not_reused(queue: &Arc<dyn Queue>) -> Outcome {
 pub(super) fn busy_block_is_reused_after_its_work(queue: &Arc<dyn Queue>) -> Outcome {
     const LEN: usize = 8 << 20;
     for_each_kind(queue, |kind| -> CheckResult {
-        let pool = pool(queue)?;
+        let pool = pool(queue);
         for round in 0..4u8 {
             let busy = alloc_from(&pool, kind, LEN)?;
             ctx(busy.enqueue_fill(round), || format!("filling {kind}"))?;

@@ -23,7 +23,8 @@ const MIN_GROWTH: usize = 1 << 20;
 /// How a pool starts and how far it may grow.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PoolOptions {
-    /// Bytes taken from upstream for each kind when the pool is made (RMM's `initial_pool_size`).
+    /// Bytes the first upstream block of each kind holds at least (RMM's `initial_pool_size`),
+    /// taken when that kind is first allocated.
     pub initial_size: usize,
     /// The most bytes the pool holds from upstream, all kinds together (`maximum_pool_size`).
     pub maximum_size: Option<usize>,
@@ -35,6 +36,7 @@ pub struct PoolOptions {
 #[derive(Debug)]
 pub struct PoolResource {
     upstream: Arc<dyn MemoryResource>,
+    initial_size: usize,
     maximum_size: Option<usize>,
     arenas: [Mutex<Arena>; 3],
     upstream_bytes: AtomicUsize,
@@ -101,9 +103,8 @@ impl std::fmt::Debug for AllocationDebug {
 }
 
 impl PoolResource {
-    /// A pool over `upstream` (usually a [`super::QueueResource`]). Takes `initial_size` bytes of
-    /// every kind the queue supports right away.
-    pub fn new(upstream: Arc<dyn MemoryResource>, options: PoolOptions) -> Result<Arc<Self>> {
+    /// A pool over `upstream` (usually a [`super::QueueResource`]).
+    pub fn new(upstream: Arc<dyn MemoryResource>, options: PoolOptions) -> Arc<Self> {
         let arena = |kind| {
             Mutex::new(Arena {
                 kind,
@@ -112,21 +113,14 @@ impl PoolResource {
                 deferred: Vec::new(),
             })
         };
-        let pool = Arc::new(PoolResource {
+        Arc::new(PoolResource {
             upstream,
+            initial_size: options.initial_size,
             maximum_size: options.maximum_size,
             arenas: MemKind::ALLOCATABLE.map(arena),
             upstream_bytes: AtomicUsize::new(0),
             upstream_peak: AtomicUsize::new(0),
-        });
-        if options.initial_size > 0 {
-            for (arena, kind) in pool.arenas.iter().zip(MemKind::ALLOCATABLE) {
-                if pool.queue().supports(kind) {
-                    pool.grow(&mut arena.lock(), options.initial_size)?;
-                }
-            }
-        }
-        Ok(pool)
+        })
     }
 
     /// The resource the pool takes its blocks from.
@@ -312,7 +306,11 @@ impl MemoryResource for PoolResource {
         if let Some(ptr) = arena.try_allocate(units32, align) {
             return Ok(ptr);
         }
-        if let Err(err) = self.grow(&mut arena, self.growth(units)) {
+        let mut growth = self.growth(units);
+        if arena.blocks.is_empty() {
+            growth = growth.max(self.initial_size);
+        }
+        if let Err(err) = self.grow(&mut arena, growth) {
             // Full: what is left is the memory whose work is still running. Wait for it without
             // holding the lock (a thread freeing meanwhile must not wait for us), then ask for
             // only as much as the request needs.

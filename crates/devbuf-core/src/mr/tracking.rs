@@ -25,13 +25,16 @@ pub struct OutstandingAllocation {
     pub backtrace: Option<Arc<Backtrace>>,
 }
 
+/// Size, kind and (optionally) the backtrace of each live allocation, by address.
+type LiveAllocations = HashMap<usize, (usize, MemKind, Option<Arc<Backtrace>>)>;
+
 /// Keeps the address, size and kind (and optionally the backtrace) of every allocation made
 /// through it until it is freed.
 #[derive(Debug)]
 pub struct TrackingResource {
     upstream: Arc<dyn MemoryResource>,
     capture_backtraces: bool,
-    live: Mutex<HashMap<usize, (usize, MemKind, Option<Arc<Backtrace>>)>>,
+    live: Mutex<LiveAllocations>,
 }
 
 impl TrackingResource {
