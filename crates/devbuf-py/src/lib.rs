@@ -12,6 +12,7 @@ mod exchange;
 mod export;
 mod import;
 mod ipc;
+mod mr;
 mod pickle;
 mod streams;
 
@@ -90,6 +91,7 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ipc::open_ipc, m)?)?;
     m.add_function(wrap_pyfunction!(ipc::_ipc_handle_from_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(pickle::_rebuild, m)?)?;
+    mr::register(m)?;
     m.add(
         "DeviceFallbackWarning",
         m.py().get_type::<pickle::DeviceFallbackWarning>(),

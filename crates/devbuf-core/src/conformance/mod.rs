@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 mod pooled;
 
-use crate::{Buffer, Error, HostQueue, MemKind, Owner, Queue};
+use crate::{Buffer, DEFAULT_ALIGNMENT, Error, HostQueue, MemKind, Owner, Queue};
 
 /// The result of one check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -213,7 +213,7 @@ fn ctx<T>(result: crate::Result<T>, what: impl FnOnce() -> String) -> Result<T, 
 }
 
 fn alloc(queue: &Arc<dyn Queue>, kind: MemKind, len: usize) -> Result<Buffer, String> {
-    ctx(Buffer::alloc(queue, kind, len), || {
+    ctx(pooled::alloc(queue, kind, len, DEFAULT_ALIGNMENT), || {
         format!("allocating {len} bytes of {kind}")
     })
 }
@@ -241,7 +241,7 @@ fn alloc_each_kind(queue: &Arc<dyn Queue>) -> Outcome {
         .filter(|&kind| !queue.supports(kind))
         .collect();
     for kind in unsupported {
-        if Buffer::alloc(queue, kind, 64).is_ok() {
+        if pooled::alloc(queue, kind, 64, DEFAULT_ALIGNMENT).is_ok() {
             return Outcome::Fail(format!(
                 "{kind} is not supported, yet allocating it succeeded"
             ));
@@ -262,7 +262,7 @@ fn alignment_honoured(queue: &Arc<dyn Queue>) -> Outcome {
     for_each_kind(queue, |kind| {
         for align in [1, 8, 64, 256, 4096] {
             for len in [1, 100, 4097] {
-                let buffer = ctx(Buffer::alloc_aligned(queue, kind, len, align), || {
+                let buffer = ctx(pooled::alloc(queue, kind, len, align), || {
                     format!("allocating {len} bytes of {kind} aligned to {align}")
                 })?;
                 if !(buffer.ptr() as usize).is_multiple_of(align) {
@@ -512,12 +512,14 @@ fn threads_allocate_copy_free(queue: &Arc<dyn Queue>) -> Outcome {
 }
 
 fn impossible_allocation_fails(queue: &Arc<dyn Queue>) -> Outcome {
-    for_each_kind(queue, |kind| match Buffer::alloc(queue, kind, 1 << 60) {
-        Ok(_) => Err(format!("a 2^60-byte {kind} allocation succeeded")),
-        Err(Error::OutOfMemory { .. }) => Ok(()),
-        Err(other) => Err(format!(
-            "a 2^60-byte {kind} allocation failed with {other:?}, not OutOfMemory"
-        )),
+    for_each_kind(queue, |kind| {
+        match pooled::alloc(queue, kind, 1 << 60, DEFAULT_ALIGNMENT) {
+            Ok(_) => Err(format!("a 2^60-byte {kind} allocation succeeded")),
+            Err(Error::OutOfMemory { .. }) => Ok(()),
+            Err(other) => Err(format!(
+                "a 2^60-byte {kind} allocation failed with {other:?}, not OutOfMemory"
+            )),
+        }
     })
 }
 
