@@ -242,9 +242,10 @@ impl PyTrackingResource {
 
 /// The Python objects of the current resources, by device selector and kind (the resources
 /// themselves are in `devbuf::mr`'s registry).
-fn current_objects(py: Python<'_>) -> &Mutex<HashMap<(String, MemKind), Py<PyMemoryResource>>> {
-    static CURRENT: PyOnceLock<Mutex<HashMap<(String, MemKind), Py<PyMemoryResource>>>> =
-        PyOnceLock::new();
+type CurrentObjects = Mutex<HashMap<(String, MemKind), Py<PyMemoryResource>>>;
+
+fn current_objects(py: Python<'_>) -> &CurrentObjects {
+    static CURRENT: PyOnceLock<CurrentObjects> = PyOnceLock::new();
     CURRENT.get_or_init(py, Default::default)
 }
 
