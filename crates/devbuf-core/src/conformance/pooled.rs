@@ -94,6 +94,8 @@ pub(super) fn exported_block_is_not_reused(queue: &Arc<dyn Queue>) -> Outcome {
         }
         drop(others);
         drop(consumers);
+        // On a stream-ordered queue the release waits for the work recorded on the block.
+        ctx(queue.wait(), || "waiting for the queue".into())?;
         // Once the consumer let go, the block is free again (after the work recorded on it, on
         // stream-ordered queues): the pool hands it out before it has to grow.
         let mut again = Vec::new();
