@@ -70,6 +70,13 @@ if sycl is not None:
     for kind, cls in (("host", dm.MemoryUSMHost), ("device", dm.MemoryUSMDevice), ("shared", dm.MemoryUSMShared)):
         compare(f"alloc+free 1 KiB SYCL {kind} USM", per_call_ns(lambda: devbuf.alloc(1024, kind), 5000),
                 per_call_ns(lambda: cls(1024, queue=dpctl_queue), 5000), "dpctl.memory, explicit queue", 1.0)
+    import devbuf.mr
+
+    pool = devbuf.mr.PoolMemoryResource(devbuf.mr.QueueMemoryResource())
+    compare("alloc+free 1 KiB SYCL shared USM, pooled (`devbuf.alloc(mr=pool)`)",
+            per_call_ns(lambda: devbuf.alloc(1024, "shared", mr=pool), 5000),
+            per_call_ns(lambda: dm.MemoryUSMShared(1024, queue=dpctl_queue), 5000),
+            "`dpctl.memory.MemoryUSMShared(1024)`, explicit queue", 0.2)
     try:
         import dpnp
     except ImportError:

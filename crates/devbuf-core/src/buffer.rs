@@ -18,6 +18,7 @@ use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use crate::blocking::blocking;
+use crate::mr::{self, MemoryResource};
 use crate::{DeviceInfo, Error, Event, ForeignQueue, MemKind, Queue, Result};
 
 /// Alignment of [`Buffer::alloc`]: DLPack's recommended data alignment, and CUDA's own.
@@ -69,6 +70,12 @@ impl fmt::Debug for Owner {
 enum Release {
     /// devbuf allocated it: back to the queue that made it.
     Queue { size: usize, align: usize },
+    /// devbuf allocated it through a memory resource: back to that resource.
+    Resource {
+        resource: Arc<dyn MemoryResource>,
+        size: usize,
+        align: usize,
+    },
     /// Foreign memory: drop the owner (taken out exactly once, in `Drop`).
     Foreign(Mutex<Option<Owner>>),
 }
@@ -240,6 +247,22 @@ impl Drop for Allocation {
                     release();
                 }
             }
+            Release::Resource {
+                resource,
+                size,
+                align,
+            } => {
+                let (queue, kind, size, align) = (&self.queue, self.kind, *size, *align);
+                let Some(ptr) = NonNull::new(self.base as *mut u8) else {
+                    return;
+                };
+                let Some(after) = release_point(queue, &pending, exported) else {
+                    return;
+                };
+                // SAFETY: this allocation came from `resource.allocate(kind, size, align)`, Drop
+                // runs once, and other queues' work was ordered before `after`.
+                unsafe { resource.deallocate(ptr, kind, size, align, after) };
+            }
             Release::Foreign(owner) => {
                 // Foreign memory has no ordered release: block until devbuf's work on it is done,
                 // and, when devbuf handed it on to another library, until the device is idle.
@@ -268,6 +291,61 @@ impl Drop for Allocation {
     }
 }
 
+/// Refuses allocations `queue` cannot make.
+fn check_allocation(queue: &Arc<dyn Queue>, kind: MemKind, align: usize) -> Result<()> {
+    if !align.is_power_of_two() {
+        return Err(Error::invalid(
+            "alignment",
+            format!("{align} is not a power of two"),
+        ));
+    }
+    if kind == MemKind::Unknown {
+        return Err(Error::invalid(
+            "kind",
+            "\"unknown\" memory cannot be allocated",
+        ));
+    }
+    if !queue.supports(kind) {
+        let device = queue.device();
+        return Err(Error::Unsupported {
+            device: device.selector.clone(),
+            what: format!("{kind} allocation"),
+            reason: device
+                .unusable_reason
+                .clone()
+                .unwrap_or_else(|| format!("the device has no {kind} memory")),
+        });
+    }
+    Ok(())
+}
+
+/// Orders the release of memory from a resource: waits (blocking) for the whole device when the
+/// memory was exported, makes the home queue wait for other queues' work, and returns the event
+/// after which the memory is free of all work (`Some(None)`: free now). `None` when a wait failed:
+/// the memory may still be in use and must be leaked.
+fn release_point(
+    queue: &Arc<dyn Queue>,
+    pending: &[PendingWork],
+    exported: bool,
+) -> Option<Option<Event>> {
+    // Other libraries' work on exported memory is ordered with nothing of ours.
+    if exported && blocking(|| queue.wait_device()).is_err() {
+        return None;
+    }
+    if pending.is_empty() {
+        return Some(None);
+    }
+    for work in pending.iter().filter(|w| !w.on(queue)) {
+        if queue.wait_event(&work.event).is_err() && blocking(|| work.event.wait()).is_err() {
+            return None;
+        }
+    }
+    match queue.record_event() {
+        Ok(after) => Some(Some(after)),
+        Err(_) => blocking(|| queue.wait()).is_ok().then_some(None),
+    }
+}
+
 /// A contiguous range of bytes in one allocation; cheap to clone, and every clone or sub-view
 /// keeps the allocation alive.
 #[derive(Clone)]
@@ -283,7 +361,9 @@ impl Buffer {
         Self::alloc_aligned(queue, kind, nbytes, DEFAULT_ALIGNMENT)
     }
 
-    /// Allocates `nbytes` of `kind` memory on `queue`, aligned to `align` (a power of two).
+    /// Allocates `nbytes` of `kind` memory on `queue`, aligned to `align` (a power of two),
+    /// through the device's current resource for `kind` ([`mr::current`]) when one is set on
+    /// this queue.
     ///
     /// A zero-byte buffer still owns a real (1-byte) allocation, so its pointer is unique and
     /// classifies as `kind`.
@@ -293,44 +373,85 @@ impl Buffer {
         nbytes: usize,
         align: usize,
     ) -> Result<Buffer> {
-        if !align.is_power_of_two() {
-            return Err(Error::invalid(
-                "alignment",
-                format!("{align} is not a power of two"),
-            ));
+        match mr::current(&queue.device().selector, kind) {
+            // A device's current resource serves the queue it allocates on (another queue of the
+            // device may have a context of its own, which cannot reach that memory).
+            Some(resource) if Arc::ptr_eq(resource.queue(), queue) => {
+                Self::alloc_from(&resource, kind, nbytes, align)
+            }
+            _ => Self::alloc_on_queue(queue, kind, nbytes, align),
         }
-        if kind == MemKind::Unknown {
-            return Err(Error::invalid(
-                "kind",
-                "\"unknown\" memory cannot be allocated",
-            ));
-        }
-        if !queue.supports(kind) {
-            let device = queue.device();
-            return Err(Error::Unsupported {
-                device: device.selector.clone(),
-                what: format!("{kind} allocation"),
-                reason: device
-                    .unusable_reason
-                    .clone()
-                    .unwrap_or_else(|| format!("the device has no {kind} memory")),
-            });
-        }
+    }
+
+    /// Allocates `nbytes` of `kind` memory from `resource`, aligned to `align` (a power of two).
+    /// The buffer's queue is the resource's, and its memory goes back to `resource`.
+    pub fn alloc_from(
+        resource: &Arc<dyn MemoryResource>,
+        kind: MemKind,
+        nbytes: usize,
+        align: usize,
+    ) -> Result<Buffer> {
+        let queue = resource.queue();
+        check_allocation(queue, kind, align)?;
+        let size = nbytes.max(1);
+        let ptr = resource.allocate(kind, size, align)?;
+        let release = Release::Resource {
+            resource: Arc::clone(resource),
+            size,
+            align,
+        };
+        Self::allocated(
+            queue,
+            kind,
+            ptr,
+            nbytes,
+            release,
+            resource.allocates_in_order(kind),
+        )
+    }
+
+    fn alloc_on_queue(
+        queue: &Arc<dyn Queue>,
+        kind: MemKind,
+        nbytes: usize,
+        align: usize,
+    ) -> Result<Buffer> {
+        check_allocation(queue, kind, align)?;
         let size = nbytes.max(1);
         let ptr = queue.allocate(kind, size, align)?;
+        let release = Release::Queue { size, align };
+        Self::allocated(
+            queue,
+            kind,
+            ptr,
+            nbytes,
+            release,
+            queue.allocates_in_order(kind),
+        )
+    }
+
+    /// The buffer of fresh memory at `ptr`.
+    fn allocated(
+        queue: &Arc<dyn Queue>,
+        kind: MemKind,
+        ptr: NonNull<u8>,
+        nbytes: usize,
+        release: Release,
+        in_order: bool,
+    ) -> Result<Buffer> {
         let buffer = Buffer {
             alloc: Arc::new(Allocation {
                 base: ptr.as_ptr() as usize,
                 kind,
                 queue: Arc::clone(queue),
-                release: Release::Queue { size, align },
+                release,
                 pending: Pending::default(),
                 exported: AtomicBool::new(false),
             }),
             offset: 0,
             len: nbytes,
         };
-        if queue.allocates_in_order(kind) {
+        if in_order {
             // The allocation itself is work on the queue: nothing else may touch the memory
             // before it. (On failure, dropping the buffer releases the memory.)
             let allocated = queue.record_event()?;
@@ -398,7 +519,10 @@ impl Buffer {
 
     /// Whether devbuf allocated this memory (rather than wrapping foreign memory).
     pub fn is_owned(&self) -> bool {
-        matches!(self.alloc.release, Release::Queue { .. })
+        matches!(
+            self.alloc.release,
+            Release::Queue { .. } | Release::Resource { .. }
+        )
     }
 
     /// The object that keeps this foreign memory alive, when it is a `T` (how a shareable
@@ -409,7 +533,7 @@ impl Buffer {
                 Some(Owner::KeepAlive(keep)) => keep.downcast_ref::<T>().cloned(),
                 _ => None,
             },
-            Release::Queue { .. } => None,
+            Release::Queue { .. } | Release::Resource { .. } => None,
         }
     }
 

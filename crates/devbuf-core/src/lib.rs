@@ -6,6 +6,7 @@
 //! - [`DType`], [`Layout`], [`Array`]: typed strided views, validated in one place.
 //! - [`interface`] and [`dlpack`]: the CAI, SUAI and DLPack descriptor forms.
 //! - [`host`]: the host backend, always available.
+//! - [`mr`]: memory resources (pool, limiting, statistics, tracking) and the current one per device.
 //! - [`ipc`]: memory shared between processes (the host backend's through a memfd).
 //! - [`conformance`] (feature `conformance`): the checks every backend passes.
 
@@ -22,6 +23,7 @@ pub mod ipc;
 mod kind;
 mod last_command;
 mod memfd;
+pub mod mr;
 mod queue;
 
 #[cfg(any(test, feature = "conformance"))]

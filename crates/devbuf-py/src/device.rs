@@ -206,16 +206,20 @@ pub fn devices(py: Python<'_>, backend: Option<&str>) -> PyResult<Vec<Py<PyDevic
 
 /// Allocates `nbytes` of `kind` memory ("host", "device" or "shared") on `device` (a selector,
 /// a Device, a Queue, or None for the default device); `ipc=True` makes it shareable with other
-/// processes (see `Queue.alloc`).
+/// processes (see `Queue.alloc`); `mr=` allocates from that memory resource (on its device).
 #[pyfunction]
-#[pyo3(signature = (nbytes, kind = "shared", device = None, *, ipc = false))]
+#[pyo3(signature = (nbytes, kind = "shared", device = None, *, ipc = false, mr = None))]
 pub fn alloc(
     py: Python<'_>,
     nbytes: usize,
     kind: &str,
     device: Option<&Bound<'_, PyAny>>,
     ipc: bool,
+    mr: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyBuffer>> {
+    if let Some(mr) = mr {
+        return crate::mr::resource_arg(mr)?.get().alloc(py, nbytes, kind);
+    }
     let queue = resolve_queue(py, device)?;
     PyQueue::alloc(queue.bind(py), nbytes, kind, ipc)
 }

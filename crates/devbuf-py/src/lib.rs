@@ -17,6 +17,7 @@ mod import_dicts;
 mod import_dlpack;
 mod imported;
 mod ipc;
+mod mr;
 mod pickle;
 mod queues;
 mod streams;
@@ -96,6 +97,7 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ipc::open_ipc, m)?)?;
     m.add_function(wrap_pyfunction!(ipc::_ipc_handle_from_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(pickle::_rebuild, m)?)?;
+    mr::register(m)?;
     m.add(
         "DeviceFallbackWarning",
         m.py().get_type::<pickle::DeviceFallbackWarning>(),

@@ -1,10 +1,15 @@
-//! Host backend benchmark: 1 KiB alloc+free and a 64 MiB copy, devbuf against `std::alloc` and
-//! `copy_from_slice` in the same run. Run with `ci/bench` (release build); figures go to BENCHMARKS.md.
+//! Host backend benchmark: 1 KiB alloc+free (plain and through a memory pool) and a 64 MiB copy,
+//! devbuf against `std::alloc` and `copy_from_slice` in the same run; and pooled 1 KiB alloc+free
+//! through the OpenCL backend against OpenCL's own allocation. Run with `ci/bench` (release build);
+//! figures go to BENCHMARKS.md.
 
 use std::alloc::{Layout, alloc, dealloc};
 use std::hint::black_box;
 use std::time::Instant;
 
+use std::sync::Arc;
+
+use devbuf::mr::{MemoryResource, PoolOptions, PoolResource, QueueResource};
 use devbuf::{Buffer, DEFAULT_ALIGNMENT, HostQueue, MemKind};
 
 /// Median over `samples` batches of `per_batch` calls of `op`, in nanoseconds per call.
@@ -39,6 +44,15 @@ fn main() {
         ));
     });
 
+    let pool: Arc<dyn MemoryResource> =
+        PoolResource::new(QueueResource::new(queue.clone()), PoolOptions::default());
+    let pool_raw = median_ns(31, 20_000, || pool_cycle(&pool, MemKind::Host));
+    let pool_buffer = median_ns(31, 20_000, || {
+        drop(black_box(
+            Buffer::alloc_from(&pool, MemKind::Host, 1024, DEFAULT_ALIGNMENT).unwrap(),
+        ));
+    });
+
     const LEN: usize = 64 << 20;
     let src_vec = vec![7u8; LEN];
     let mut dst_vec = vec![0u8; LEN];
@@ -57,10 +71,62 @@ fn main() {
         "| alloc+free 1 KiB (align {DEFAULT_ALIGNMENT}) | {std_alloc:.1} ns | {devbuf_alloc:.1} ns | {:.2}x |",
         devbuf_alloc / std_alloc
     );
+    for (what, ns) in [
+        ("pool allocate+deallocate 1 KiB (the resource)", pool_raw),
+        ("pooled `Buffer` alloc+free 1 KiB", pool_buffer),
+    ] {
+        println!(
+            "| {what} | {std_alloc:.1} ns | {ns:.1} ns | {:.2}x |",
+            ns / std_alloc
+        );
+    }
     println!(
         "| copy 64 MiB host to host | {:.2} GB/s | {:.2} GB/s | {:.2}x time |",
         gbps(std_copy),
         gbps(devbuf_copy),
         devbuf_copy / std_copy
+    );
+    opencl();
+}
+
+/// One 1 KiB allocate+deallocate straight through a resource.
+fn pool_cycle(pool: &Arc<dyn MemoryResource>, kind: MemKind) {
+    let ptr = black_box(pool.allocate(kind, 1024, DEFAULT_ALIGNMENT).unwrap());
+    // SAFETY: freed once, with the arguments it was allocated with; nothing used it.
+    unsafe { pool.deallocate(ptr, kind, 1024, DEFAULT_ALIGNMENT, None) };
+}
+
+/// Pooled 1 KiB shared alloc+free through the OpenCL backend against OpenCL's own allocation.
+fn opencl() {
+    let Ok(queue) = devbuf::open("opencl") else {
+        return println!("\nOpenCL: no usable device, skipped");
+    };
+    let Some(kind) = [MemKind::Shared, MemKind::Device]
+        .into_iter()
+        .find(|&kind| queue.supports(kind))
+    else {
+        return println!("\nOpenCL: the device allocates neither shared nor device memory");
+    };
+    let raw = median_ns(15, 2_000, || {
+        let ptr = black_box(queue.allocate(kind, 1024, DEFAULT_ALIGNMENT).unwrap());
+        // SAFETY: freed once, with the arguments it was allocated with; nothing used it.
+        unsafe { queue.deallocate(ptr, kind, 1024, DEFAULT_ALIGNMENT) };
+    });
+    let pool: Arc<dyn MemoryResource> =
+        PoolResource::new(QueueResource::new(queue.clone()), PoolOptions::default());
+    let pooled = median_ns(15, 2_000, || {
+        drop(black_box(
+            Buffer::alloc_from(&pool, kind, 1024, DEFAULT_ALIGNMENT).unwrap(),
+        ));
+    });
+    println!();
+    println!(
+        "| OpenCL ({}) (median) | OpenCL's own | devbuf pooled `Buffer` | pooled / own |",
+        queue.device()
+    );
+    println!("|---|---|---|---|");
+    println!(
+        "| alloc+free 1 KiB {kind} | {raw:.1} ns | {pooled:.1} ns | {:.3}x |",
+        pooled / raw
     );
 }

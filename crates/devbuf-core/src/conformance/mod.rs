@@ -1,12 +1,15 @@
 //! The conformance kit: what every backend must do, checked the same way for each.
 //!
 //! Backends run it from their tests with [`conformance_tests!`](crate::conformance_tests) (one
-//! `#[test]` per check) and `ci/matrix` runs [`run_all`] for every backend present.
+//! `#[test]` per check) and `ci/matrix` runs [`run_all`] for every backend present. The last
+//! checks run the kit again through a memory pool, and check the pool's own promises.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::{Buffer, Error, HostQueue, MemKind, Owner, Queue};
+mod pooled;
+
+use crate::{Buffer, DEFAULT_ALIGNMENT, Error, HostQueue, MemKind, Owner, Queue};
 
 /// The result of one check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,6 +79,18 @@ pub const CHECKS: &[Check] = &[
         name: "cross",
         run: copies_across_backends,
     },
+    Check {
+        name: "pool_export",
+        run: pooled::exported_block_is_not_reused,
+    },
+    Check {
+        name: "pool_busy",
+        run: pooled::busy_block_is_reused_after_its_work,
+    },
+    Check {
+        name: "pooled",
+        run: pooled::every_check_through_a_pool,
+    },
 ];
 
 /// Runs every check against `queue`.
@@ -136,7 +151,8 @@ fn skip(backend: &str, name: &str, why: &str) {
 macro_rules! conformance_tests {
     ($backend:literal, $queue:expr) => {
         $crate::conformance_tests!(@tests $backend, $queue;
-            alloc align copy fill busy_free kind_of foreign deleter subview threads oom events cross);
+            alloc align copy fill busy_free kind_of foreign deleter subview threads oom events cross
+            pool_export pool_busy pooled);
     };
     (@tests $backend:literal, $queue:expr; $($name:ident)*) => {
         $(
@@ -197,7 +213,7 @@ fn ctx<T>(result: crate::Result<T>, what: impl FnOnce() -> String) -> Result<T, 
 }
 
 fn alloc(queue: &Arc<dyn Queue>, kind: MemKind, len: usize) -> Result<Buffer, String> {
-    ctx(Buffer::alloc(queue, kind, len), || {
+    ctx(pooled::alloc(queue, kind, len, DEFAULT_ALIGNMENT), || {
         format!("allocating {len} bytes of {kind}")
     })
 }
@@ -225,7 +241,7 @@ fn alloc_each_kind(queue: &Arc<dyn Queue>) -> Outcome {
         .filter(|&kind| !queue.supports(kind))
         .collect();
     for kind in unsupported {
-        if Buffer::alloc(queue, kind, 64).is_ok() {
+        if pooled::alloc(queue, kind, 64, DEFAULT_ALIGNMENT).is_ok() {
             return Outcome::Fail(format!(
                 "{kind} is not supported, yet allocating it succeeded"
             ));
@@ -246,7 +262,7 @@ fn alignment_honoured(queue: &Arc<dyn Queue>) -> Outcome {
     for_each_kind(queue, |kind| {
         for align in [1, 8, 64, 256, 4096] {
             for len in [1, 100, 4097] {
-                let buffer = ctx(Buffer::alloc_aligned(queue, kind, len, align), || {
+                let buffer = ctx(pooled::alloc(queue, kind, len, align), || {
                     format!("allocating {len} bytes of {kind} aligned to {align}")
                 })?;
                 if !(buffer.ptr() as usize).is_multiple_of(align) {
@@ -496,12 +512,14 @@ fn threads_allocate_copy_free(queue: &Arc<dyn Queue>) -> Outcome {
 }
 
 fn impossible_allocation_fails(queue: &Arc<dyn Queue>) -> Outcome {
-    for_each_kind(queue, |kind| match Buffer::alloc(queue, kind, 1 << 60) {
-        Ok(_) => Err(format!("a 2^60-byte {kind} allocation succeeded")),
-        Err(Error::OutOfMemory { .. }) => Ok(()),
-        Err(other) => Err(format!(
-            "a 2^60-byte {kind} allocation failed with {other:?}, not OutOfMemory"
-        )),
+    for_each_kind(queue, |kind| {
+        match pooled::alloc(queue, kind, 1 << 60, DEFAULT_ALIGNMENT) {
+            Ok(_) => Err(format!("a 2^60-byte {kind} allocation succeeded")),
+            Err(Error::OutOfMemory { .. }) => Ok(()),
+            Err(other) => Err(format!(
+                "a 2^60-byte {kind} allocation failed with {other:?}, not OutOfMemory"
+            )),
+        }
     })
 }
 

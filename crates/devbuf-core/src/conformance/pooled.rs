@@ -1,0 +1,136 @@
+//! The kit through a memory pool: every check again with the kit's allocations made from a pool,
+//! and the pool's own promises (a block is handed out again only when nothing may still touch
+//! it). The pool serves the kit's checks only, not the device's current resource: other tests
+//! running meanwhile on the same queue must not see it.
+
+use std::sync::Arc;
+
+use super::{
+    CHECKS, CheckResult, Outcome, ctx, expect_bytes, for_each_kind, pattern, run_one,
+    supported_kinds,
+};
+use parking_lot::Mutex;
+
+use crate::mr::{MemoryResource, PoolOptions, PoolResource, QueueResource};
+use crate::{Buffer, DEFAULT_ALIGNMENT, MemKind, Queue};
+
+/// The pools the kit allocates from while it runs through them, one per queue.
+static KIT_POOLS: Mutex<Vec<Arc<dyn MemoryResource>>> = Mutex::new(Vec::new());
+
+/// How the kit allocates: from its pool for `queue` while `pooled` runs, else from the queue.
+pub(super) fn alloc(
+    queue: &Arc<dyn Queue>,
+    kind: MemKind,
+    len: usize,
+    align: usize,
+) -> crate::Result<Buffer> {
+    let pool = KIT_POOLS
+        .lock()
+        .iter()
+        .find(|pool| Arc::ptr_eq(pool.queue(), queue))
+        .cloned();
+    match pool {
+        Some(pool) => Buffer::alloc_from(&pool, kind, len, align),
+        None => Buffer::alloc_aligned(queue, kind, len, align),
+    }
+}
+
+fn pool(queue: &Arc<dyn Queue>) -> Arc<dyn MemoryResource> {
+    PoolResource::new(
+        QueueResource::new(Arc::clone(queue)),
+        PoolOptions::default(),
+    )
+}
+
+fn alloc_from(pool: &Arc<dyn MemoryResource>, kind: MemKind, len: usize) -> Result<Buffer, String> {
+    ctx(
+        Buffer::alloc_from(pool, kind, len, DEFAULT_ALIGNMENT),
+        || format!("allocating {len} bytes of {kind} from a pool"),
+    )
+}
+
+/// Every other check of the kit, allocating from a pool on `queue`.
+pub(super) fn every_check_through_a_pool(queue: &Arc<dyn Queue>) -> Outcome {
+    if let Err(skip) = supported_kinds(queue) {
+        return skip;
+    }
+    let pool = pool(queue);
+    KIT_POOLS.lock().push(Arc::clone(&pool));
+    let failures: Vec<String> = CHECKS
+        .iter()
+        .filter(|check| check.name != "pooled")
+        .filter_map(|check| match run_one(check, queue) {
+            Outcome::Fail(why) => Some(format!("{} through a pool: {why}", check.name)),
+            Outcome::Pass | Outcome::Skip(_) => None,
+        })
+        .collect();
+    KIT_POOLS.lock().retain(|kit| !Arc::ptr_eq(kit, &pool));
+    if failures.is_empty() {
+        Outcome::Pass
+    } else {
+        Outcome::Fail(failures.join("; "))
+    }
+}
+
+/// A block exported to a consumer and let go by devbuf while the consumer still holds it is not
+/// handed out again until the consumer lets go.
+pub(super) fn exported_block_is_not_reused(queue: &Arc<dyn Queue>) -> Outcome {
+    for_each_kind(queue, |kind| {
+        let pool = pool(queue);
+        const LEN: usize = 4096;
+        let ours = alloc_from(&pool, kind, LEN)?;
+        // What an export (a DLPack capsule, a CAI/SUAI owner) keeps: a view of the allocation.
+        let consumers = ctx(ours.slice(0..LEN), || "slicing".into())?;
+        consumers.mark_exported();
+        let exported = ours.ptr();
+        drop(ours);
+        let others = (0..8)
+            .map(|_| alloc_from(&pool, kind, LEN))
+            .collect::<Result<Vec<_>, _>>()?;
+        if others.iter().any(|other| other.ptr() == exported) {
+            return Err(format!(
+                "{kind}: the pool handed out {exported:p} while a consumer still held it"
+            ));
+        }
+        drop(others);
+        drop(consumers);
+        // On a stream-ordered queue the release waits for the work recorded on the block.
+        ctx(queue.wait(), || "waiting for the queue".into())?;
+        // Once the consumer let go, the block is free again (after the work recorded on it, on
+        // stream-ordered queues): the pool hands it out before it has to grow.
+        let mut again = Vec::new();
+        while again.len() <= (1 << 20) / LEN {
+            again.push(alloc_from(&pool, kind, LEN)?);
+            if again.last().is_some_and(|buffer| buffer.ptr() == exported) {
+                return Ok(());
+            }
+        }
+        Err(format!(
+            "{kind}: the pool did not reuse {exported:p} once it was free: this check would \
+             prove nothing"
+        ))
+    })
+}
+
+/// Blocks freed while a fill on them is still running: memory handed out next holds exactly
+/// what is written to it.
+pub(super) fn busy_block_is_reused_after_its_work(queue: &Arc<dyn Queue>) -> Outcome {
+    const LEN: usize = 8 << 20;
+    for_each_kind(queue, |kind| -> CheckResult {
+        let pool = pool(queue);
+        for round in 0..4u8 {
+            let busy = alloc_from(&pool, kind, LEN)?;
+            ctx(busy.enqueue_fill(round), || format!("filling {kind}"))?;
+            drop(busy);
+            let bytes = pattern(LEN, 7 + round);
+            let fresh = alloc_from(&pool, kind, LEN)?;
+            ctx(fresh.copy_from_host(&bytes), || format!("writing {kind}"))?;
+            expect_bytes(
+                &fresh,
+                &bytes,
+                &format!("{kind} from a pool after a busy free"),
+            )?;
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,118 @@
+//! Memory resources, in RMM's shape: a small interface that allocates and frees (kind, size,
+//! alignment) for one queue, each backend's queue as the bottom resource ([`QueueResource`]), and
+//! adaptors that wrap any resource: [`PoolResource`], [`LimitingResource`],
+//! [`StatisticsResource`] and [`TrackingResource`].
+//!
+//! Each device and kind has a current resource ([`set_current`], [`current`]), which every
+//! [`crate::Buffer::alloc`] without an explicit resource goes through; with none set, buffers
+//! allocate from their queue directly.
+
+mod current;
+mod limiting;
+mod pool;
+mod statistics;
+mod tracking;
+
+use std::any::Any;
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+pub use current::{current, reset_current, set_current};
+pub use limiting::LimitingResource;
+pub use pool::{PoolOptions, PoolResource};
+pub use statistics::{Statistics, StatisticsResource};
+pub use tracking::{OutstandingAllocation, TrackingResource};
+
+use crate::{Event, MemKind, Queue, Result};
+
+/// Allocates and frees memory of any kind its queue supports.
+pub trait MemoryResource: Send + Sync + fmt::Debug + 'static {
+    /// The queue the memory belongs to: buffers allocated here use it for their copies, fills
+    /// and ordering.
+    fn queue(&self) -> &Arc<dyn Queue>;
+
+    /// Allocates `size` bytes (never 0) of `kind` aligned to `align` (a power of two).
+    fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>>;
+
+    /// Frees memory from [`MemoryResource::allocate`]. Work on it may still be running only on
+    /// this resource's queue: `after`, when given, completes once all of it has, and the memory
+    /// must not be handed out again before then (a queue frees stream-ordered anyway).
+    ///
+    /// # Safety
+    /// `ptr`, `kind`, `size` and `align` are exactly those of one earlier successful `allocate`
+    /// on this resource, the memory is freed once, and no other queue has pending work on it.
+    unsafe fn deallocate(
+        &self,
+        ptr: NonNull<u8>,
+        kind: MemKind,
+        size: usize,
+        align: usize,
+        after: Option<Event>,
+    );
+
+    /// Whether fresh memory of `kind` becomes usable only when the queue's work reaches the
+    /// allocation (see [`Queue::allocates_in_order`]).
+    fn allocates_in_order(&self, kind: MemKind) -> bool {
+        self.queue().allocates_in_order(kind)
+    }
+
+    /// Downcasting, so that bindings can reach an adaptor's own methods.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A queue as a memory resource: the bottom of every stack of adaptors.
+#[derive(Debug, Clone)]
+pub struct QueueResource(Arc<dyn Queue>);
+
+impl QueueResource {
+    /// `queue`'s own allocator as a resource.
+    pub fn new(queue: Arc<dyn Queue>) -> Arc<Self> {
+        Arc::new(QueueResource(queue))
+    }
+}
+
+impl MemoryResource for QueueResource {
+    fn queue(&self) -> &Arc<dyn Queue> {
+        &self.0
+    }
+
+    fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {
+        self.0.allocate(kind, size, align)
+    }
+
+    unsafe fn deallocate(
+        &self,
+        ptr: NonNull<u8>,
+        kind: MemKind,
+        size: usize,
+        align: usize,
+        _after: Option<Event>,
+    ) {
+        // SAFETY: forwarded from our caller; the queue frees after its own work, which covers
+        // `after`.
+        unsafe { self.0.deallocate(ptr, kind, size, align) }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// The error of a resource that refuses an allocation.
+pub(crate) fn refused(
+    queue: &Arc<dyn Queue>,
+    kind: MemKind,
+    size: usize,
+    reason: String,
+) -> crate::Error {
+    crate::Error::OutOfMemory {
+        kind,
+        size,
+        device: queue.device().selector.clone(),
+        reason,
+    }
+}
+
+#[cfg(test)]
+mod tests;

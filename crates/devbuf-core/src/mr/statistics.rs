@@ -1,0 +1,133 @@
+//! [`StatisticsResource`]: counts bytes and allocations, overall and in nested regions.
+
+use std::any::Any;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::MemoryResource;
+use crate::{Event, MemKind, Queue, Result};
+
+/// Counters of one statistics region (RMM's `Statistics`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Statistics {
+    /// Bytes allocated and not yet freed.
+    pub current_bytes: usize,
+    /// The most `current_bytes` has been.
+    pub peak_bytes: usize,
+    /// Bytes allocated in all.
+    pub total_bytes: usize,
+    /// Allocations not yet freed.
+    pub current_count: usize,
+    /// The most `current_count` has been.
+    pub peak_count: usize,
+    /// Allocations made in all.
+    pub total_count: usize,
+}
+
+impl Statistics {
+    fn allocated(&mut self, size: usize) {
+        self.current_bytes += size;
+        self.peak_bytes = self.peak_bytes.max(self.current_bytes);
+        self.total_bytes += size;
+        self.current_count += 1;
+        self.peak_count = self.peak_count.max(self.current_count);
+        self.total_count += 1;
+    }
+
+    fn freed(&mut self, size: usize) {
+        // A region may see frees of memory allocated before it began: it counts below zero as
+        // zero.
+        self.current_bytes = self.current_bytes.saturating_sub(size);
+        self.current_count = self.current_count.saturating_sub(1);
+    }
+}
+
+/// Counts what passes through it to `upstream`. Regions ([`StatisticsResource::push_region`])
+/// count from their start, like RMM's `statistics()` context manager; the outermost counts all.
+#[derive(Debug)]
+pub struct StatisticsResource {
+    upstream: Arc<dyn MemoryResource>,
+    /// The whole run first, then the open regions, innermost last.
+    regions: Mutex<Vec<Statistics>>,
+}
+
+impl StatisticsResource {
+    /// Counts the allocations made through it from `upstream`.
+    pub fn new(upstream: Arc<dyn MemoryResource>) -> Arc<Self> {
+        Arc::new(StatisticsResource {
+            upstream,
+            regions: Mutex::new(vec![Statistics::default()]),
+        })
+    }
+
+    /// The counters since this adaptor was made.
+    pub fn statistics(&self) -> Statistics {
+        self.regions.lock()[0]
+    }
+
+    /// The counters of the innermost open region (of the whole run when none is open).
+    pub fn region_statistics(&self) -> Statistics {
+        *self
+            .regions
+            .lock()
+            .last()
+            .expect("the whole run is always there")
+    }
+
+    /// Opens a region that counts from now on.
+    pub fn push_region(&self) {
+        self.regions.lock().push(Statistics::default());
+    }
+
+    /// Closes the innermost region and returns its counters (`None` when none is open).
+    pub fn pop_region(&self) -> Option<Statistics> {
+        let mut regions = self.regions.lock();
+        (regions.len() > 1).then(|| regions.pop()).flatten()
+    }
+
+    /// The wrapped resource.
+    pub fn upstream(&self) -> &Arc<dyn MemoryResource> {
+        &self.upstream
+    }
+}
+
+impl MemoryResource for StatisticsResource {
+    fn queue(&self) -> &Arc<dyn Queue> {
+        self.upstream.queue()
+    }
+
+    fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {
+        let ptr = self.upstream.allocate(kind, size, align)?;
+        self.regions
+            .lock()
+            .iter_mut()
+            .for_each(|region| region.allocated(size));
+        Ok(ptr)
+    }
+
+    unsafe fn deallocate(
+        &self,
+        ptr: NonNull<u8>,
+        kind: MemKind,
+        size: usize,
+        align: usize,
+        after: Option<Event>,
+    ) {
+        // SAFETY: forwarded from our caller, who got `ptr` from our `allocate`, i.e. upstream's.
+        unsafe { self.upstream.deallocate(ptr, kind, size, align, after) };
+        self.regions
+            .lock()
+            .iter_mut()
+            .for_each(|region| region.freed(size));
+    }
+
+    fn allocates_in_order(&self, kind: MemKind) -> bool {
+        self.upstream.allocates_in_order(kind)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,186 @@
+//! The adaptors on the host backend; the conformance kit checks pools on every backend.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::conformance::pattern;
+use crate::{Buffer, DEFAULT_ALIGNMENT, Error, HostQueue};
+
+fn host_pool() -> Arc<PoolResource> {
+    let upstream = QueueResource::new(Arc::new(HostQueue::new()));
+    PoolResource::new(upstream, PoolOptions::default())
+}
+
+fn alloc(resource: &Arc<dyn MemoryResource>, len: usize) -> Buffer {
+    Buffer::alloc_from(resource, MemKind::Host, len, DEFAULT_ALIGNMENT).unwrap()
+}
+
+#[test]
+fn a_pool_reuses_freed_blocks_and_releases_empty_ones() {
+    let pool = host_pool();
+    let resource: Arc<dyn MemoryResource> = pool.clone();
+    let first = alloc(&resource, 1000);
+    let addr = first.ptr();
+    drop(first);
+    assert_eq!(alloc(&resource, 1000).ptr(), addr);
+    assert!(pool.pool_size() >= 1 << 20);
+    pool.release();
+    assert_eq!(pool.pool_size(), 0);
+}
+
+#[test]
+fn a_pool_stops_at_its_maximum_size() {
+    let upstream = QueueResource::new(Arc::new(HostQueue::new()));
+    let options = PoolOptions {
+        initial_size: 1 << 20,
+        maximum_size: Some(2 << 20),
+    };
+    let resource: Arc<dyn MemoryResource> = PoolResource::new(upstream, options);
+    let _held = alloc(&resource, 1 << 20);
+    let err = Buffer::alloc_from(&resource, MemKind::Host, 1 << 20, 256).unwrap_err();
+    assert!(matches!(err, Error::OutOfMemory { .. }), "{err}");
+    assert!(err.to_string().contains("at most 2097152"), "{err}");
+}
+
+#[test]
+fn the_limit_names_itself_the_request_and_the_use() {
+    let upstream = QueueResource::new(Arc::new(HostQueue::new()));
+    let limited: Arc<dyn MemoryResource> = LimitingResource::new(upstream, 1000);
+    let held = alloc(&limited, 600);
+    let err = Buffer::alloc_from(&limited, MemKind::Host, 500, 256).unwrap_err();
+    let message = err.to_string();
+    for part in ["500 bytes", "limit of 1000 bytes", "600 bytes in use"] {
+        assert!(message.contains(part), "{message}");
+    }
+    drop(held);
+    alloc(&limited, 1000);
+}
+
+#[test]
+fn statistics_count_overall_and_per_region() {
+    let upstream = QueueResource::new(Arc::new(HostQueue::new()));
+    let stats = StatisticsResource::new(upstream);
+    let resource: Arc<dyn MemoryResource> = stats.clone();
+    let a = alloc(&resource, 100);
+    stats.push_region();
+    let b = alloc(&resource, 50);
+    drop(a);
+    let region = stats.pop_region().unwrap();
+    assert_eq!((region.total_count, region.peak_bytes), (1, 50));
+    drop(b);
+    let all = stats.statistics();
+    assert_eq!(
+        (all.current_bytes, all.peak_bytes, all.total_bytes),
+        (0, 150, 150)
+    );
+    assert_eq!(
+        (all.current_count, all.peak_count, all.total_count),
+        (0, 2, 2)
+    );
+}
+
+#[test]
+fn tracking_reports_what_is_outstanding() {
+    let upstream = QueueResource::new(Arc::new(HostQueue::new()));
+    let tracking = TrackingResource::new(upstream, true);
+    let resource: Arc<dyn MemoryResource> = tracking.clone();
+    let kept = alloc(&resource, 123);
+    drop(alloc(&resource, 7));
+    let outstanding = tracking.outstanding();
+    assert_eq!(outstanding.len(), 1);
+    assert_eq!(outstanding[0].ptr, kept.ptr() as usize);
+    let report = tracking.outstanding_report();
+    assert!(report.contains("123 bytes of host memory"), "{report}");
+    assert!(
+        report.contains("tracking_reports_what_is_outstanding"),
+        "{report}"
+    );
+}
+
+#[test]
+fn the_current_resource_serves_its_own_queue_only() {
+    let queue: Arc<dyn Queue> = Arc::new(HostQueue::new());
+    let stats = StatisticsResource::new(QueueResource::new(Arc::clone(&queue)));
+    // A queue of a device no other test uses, so that the current resource is ours alone.
+    let selector = queue.device().selector.clone();
+    set_current(MemKind::Device, stats.clone()).unwrap();
+    drop(Buffer::alloc(&queue, MemKind::Device, 10).unwrap());
+    let other: Arc<dyn Queue> = Arc::new(HostQueue::new());
+    drop(Buffer::alloc(&other, MemKind::Device, 10).unwrap());
+    reset_current(&selector, MemKind::Device);
+    drop(Buffer::alloc(&queue, MemKind::Device, 10).unwrap());
+    assert_eq!(stats.statistics().total_count, 1);
+}
+
+/// Mixed sizes allocated and freed at random: what the pool takes from upstream stays within
+/// 1.5 times the most bytes live at once.
+#[test]
+fn fragmentation_keeps_the_pool_within_one_and_a_half_times_the_live_peak() {
+    let pool = host_pool();
+    let resource: Arc<dyn MemoryResource> = pool.clone();
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let (mut live, mut live_bytes, mut live_peak) = (Vec::new(), 0usize, 0usize);
+    for _ in 0..20_000 {
+        if live.len() < 400 && next() % 3 != 0 || live.is_empty() {
+            // Sizes from 1 KiB to 1 MiB, log-uniform.
+            let len = 1024 << (next() % 11) as usize;
+            let len = len + (next() as usize % len);
+            live_bytes += len;
+            live_peak = live_peak.max(live_bytes);
+            live.push(alloc(&resource, len));
+        } else {
+            let victim = live.swap_remove(next() as usize % live.len());
+            live_bytes -= victim.len();
+        }
+    }
+    let ratio = pool.peak_pool_size() as f64 / live_peak as f64;
+    assert!(
+        ratio <= 1.5,
+        "upstream peak {} for a live peak of {live_peak}: {ratio:.2}x",
+        pool.peak_pool_size()
+    );
+}
+
+/// 8 threads allocating, filling, checking and freeing through one pool. `DEVBUF_LONG_MR=1`
+/// runs 10 s instead of 2.
+#[test]
+fn eight_threads_through_one_pool_corrupt_nothing() {
+    let seconds = if std::env::var_os("DEVBUF_LONG_MR").is_some() {
+        10
+    } else {
+        2
+    };
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let resource: Arc<dyn MemoryResource> = host_pool();
+    std::thread::scope(|scope| {
+        for thread in 0..8u8 {
+            let resource = &resource;
+            scope.spawn(move || {
+                let mut round = 0usize;
+                let mut held: Vec<(Buffer, Vec<u8>)> = Vec::new();
+                while Instant::now() < deadline {
+                    let len = 1 + (thread as usize * 977 + round * 131) % 70_000;
+                    let bytes = pattern(len, thread.wrapping_add(round as u8));
+                    let buffer = alloc(resource, len);
+                    buffer.copy_from_host(&bytes).unwrap();
+                    held.push((buffer, bytes));
+                    if held.len() > 16 {
+                        let (buffer, bytes) = held.swap_remove(round % held.len());
+                        assert_eq!(buffer.to_vec().unwrap(), bytes, "thread {thread}");
+                    }
+                    round += 1;
+                }
+                for (buffer, bytes) in held {
+                    assert_eq!(buffer.to_vec().unwrap(), bytes, "thread {thread}");
+                }
+            });
+        }
+    });
+}
