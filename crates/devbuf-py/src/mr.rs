@@ -16,8 +16,9 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::PyDict;
 
 use crate::array::PyBuffer;
-use crate::device::{PyQueue, resolve_queue};
 use crate::errors::IntoPyResult;
+use crate::foreign::resolve_queue;
+use crate::queues::PyQueue;
 
 /// A memory resource: allocates and frees memory of any kind on one queue.
 #[pyclass(frozen, subclass, module = "devbuf.mr", name = "MemoryResource")]
