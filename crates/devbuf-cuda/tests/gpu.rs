@@ -11,12 +11,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use cudarc::driver::sys::{self, CUcontext, CUpointer_attribute, CUresult, CUstream};
+use cudarc::driver::sys::{self, CUcontext, CUpointer_attribute, CUstream};
 use devbuf_core::conformance::pattern;
 use devbuf_core::dlpark::ffi::DLDeviceType;
 use devbuf_core::{Backend, Buffer, CompletedEvent, Error, Event, MemKind, Owner, Queue};
 use devbuf_cuda::protocol::decode_cai_stream;
 use devbuf_cuda::{CudaBackend, CudaQueue, ProtocolStream};
+
+mod common;
+use common::{check, in_primary_context};
 
 /// Device 0's shared queue, or `None` after printing why the test is skipped.
 fn shared_queue(test: &str) -> Option<Arc<CudaQueue>> {
@@ -52,35 +55,6 @@ fn cuda(queue: &Arc<dyn Queue>) -> &CudaQueue {
     queue.as_any().downcast_ref().expect("a CUDA queue")
 }
 
-fn check(operation: &str, result: CUresult) {
-    assert_eq!(result, CUresult::CUDA_SUCCESS, "{operation}");
-}
-
-/// Runs `body` with device 0's primary context current, as another library would.
-fn in_primary_context<T>(body: impl FnOnce() -> T) -> T {
-    let mut device = 0;
-    let mut context: CUcontext = ptr::null_mut();
-    // SAFETY: valid out-pointers; the retain is released below.
-    unsafe {
-        check("cuDeviceGet", sys::cuDeviceGet(&mut device, 0));
-        check(
-            "cuDevicePrimaryCtxRetain",
-            sys::cuDevicePrimaryCtxRetain(&mut context, device),
-        );
-        check("cuCtxPushCurrent", sys::cuCtxPushCurrent_v2(context));
-    }
-    let result = body();
-    // SAFETY: pops the context pushed above and releases the retain taken above.
-    unsafe {
-        check("cuCtxPopCurrent", sys::cuCtxPopCurrent_v2(&mut context));
-        check(
-            "cuDevicePrimaryCtxRelease",
-            sys::cuDevicePrimaryCtxRelease_v2(device),
-        );
-    }
-    result
-}
-
 /// The context current on the calling thread.
 fn current_context() -> CUcontext {
     let mut context = ptr::null_mut();
@@ -104,7 +78,7 @@ unsafe extern "C" fn wait_for_gate(gate: *mut c_void) {
 
 /// Blocks `stream` (of device 0's primary context) until `gate` opens.
 fn hold_stream(stream: usize, gate: &'static AtomicBool) {
-    in_primary_context(|| {
+    in_primary_context(0, || {
         // SAFETY: the stream is alive; the gate is static, so it outlives the host function.
         check("cuLaunchHostFunc", unsafe {
             sys::cuLaunchHostFunc(
@@ -209,7 +183,7 @@ fn device_memory_comes_from_the_stream_ordered_pool_where_supported() {
     for len in [1, 1024, 1 << 20, 64 << 20] {
         let buffer = Buffer::alloc(&queue, MemKind::Device, len).unwrap();
         let mut pool: *mut c_void = ptr::null_mut();
-        in_primary_context(|| {
+        in_primary_context(0, || {
             // SAFETY: `pool` is a valid out-pointer for this attribute (a CUmemoryPool).
             check("cuPointerGetAttribute(MEMPOOL_HANDLE)", unsafe {
                 sys::cuPointerGetAttribute(
@@ -255,7 +229,7 @@ fn pointers_classify_as_the_driver_sees_them() {
     }
     // Device memory another library allocated in the same primary context is CUDA's too.
     let mut foreign = 0;
-    in_primary_context(|| {
+    in_primary_context(0, || {
         // SAFETY: a valid out-pointer; the allocation is freed below.
         let allocated = unsafe { sys::cuMemAlloc_v2(&mut foreign, 4096) };
         check("cuMemAlloc", allocated);
@@ -265,7 +239,7 @@ fn pointers_classify_as_the_driver_sees_them() {
         Some((0, MemKind::Device))
     );
     assert_eq!(queue.kind_of(foreign as *const u8), MemKind::Device);
-    in_primary_context(|| {
+    in_primary_context(0, || {
         // SAFETY: allocated above, freed once, nothing pending on it.
         let freed = unsafe { sys::cuMemFree_v2(foreign) };
         check("cuMemFree", freed);
@@ -417,7 +391,7 @@ fn eight_threads_share_one_queue() {
         }
     });
     // A thread that has the primary context current keeps it.
-    in_primary_context(|| {
+    in_primary_context(0, || {
         let before = current_context();
         let buffer = Buffer::alloc(&queue, MemKind::Device, 10).unwrap();
         buffer.fill(1).unwrap();
