@@ -8,7 +8,8 @@ test_reliability.py, `ci/soak` the long ones):
 - soak: alloc/export/import/free cycles with the process's resident memory sampled; the growth per
   cycle after warm-up is the result.
 
-Usage: python reliability.py stress SECONDS | soak CYCLES   (every usable device)
+Usage: python reliability.py stress SECONDS | soak CYCLES [BACKEND]   (every usable device, or
+those of BACKEND)
 """
 
 import random
@@ -181,7 +182,10 @@ def soak(device, cycles):
 
 if __name__ == "__main__":
     mode, amount = sys.argv[1], float(sys.argv[2])
+    backend = sys.argv[3] if len(sys.argv) > 3 else None
     for device in usable_devices():
+        if backend and device.backend != backend:
+            continue
         if mode == "stress":
             ops = stress(device, amount)
             print(f"stress {device.selector}: {ops} operations in {amount:g} s, every byte checked")
