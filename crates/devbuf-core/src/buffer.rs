@@ -1084,6 +1084,29 @@ mod tests {
     /// A deferred queue, also as the trait object the buffer API takes.
     type QueuePair = (Arc<DeferredQueue>, Arc<dyn Queue>);
 
+    /// Foreign memory over `memory`, on `queue`, whose deleter only raises the returned flag.
+    ///
+    /// # Safety
+    /// `memory` outlives the buffer.
+    unsafe fn flagged_foreign(
+        queue: &Arc<dyn Queue>,
+        memory: &mut [u8],
+    ) -> (Buffer, Arc<AtomicBool>) {
+        let deleted = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&deleted);
+        // SAFETY: the caller keeps `memory` alive past the buffer; the deleter only sets a flag.
+        let buffer = unsafe {
+            Buffer::from_foreign(
+                Arc::clone(queue),
+                memory.as_mut_ptr(),
+                memory.len(),
+                MemKind::Unknown,
+                Owner::deleter(move || flag.store(true, Ordering::SeqCst)),
+            )
+        };
+        (buffer, deleted)
+    }
+
     fn deferred(name: &'static str) -> QueuePair {
         let queue = DeferredQueue::new(name);
         (queue.clone(), queue)
@@ -1144,19 +1167,9 @@ mod tests {
         // a frees its own allocation stream-ordered after waiting for b's work on it.
         assert_eq!(*a.waited_for.lock(), vec!["b#1".to_string()]);
 
-        let deleted = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&deleted);
         let mut memory = vec![0u8; 8];
-        // SAFETY: `memory` outlives the buffer; the deleter only sets a flag.
-        let foreign = unsafe {
-            Buffer::from_foreign(
-                Arc::clone(&qa),
-                memory.as_mut_ptr(),
-                8,
-                MemKind::Unknown,
-                Owner::deleter(move || flag.store(true, Ordering::SeqCst)),
-            )
-        };
+        // SAFETY: `memory` outlives the buffer.
+        let (foreign, deleted) = unsafe { flagged_foreign(&qa, &mut memory) };
         foreign.enqueue_fill(4).unwrap();
         let waits_before = a.event_waits.load(Ordering::SeqCst);
         drop(foreign);
@@ -1203,20 +1216,10 @@ mod tests {
         drop(owned);
         assert_eq!(a.deallocations.load(Ordering::SeqCst), 0);
 
-        let deleted = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&deleted);
         let mut memory = vec![0u8; 8];
         a.fail.store(false, Ordering::SeqCst);
-        // SAFETY: `memory` outlives the buffer; the deleter only sets a flag.
-        let foreign = unsafe {
-            Buffer::from_foreign(
-                Arc::clone(&qa),
-                memory.as_mut_ptr(),
-                8,
-                MemKind::Unknown,
-                Owner::deleter(move || flag.store(true, Ordering::SeqCst)),
-            )
-        };
+        // SAFETY: `memory` outlives the buffer.
+        let (foreign, deleted) = unsafe { flagged_foreign(&qa, &mut memory) };
         foreign.enqueue_fill(4).unwrap();
         a.fail.store(true, Ordering::SeqCst);
         drop(foreign);
@@ -1384,19 +1387,9 @@ mod tests {
     #[test]
     fn a_pending_copy_holds_its_source_so_dropping_the_source_does_not_wait() {
         let (a, qa) = deferred("a");
-        let deleted = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&deleted);
         let mut memory = vec![7u8; 8];
-        // SAFETY: `memory` outlives the buffer; the deleter only sets a flag.
-        let source = unsafe {
-            Buffer::from_foreign(
-                Arc::clone(&qa),
-                memory.as_mut_ptr(),
-                8,
-                MemKind::Unknown,
-                Owner::deleter(move || flag.store(true, Ordering::SeqCst)),
-            )
-        };
+        // SAFETY: `memory` outlives the buffer.
+        let (source, deleted) = unsafe { flagged_foreign(&qa, &mut memory) };
         let target = Buffer::alloc(&qa, MemKind::Device, 8).unwrap();
         target.enqueue_copy_from(&source, &qa).unwrap();
         let waits = a.event_waits.load(Ordering::SeqCst);
