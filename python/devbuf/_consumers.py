@@ -39,13 +39,21 @@ def _expect(condition, message):
         raise AssertionError(message)
 
 
-def numpy_check(label):
-    np, why = _library("numpy")
-    if np is None:
-        return "skip", why
+def _library_and_device(name, label):
+    """The library a check needs and the usable device `label` names, or why the check skips."""
+    library, why = _library(name)
+    if library is None:
+        return None, None, why
     device = _device(label)
     if device is None or not device.usable:
-        return "skip", _unusable(label)
+        return None, None, _unusable(label)
+    return library, device, ""
+
+
+def numpy_check(label):
+    np, device, why = _library_and_device("numpy", label)
+    if why:
+        return "skip", why
     kinds = device.kinds if device.backend == "host" else [k for k in ("host", "shared") if k in device.kinds]
     if not kinds:
         return "skip", f"{label} has no host-accessible memory"
@@ -68,12 +76,9 @@ def numpy_check(label):
 def dpctl_check(label):
     if not label.startswith("sycl:"):
         return "skip", "not SYCL memory"
-    dpctl_memory, why = _library("dpctl.memory")
-    if dpctl_memory is None:
+    dpctl_memory, device, why = _library_and_device("dpctl.memory", label)
+    if why:
         return "skip", why
-    device = _device(label)
-    if device is None or not device.usable:
-        return "skip", _unusable(label)
     for kind in device.kinds:
         buffer = devbuf.alloc(len(PATTERN), kind, device=label)
         buffer.copy_from(PATTERN)
@@ -94,12 +99,9 @@ def dpctl_check(label):
 def dpnp_check(label):
     if not label.startswith("sycl:"):
         return "skip", "not SYCL memory"
-    dpnp, why = _library("dpnp")
-    if dpnp is None:
+    dpnp, device, why = _library_and_device("dpnp", label)
+    if why:
         return "skip", why
-    device = _device(label)
-    if device is None or not device.usable:
-        return "skip", _unusable(label)
     for kind in device.kinds:
         buffer = devbuf.alloc(len(PATTERN), kind, device=label)
         buffer.copy_from(PATTERN)
