@@ -337,10 +337,10 @@ impl Array {
     }
 
     /// The same view, with its read-only flag set to `readonly`.
-    pub fn with_readonly(&self, readonly: bool) -> Array {
+    pub fn into_readonly(self, readonly: bool) -> Array {
         Array {
-            buffer: self.buffer.clone(),
-            layout: self.layout.clone().into_readonly(readonly),
+            buffer: self.buffer,
+            layout: self.layout.into_readonly(readonly),
         }
     }
 }

@@ -59,12 +59,13 @@ pub(crate) struct DpctlView {
 pub struct PyArray {
     pub(crate) array: Array,
     pub(crate) queue: Py<PyQueue>,
-    /// What exporting through DLPack needs, prepared on first use.
-    dlpack: OnceLock<DlpackExport>,
+    /// What exporting through DLPack needs, prepared on first use. Boxed, like the dpctl view:
+    /// most arrays never need them, and every allocation moves and zeroes this struct.
+    dlpack: OnceLock<Box<DlpackExport>>,
     pub(crate) cache: ExportCache,
     /// This array as dpctl memory, behind its dpctl attributes (see `dpctl_attrs`); `None` where
     /// dpctl cannot view it.
-    pub(crate) dpctl_view: PyOnceLock<Option<DpctlView>>,
+    pub(crate) dpctl_view: PyOnceLock<Option<Box<DpctlView>>>,
 }
 
 impl PyArray {
@@ -92,13 +93,13 @@ impl PyArray {
         self.dlpack.get_or_init(|| {
             let buffer = self.array.buffer();
             let device = buffer.queue().dlpack_device(buffer.kind());
-            DlpackExport {
+            Box::new(DlpackExport {
                 template: DlpackTemplate::new(&self.array, device).map_err(|err| err.to_string()),
                 refusal: devbuf::dlpack::pointer_refusal(device)
                     .map(String::from)
                     .or_else(|| buffer.queue().dlpack_export_refusal()),
                 untracked_foreign_work: buffer.queue().untracked_foreign_work(),
-            }
+            })
         })
     }
 
@@ -143,7 +144,7 @@ impl PyBuffer {
         queue: Py<PyQueue>,
         readonly: bool,
     ) -> PyResult<Py<PyBuffer>> {
-        let bytes = Array::bytes(buffer).with_readonly(readonly);
+        let bytes = Array::bytes(buffer).into_readonly(readonly);
         Py::new(
             py,
             PyClassInitializer::from(PyArray::new(bytes, queue)).add_subclass(PyBuffer {}),

@@ -56,12 +56,14 @@ fn dpctl_view<'a>(
         let as_usm_memory = py
             .import(intern!(py, "dpctl.memory"))?
             .getattr(intern!(py, "as_usm_memory"))?;
-        Ok(as_usm_memory.call1((twin,)).ok().map(|memory| DpctlView {
-            memory: memory.unbind(),
-            usm_ndarray: PyOnceLock::new(),
+        Ok(as_usm_memory.call1((twin,)).ok().map(|memory| {
+            Box::new(DpctlView {
+                memory: memory.unbind(),
+                usm_ndarray: PyOnceLock::new(),
+            })
         }))
     })?;
-    Ok(view.as_ref())
+    Ok(view.as_deref())
 }
 
 /// `sycl_queue`: the queue of the array's dpctl memory view, or the devbuf queue's dpctl queue

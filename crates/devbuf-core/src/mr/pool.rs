@@ -1,5 +1,11 @@
 //! [`PoolResource`]: sub-allocates from large upstream blocks with `offset-allocator` (a TLSF-style
 //! allocator: O(1) allocate and free, neighbours merged on free), one arena per kind.
+//!
+//! In front of the allocator, each arena keeps a few small blocks freed with no work pending for the
+//! next request of exactly the same size, as malloc's thread caches do: the allocate-use-free loop
+//! of one size, the pool's most common use, then skips the allocator and the address map (about 60
+//! of a pooled allocation's 80 ns). They are given back to the allocator before the pool grows or
+//! releases memory, so they never make it take more from upstream.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -19,6 +25,9 @@ use crate::{DEFAULT_ALIGNMENT, Event, MemKind, Queue, Result};
 const UNIT: usize = DEFAULT_ALIGNMENT;
 /// The smallest upstream block the pool asks for when it grows.
 const MIN_GROWTH: usize = 1 << 20;
+/// How many freed blocks an arena keeps for reuse by size, and up to which request size.
+const RECENT_BLOCKS: usize = 16;
+const RECENT_MAX_UNITS: u32 = (64 << 10) / UNIT as u32;
 
 /// How a pool starts and how far it may grow.
 #[derive(Debug, Clone, Copy, Default)]
@@ -90,6 +99,17 @@ struct Arena {
     handed_out: HashMap<usize, (usize, AllocationDebug), BuildHasherDefault<AddressHasher>>,
     /// Freed addresses whose work may still be running, with the event that says when it is done.
     deferred: Vec<(usize, Event)>,
+    /// Small blocks freed with no work pending, still handed out as far as the allocator and the
+    /// address map know, kept for the next request of the same size (see the module's notes).
+    recent: Vec<RecentBlock>,
+}
+
+/// A freed block kept for reuse, with the request it was made for.
+#[derive(Debug, Clone, Copy)]
+struct RecentBlock {
+    addr: usize,
+    units: u32,
+    align: usize,
 }
 
 /// An `offset_allocator::Allocation` (which has no `Debug`).
@@ -111,6 +131,7 @@ impl PoolResource {
                 blocks: Vec::new(),
                 handed_out: HashMap::default(),
                 deferred: Vec::new(),
+                recent: Vec::with_capacity(RECENT_BLOCKS),
             })
         };
         Arc::new(PoolResource {
@@ -143,6 +164,7 @@ impl PoolResource {
         for arena in &self.arenas {
             let mut arena = arena.lock();
             arena.sweep_completed();
+            arena.free_recent();
             let kind = arena.kind;
             for slot in &mut arena.blocks {
                 if slot.as_ref().is_some_and(|block| block.live == 0)
@@ -217,6 +239,13 @@ impl PoolResource {
     }
 }
 
+/// The units a request of `size` bytes aligned to `align` takes: blocks start on a unit, and a
+/// larger alignment takes the slack to align within the block.
+fn units_for(size: usize, align: usize) -> Option<usize> {
+    let padded = size.checked_add(align.saturating_sub(UNIT))?;
+    Some(padded.div_ceil(UNIT))
+}
+
 /// The arena of `kind` (an allocatable kind; Unknown shares the last, never used).
 fn slot_of(kind: MemKind) -> usize {
     match kind {
@@ -249,6 +278,32 @@ impl Arena {
             self.free(addr);
         } else {
             self.handed_out.remove(&addr);
+        }
+    }
+
+    /// Gives the blocks kept for reuse back to the allocator.
+    fn free_recent(&mut self) {
+        for recent in std::mem::take(&mut self.recent) {
+            self.free(recent.addr);
+        }
+    }
+
+    /// A block kept for reuse that was made for the same request, if there is one.
+    fn reuse_recent(&mut self, units: u32, align: usize) -> Option<NonNull<u8>> {
+        let index = self
+            .recent
+            .iter()
+            .rposition(|recent| recent.units == units && recent.align == align)?;
+        NonNull::new(self.recent.swap_remove(index).addr as *mut u8)
+    }
+
+    /// Frees the block at `addr`, made for a request of `units` aligned to `align`, with no work
+    /// pending on it: kept for reuse when it is small and there is room, else freed.
+    fn free_now(&mut self, addr: usize, units: u32, align: usize) {
+        if units <= RECENT_MAX_UNITS && self.recent.len() < RECENT_BLOCKS {
+            self.recent.push(RecentBlock { addr, units, align });
+        } else {
+            self.free(addr);
         }
     }
 
@@ -292,17 +347,18 @@ impl MemoryResource for PoolResource {
                 "not an allocatable kind".into(),
             ));
         }
-        // Blocks start on a unit; a larger alignment takes the slack to align within the block.
-        let padded = size
-            .checked_add(align.saturating_sub(UNIT))
-            .ok_or_else(too_large)?;
-        let units = padded.div_ceil(UNIT);
+        let units = units_for(size, align).ok_or_else(too_large)?;
         let units32 = u32::try_from(units).map_err(|_| too_large())?;
         let mut arena = self.arenas[slot_of(kind)].lock();
+        if let Some(ptr) = arena.reuse_recent(units32, align) {
+            return Ok(ptr);
+        }
         if let Some(ptr) = arena.try_allocate(units32, align) {
             return Ok(ptr);
         }
+        // Before growing: the memory freed since, merged with its neighbours.
         arena.sweep_completed();
+        arena.free_recent();
         if let Some(ptr) = arena.try_allocate(units32, align) {
             return Ok(ptr);
         }
@@ -341,8 +397,8 @@ impl MemoryResource for PoolResource {
         &self,
         ptr: NonNull<u8>,
         kind: MemKind,
-        _size: usize,
-        _align: usize,
+        size: usize,
+        align: usize,
         after: Option<Event>,
     ) {
         let mut arena = self.arenas[slot_of(kind)].lock();
@@ -351,7 +407,10 @@ impl MemoryResource for PoolResource {
             Some(event) if !event.is_complete().unwrap_or(false) => {
                 arena.deferred.push((addr, event))
             }
-            _ => arena.free(addr),
+            _ => match units_for(size, align).and_then(|units| u32::try_from(units).ok()) {
+                Some(units) => arena.free_now(addr, units, align),
+                None => arena.free(addr),
+            },
         }
     }
 
@@ -372,6 +431,7 @@ impl Drop for PoolResource {
             for (addr, _) in std::mem::take(&mut arena.deferred) {
                 arena.free(addr);
             }
+            arena.free_recent();
             // A block still in use by work whose wait failed is leaked: freeing it would be worse.
             let free = arena.blocks.drain(..).flatten().filter(|b| b.live == 0);
             blocks.extend(free.map(|block| (arena.kind, block, after.clone())));

@@ -30,6 +30,30 @@ fn a_pool_reuses_freed_blocks_and_releases_empty_ones() {
 }
 
 #[test]
+fn small_blocks_kept_for_reuse_give_way_before_the_pool_grows() {
+    let upstream = QueueResource::new(Arc::new(HostQueue::new()));
+    let options = PoolOptions {
+        initial_size: 1 << 20,
+        maximum_size: Some(1 << 20),
+    };
+    let pool = PoolResource::new(upstream, options);
+    let resource: Arc<dyn MemoryResource> = pool.clone();
+    let small: Vec<Buffer> = (0..8).map(|_| alloc(&resource, 60 << 10)).collect();
+    let addrs: Vec<_> = small.iter().map(Buffer::ptr).collect();
+    drop(small);
+    // Kept for the same request...
+    let again = alloc(&resource, 60 << 10);
+    assert!(addrs.contains(&again.ptr()));
+    drop(again);
+    // ...and merged back when a larger one needs their room (the pool may not grow).
+    let large = alloc(&resource, 900 << 10);
+    assert_eq!(pool.pool_size(), 1 << 20);
+    drop(large);
+    pool.release();
+    assert_eq!(pool.pool_size(), 0);
+}
+
+#[test]
 fn a_pool_stops_at_its_maximum_size() {
     let upstream = QueueResource::new(Arc::new(HostQueue::new()));
     let options = PoolOptions {
