@@ -406,7 +406,7 @@ impl Buffer {
             ptr,
             nbytes,
             release,
-            resource.allocates_in_order(kind),
+            queue.allocates_in_order(kind),
         )
     }
 

@@ -84,10 +84,6 @@ impl MemoryResource for LimitingResource {
         self.in_use.fetch_sub(size, Ordering::Relaxed);
     }
 
-    fn allocates_in_order(&self, kind: MemKind) -> bool {
-        self.upstream.allocates_in_order(kind)
-    }
-
     fn as_any(&self) -> &dyn Any {
         self
     }

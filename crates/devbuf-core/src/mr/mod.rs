@@ -29,7 +29,8 @@ use crate::{Event, MemKind, Queue, Result};
 /// Allocates and frees memory of any kind its queue supports.
 pub trait MemoryResource: Send + Sync + fmt::Debug + 'static {
     /// The queue the memory belongs to: buffers allocated here use it for their copies, fills
-    /// and ordering.
+    /// and ordering, and take fresh memory as ordered work when that queue allocates in order
+    /// ([`Queue::allocates_in_order`]), whichever adaptors stand between.
     fn queue(&self) -> &Arc<dyn Queue>;
 
     /// Allocates `size` bytes (never 0) of `kind` aligned to `align` (a power of two).
@@ -50,12 +51,6 @@ pub trait MemoryResource: Send + Sync + fmt::Debug + 'static {
         align: usize,
         after: Option<Event>,
     );
-
-    /// Whether fresh memory of `kind` becomes usable only when the queue's work reaches the
-    /// allocation (see [`Queue::allocates_in_order`]).
-    fn allocates_in_order(&self, kind: MemKind) -> bool {
-        self.queue().allocates_in_order(kind)
-    }
 
     /// Downcasting, so that bindings can reach an adaptor's own methods.
     fn as_any(&self) -> &dyn Any;

@@ -123,10 +123,6 @@ impl MemoryResource for StatisticsResource {
             .for_each(|region| region.freed(size));
     }
 
-    fn allocates_in_order(&self, kind: MemKind) -> bool {
-        self.upstream.allocates_in_order(kind)
-    }
-
     fn as_any(&self) -> &dyn Any {
         self
     }

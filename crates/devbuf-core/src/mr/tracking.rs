@@ -127,10 +127,6 @@ impl MemoryResource for TrackingResource {
         unsafe { self.upstream.deallocate(ptr, kind, size, align, after) };
     }
 
-    fn allocates_in_order(&self, kind: MemKind) -> bool {
-        self.upstream.allocates_in_order(kind)
-    }
-
     fn as_any(&self) -> &dyn Any {
         self
     }
