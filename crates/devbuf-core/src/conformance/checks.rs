@@ -1,0 +1,352 @@
+//! The checks every backend must pass: allocation of each kind, alignment, copies and fills,
+//! ordering of release after enqueued work, pointer classification, foreign memory and its
+//! deleters, sub-views, threads, allocation failure, events, and copies across backends.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::{
+    CheckResult, Outcome, alloc, ctx, expect_bytes, for_each_kind, outcome, pattern, pooled,
+    supported_kinds,
+};
+use crate::{Buffer, DEFAULT_ALIGNMENT, Error, HostQueue, MemKind, Owner, Queue};
+
+pub(super) fn alloc_each_kind(queue: &Arc<dyn Queue>) -> Outcome {
+    let unsupported: Vec<_> = MemKind::ALLOCATABLE
+        .into_iter()
+        .filter(|&kind| !queue.supports(kind))
+        .collect();
+    for kind in unsupported {
+        if pooled::alloc(queue, kind, 64, DEFAULT_ALIGNMENT).is_ok() {
+            return Outcome::Fail(format!(
+                "{kind} is not supported, yet allocating it succeeded"
+            ));
+        }
+    }
+    for_each_kind(queue, |kind| {
+        for len in [0, 1, 3, 1000, 4097, 1 << 20] {
+            let buffer = alloc(queue, kind, len)?;
+            if buffer.len() != len || buffer.ptr().is_null() || buffer.kind() != kind {
+                return Err(format!("{kind} allocation of {len} bytes gave {buffer:?}"));
+            }
+        }
+        Ok(())
+    })
+}
+
+pub(super) fn alignment_honoured(queue: &Arc<dyn Queue>) -> Outcome {
+    for_each_kind(queue, |kind| {
+        for align in [1, 8, 64, 256, 4096] {
+            for len in [1, 100, 4097] {
+                let buffer = ctx(pooled::alloc(queue, kind, len, align), || {
+                    format!("allocating {len} bytes of {kind} aligned to {align}")
+                })?;
+                if !(buffer.ptr() as usize).is_multiple_of(align) {
+                    return Err(format!(
+                        "{kind} allocation {:p} is not aligned to {align}",
+                        buffer.ptr()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+pub(super) fn copy_round_trips(queue: &Arc<dyn Queue>) -> Outcome {
+    let kinds = match supported_kinds(queue) {
+        Ok(kinds) => kinds,
+        Err(skip) => return skip,
+    };
+    let len = 4099;
+    let bytes = pattern(len, 1);
+    outcome((|| {
+        for &from in &kinds {
+            let src = alloc(queue, from, len)?;
+            ctx(src.copy_from_host(&bytes), || format!("host -> {from}"))?;
+            expect_bytes(&src, &bytes, &format!("host -> {from} -> host"))?;
+            for &to in &kinds {
+                let dst = alloc(queue, to, len)?;
+                ctx(dst.copy_from(&src), || format!("{from} -> {to}"))?;
+                expect_bytes(&dst, &bytes, &format!("{from} -> {to}"))?;
+                // A copy between sub-ranges at odd offsets.
+                let part = ctx(dst.slice(1..100), || "slicing".into())?;
+                ctx(part.copy_from(&src.slice(7..106).unwrap()), || {
+                    format!("{from}[7..106] -> {to}[1..100]")
+                })?;
+                let mut expected = bytes.clone();
+                expected.copy_within(7..106, 1);
+                expect_bytes(&dst, &expected, &format!("{from}[7..106] -> {to}[1..100]"))?;
+            }
+        }
+        Ok(())
+    })())
+}
+
+pub(super) fn fill_patterns(queue: &Arc<dyn Queue>) -> Outcome {
+    for_each_kind(queue, |kind| {
+        let len = 1001;
+        let buffer = alloc(queue, kind, len)?;
+        ctx(buffer.fill(0xA5), || format!("filling {kind}"))?;
+        ctx(buffer.slice(10..21).unwrap().fill(0x3C), || {
+            format!("filling part of {kind}")
+        })?;
+        let mut expected = vec![0xA5; len];
+        expected[10..21].fill(0x3C);
+        expect_bytes(&buffer, &expected, &format!("{kind} fill"))
+    })
+}
+
+/// `deallocate` right after an asynchronous fill: the queue must release the memory only after
+/// the fill (a fill still writing into freed memory corrupts the heap or another allocation).
+pub(super) fn release_waits_for_enqueued_work(queue: &Arc<dyn Queue>) -> Outcome {
+    const LEN: usize = 8 << 20;
+    for_each_kind(queue, |kind| {
+        for round in 0..4u8 {
+            let ptr = ctx(queue.allocate(kind, LEN, 256), || {
+                format!("allocating {LEN} bytes of {kind}")
+            })?;
+            // SAFETY: our fresh allocation, released once, right after the fill is enqueued;
+            // the queue's contract orders the release after it.
+            unsafe {
+                let filled = queue.fill(ptr.as_ptr(), round, LEN);
+                queue.deallocate(ptr, kind, LEN, 256);
+                ctx(filled, || format!("filling {kind}"))?;
+            }
+        }
+        // Memory allocated next must hold exactly what is written to it.
+        let bytes = pattern(LEN, 7);
+        let fresh = alloc(queue, kind, LEN)?;
+        ctx(fresh.copy_from_host(&bytes), || format!("writing {kind}"))?;
+        expect_bytes(
+            &fresh,
+            &bytes,
+            &format!("{kind} allocated after busy frees"),
+        )
+    })
+}
+
+pub(super) fn classifies_own_pointers(queue: &Arc<dyn Queue>) -> Outcome {
+    for_each_kind(queue, |kind| {
+        let buffer = alloc(queue, kind, 4096)?;
+        for offset in [0, 1, 2048, 4095] {
+            let ptr = buffer.ptr().wrapping_add(offset);
+            let found = queue.kind_of(ptr);
+            if found != kind {
+                return Err(format!(
+                    "{kind} allocation at +{offset} classified as {found}"
+                ));
+            }
+        }
+        Ok(())
+    })
+}
+
+pub(super) fn classifies_foreign_pointers(queue: &Arc<dyn Queue>) -> Outcome {
+    let on_stack = [0u8; 64];
+    let on_heap = vec![0u8; 4096];
+    let mut misclassified = vec![];
+    for (what, ptr) in [
+        ("a stack pointer", on_stack.as_ptr()),
+        ("a heap pointer", on_heap.as_ptr()),
+        ("the null pointer", std::ptr::null()),
+    ] {
+        let kind = queue.kind_of(ptr);
+        if kind != MemKind::Unknown {
+            misclassified.push(format!("{what} classified as {kind}"));
+        }
+    }
+    if queue.device().backend != crate::host::HOST {
+        // Another backend's allocations are foreign to this queue.
+        let host = HostQueue::shared();
+        let other = Buffer::alloc(&host, MemKind::Device, 64).expect("host allocation");
+        let kind = queue.kind_of(other.ptr());
+        if kind != MemKind::Unknown {
+            misclassified.push(format!("a host-backend allocation classified as {kind}"));
+        }
+    }
+    if misclassified.is_empty() {
+        Outcome::Pass
+    } else {
+        Outcome::Fail(misclassified.join("; "))
+    }
+}
+
+pub(super) fn deleter_runs_once(queue: &Arc<dyn Queue>) -> Outcome {
+    outcome((|| {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let mut memory = pattern(256, 3).into_boxed_slice();
+        let ptr = memory.as_mut_ptr();
+        let counter = Arc::clone(&runs);
+        // SAFETY: `memory` is leaked into the deleter, which frees it once; it stays valid until then.
+        let foreign = unsafe {
+            Buffer::from_foreign(
+                Arc::clone(queue),
+                ptr,
+                256,
+                MemKind::Unknown,
+                Owner::deleter(move || {
+                    drop(memory);
+                    counter.fetch_add(1, Ordering::SeqCst);
+                }),
+            )
+        };
+        if foreign.is_owned() {
+            return Err("a foreign buffer reports itself as owned".into());
+        }
+        let clone = foreign.clone();
+        let part = ctx(foreign.slice(16..48), || "slicing".into())?;
+        expect_bytes(&part, &pattern(256, 3)[16..48], "foreign sub-view")?;
+        drop(foreign);
+        drop(clone);
+        if runs.load(Ordering::SeqCst) != 0 {
+            return Err("the deleter ran while a sub-view was alive".into());
+        }
+        drop(part);
+        match runs.load(Ordering::SeqCst) {
+            1 => {}
+            n => return Err(format!("the deleter ran {n} times after the last view")),
+        }
+        // A keep-alive owner is released with the last view too.
+        let owner = Arc::new(());
+        let mut memory = vec![0u8; 16];
+        // SAFETY: `memory` outlives the buffer, which is dropped below.
+        let kept = unsafe {
+            Buffer::from_foreign(
+                Arc::clone(queue),
+                memory.as_mut_ptr(),
+                16,
+                MemKind::Unknown,
+                Owner::keep_alive(Arc::clone(&owner)),
+            )
+        };
+        let strong = Arc::strong_count(&owner);
+        drop(kept);
+        if strong != 2 || Arc::strong_count(&owner) != 1 {
+            return Err("a keep-alive owner was not held exactly as long as its buffer".into());
+        }
+        Ok(())
+    })())
+}
+
+pub(super) fn subview_keeps_parent_alive(queue: &Arc<dyn Queue>) -> Outcome {
+    for_each_kind(queue, |kind| {
+        let bytes = pattern(8192, 5);
+        let parent = alloc(queue, kind, bytes.len())?;
+        ctx(parent.copy_from_host(&bytes), || format!("writing {kind}"))?;
+        let view = ctx(parent.slice(4000..5000), || "slicing".into())?;
+        drop(parent);
+        // Allocate and fill more memory so that freed memory would likely be reused and clobbered.
+        let scratch = alloc(queue, kind, 8192)?;
+        ctx(scratch.fill(0), || "filling scratch".into())?;
+        expect_bytes(
+            &view,
+            &bytes[4000..5000],
+            &format!("{kind} sub-view after its parent was dropped"),
+        )
+    })
+}
+
+pub(super) fn threads_allocate_copy_free(queue: &Arc<dyn Queue>) -> Outcome {
+    let kinds = match supported_kinds(queue) {
+        Ok(kinds) => kinds,
+        Err(skip) => return skip,
+    };
+    let failures = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for thread in 0..8u8 {
+            let (kinds, failures) = (&kinds, &failures);
+            scope.spawn(move || {
+                let result: CheckResult = (|| {
+                    for round in 0..40usize {
+                        let kind = kinds[(thread as usize + round) % kinds.len()];
+                        let len = 1 + (thread as usize * 977 + round * 131) % 20_000;
+                        let bytes = pattern(len, thread.wrapping_add(round as u8));
+                        let a = alloc(queue, kind, len)?;
+                        ctx(a.copy_from_host(&bytes), || {
+                            format!("thread {thread} write")
+                        })?;
+                        let b = alloc(queue, kinds[round % kinds.len()], len)?;
+                        ctx(b.copy_from(&a), || format!("thread {thread} copy"))?;
+                        drop(a);
+                        expect_bytes(&b, &bytes, &format!("thread {thread} round {round}"))?;
+                    }
+                    Ok(())
+                })();
+                if let Err(why) = result {
+                    failures.lock().unwrap().push(why);
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    if failures.is_empty() {
+        Outcome::Pass
+    } else {
+        Outcome::Fail(failures.join("; "))
+    }
+}
+
+pub(super) fn impossible_allocation_fails(queue: &Arc<dyn Queue>) -> Outcome {
+    for_each_kind(queue, |kind| {
+        match pooled::alloc(queue, kind, 1 << 60, DEFAULT_ALIGNMENT) {
+            Ok(_) => Err(format!("a 2^60-byte {kind} allocation succeeded")),
+            Err(Error::OutOfMemory { .. }) => Ok(()),
+            Err(other) => Err(format!(
+                "a 2^60-byte {kind} allocation failed with {other:?}, not OutOfMemory"
+            )),
+        }
+    })
+}
+
+pub(super) fn events_order_work(queue: &Arc<dyn Queue>) -> Outcome {
+    let kinds = match supported_kinds(queue) {
+        Ok(kinds) => kinds,
+        Err(skip) => return skip,
+    };
+    outcome((|| {
+        let buffer = alloc(queue, kinds[0], 1 << 16)?;
+        ctx(
+            // SAFETY: the buffer is alive and in range; we wait on the event before reading it.
+            unsafe { queue.fill(buffer.ptr(), 0x42, buffer.len()) },
+            || "enqueueing a fill".into(),
+        )?;
+        let event = ctx(queue.record_event(), || "recording an event".into())?;
+        ctx(queue.wait_event(&event), || {
+            "waiting on our own event on the queue".into()
+        })?;
+        ctx(event.wait(), || "waiting on the event".into())?;
+        if !ctx(event.is_complete(), || "querying the event".into())? {
+            return Err("an event was not complete after waiting on it".into());
+        }
+        expect_bytes(
+            &buffer,
+            &vec![0x42; 1 << 16],
+            "fill ordered before the event",
+        )
+    })())
+}
+
+pub(super) fn copies_across_backends(queue: &Arc<dyn Queue>) -> Outcome {
+    for_each_kind(queue, |kind| {
+        let host = HostQueue::shared();
+        let bytes = pattern(3001, 9);
+        let host_src = alloc(&host, MemKind::Host, bytes.len())?;
+        ctx(host_src.copy_from_host(&bytes), || {
+            "writing host memory".into()
+        })?;
+        let ours = alloc(queue, kind, bytes.len())?;
+        ctx(ours.copy_from(&host_src), || {
+            format!("host backend -> {kind}")
+        })?;
+        let host_dst = alloc(&host, MemKind::Device, bytes.len())?;
+        ctx(host_dst.copy_from(&ours), || {
+            format!("{kind} -> host backend")
+        })?;
+        expect_bytes(
+            &host_dst,
+            &bytes,
+            &format!("host backend -> {kind} -> host backend"),
+        )
+    })
+}
