@@ -1,0 +1,300 @@
+//! What one allocation shared by every view knows: how its memory is released, the work that may
+//! still run on it, and whether it was handed to another library; and the release itself, which
+//! waits for that work (or leaves the memory to the resource to free after it).
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::{Mutex, MutexGuard};
+
+use super::{Buffer, Owner};
+use crate::blocking::blocking;
+use crate::mr::MemoryResource;
+use crate::{Error, Event, ForeignQueue, MemKind, Queue, Result};
+
+/// How an allocation is released when its last view is dropped.
+pub(super) enum Release {
+    /// devbuf allocated it: back to the queue that made it.
+    Queue { size: usize, align: usize },
+    /// devbuf allocated it through a memory resource: back to that resource.
+    Resource {
+        resource: Arc<dyn MemoryResource>,
+        size: usize,
+        align: usize,
+    },
+    /// Foreign memory: drop the owner (taken out exactly once, in `Drop`).
+    Foreign(Mutex<Option<Owner>>),
+}
+
+/// Work enqueued on an allocation that may not have completed yet.
+pub(super) struct PendingWork {
+    /// The devbuf queue it runs on; `None` for another library's queue (the producer of
+    /// imported memory), whose work devbuf never waits for before letting go of its memory.
+    pub(super) queue: Option<Arc<dyn Queue>>,
+    /// Completes when the queue's work on the allocation (and everything before it) is done.
+    pub(super) event: Event,
+    /// Sources of copies into the allocation enqueued without waiting: held until the copies
+    /// complete, so that dropping them never has to wait.
+    pub(super) sources: Vec<Buffer>,
+}
+
+impl PendingWork {
+    pub(super) fn on(&self, queue: &Arc<dyn Queue>) -> bool {
+        self.queue
+            .as_ref()
+            .is_some_and(|own| Arc::ptr_eq(own, queue))
+    }
+}
+
+/// The pending work of an allocation.
+#[derive(Default)]
+pub(super) struct PendingList {
+    pub(super) work: Vec<PendingWork>,
+    /// The queue of the library that produced imported memory, while devbuf has not yet ordered
+    /// anything after its work there. An event is recorded on it (a barrier: microseconds) only
+    /// when devbuf first needs one, so that imports nobody waits on cost nothing; the event then
+    /// covers the producer's work up to that moment, which includes its work at import.
+    pub(super) producer: Option<Arc<dyn ForeignQueue>>,
+    /// The queue of the library that produced imported memory when its protocol asks that its
+    /// later work there wait for ours (CAI v3's consumer rule): every command devbuf enqueues
+    /// without waiting for it is made to precede that queue's later work. Not pending work itself.
+    pub(super) held_back: Option<Arc<dyn ForeignQueue>>,
+}
+
+impl PendingList {
+    pub(super) fn is_empty(&self) -> bool {
+        self.work.is_empty() && self.producer.is_none()
+    }
+
+    /// Records the event of the producer's queue, if that has not been done yet.
+    pub(super) fn record_producer_event(&mut self) -> Result<()> {
+        if let Some(producer) = &self.producer {
+            let event = producer.record_event()?;
+            self.producer = None;
+            self.work.push(PendingWork {
+                queue: None,
+                event,
+                sources: Vec::new(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Takes out the work that `done` says has completed. The caller drops it after unlocking:
+    /// dropping the sources it holds may release foreign memory, whose owner may be a Python
+    /// object.
+    pub(super) fn take_completed(
+        &mut self,
+        done: impl Fn(&PendingWork) -> bool,
+    ) -> Vec<PendingWork> {
+        let (completed, pending) = std::mem::take(&mut self.work).into_iter().partition(done);
+        self.work = pending;
+        completed
+    }
+
+    /// Takes out the work whose event has completed.
+    pub(super) fn take_all_completed(&mut self) -> Vec<PendingWork> {
+        self.take_completed(|w| w.event.is_complete().unwrap_or(false))
+    }
+}
+
+/// The pending work of an allocation, with a lock-free answer to "is there any?" for the common
+/// case of none (every export asks).
+#[derive(Default)]
+pub(super) struct Pending {
+    pub(super) list: Mutex<PendingList>,
+    /// Whether `list` is non-empty; updated under the lock when a guard is dropped.
+    pub(super) any: AtomicBool,
+}
+
+impl Pending {
+    pub(super) fn is_empty(&self) -> bool {
+        !self.any.load(Ordering::Acquire)
+    }
+
+    pub(super) fn lock(&self) -> PendingGuard<'_> {
+        PendingGuard {
+            list: self.list.lock(),
+            any: &self.any,
+        }
+    }
+}
+
+pub(super) struct PendingGuard<'a> {
+    pub(super) list: MutexGuard<'a, PendingList>,
+    pub(super) any: &'a AtomicBool,
+}
+
+impl Deref for PendingGuard<'_> {
+    type Target = PendingList;
+    fn deref(&self) -> &Self::Target {
+        &self.list
+    }
+}
+
+impl DerefMut for PendingGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.list
+    }
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.any.store(!self.list.is_empty(), Ordering::Release);
+    }
+}
+
+/// One allocation, shared by every [`Buffer`] that views it.
+pub(super) struct Allocation {
+    /// Address of the first byte (0 only for empty foreign memory).
+    pub(super) base: usize,
+    pub(super) kind: MemKind,
+    pub(super) queue: Arc<dyn Queue>,
+    pub(super) release: Release,
+    /// At most one entry per queue: queues are in order, so a queue's latest event covers its
+    /// earlier work.
+    pub(super) pending: Pending,
+    /// Whether the memory was handed to another library (DLPack, CAI, SUAI), whose work on it is
+    /// not ordered with ours.
+    pub(super) exported: AtomicBool,
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        // The producer of imported memory is not waited for: its work is its own business, and
+        // letting go of its memory does not free it under that work.
+        let pending = std::mem::take(&mut self.pending.list.get_mut().work);
+        let exported = *self.exported.get_mut();
+        // Memory that a command may still use is leaked when a wait fails: freeing it would be
+        // worse.
+        match &mut self.release {
+            Release::Queue { size, align } => {
+                let (queue, base, kind, size, align) =
+                    (&self.queue, self.base, self.kind, *size, *align);
+                let release = || {
+                    // Other libraries' work on exported memory is ordered with nothing of ours:
+                    // wait for the whole device before the queue may hand the memory out again.
+                    if exported && queue.wait_device().is_err() {
+                        return;
+                    }
+                    // The queue releases memory after its own work; other queues' work must come
+                    // first.
+                    for work in pending.iter().filter(|w| !w.on(queue)) {
+                        if queue.wait_event(&work.event).is_err() && work.event.wait().is_err() {
+                            return;
+                        }
+                    }
+                    if let Some(ptr) = NonNull::new(base as *mut u8) {
+                        // SAFETY: this allocation came from `queue.allocate(kind, size, align)`
+                        // and Drop runs once, after the last Buffer referring to it is gone.
+                        unsafe { queue.deallocate(ptr, kind, size, align) };
+                    }
+                };
+                if exported || !pending.is_empty() {
+                    blocking(release);
+                } else {
+                    release();
+                }
+            }
+            Release::Resource {
+                resource,
+                size,
+                align,
+            } => {
+                let (queue, kind, size, align) = (&self.queue, self.kind, *size, *align);
+                let Some(ptr) = NonNull::new(self.base as *mut u8) else {
+                    return;
+                };
+                let Some(after) = release_point(queue, &pending, exported) else {
+                    return;
+                };
+                // SAFETY: this allocation came from `resource.allocate(kind, size, align)`, Drop
+                // runs once, and other queues' work was ordered before `after`.
+                unsafe { resource.deallocate(ptr, kind, size, align, after) };
+            }
+            Release::Foreign(owner) => {
+                // Foreign memory has no ordered release: block until devbuf's work on it is done,
+                // and, when devbuf handed it on to another library, until the device is idle.
+                let queue = &self.queue;
+                let ours = || {
+                    pending
+                        .iter()
+                        .filter(|w| w.queue.is_some())
+                        .all(|w| w.event.wait().is_ok())
+                        && (!exported || queue.wait_device().is_ok())
+                };
+                let done =
+                    (pending.iter().all(|w| w.queue.is_none()) && !exported) || blocking(ours);
+                let owner = owner.get_mut().take();
+                match owner {
+                    Some(owner) if done => {
+                        // A panicking deleter must not unwind into a C caller (DLPack deleters
+                        // run this from `extern "C"` code); the panic message has already been
+                        // printed.
+                        let _ = catch_unwind(AssertUnwindSafe(move || drop(owner)));
+                    }
+                    owner => std::mem::forget(owner),
+                }
+            }
+        }
+    }
+}
+
+/// Refuses allocations `queue` cannot make.
+pub(super) fn check_allocation(queue: &Arc<dyn Queue>, kind: MemKind, align: usize) -> Result<()> {
+    if !align.is_power_of_two() {
+        return Err(Error::invalid(
+            "alignment",
+            format!("{align} is not a power of two"),
+        ));
+    }
+    if kind == MemKind::Unknown {
+        return Err(Error::invalid(
+            "kind",
+            "\"unknown\" memory cannot be allocated",
+        ));
+    }
+    if !queue.supports(kind) {
+        let device = queue.device();
+        return Err(Error::Unsupported {
+            device: device.selector.clone(),
+            what: format!("{kind} allocation"),
+            reason: device
+                .unusable_reason
+                .clone()
+                .unwrap_or_else(|| format!("the device has no {kind} memory")),
+        });
+    }
+    Ok(())
+}
+
+/// Orders the release of memory from a resource: waits (blocking) for the whole device when the
+/// memory was exported, makes the home queue wait for other queues' work, and returns the event
+/// after which the memory is free of all work (`Some(None)`: free now). `None` when a wait failed:
+/// the memory may still be in use and must be leaked.
+pub(super) fn release_point(
+    queue: &Arc<dyn Queue>,
+    pending: &[PendingWork],
+    exported: bool,
+) -> Option<Option<Event>> {
+    // Other libraries' work on exported memory is ordered with nothing of ours.
+    if exported && blocking(|| queue.wait_device()).is_err() {
+        return None;
+    }
+    if pending.is_empty() {
+        return Some(None);
+    }
+    for work in pending.iter().filter(|w| !w.on(queue)) {
+        if queue.wait_event(&work.event).is_err() && blocking(|| work.event.wait()).is_err() {
+            return None;
+        }
+    }
+    match queue.record_event() {
+        Ok(after) => Some(Some(after)),
+        Err(_) => blocking(|| queue.wait()).is_ok().then_some(None),
+    }
+}
