@@ -202,8 +202,9 @@ def crafted_tensors(draw):
 
 
 def in_arena(tensor):
-    """Whether the elements the tensor describes (as DLPack defines them) lie inside the arena:
-    only then may an import read them without the producer having lied about its memory."""
+    """Whether the elements the tensor describes (as DLPack defines them) lie inside the arena,
+    and are few enough to read into bytes: only then may the test read them (a copy, NumPy's
+    reference reading) without the producer having lied about its memory."""
     dl = tensor.managed.dl_tensor
     if not 0 <= dl.ndim <= 64 or dl.dtype.bits % 8 or dl.dtype.lanes == 0:
         return False
@@ -221,6 +222,11 @@ def in_arena(tensor):
     start = (dl.data or 0) + dl.byte_offset
     if 0 in shape:
         return True
+    count = 1
+    for n in shape:
+        count *= n
+    if count * itemsize > 1 << 20:
+        return False  # a broadcast (stride 0) of 2^62 elements fits the arena but not a bytes object
     low = start + sum((n - 1) * s * itemsize for n, s in zip(shape, strides) if s < 0)
     high = start + sum((n - 1) * s * itemsize for n, s in zip(shape, strides) if s > 0) + itemsize
     return dl.data != 0 and ARENA_ADDRESS <= low and high <= ARENA_ADDRESS + ARENA_BYTES
