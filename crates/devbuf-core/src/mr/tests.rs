@@ -12,6 +12,16 @@ fn host_pool() -> Arc<PoolResource> {
     PoolResource::new(upstream, PoolOptions::default())
 }
 
+/// A host pool that starts with 1 MiB and may hold at most `maximum` bytes.
+fn bounded_host_pool(maximum: usize) -> Arc<PoolResource> {
+    let upstream = QueueResource::new(Arc::new(HostQueue::new()));
+    let options = PoolOptions {
+        initial_size: 1 << 20,
+        maximum_size: Some(maximum),
+    };
+    PoolResource::new(upstream, options)
+}
+
 fn alloc(resource: &Arc<dyn MemoryResource>, len: usize) -> Buffer {
     Buffer::alloc_from(resource, MemKind::Host, len, DEFAULT_ALIGNMENT).unwrap()
 }
@@ -31,12 +41,7 @@ fn a_pool_reuses_freed_blocks_and_releases_empty_ones() {
 
 #[test]
 fn small_blocks_kept_for_reuse_give_way_before_the_pool_grows() {
-    let upstream = QueueResource::new(Arc::new(HostQueue::new()));
-    let options = PoolOptions {
-        initial_size: 1 << 20,
-        maximum_size: Some(1 << 20),
-    };
-    let pool = PoolResource::new(upstream, options);
+    let pool = bounded_host_pool(1 << 20);
     let resource: Arc<dyn MemoryResource> = pool.clone();
     let small: Vec<Buffer> = (0..8).map(|_| alloc(&resource, 60 << 10)).collect();
     let addrs: Vec<_> = small.iter().map(Buffer::ptr).collect();
@@ -55,12 +60,7 @@ fn small_blocks_kept_for_reuse_give_way_before_the_pool_grows() {
 
 #[test]
 fn a_pool_stops_at_its_maximum_size() {
-    let upstream = QueueResource::new(Arc::new(HostQueue::new()));
-    let options = PoolOptions {
-        initial_size: 1 << 20,
-        maximum_size: Some(2 << 20),
-    };
-    let resource: Arc<dyn MemoryResource> = PoolResource::new(upstream, options);
+    let resource: Arc<dyn MemoryResource> = bounded_host_pool(2 << 20);
     let _held = alloc(&resource, 1 << 20);
     let err = Buffer::alloc_from(&resource, MemKind::Host, 1 << 20, 256).unwrap_err();
     assert!(matches!(err, Error::OutOfMemory { .. }), "{err}");
