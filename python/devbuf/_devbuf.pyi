@@ -38,6 +38,9 @@ class Device:
     def reason(self) -> str | None: ...
     @property
     def queue(self) -> Queue: ...
+    def __enter__(self) -> Device:
+        """`with device:` makes this device the current thread's default until the block ends."""
+    def __exit__(self, *exc_info: object) -> bool: ...
 
 @final
 class Queue:
@@ -189,7 +192,14 @@ class DeviceFallbackWarning(RuntimeWarning):
 
 def backends() -> list[BackendInfo]: ...
 def devices(backend: str | None = None) -> list[Device]: ...
-def default_device() -> Device: ...
+def default_device() -> Device:
+    """The device `device=None` means: the innermost `with devbuf.Device(...)` block's on this
+    thread, else the one set_default_device() set, else DEVBUF_DEVICE's, else the first of cuda,
+    sycl, opencl and host whose default device allocates host, device and shared memory."""
+def set_default_device(device: str | Device | Queue | Any | None, /) -> Device | None:
+    """Sets the default device of every thread (None: back to devbuf's choice); returns the
+    previous setting."""
+def _default_device_reason() -> str: ...
 def alloc(
     nbytes: int,
     kind: Kind = "shared",

@@ -1,4 +1,4 @@
-//! `Queue`'s methods, `BackendInfo`, `backends()`, `devices()`, `alloc()` and `default_device()`.
+//! `Queue`'s methods, `BackendInfo`, `backends()`, `devices()` and `alloc()`.
 
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ use crate::array::PyBuffer;
 use crate::errors::IntoPyResult;
 
 use crate::foreign::{resolve_queue, selector_of, sycl_queue_object};
-use crate::queues::{PyDevice, PyQueue, handle_capsule, shared_queue};
+use crate::queues::{PyDevice, PyQueue, handle_capsule};
 
 #[pymethods]
 impl PyQueue {
@@ -26,7 +26,12 @@ impl PyQueue {
             return Ok(queue);
         }
         let selector = match device {
-            None => String::new(),
+            None => crate::default_device::current_default(py)?
+                .get()
+                .queue
+                .device()
+                .selector
+                .clone(),
             Some(device) => selector_of(device)?,
         };
         let queue = py.detach(|| devbuf::open(&selector)).py()?;
@@ -222,10 +227,4 @@ pub fn alloc(
     }
     let queue = resolve_queue(py, device)?;
     PyQueue::alloc(queue.bind(py), nbytes, kind, ipc)
-}
-
-/// The default device.
-#[pyfunction]
-pub fn default_device(py: Python<'_>) -> PyResult<Py<PyDevice>> {
-    Ok(shared_queue(py, "")?.get().device.clone_ref(py))
 }

@@ -28,8 +28,25 @@ impl PyDevice {
     #[new]
     #[pyo3(signature = (selector = None))]
     fn new(py: Python<'_>, selector: Option<&str>) -> PyResult<Py<PyDevice>> {
-        let queue = shared_queue(py, selector.unwrap_or(""))?;
+        let queue = match selector {
+            None | Some("") => crate::default_device::current_default(py)?,
+            Some(selector) => shared_queue(py, selector)?,
+        };
         Ok(queue.get().device.clone_ref(py))
+    }
+
+    /// `with device:` makes this device the default of the current thread until the block ends
+    /// (as `with cupy.cuda.Device(n):` does); blocks nest.
+    fn __enter__(slf: &Bound<'_, Self>) -> PyResult<Py<PyDevice>> {
+        crate::default_device::enter(slf.py(), slf.get())?;
+        Ok(slf.clone().unbind())
+    }
+
+    /// Ends the `with` block: the default goes back to what it was before it.
+    #[pyo3(signature = (*_exc_info))]
+    fn __exit__(&self, _exc_info: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        crate::default_device::exit(self)?;
+        Ok(false)
     }
 
     /// Backend name: "host", "sycl", "cuda".
