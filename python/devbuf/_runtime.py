@@ -6,9 +6,11 @@ CPU OpenCL runtime, the SYCL CPU device). Two things stop them working as instal
 - intel-opencl-rt's ``.icd`` files name a placeholder path, so the OpenCL ICD loader never finds the
   runtime. devbuf registers it through ``OCL_ICD_FILENAMES``, which the loader reads when it is
   first used, not when the process starts.
-- The ``libOpenCL.so.1`` that the wheels install needs ``libsvml.so`` and its siblings, which sit
-  beside it but are not on its RUNPATH. devbuf loads them by absolute path first: the dynamic
-  loader then finds them by name among the libraries already loaded.
+- The wheels' OpenCL loader (``libOpenCL.so.1``, which honours ``OCL_ICD_FILENAMES``) is found only
+  by libraries whose RUNPATH names the environment's ``lib`` (the SYCL runtime's); devbuf's OpenCL
+  backend would get the system's loader instead (Debian's ignores ``OCL_ICD_FILENAMES``), and the
+  wheels' loader needs ``libsvml.so`` and its siblings, which are not on its own RUNPATH. devbuf
+  loads them all by absolute path first: every later load by name finds the loaded ones.
 
 Both happen at ``import devbuf``, before devbuf, dpctl or dpnp load the SYCL runtime, and only where
 the user has not registered an OpenCL runtime themselves (``OCL_ICD_FILENAMES`` or
