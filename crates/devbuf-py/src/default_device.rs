@@ -71,6 +71,7 @@ pub fn _default_device_reason(py: Python<'_>) -> PyResult<String> {
 /// `dpctl.SyclQueue`); `None` goes back to devbuf's choice. Returns the previous setting, or None.
 /// Inside a `with devbuf.Device(...)` block that block's device still wins on its thread.
 #[pyfunction]
+#[pyo3(signature = (device, /))]
 pub fn set_default_device(
     py: Python<'_>,
     device: Option<&Bound<'_, PyAny>>,

@@ -38,11 +38,13 @@ impl PyQueue {
         PyQueue::wrap(py, queue)
     }
 
+    /// The device this queue runs on.
     #[getter]
     fn device(&self, py: Python<'_>) -> Py<PyDevice> {
         self.device.clone_ref(py)
     }
 
+    /// The backend's name: "host", "sycl", "cuda" or "opencl".
     #[getter]
     fn backend(&self) -> &'static str {
         self.backend_name()
@@ -138,13 +140,16 @@ impl PyQueue {
 /// What `devbuf.backends()` returns for each backend compiled in.
 #[pyclass(frozen, module = "devbuf", name = "BackendInfo")]
 pub struct PyBackendInfo {
+    /// The backend's name, also the first part of its selectors.
     #[pyo3(get)]
     name: &'static str,
+    /// Whether its runtime is usable in this process.
     #[pyo3(get)]
     available: bool,
     /// Why the backend is unavailable, or None.
     #[pyo3(get)]
     reason: Option<String>,
+    /// Every device the runtime reports, usable or not.
     #[pyo3(get)]
     devices: Vec<Py<PyDevice>>,
 }

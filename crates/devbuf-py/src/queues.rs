@@ -49,7 +49,7 @@ impl PyDevice {
         Ok(false)
     }
 
-    /// Backend name: "host", "sycl", "cuda".
+    /// Backend name: "host", "sycl", "cuda", "opencl".
     #[getter]
     fn backend(&self) -> &'static str {
         self.info.backend
@@ -61,16 +61,19 @@ impl PyDevice {
         self.info.index
     }
 
+    /// The device's own name, as its runtime reports it.
     #[getter]
     fn name(&self) -> &str {
         &self.info.name
     }
 
+    /// The vendor's name, as the runtime reports it.
     #[getter]
     fn vendor(&self) -> &str {
         &self.info.vendor
     }
 
+    /// The driver's (or runtime's) version.
     #[getter]
     fn driver(&self) -> &str {
         &self.info.driver
