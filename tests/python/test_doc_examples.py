@@ -1,4 +1,4 @@
-"""Every Python example of README.md runs as written, each as a script of its own in a fresh
+"""Every Python example of README.md and of the documentation (docs/) runs as written, each as a script of its own in a fresh
 interpreter (so an example cannot lean on another's names, and spawn's `__main__` rules apply).
 
 Each example is a ```python block after an `<!-- example -->` comment, which may say what it needs:
@@ -23,25 +23,27 @@ BLOCK = re.compile(r"(?:<!-- example(?::\s*needs ([\w ]+))? -->\n)?```python\n(.
 
 def examples(path):
     text = path.read_text()
+    name = path.relative_to(ROOT)
     found = []
     for match in BLOCK.finditer(text):
         line = text.count("\n", 0, match.start()) + 1
         marked = match.group(0).startswith("<!--")
         needs = (match.group(1) or "").split()
-        found.append(pytest.param(marked, needs, match.group(2), id=f"{path.name}:{line}-{'-'.join(needs) or 'any'}"))
+        found.append(pytest.param(marked, needs, match.group(2), id=f"{name}:{line}-{'-'.join(needs) or 'any'}"))
     return found
 
 
 README_EXAMPLES = examples(ROOT / "README.md")
+DOCS_EXAMPLES = [example for page in sorted((ROOT / "docs").rglob("*.md")) for example in examples(page)]
 
 
-def test_the_readme_has_examples():
-    assert len(README_EXAMPLES) >= 7
+def test_the_readme_and_the_docs_have_examples():
+    assert len(README_EXAMPLES) >= 7 and len(DOCS_EXAMPLES) >= 6
 
 
-@pytest.mark.parametrize("marked, needs, code", README_EXAMPLES)
-def test_readme_example_runs(marked, needs, code, tmp_path):
-    assert marked, "every Python block of the README is an example that runs: mark it <!-- example -->"
+@pytest.mark.parametrize("marked, needs, code", README_EXAMPLES + DOCS_EXAMPLES)
+def test_example_runs(marked, needs, code, tmp_path):
+    assert marked, "every Python block is an example that runs: mark it <!-- example -->"
     for need in needs:
         if need in BACKENDS:
             require_backend(need)
