@@ -1,56 +1,11 @@
-//! The default device of `device=None`: the policy's choice (`devbuf::default_device`: the
-//! `DEVBUF_DEVICE` variable, else the first of cuda, sycl, opencl, host that allocates every kind),
-//! replaced for the whole process by `set_default_device()` (as `torch.set_default_device`) and
-//! for one thread, inside a `with devbuf.Device(...)` block (as `with cupy.cuda.Device(n)`).
+//! The default device of `device=None` as Python sees it: `default_device()`,
+//! `set_default_device()` (for the process, as `torch.set_default_device`) and the reason `info`
+//! prints. The choice itself, with `with devbuf.Device(...)` per thread, is in `queues`.
 
-use std::cell::RefCell;
-
-use parking_lot::Mutex;
-use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
 
-use crate::errors::IntoPyResult;
 use crate::foreign::resolve_queue;
-use crate::queues::{PyDevice, PyQueue, shared_queue};
-
-/// The policy's choice, with its reason, once made (an error is not kept: the next call retries).
-static CHOSEN: PyOnceLock<Mutex<Option<(Py<PyQueue>, String)>>> = PyOnceLock::new();
-/// What `set_default_device` set, if anything.
-static SET_FOR_PROCESS: PyOnceLock<Mutex<Option<Py<PyQueue>>>> = PyOnceLock::new();
-
-thread_local! {
-    /// The devices of this thread's open `with devbuf.Device(...)` blocks, innermost last.
-    static ENTERED: RefCell<Vec<Py<PyQueue>>> = const { RefCell::new(Vec::new()) };
-}
-
-/// The queue `device=None` means here and now, and why.
-pub(crate) fn current_default_with_reason(py: Python<'_>) -> PyResult<(Py<PyQueue>, String)> {
-    if let Some(queue) = ENTERED.with_borrow(|entered| entered.last().map(|q| q.clone_ref(py))) {
-        return Ok((
-            queue,
-            "entered with `with devbuf.Device(...)` on this thread".into(),
-        ));
-    }
-    let set = SET_FOR_PROCESS.get_or_init(py, Default::default);
-    if let Some(queue) = set.lock().as_ref().map(|q| q.clone_ref(py)) {
-        return Ok((queue, "set by devbuf.set_default_device()".into()));
-    }
-    let chosen = CHOSEN.get_or_init(py, Default::default);
-    if let Some((queue, reason)) = chosen.lock().as_ref() {
-        return Ok((queue.clone_ref(py), reason.clone()));
-    }
-    let choice = py.detach(devbuf::default_device).py()?;
-    let queue = shared_queue(py, &choice.queue.device().selector)?;
-    let mut chosen = chosen.lock();
-    let (queue, reason) = chosen.get_or_insert((queue, choice.reason));
-    Ok((queue.clone_ref(py), reason.clone()))
-}
-
-/// The queue `device=None` means here and now.
-pub(crate) fn current_default(py: Python<'_>) -> PyResult<Py<PyQueue>> {
-    current_default_with_reason(py).map(|(queue, _)| queue)
-}
+use crate::queues::{PyDevice, current_default, current_default_with_reason, set_process_default};
 
 /// The default device: the device of the innermost `with devbuf.Device(...)` block on this
 /// thread, else the one `set_default_device()` set, else devbuf's choice: the device
@@ -77,38 +32,6 @@ pub fn set_default_device(
     device: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Option<Py<PyDevice>>> {
     let queue = device.map(|d| resolve_queue(py, Some(d))).transpose()?;
-    let set = SET_FOR_PROCESS.get_or_init(py, Default::default);
-    let previous = std::mem::replace(&mut *set.lock(), queue);
+    let previous = set_process_default(py, queue);
     Ok(previous.map(|q| q.get().device.clone_ref(py)))
-}
-
-/// `with device:` makes `device` this thread's default until the block ends.
-pub(crate) fn enter(py: Python<'_>, device: &PyDevice) -> PyResult<()> {
-    let queue = shared_queue(py, &device.info.selector)?;
-    ENTERED.with_borrow_mut(|entered| entered.push(queue));
-    Ok(())
-}
-
-/// The end of the innermost `with device:` block of this thread.
-pub(crate) fn exit(device: &PyDevice) -> PyResult<()> {
-    let left = ENTERED.with_borrow_mut(|entered| entered.pop());
-    match left {
-        Some(queue) if queue.get().device.get().info.selector == device.info.selector => {
-            drop(queue);
-            Ok(())
-        }
-        Some(queue) => {
-            let entered = queue.get().device.get().info.selector.clone();
-            ENTERED.with_borrow_mut(|entered| entered.push(queue));
-            Err(PyRuntimeError::new_err(format!(
-                "leaving a `with devbuf.Device({:?})` block while the innermost block on this \
-                 thread is for {entered:?}: blocks must nest",
-                device.info.selector
-            )))
-        }
-        None => Err(PyRuntimeError::new_err(format!(
-            "leaving a `with devbuf.Device({:?})` block that this thread never entered",
-            device.info.selector
-        ))),
-    }
 }

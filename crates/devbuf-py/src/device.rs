@@ -26,7 +26,7 @@ impl PyQueue {
             return Ok(queue);
         }
         let selector = match device {
-            None => crate::default_device::current_default(py)?
+            None => crate::queues::current_default(py)?
                 .get()
                 .queue
                 .device()

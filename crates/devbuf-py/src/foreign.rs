@@ -297,7 +297,7 @@ pub(crate) fn resolve_queue(
     device: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyQueue>> {
     match device {
-        None => crate::default_device::current_default(py),
+        None => crate::queues::current_default(py),
         Some(device) => {
             if let Ok(queue) = device.cast::<PyQueue>() {
                 return Ok(queue.clone().unbind());
@@ -306,7 +306,7 @@ pub(crate) fn resolve_queue(
                 return Ok(queue);
             }
             match selector_of(device)?.as_str() {
-                "" => crate::default_device::current_default(py),
+                "" => crate::queues::current_default(py),
                 selector => shared_queue(py, selector),
             }
         }
