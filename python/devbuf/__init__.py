@@ -3,30 +3,21 @@
 Allocate host, SYCL USM or CUDA memory and hand it zero-copy to dpctl, NumPy, Numba, CuPy and
 PyTorch (``__sycl_usm_array_interface__``, ``__cuda_array_interface__`` v3, DLPack 1.3 with its C
 exchange API, the buffer protocol), or take theirs in with :func:`asarray` / :func:`from_dlpack`.
+
+The default device (``device=None`` everywhere) is, in this order: the device of the innermost
+``with devbuf.Device(...):`` block on the current thread; the one :func:`set_default_device` set;
+the device the ``DEVBUF_DEVICE`` environment variable names; else the first backend of cuda, sycl,
+opencl and host whose default device allocates host, device and shared memory (a device lacking a
+kind, such as an OpenCL device with SVM only, is skipped), so the default never fails a basic
+allocation. :func:`default_device` returns it; ``python -m devbuf info`` says why.
 """
 
-import os as _os
+from . import _runtime
 
-
-def _locate_sycl_library() -> None:
-    # The SYCL backend loads dpctl's C API at run time. Point it at the installed dpctl package
-    # unless the user already chose a library; finding the package does not import dpctl.
-    if _os.environ.get("DEVBUF_SYCL_LIBRARY"):
-        return
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec("dpctl")
-    except (ImportError, ValueError):
-        return
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        candidate = _os.path.join(location, "libDPCTLSyclInterface.so")
-        if _os.path.exists(candidate):
-            _os.environ["DEVBUF_SYCL_LIBRARY"] = candidate
-            return
-
-
-_locate_sycl_library()
+# Before the extension loads any runtime: dpctl's SYCL C API library, and the Intel CPU OpenCL
+# runtime that `pip install devbuf[sycl]` brings (see _runtime).
+_runtime.locate_sycl_library()
+_runtime.register_intel_cpu_runtime()
 
 from ._devbuf import (  # noqa: E402
     Array,
@@ -45,6 +36,7 @@ from ._devbuf import (  # noqa: E402
     from_dlpack,
     open_ipc,
     set_cai_export_stream,
+    set_default_device,
 )
 
 __all__ = [
@@ -64,6 +56,7 @@ __all__ = [
     "from_dlpack",
     "open_ipc",
     "set_cai_export_stream",
+    "set_default_device",
 ]
 
 from . import _integrations  # noqa: E402

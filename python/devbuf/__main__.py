@@ -1,4 +1,5 @@
-"""``python -m devbuf info``: backends, devices, kinds, and why a backend is unavailable.
+"""``python -m devbuf info``: backends, devices, kinds, why a backend is unavailable, and which
+device is the default and why.
 ``python -m devbuf matrix``: every conformance check and every consumer library on every device,
 pass / FAIL / skip with the reason; exits 1 on any FAIL.
 ``python -m devbuf demo``: memory on the default device handed zero-copy to dpctl, dpnp and NumPy and
@@ -8,7 +9,7 @@ import argparse
 import sys
 
 import devbuf
-from devbuf import _consumers
+from devbuf import _consumers, _runtime
 from devbuf._devbuf import conformance_matrix
 
 
@@ -26,10 +27,14 @@ def info() -> int:
                 print(f"    kinds: {', '.join(device.kinds)}{memory}")
             else:
                 print(f"    unusable: {device.reason}")
+    print(f"\nIntel CPU OpenCL runtime (the SYCL CPU device of pip install devbuf[sycl]): {_runtime.REGISTRATION}")
     try:
-        print(f"\ndefault device: {devbuf.default_device().selector}")
+        device = devbuf.default_device()
+        print(f"\ndefault device: {device.selector} ({device.name})")
+        print(f"  why: {devbuf._devbuf._default_device_reason()}")
     except Exception as err:  # the default device may be unavailable; say why
         print(f"\ndefault device: none ({err})")
+    print("  change it: DEVBUF_DEVICE=<selector>, devbuf.set_default_device(...), or with devbuf.Device(...):")
     return 0
 
 

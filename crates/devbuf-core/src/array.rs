@@ -89,10 +89,12 @@ impl Layout {
         })
     }
 
+    /// The element type.
     pub fn dtype(&self) -> DType {
         self.dtype
     }
 
+    /// The extent of each dimension.
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }
@@ -107,6 +109,7 @@ impl Layout {
         self.offset
     }
 
+    /// Whether consumers of this view may not write through it.
     pub fn readonly(&self) -> bool {
         self.readonly
     }
@@ -123,6 +126,7 @@ impl Layout {
         self
     }
 
+    /// The number of dimensions.
     pub fn ndim(&self) -> usize {
         self.shape.len()
     }
@@ -298,10 +302,12 @@ impl Array {
         Array { buffer, layout }
     }
 
+    /// The buffer viewed (its owner keeps the memory alive).
     pub fn buffer(&self) -> &Buffer {
         &self.buffer
     }
 
+    /// How the buffer's bytes are seen: dtype, shape, strides, offset, read-only flag.
     pub fn layout(&self) -> &Layout {
         &self.layout
     }

@@ -330,7 +330,9 @@ fn empty_tensor(device: DLDevice) -> DLTensor {
 /// A managed tensor handed to devbuf by a producer, versioned or legacy.
 #[derive(Debug, Clone, Copy)]
 pub enum ManagedTensor {
+    /// A `DLManagedTensorVersioned` (capsule "dltensor_versioned", DLPack 1.0 and later).
     Versioned(NonNull<DLManagedTensorVersioned>),
+    /// A `DLManagedTensor` (capsule "dltensor", before DLPack 1.0).
     Legacy(NonNull<DLManagedTensor>),
 }
 

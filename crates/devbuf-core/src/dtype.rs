@@ -11,19 +11,26 @@ use crate::{Error, Result};
 /// The family of an element type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ScalarKind {
+    /// Booleans (typestr `b`, DLPack kDLBool).
     Bool,
+    /// Signed integers (`i`, kDLInt).
     Int,
+    /// Unsigned integers (`u`, kDLUInt).
     UInt,
+    /// IEEE floating point (`f`, kDLFloat).
     Float,
     /// bfloat16: DLPack has it, NumPy typestrs do not.
     BFloat,
+    /// Complex numbers, two floats of half the item size (`c`, kDLComplex).
     Complex,
 }
 
 /// Byte order of multi-byte elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ByteOrder {
+    /// Little-endian (typestr prefix `<`).
     Little,
+    /// Big-endian (typestr prefix `>`).
     Big,
     /// One-byte elements (typestr prefix `|`).
     NotApplicable,
@@ -47,20 +54,35 @@ pub struct DType {
 }
 
 impl DType {
+    /// NumPy `bool` (`|b1`).
     pub const BOOL: DType = DType::native(ScalarKind::Bool, 1);
+    /// NumPy `int8`, native byte order.
     pub const INT8: DType = DType::native(ScalarKind::Int, 1);
+    /// NumPy `int16`, native byte order.
     pub const INT16: DType = DType::native(ScalarKind::Int, 2);
+    /// NumPy `int32`, native byte order.
     pub const INT32: DType = DType::native(ScalarKind::Int, 4);
+    /// NumPy `int64`, native byte order.
     pub const INT64: DType = DType::native(ScalarKind::Int, 8);
+    /// NumPy `uint8`, native byte order.
     pub const UINT8: DType = DType::native(ScalarKind::UInt, 1);
+    /// NumPy `uint16`, native byte order.
     pub const UINT16: DType = DType::native(ScalarKind::UInt, 2);
+    /// NumPy `uint32`, native byte order.
     pub const UINT32: DType = DType::native(ScalarKind::UInt, 4);
+    /// NumPy `uint64`, native byte order.
     pub const UINT64: DType = DType::native(ScalarKind::UInt, 8);
+    /// NumPy `float16`, native byte order.
     pub const FLOAT16: DType = DType::native(ScalarKind::Float, 2);
+    /// NumPy `float32`, native byte order.
     pub const FLOAT32: DType = DType::native(ScalarKind::Float, 4);
+    /// NumPy `float64`, native byte order.
     pub const FLOAT64: DType = DType::native(ScalarKind::Float, 8);
+    /// bfloat16 (DLPack only: NumPy has no typestr for it).
     pub const BFLOAT16: DType = DType::native(ScalarKind::BFloat, 2);
+    /// NumPy `complex64`, native byte order.
     pub const COMPLEX64: DType = DType::native(ScalarKind::Complex, 8);
+    /// NumPy `complex128`, native byte order.
     pub const COMPLEX128: DType = DType::native(ScalarKind::Complex, 16);
 
     const fn native(kind: ScalarKind, itemsize: u8) -> DType {
@@ -95,6 +117,7 @@ impl DType {
         })
     }
 
+    /// The element type's family.
     pub fn kind(self) -> ScalarKind {
         self.kind
     }
@@ -104,6 +127,7 @@ impl DType {
         self.itemsize as usize
     }
 
+    /// The byte order of the elements.
     pub fn byte_order(self) -> ByteOrder {
         self.order
     }

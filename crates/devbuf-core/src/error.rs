@@ -11,11 +11,21 @@ pub enum Error {
     /// A descriptor (CAI, SUAI, DLPack or a view request) holds a value that is out of range or
     /// inconsistent. `key` is the descriptor's own key name (`shape`, `strides`, `typestr`...).
     #[error("{key}: {message}")]
-    InvalidDescriptor { key: &'static str, message: String },
+    InvalidDescriptor {
+        /// The descriptor key at fault.
+        key: &'static str,
+        /// What is wrong with its value.
+        message: String,
+    },
 
     /// A descriptor key holds a value of the wrong type.
     #[error("{key}: {message}")]
-    InvalidType { key: &'static str, message: String },
+    InvalidType {
+        /// The descriptor key at fault.
+        key: &'static str,
+        /// The type expected and the type found.
+        message: String,
+    },
 
     /// The memory cannot be exported through the requested protocol (Python: BufferError).
     #[error("{0}")]
@@ -24,36 +34,53 @@ pub enum Error {
     /// The runtime refused an allocation (Python: MemoryError).
     #[error("cannot allocate {size} bytes of {kind} memory on {device}: {reason}")]
     OutOfMemory {
+        /// The kind of memory asked for.
         kind: MemKind,
+        /// The bytes asked for.
         size: usize,
+        /// The device's selector.
         device: String,
+        /// The runtime's own reason.
         reason: String,
     },
 
     /// The device cannot do this at all (a USM kind it lacks, a copy it cannot reach).
     #[error("{device}: {what} is not supported: {reason}")]
     Unsupported {
+        /// The device's selector.
         device: String,
+        /// The operation or kind asked for.
         what: String,
+        /// Why the device cannot.
         reason: String,
     },
 
     /// The backend's runtime is not usable in this process.
     #[error("{backend} backend unavailable: {reason}")]
     Unavailable {
+        /// The backend's name.
         backend: &'static str,
+        /// Why its runtime is not usable (missing library, no device...).
         reason: String,
     },
 
     /// A selector names no device.
     #[error("no device matches {selector:?}: {reason}")]
-    DeviceNotFound { selector: String, reason: String },
+    DeviceNotFound {
+        /// The selector as given (empty for the default device).
+        selector: String,
+        /// Why nothing matches it.
+        reason: String,
+    },
 
     /// A runtime call failed.
     #[error("{backend}: {operation} failed: {message}")]
     Runtime {
+        /// The backend whose runtime failed.
         backend: &'static str,
+        /// The runtime call that failed.
         operation: &'static str,
+        /// The runtime's error code and message.
         message: String,
     },
 }

@@ -19,13 +19,18 @@ use crate::{Array, DType, Error, Layout, Result, check_ndim};
 /// type (a wrong Python type is the caller's error to report, naming the key).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct InterfaceDict {
+    /// The protocol version (CAI 2 or 3, SUAI 1).
     pub version: i64,
     /// `(address, read-only)`.
     pub data: (usize, bool),
+    /// The extent of each dimension.
     pub shape: Vec<i64>,
+    /// The element type, as NumPy's array-interface typestr (`<f4`, `|b1`...).
     pub typestr: String,
     /// CAI's `descr` or SUAI's `typedescr`: `(name, typestr)` pairs.
     pub descr: Option<Vec<(String, String)>>,
+    /// The step between elements of each dimension (CAI: bytes; SUAI: elements); `None` when
+    /// C-contiguous.
     pub strides: Option<Vec<i64>>,
     /// SUAI's `offset`, in elements. Always 0 for CAI.
     pub offset: i64,
@@ -261,8 +266,11 @@ pub fn import_strided(
 /// in elements (`None` when C-contiguous).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SuaiFields {
+    /// The address of the allocation's start as SUAI's `data` carries it.
     pub data: usize,
+    /// Element 0's distance from `data`, in elements.
     pub offset: usize,
+    /// The step of each dimension in elements; `None` when C-contiguous.
     pub strides: Option<Vec<i64>>,
 }
 

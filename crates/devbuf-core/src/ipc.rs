@@ -147,6 +147,7 @@ pub trait SharedAllocation: Send + Sync + fmt::Debug {
 
 /// Memory another process exported, opened in this one: valid while `owner` is alive.
 pub struct OpenedAllocation {
+    /// The first byte of the opened memory in this process.
     pub ptr: NonNull<u8>,
     /// Unmaps or closes the memory when the last view is gone.
     pub owner: Owner,

@@ -10,6 +10,13 @@
 //! - [`ipc`]: memory shared between processes (the host backend's through a memfd).
 //! - [`conformance`] (feature `conformance`): the checks every backend passes.
 
+#![warn(missing_docs)]
+
+// The crate README's example runs as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;
+
 mod array;
 mod blocking;
 mod buffer;

@@ -12,7 +12,7 @@
 //!   device reports USM capabilities (host, device, shared). opencl3's USM wrappers are broken
 //!   (they look the functions up in the loader, which does not export them, and the allocation
 //!   wrappers drop the pointer), so the functions are fetched per platform with
-//!   `clGetExtensionFunctionAddressForPlatform` ([`usm`]).
+//!   `clGetExtensionFunctionAddressForPlatform` (module `usm`).
 //! - Else SVM: coarse-grained SVM buffers are `device` memory (the host must map them before
 //!   touching them, so devbuf only reaches them through queue copies and fills), fine-grained
 //!   SVM buffers are `shared` (host and device access them coherently). There is no `host` kind:
@@ -20,7 +20,7 @@
 //! - Else the device is listed unusable, with the reason.
 //!
 //! # DLPack
-//! kDLOpenCL (4), `device_id` = the device's position in [`OpenClBackend::devices`] (platforms in
+//! kDLOpenCL (4), `device_id` = the device's position in [`Backend::devices`](devbuf_core::Backend::devices) (platforms in
 //! loader order, each platform's devices in order): [`devbuf_core::DeviceInfo::index`].
 //! No handle is exported: OpenCL has no cross-library protocol for queues.
 

@@ -46,7 +46,6 @@ impl DlpackExport {
     }
 }
 
-/// A typed, strided view of device, shared or host memory.
 /// An array as dpctl memory, and how to make dpnp.tensor arrays of it (see `dpctl_attrs`).
 pub(crate) struct DpctlView {
     pub(crate) memory: Py<PyAny>,
@@ -55,6 +54,11 @@ pub(crate) struct DpctlView {
     pub(crate) usm_ndarray: PyOnceLock<(Py<PyAny>, Py<PyTuple>, Py<PyDict>)>,
 }
 
+/// A typed, strided view of host, device or shared memory: a `Buffer` seen through a dtype, shape,
+/// strides and offset (in bytes, as NumPy's). Made by `Buffer.view`, `devbuf.asarray` and
+/// `devbuf.from_dlpack`; exported through every protocol its memory supports
+/// (`__dlpack__`, `__cuda_array_interface__`, `__sycl_usm_array_interface__`, the buffer
+/// protocol), and a missing attribute where the memory cannot honour one.
 #[pyclass(frozen, subclass, module = "devbuf", name = "Array")]
 pub struct PyArray {
     pub(crate) array: Array,

@@ -13,6 +13,7 @@ use crate::array::{PyArray, PyBuffer};
 
 #[pymethods]
 impl PyArray {
+    /// The extent of each dimension.
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let shape = self.cache.shape.get_or_try_init(py, || {
@@ -45,6 +46,7 @@ impl PyArray {
         self.layout().offset()
     }
 
+    /// The number of dimensions.
     #[getter]
     fn ndim(&self) -> usize {
         self.layout().ndim()
@@ -56,6 +58,7 @@ impl PyArray {
         self.layout().size()
     }
 
+    /// Bytes per element.
     #[getter]
     fn itemsize(&self) -> usize {
         self.layout().dtype().itemsize()
@@ -67,6 +70,7 @@ impl PyArray {
         self.layout().nbytes()
     }
 
+    /// Whether writes through this array are refused (an import of read-only memory).
     #[getter]
     fn readonly(&self) -> bool {
         self.array.readonly()
@@ -84,21 +88,25 @@ impl PyArray {
         self.array.buffer().kind().as_str()
     }
 
+    /// The device the memory belongs to.
     #[getter]
     fn device(&self, py: Python<'_>) -> Py<PyDevice> {
         self.queue.get().device.clone_ref(py)
     }
 
+    /// The queue that orders work on the memory (its copies, fills and exports).
     #[getter]
     fn queue(&self, py: Python<'_>) -> Py<PyQueue> {
         self.queue.clone_ref(py)
     }
 
+    /// Whether the elements are contiguous in row-major (C) order.
     #[getter]
     fn c_contiguous(&self) -> bool {
         self.layout().is_c_contiguous()
     }
 
+    /// Whether the elements are contiguous in column-major (Fortran) order.
     #[getter]
     fn f_contiguous(&self) -> bool {
         self.layout().is_f_contiguous()

@@ -1,4 +1,4 @@
-//! `Queue`'s methods, `BackendInfo`, `backends()`, `devices()`, `alloc()` and `default_device()`.
+//! `Queue`'s methods, `BackendInfo`, `backends()`, `devices()` and `alloc()`.
 
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ use crate::array::PyBuffer;
 use crate::errors::IntoPyResult;
 
 use crate::foreign::{resolve_queue, selector_of, sycl_queue_object};
-use crate::queues::{PyDevice, PyQueue, handle_capsule, shared_queue};
+use crate::queues::{PyDevice, PyQueue, handle_capsule};
 
 #[pymethods]
 impl PyQueue {
@@ -26,18 +26,25 @@ impl PyQueue {
             return Ok(queue);
         }
         let selector = match device {
-            None => String::new(),
+            None => crate::queues::current_default(py)?
+                .get()
+                .queue
+                .device()
+                .selector
+                .clone(),
             Some(device) => selector_of(device)?,
         };
         let queue = py.detach(|| devbuf::open(&selector)).py()?;
         PyQueue::wrap(py, queue)
     }
 
+    /// The device this queue runs on.
     #[getter]
     fn device(&self, py: Python<'_>) -> Py<PyDevice> {
         self.device.clone_ref(py)
     }
 
+    /// The backend's name: "host", "sycl", "cuda" or "opencl".
     #[getter]
     fn backend(&self) -> &'static str {
         self.backend_name()
@@ -133,13 +140,16 @@ impl PyQueue {
 /// What `devbuf.backends()` returns for each backend compiled in.
 #[pyclass(frozen, module = "devbuf", name = "BackendInfo")]
 pub struct PyBackendInfo {
+    /// The backend's name, also the first part of its selectors.
     #[pyo3(get)]
     name: &'static str,
+    /// Whether its runtime is usable in this process.
     #[pyo3(get)]
     available: bool,
     /// Why the backend is unavailable, or None.
     #[pyo3(get)]
     reason: Option<String>,
+    /// Every device the runtime reports, usable or not.
     #[pyo3(get)]
     devices: Vec<Py<PyDevice>>,
 }
@@ -222,10 +232,4 @@ pub fn alloc(
     }
     let queue = resolve_queue(py, device)?;
     PyQueue::alloc(queue.bind(py), nbytes, kind, ipc)
-}
-
-/// The default device.
-#[pyfunction]
-pub fn default_device(py: Python<'_>) -> PyResult<Py<PyDevice>> {
-    Ok(shared_queue(py, "")?.get().device.clone_ref(py))
 }

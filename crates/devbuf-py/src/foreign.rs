@@ -297,7 +297,7 @@ pub(crate) fn resolve_queue(
     device: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyQueue>> {
     match device {
-        None => shared_queue(py, ""),
+        None => crate::queues::current_default(py),
         Some(device) => {
             if let Ok(queue) = device.cast::<PyQueue>() {
                 return Ok(queue.clone().unbind());
@@ -305,7 +305,10 @@ pub(crate) fn resolve_queue(
             if let Some(queue) = sycl_queue_object(py, device)? {
                 return Ok(queue);
             }
-            shared_queue(py, &selector_of(device)?)
+            match selector_of(device)?.as_str() {
+                "" => crate::queues::current_default(py),
+                selector => shared_queue(py, selector),
+            }
         }
     }
 }

@@ -40,6 +40,7 @@ impl PyIpcHandle {
         &self.handle.device
     }
 
+    /// The kind of the shared memory: "host", "device" or "shared".
     #[getter]
     fn kind(&self) -> &'static str {
         self.handle.kind.as_str()

@@ -4,6 +4,7 @@
 
 mod array;
 mod array_methods;
+mod default_device;
 mod device;
 mod dlpack_method;
 mod dpctl_attrs;
@@ -87,7 +88,9 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<device::PyBackendInfo>()?;
     m.add_function(wrap_pyfunction!(device::backends, m)?)?;
     m.add_function(wrap_pyfunction!(device::devices, m)?)?;
-    m.add_function(wrap_pyfunction!(device::default_device, m)?)?;
+    m.add_function(wrap_pyfunction!(default_device::default_device, m)?)?;
+    m.add_function(wrap_pyfunction!(default_device::set_default_device, m)?)?;
+    m.add_function(wrap_pyfunction!(default_device::_default_device_reason, m)?)?;
     m.add_function(wrap_pyfunction!(device::alloc, m)?)?;
     m.add_function(wrap_pyfunction!(import::asarray, m)?)?;
     m.add_function(wrap_pyfunction!(import::from_dlpack, m)?)?;

@@ -207,7 +207,7 @@ fn target_queue(py: Python<'_>, selector: &str, kind: MemKind) -> PyResult<Py<Py
         Ok(_) => format!("it has no {kind} memory"),
         Err(err) => err.value(py).to_string(),
     };
-    let fallback = match shared_queue(py, "") {
+    let fallback = match crate::queues::current_default(py) {
         Ok(queue) if queue.get().queue.supports(kind) => queue,
         _ => shared_queue(py, devbuf::host::HOST)?,
     };

@@ -1,6 +1,8 @@
-//! `Device` and `Queue` as Python objects, and the shared queue of each device: what every other
+//! `Device` and `Queue` as Python objects, the shared queue of each device, and the default device
+//! (its choice, `set_default_device` and `with devbuf.Device(...)`): what every other
 //! module of the crate builds on.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -8,6 +10,7 @@ use std::sync::Arc;
 use devbuf::dlpark::ffi::DLDevice;
 use devbuf::{DeviceInfo, ExportedHandle, Queue};
 use parking_lot::Mutex;
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -28,11 +31,28 @@ impl PyDevice {
     #[new]
     #[pyo3(signature = (selector = None))]
     fn new(py: Python<'_>, selector: Option<&str>) -> PyResult<Py<PyDevice>> {
-        let queue = shared_queue(py, selector.unwrap_or(""))?;
+        let queue = match selector {
+            None | Some("") => current_default(py)?,
+            Some(selector) => shared_queue(py, selector)?,
+        };
         Ok(queue.get().device.clone_ref(py))
     }
 
-    /// Backend name: "host", "sycl", "cuda".
+    /// `with device:` makes this device the default of the current thread until the block ends
+    /// (as `with cupy.cuda.Device(n):` does); blocks nest.
+    fn __enter__(slf: &Bound<'_, Self>) -> PyResult<Py<PyDevice>> {
+        enter_default(slf.py(), slf.get())?;
+        Ok(slf.clone().unbind())
+    }
+
+    /// Ends the `with` block: the default goes back to what it was before it.
+    #[pyo3(signature = (*_exc_info))]
+    fn __exit__(&self, _exc_info: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        exit_default(self)?;
+        Ok(false)
+    }
+
+    /// Backend name: "host", "sycl", "cuda", "opencl".
     #[getter]
     fn backend(&self) -> &'static str {
         self.info.backend
@@ -44,16 +64,19 @@ impl PyDevice {
         self.info.index
     }
 
+    /// The device's own name, as its runtime reports it.
     #[getter]
     fn name(&self) -> &str {
         &self.info.name
     }
 
+    /// The vendor's name, as the runtime reports it.
     #[getter]
     fn vendor(&self) -> &str {
         &self.info.vendor
     }
 
+    /// The driver's (or runtime's) version.
     #[getter]
     fn driver(&self) -> &str {
         &self.info.driver
@@ -249,4 +272,90 @@ pub(crate) fn shared_queue_for_dlpack(py: Python<'_>, device: DLDevice) -> PyRes
     let displaced = cache.lock().insert(key, shared.clone_ref(py));
     drop(displaced);
     Ok(shared)
+}
+
+// The default device of `device=None`: the policy's choice (`devbuf::default_device`: the
+// `DEVBUF_DEVICE` variable, else the first of cuda, sycl, opencl, host that allocates every kind),
+// replaced for the whole process by `set_default_device()` (as `torch.set_default_device`) and for
+// one thread inside a `with devbuf.Device(...)` block (as `with cupy.cuda.Device(n)`).
+
+/// A default device's queue and why it is the default.
+type Choice = (Py<PyQueue>, String);
+
+/// The policy's choice, once made (an error is not kept: the next call retries).
+static CHOSEN: PyOnceLock<Mutex<Option<Choice>>> = PyOnceLock::new();
+/// What `set_default_device` set, if anything.
+static SET_FOR_PROCESS: PyOnceLock<Mutex<Option<Py<PyQueue>>>> = PyOnceLock::new();
+
+thread_local! {
+    /// The devices of this thread's open `with devbuf.Device(...)` blocks, innermost last.
+    static ENTERED: RefCell<Vec<Py<PyQueue>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The queue `device=None` means here and now, and why.
+pub(crate) fn current_default_with_reason(py: Python<'_>) -> PyResult<Choice> {
+    if let Some(queue) = ENTERED.with_borrow(|entered| entered.last().map(|q| q.clone_ref(py))) {
+        return Ok((
+            queue,
+            "entered with `with devbuf.Device(...)` on this thread".into(),
+        ));
+    }
+    let set = SET_FOR_PROCESS.get_or_init(py, Default::default);
+    if let Some(queue) = set.lock().as_ref().map(|q| q.clone_ref(py)) {
+        return Ok((queue, "set by devbuf.set_default_device()".into()));
+    }
+    let chosen = CHOSEN.get_or_init(py, Default::default);
+    if let Some((queue, reason)) = chosen.lock().as_ref() {
+        return Ok((queue.clone_ref(py), reason.clone()));
+    }
+    let choice = py.detach(devbuf::default_device).py()?;
+    let queue = shared_queue(py, &choice.queue.device().selector)?;
+    let mut chosen = chosen.lock();
+    let (queue, reason) = chosen.get_or_insert((queue, choice.reason));
+    Ok((queue.clone_ref(py), reason.clone()))
+}
+
+/// The queue `device=None` means here and now.
+pub(crate) fn current_default(py: Python<'_>) -> PyResult<Py<PyQueue>> {
+    current_default_with_reason(py).map(|(queue, _)| queue)
+}
+
+/// Sets (or with `None` clears) the default device of every thread; returns the previous one.
+pub(crate) fn set_process_default(
+    py: Python<'_>,
+    queue: Option<Py<PyQueue>>,
+) -> Option<Py<PyQueue>> {
+    let set = SET_FOR_PROCESS.get_or_init(py, Default::default);
+    std::mem::replace(&mut *set.lock(), queue)
+}
+
+/// `with device:` makes `device` this thread's default until the block ends.
+fn enter_default(py: Python<'_>, device: &PyDevice) -> PyResult<()> {
+    let queue = shared_queue(py, &device.info.selector)?;
+    ENTERED.with_borrow_mut(|entered| entered.push(queue));
+    Ok(())
+}
+
+/// The end of the innermost `with device:` block of this thread.
+fn exit_default(device: &PyDevice) -> PyResult<()> {
+    let left = ENTERED.with_borrow_mut(|entered| entered.pop());
+    match left {
+        Some(queue) if queue.get().device.get().info.selector == device.info.selector => {
+            drop(queue);
+            Ok(())
+        }
+        Some(queue) => {
+            let entered = queue.get().device.get().info.selector.clone();
+            ENTERED.with_borrow_mut(|entered| entered.push(queue));
+            Err(PyRuntimeError::new_err(format!(
+                "leaving a `with devbuf.Device({:?})` block while the innermost block on this \
+                 thread is for {entered:?}: blocks must nest",
+                device.info.selector
+            )))
+        }
+        None => Err(PyRuntimeError::new_err(format!(
+            "leaving a `with devbuf.Device({:?})` block that this thread never entered",
+            device.info.selector
+        ))),
+    }
 }

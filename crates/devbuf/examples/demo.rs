@@ -1,6 +1,6 @@
-//! The embedded default in one page: open the default device (the SYCL CPU device when its
-//! runtime is present, else the host), move bytes through every kind of memory it has, and print
-//! the conformance matrix of every backend.
+//! The embedded default in one page: open the default device (`devbuf::default_device`: a CUDA
+//! GPU, else a SYCL device, else an OpenCL device with every kind, else the host), move bytes
+//! through every kind of memory it has, and print the conformance matrix of every backend.
 
 use devbuf::{Buffer, MemKind};
 

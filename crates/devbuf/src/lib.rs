@@ -1,6 +1,14 @@
-#![doc = include_str!("../../../README.md")]
+#![doc = include_str!("../README.md")]
 
+// The project README's Rust examples run as doctests too (it is not part of the packaged crate).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ProjectReadmeExamples;
+
+mod default_device;
 pub mod matrix;
+
+pub use default_device::{DEFAULT_ORDER, DEVICE_VARIABLE, DefaultDevice, default_device};
 
 use std::sync::{Arc, OnceLock};
 
@@ -49,8 +57,22 @@ pub fn backend(name: &str) -> Result<&'static dyn Backend> {
         })
 }
 
-/// Opens a queue from a selector: "host", "sycl", "sycl:<dpctl filter string>", "cuda", "cuda:N",
-/// "opencl", "opencl:P:D" (platform and device index), or "" for the default device (see [`default_queue`]).
+/// Opens a queue from a selector: `"host"`, `"sycl"`, `"sycl:<dpctl filter string>"`, `"cuda"`,
+/// `"cuda:N"`, `"opencl"`, `"opencl:P:D"` (platform and device index), or `""` for the default
+/// device (see [`default_queue`]).
+///
+/// ```
+/// use devbuf::{Buffer, MemKind};
+///
+/// let queue = devbuf::open("host")?;
+/// let buffer = Buffer::alloc(&queue, MemKind::Device, 64)?;
+/// buffer.fill(7)?;
+/// assert_eq!(buffer.to_vec()?, vec![7; 64]);
+///
+/// // A selector whose backend is missing is an error that says why, never a crash.
+/// assert!(devbuf::open("cuda:99").is_err());
+/// # Ok::<(), devbuf::Error>(())
+/// ```
 pub fn open(selector: &str) -> Result<Arc<dyn Queue>> {
     if selector.is_empty() {
         return default_queue();
@@ -66,30 +88,20 @@ pub fn open(selector: &str) -> Result<Arc<dyn Queue>> {
     backend.open(spec)
 }
 
-/// The default device's queue: the one `DEVBUF_DEVICE` selects if set, else the first available
-/// backend's default device, in the order of [`backends`].
+/// The default device's queue: the device `DEVBUF_DEVICE` names if set, else the first backend of
+/// [`DEFAULT_ORDER`] whose default device allocates every kind of memory (see [`default_device`],
+/// which also says why).
+///
+/// ```
+/// use devbuf::MemKind;
+///
+/// let queue = devbuf::default_queue()?;
+/// // Whatever backend it is, the default device allocates every kind.
+/// assert!(MemKind::ALLOCATABLE.iter().all(|&kind| queue.supports(kind)));
+/// # Ok::<(), devbuf::Error>(())
+/// ```
 pub fn default_queue() -> Result<Arc<dyn Queue>> {
-    if let Ok(selector) = std::env::var("DEVBUF_DEVICE")
-        && !selector.is_empty()
-    {
-        return open(&selector);
-    }
-    let mut reasons = Vec::new();
-    for backend in backends() {
-        match backend.availability() {
-            Availability::Available => match backend.open("") {
-                Ok(queue) => return Ok(queue),
-                Err(err) => reasons.push(err.to_string()),
-            },
-            Availability::Unavailable(reason) => {
-                reasons.push(format!("{}: {reason}", backend.name()))
-            }
-        }
-    }
-    Err(Error::DeviceNotFound {
-        selector: String::new(),
-        reason: reasons.join("; "),
-    })
+    default_device().map(|chosen| chosen.queue)
 }
 
 /// A queue on the device a DLPack producer named.

@@ -39,6 +39,16 @@ pub struct Buffer {
 
 impl Buffer {
     /// Allocates `nbytes` of `kind` memory on `queue`, aligned to [`DEFAULT_ALIGNMENT`].
+    ///
+    /// ```
+    /// use devbuf_core::{Backend, Buffer, HostBackend, MemKind};
+    ///
+    /// let queue = HostBackend.open("")?;
+    /// let buffer = Buffer::alloc(&queue, MemKind::Device, 256)?;
+    /// assert_eq!(buffer.len(), 256);
+    /// assert_eq!(queue.kind_of(buffer.ptr()), MemKind::Device);
+    /// # Ok::<(), devbuf_core::Error>(())
+    /// ```
     pub fn alloc(queue: &Arc<dyn Queue>, kind: MemKind, nbytes: usize) -> Result<Buffer> {
         Self::alloc_aligned(queue, kind, nbytes, DEFAULT_ALIGNMENT)
     }
@@ -250,6 +260,25 @@ impl Buffer {
     /// Copies all of `src` into this view (same length) and waits for the copy. Works across
     /// kinds, queues and backends: the copy runs on whichever queue reaches both sides, or is
     /// staged through host memory when none does.
+    ///
+    /// ```
+    /// use devbuf_core::{Backend, Buffer, HostBackend, MemKind};
+    ///
+    /// let queue = HostBackend.open("")?;
+    /// let src = Buffer::alloc(&queue, MemKind::Host, 8)?;
+    /// src.copy_from_host(b"devbuf!!")?;
+    /// let dst = Buffer::alloc(&queue, MemKind::Device, 8)?;
+    /// dst.copy_from(&src)?;
+    /// let mut back = [0; 8];
+    /// dst.copy_to_host(&mut back)?;
+    /// assert_eq!(&back, b"devbuf!!");
+    ///
+    /// // Lengths must match: a view of the right size is a slice.
+    /// assert!(dst.copy_from(&src.slice(0..4)?).is_err());
+    /// dst.slice(4..8)?.copy_from(&src.slice(0..4)?)?;
+    /// assert_eq!(dst.to_vec()?, b"devbdevb");
+    /// # Ok::<(), devbuf_core::Error>(())
+    /// ```
     pub fn copy_from(&self, src: &Buffer) -> Result<()> {
         self.check_copy_source(src.len, || {
             self.same_allocation(src) && ranges_overlap(self, src)

@@ -14,14 +14,19 @@ use crate::{Buffer, DEFAULT_ALIGNMENT, MemKind, Queue};
 /// The result of one check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
+    /// The backend behaved as the model requires.
     Pass,
+    /// It did not: what went wrong.
     Fail(String),
+    /// The check does not apply to this device: why (a kind it lacks...).
     Skip(String),
 }
 
 /// One check of the kit.
 pub struct Check {
+    /// The check's name, a column of the conformance matrix.
     pub name: &'static str,
+    /// Runs the check on a queue.
     pub run: fn(&Arc<dyn Queue>) -> Outcome,
 }
 

@@ -27,6 +27,23 @@ pub use tracking::{OutstandingAllocation, TrackingResource};
 use crate::{Event, MemKind, Queue, Result};
 
 /// Allocates and frees memory of any kind its queue supports.
+///
+/// Buffers allocate through a resource explicitly ([`crate::Buffer::alloc_from`]) or through the
+/// current resource of their device and kind ([`set_current`]):
+///
+/// ```
+/// use devbuf_core::mr::{self, MemoryResource, QueueResource, StatisticsResource};
+/// use devbuf_core::{Backend, Buffer, HostBackend, MemKind};
+///
+/// let queue = HostBackend.open("")?;
+/// let stats = StatisticsResource::new(QueueResource::new(queue.clone()));
+/// mr::set_current(MemKind::Shared, stats.clone())?;
+/// let buffer = Buffer::alloc(&queue, MemKind::Shared, 100)?; // through `stats`
+/// assert_eq!(stats.statistics().current_bytes, 100);
+/// drop(buffer);
+/// assert_eq!(stats.statistics().current_bytes, 0);
+/// # Ok::<(), devbuf_core::Error>(())
+/// ```
 pub trait MemoryResource: Send + Sync + fmt::Debug + 'static {
     /// The queue the memory belongs to: buffers allocated here use it for their copies, fills
     /// and ordering, and take fresh memory as ordered work when that queue allocates in order

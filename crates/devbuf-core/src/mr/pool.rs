@@ -125,6 +125,25 @@ impl std::fmt::Debug for AllocationDebug {
 
 impl PoolResource {
     /// A pool over `upstream` (usually a [`super::QueueResource`]).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    ///
+    /// use devbuf_core::mr::{MemoryResource, PoolOptions, PoolResource, QueueResource};
+    /// use devbuf_core::{Backend, Buffer, HostBackend, MemKind};
+    ///
+    /// let queue = HostBackend.open("")?;
+    /// let options = PoolOptions { initial_size: 1 << 20, maximum_size: Some(4 << 20) };
+    /// let pool: Arc<dyn MemoryResource> = PoolResource::new(QueueResource::new(queue), options);
+    /// let first = Buffer::alloc_from(&pool, MemKind::Device, 4096, 256)?;
+    /// let address = first.ptr();
+    /// drop(first); // back to the pool, not to the device
+    /// let again = Buffer::alloc_from(&pool, MemKind::Device, 4096, 256)?;
+    /// assert_eq!(again.ptr(), address);
+    /// // Past the maximum, allocation fails instead of growing.
+    /// assert!(Buffer::alloc_from(&pool, MemKind::Device, 8 << 20, 256).is_err());
+    /// # Ok::<(), devbuf_core::Error>(())
+    /// ```
     pub fn new(upstream: Arc<dyn MemoryResource>, options: PoolOptions) -> Arc<Self> {
         let arena = |kind| {
             Mutex::new(Arena {

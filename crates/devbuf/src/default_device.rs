@@ -1,0 +1,108 @@
+//! Which device devbuf uses when none is named, and why.
+//!
+//! The policy, in order:
+//! 1. `DEVBUF_DEVICE`, when set and not empty: the device that selector names (an error if it
+//!    cannot be opened — a wrong setting is never silently replaced by another device).
+//! 2. Otherwise the first backend of [`DEFAULT_ORDER`] whose default device allocates all three
+//!    kinds of memory (host, device and shared): CUDA's device 0, then SYCL's and OpenCL's first
+//!    such device. A device that lacks a kind (an OpenCL device with SVM only, a CUDA device
+//!    without managed memory) is skipped, so the default never fails a basic allocation.
+//! 3. The host backend, which always allocates every kind.
+//!
+//! CUDA comes first because where an NVIDIA driver is installed its GPU is the device users mean;
+//! SYCL next, where a SYCL runtime is installed for the purpose (its CPU device included); OpenCL
+//! last among the runtimes, since every OpenCL ICD (PoCL, a CPU runtime) is found without being
+//! asked for.
+
+use std::sync::Arc;
+
+use devbuf_core::{Availability, Error, MemKind, Queue, Result};
+
+use crate::{backend, open};
+
+/// The backends tried, in order, for the default device when `DEVBUF_DEVICE` is not set.
+pub const DEFAULT_ORDER: [&str; 4] = ["cuda", "sycl", "opencl", "host"];
+
+/// The environment variable that names the default device (a selector such as "host" or
+/// "sycl:opencl:cpu:0").
+pub const DEVICE_VARIABLE: &str = "DEVBUF_DEVICE";
+
+/// The default device's queue, and why devbuf chose it.
+#[derive(Clone)]
+pub struct DefaultDevice {
+    /// The queue on the default device.
+    pub queue: Arc<dyn Queue>,
+    /// Why this device: the rule that chose it and each backend skipped before it, with the reason.
+    pub reason: String,
+}
+
+impl std::fmt::Debug for DefaultDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DefaultDevice")
+            .field("device", &self.queue.device().selector)
+            .field("reason", &self.reason)
+            .finish()
+    }
+}
+
+/// Chooses the default device by the policy of this module.
+pub fn default_device() -> Result<DefaultDevice> {
+    if let Ok(selector) = std::env::var(DEVICE_VARIABLE)
+        && !selector.is_empty()
+    {
+        let queue = open(&selector).map_err(|err| Error::DeviceNotFound {
+            selector: selector.clone(),
+            reason: format!("{DEVICE_VARIABLE}={selector:?} names no usable device: {err}"),
+        })?;
+        return Ok(DefaultDevice {
+            queue,
+            reason: format!("{DEVICE_VARIABLE}={selector:?}"),
+        });
+    }
+    let mut skipped = Vec::new();
+    for name in DEFAULT_ORDER {
+        match backend_default(name) {
+            Ok(queue) => {
+                let rule = format!(
+                    "the first backend of {} whose default device allocates host, device and shared memory",
+                    DEFAULT_ORDER.join(", ")
+                );
+                let reason = if skipped.is_empty() {
+                    rule
+                } else {
+                    format!("{rule}; skipped {}", skipped.join("; "))
+                };
+                return Ok(DefaultDevice { queue, reason });
+            }
+            Err(why) => skipped.push(format!("{name} ({why})")),
+        }
+    }
+    Err(Error::DeviceNotFound {
+        selector: String::new(),
+        reason: skipped.join("; "),
+    })
+}
+
+/// The default device of backend `name` when it allocates every kind, else why not.
+fn backend_default(name: &str) -> std::result::Result<Arc<dyn Queue>, String> {
+    let backend = backend(name).map_err(|_| "not compiled in".to_string())?;
+    if let Availability::Unavailable(reason) = backend.availability() {
+        return Err(format!("unavailable: {reason}"));
+    }
+    let queue = backend.open("").map_err(|err| err.to_string())?;
+    let device = queue.device();
+    let missing: Vec<_> = MemKind::ALLOCATABLE
+        .into_iter()
+        .filter(|&kind| !device.supports(kind))
+        .map(MemKind::as_str)
+        .collect();
+    if missing.is_empty() {
+        Ok(queue)
+    } else {
+        Err(format!(
+            "{} allocates no {} memory",
+            device.selector,
+            missing.join(" or ")
+        ))
+    }
+}
