@@ -109,6 +109,13 @@ def test_a_test_double_says_so_everywhere(cuda):
     assert f"NOT HARDWARE: {cuda.test_double}" in info.stdout
     bench = subprocess.run([sys.executable, "ci/bench_cuda.py"], capture_output=True, text=True, check=True, cwd=ROOT)
     assert bench.stdout.startswith("no GPU:") and "|" not in bench.stdout  # no table from a double
+    # Nor is it ever the device devbuf picks by itself: only a selector naming it opens it.
+    env = {k: v for k, v in __import__("os").environ.items() if k != "DEVBUF_DEVICE"}
+    probe = "import devbuf; print(devbuf.default_device().selector); print(devbuf._devbuf._default_device_reason())"
+    chosen = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env)
+    selector, reason = chosen.stdout.splitlines()
+    assert not selector.startswith("cuda"), chosen.stdout
+    assert "cuda:0 is not hardware" in reason, reason
 
 
 def test_dlpack_stream_argument_rules(cuda):

@@ -6,7 +6,9 @@
 //! 2. Otherwise the first backend of [`DEFAULT_ORDER`] whose default device allocates all three
 //!    kinds of memory (host, device and shared): CUDA's device 0, then SYCL's and OpenCL's first
 //!    such device. A device that lacks a kind (an OpenCL device with SVM only, a CUDA device
-//!    without managed memory) is skipped, so the default never fails a basic allocation.
+//!    without managed memory) is skipped, so the default never fails a basic allocation; so is a
+//!    device whose runtime is a test double (the CUDA test driver), which only a named selector
+//!    opens, so that nothing run on the default device ever reads as a hardware result.
 //! 3. The host backend, which always allocates every kind.
 //!
 //! CUDA comes first because where an NVIDIA driver is installed its GPU is the device users mean;
@@ -91,6 +93,12 @@ fn backend_default(name: &str) -> std::result::Result<Arc<dyn Queue>, String> {
     }
     let queue = backend.open("").map_err(|err| err.to_string())?;
     let device = queue.device();
+    if let Some(double) = &device.test_double {
+        return Err(format!(
+            "{} is not hardware ({double}): name it with {DEVICE_VARIABLE} to use it",
+            device.selector
+        ));
+    }
     let missing: Vec<_> = MemKind::ALLOCATABLE
         .into_iter()
         .filter(|&kind| !device.supports(kind))
