@@ -1,5 +1,6 @@
 //! `cuInit`, the driver version and the devices: their names, attributes and memory.
 
+use std::cell::Cell;
 use std::ffi::c_char;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -19,10 +20,28 @@ pub(crate) fn initialized() -> DriverResult {
     }
 }
 
-/// Runs an entry point that needs `cuInit` first.
+thread_local! {
+    /// Whether this thread is running a host function or stream callback now.
+    static IN_HOST_FUNCTION: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs a host function (`cuLaunchHostFunc`) or stream callback (`cuStreamAddCallback`): the
+/// driver refuses calls from it. cuStreamAddCallback: "Callbacks must not make any CUDA API calls.
+/// Attempting to use a CUDA API will result in CUDA_ERROR_NOT_PERMITTED." (cuLaunchHostFunc: "may
+/// result in CUDA_ERROR_NOT_PERMITTED, but this is not required"; the double always does.)
+pub(crate) fn run_host_function(function: impl FnOnce()) {
+    IN_HOST_FUNCTION.set(true);
+    function();
+    IN_HOST_FUNCTION.set(false);
+}
+
+/// Runs an entry point that needs `cuInit` first (and is not called from a host function).
 pub(crate) fn entry(name: &str, body: impl FnOnce() -> DriverResult) -> CUresult {
     boundary(name, || {
         initialized()?;
+        if IN_HOST_FUNCTION.get() {
+            return Err(CUresult::CUDA_ERROR_NOT_PERMITTED);
+        }
         body()
     })
 }
