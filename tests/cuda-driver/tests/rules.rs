@@ -501,6 +501,7 @@ driver_test!(get_proc_address_serves_the_per_thread_default_stream_variants {
         // SAFETY: cuStreamGetId's ABI; a valid out-pointer.
         let function: GetId = unsafe { std::mem::transmute(function) };
         let mut id = 0;
+        // SAFETY: a valid out-pointer; 0, 1 and 2 are streams of the current context.
         ok(unsafe { function(stream as CUstream, &mut id) });
         id
     };
