@@ -19,23 +19,20 @@ use crate::errors::{DriverResult, write_out};
 
 /// `CU_CTX_SCHED_MASK`: spin (1), yield (2), blocking sync (4).
 const SCHEDULING_FLAGS: u32 = 0x07;
-/// `CU_CTX_MAP_HOST`.
-const MAP_HOST: u32 = 0x08;
 /// `CU_CTX_SYNC_MEMOPS`: "Ensures that synchronous memory operations initiated on this context
 /// will always synchronize."
 pub(crate) const SYNC_MEMOPS: u32 = 0x80;
 /// `CU_CTX_FLAGS_MASK`: every flag `cuCtxCreate` documents (scheduling, `MAP_HOST`,
-/// `LMEM_RESIZE_TO_MAX`, `COREDUMP_ENABLE`, `USER_COREDUMP_ENABLE`, `SYNC_MEMOPS`).
+/// `LMEM_RESIZE_TO_MAX`, `COREDUMP_ENABLE`, `USER_COREDUMP_ENABLE`, `SYNC_MEMOPS`), which
+/// `cuDevicePrimaryCtxSetFlags` takes too (its list omits `MAP_HOST`; the double accepts it there,
+/// as CUDA runtime programs pass it through `cudaSetDeviceFlags(cudaDeviceMapHost)`).
 const CONTEXT_FLAGS: u32 = 0xff;
-/// What `cuDevicePrimaryCtxSetFlags` documents: the same less `CU_CTX_MAP_HOST`, which it does not
-/// list.
-const PRIMARY_CONTEXT_FLAGS: u32 = CONTEXT_FLAGS & !MAP_HOST;
 
-/// Checks context flags against `known`, and "Only one of the scheduling flags can be set when
+/// Checks context flags: known ones only, and "Only one of the scheduling flags can be set when
 /// creating a context." (cuCtxCreate, cuDevicePrimaryCtxSetFlags).
-fn check_flags(flags: u32, known: u32) -> DriverResult {
+fn check_flags(flags: u32) -> DriverResult {
     let one_schedule = (flags & SCHEDULING_FLAGS).count_ones() <= 1;
-    if flags & !known != 0 || !one_schedule {
+    if flags & !CONTEXT_FLAGS != 0 || !one_schedule {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     Ok(())
@@ -215,7 +212,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(
 /// pushed on the calling thread's stack, and lives until `cuCtxDestroy`.
 fn create(context: *mut CUcontext, flags: u32, device: CUdevice) -> DriverResult {
     let ordinal = ordinal(device)?;
-    check_flags(flags, CONTEXT_FLAGS)?;
+    check_flags(flags)?;
     if context.is_null() {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
@@ -393,7 +390,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
 fn set_flags(device: CUdevice, flags: u32) -> CUresult {
     entry("cuDevicePrimaryCtxSetFlags", || {
         let context = primary(ordinal(device)?);
-        check_flags(flags, PRIMARY_CONTEXT_FLAGS)?;
+        check_flags(flags)?;
         context.primary.lock().flags = flags;
         Ok(())
     })

@@ -264,9 +264,9 @@ pub(crate) fn allocate(new: NewAllocation) -> DriverResult<Arc<Record>> {
     Ok(record)
 }
 
-/// CUDA Programming Guide, "Stream Ordered Memory Allocator", "Pointer Attributes": stream-ordered
-/// allocations "are not context associated and querying CU_POINTER_ATTRIBUTE_CONTEXT will return
-/// CUDA_SUCCESS and a NULL in *data". Every other allocation belongs to its context.
+/// CUDA Programming Guide, "Stream Ordered Memory Allocator", "Pointer Attributes": "Since stream
+/// ordered allocations are not context associated, querying CU_POINTER_ATTRIBUTE_CONTEXT will
+/// succeed but return NULL in *data." Every other allocation belongs to its context.
 fn owning_context(origin: Origin, context: &'static Context) -> Option<&'static Context> {
     (!matches!(origin, Origin::Pooled(_))).then_some(context)
 }
