@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use cudarc::driver::sys::{CUcontext, CUdevice, CUresult};
 use parking_lot::Mutex;
 
-use crate::config::config;
+use crate::config::{config, device_count};
 use crate::device::{entry, ordinal};
 use crate::errors::{DriverResult, write_out};
 
@@ -64,7 +64,7 @@ struct Primary {
 fn contexts() -> &'static [Context] {
     static CONTEXTS: OnceLock<Box<[Context]>> = OnceLock::new();
     CONTEXTS.get_or_init(|| {
-        (0..config().devices as usize)
+        (0..device_count() as usize)
             .map(|ordinal| Context {
                 ordinal,
                 primary: Mutex::default(),
@@ -568,4 +568,17 @@ pub extern "C" fn cuCtxSynchronize_v2(context: CUcontext) -> CUresult {
         crate::stream::synchronize_context(context);
         context.sticky_error()
     })
+}
+
+/// "Enables profile collection by the active profiling tool for the current context": no tool is
+/// ever attached to the double, so there is nothing to enable, but a context must be current.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuProfilerStart() -> CUresult {
+    entry("cuProfilerStart", || current().map(drop))
+}
+
+/// The counterpart of [`cuProfilerStart`].
+#[unsafe(no_mangle)]
+pub extern "C" fn cuProfilerStop() -> CUresult {
+    entry("cuProfilerStop", || current().map(drop))
 }

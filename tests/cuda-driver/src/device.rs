@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use cudarc::driver::sys::{CUdevice, CUdevice_attribute as A, CUresult, CUuuid};
 
-use crate::config::config;
+use crate::config::{config, device_count};
 use crate::errors::{DriverResult, boundary, write_out};
 
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
@@ -50,7 +50,7 @@ pub(crate) fn entry(name: &str, body: impl FnOnce() -> DriverResult) -> CUresult
 pub(crate) fn ordinal(device: CUdevice) -> DriverResult<usize> {
     usize::try_from(device)
         .ok()
-        .filter(|&ordinal| ordinal < config().devices as usize)
+        .filter(|&ordinal| ordinal < device_count() as usize)
         .ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)
 }
 
@@ -68,7 +68,7 @@ pub extern "C" fn cuInit(flags: u32) -> CUresult {
         if let Some(code) = config.init_error {
             return Err(code);
         }
-        if config.devices == 0 {
+        if device_count() == 0 {
             return Err(CUresult::CUDA_ERROR_NO_DEVICE);
         }
         INITIALIZED.store(true, Ordering::Release);
@@ -92,7 +92,7 @@ pub unsafe extern "C" fn cuDriverGetVersion(version: *mut i32) -> CUresult {
 pub unsafe extern "C" fn cuDeviceGetCount(count: *mut i32) -> CUresult {
     // SAFETY: the caller's out-pointer.
     entry("cuDeviceGetCount", || unsafe {
-        write_out(count, config().devices as i32)
+        write_out(count, device_count() as i32)
     })
 }
 

@@ -17,7 +17,7 @@ use std::sync::{Arc, OnceLock};
 use cudarc::driver::sys::CUresult;
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use crate::config::config;
+use crate::config::{config, device_count};
 use crate::context::Context;
 use crate::errors::DriverResult;
 use crate::storage::Storage;
@@ -192,7 +192,7 @@ pub(crate) fn count_allocation_call() -> DriverResult {
 
 fn device_memory_used() -> &'static [AtomicUsize] {
     static USED: OnceLock<Box<[AtomicUsize]>> = OnceLock::new();
-    USED.get_or_init(|| (0..config().devices).map(|_| AtomicUsize::new(0)).collect())
+    USED.get_or_init(|| (0..device_count()).map(|_| AtomicUsize::new(0)).collect())
 }
 
 /// Bytes of device memory in use on device `ordinal`.

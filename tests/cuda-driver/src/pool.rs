@@ -17,7 +17,7 @@ use std::sync::{Arc, OnceLock};
 use cudarc::driver::sys::{CUdevice, CUdeviceptr, CUmemoryPool, CUresult, CUstream};
 use parking_lot::Mutex;
 
-use crate::config::config;
+use crate::config::{config, device_count};
 use crate::context;
 use crate::device::{entry, ordinal};
 use crate::errors::{DriverResult, write_out};
@@ -81,7 +81,7 @@ impl Pool {
 fn default_pools() -> &'static [Pool] {
     static POOLS: OnceLock<Box<[Pool]>> = OnceLock::new();
     POOLS.get_or_init(|| {
-        (0..config().devices as usize)
+        (0..device_count() as usize)
             .map(|ordinal| Pool::new(ordinal, false, 0))
             .collect()
     })

@@ -185,6 +185,8 @@ table! {
     "cuMemPoolCreate" 11020 => cuMemPoolCreate;
     "cuMemPoolDestroy" 11020 => cuMemPoolDestroy;
     "cuMemPoolGetAccess" 11020 => cuMemPoolGetAccess;
+    "cuProfilerStart" 4000 => cuProfilerStart;
+    "cuProfilerStop" 4000 => cuProfilerStop;
 }
 
 /// Resolves `name` at `version` with the per-thread default stream or not: the function, or the
