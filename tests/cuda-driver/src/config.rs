@@ -46,8 +46,8 @@ pub(crate) struct Config {
     pub immediate_pool_reuse: bool,
     /// `DEVBUF_CUDA_TEST_HIDE`: entry points `cuGetProcAddress` says are missing.
     pub hidden: Vec<String>,
-    /// `DEVBUF_CUDA_TEST_TRACE=1`: a line on stderr for every name `cuGetProcAddress` serves a
-    /// stub for.
+    /// `DEVBUF_CUDA_TEST_TRACE=1`: a line on stderr for every name `cuGetProcAddress` does not
+    /// find.
     pub trace: bool,
     /// What was wrong with the variables, if anything: `cuInit` then fails and says so.
     pub error: Option<String>,
