@@ -94,7 +94,8 @@
 //! Kernels, modules and linking (`cuModule*`, `cuLibrary*`, `cuLaunchKernel`, ...), graphs and
 //! stream capture (`cuStreamIsCapturing` always answers "none"), IPC events
 //! (`cuIpcGetEventHandle`, `cuIpcOpenEventHandle`), peer mappings (`cuDeviceCanAccessPeer`
-//! answers 0; copies between devices work through unified addressing; `cuMemPoolSetAccess`),
+//! answers 0; copies between devices work through unified addressing; `cuMemPoolSetAccess` grants
+//! no peer access),
 //! execution affinity and CIG contexts (CUDA_ERROR_NOT_SUPPORTED), green contexts, 2D/3D and batch
 //! copies, virtual memory management (`cuMemCreate`, `cuMemMap`, ...), exportable and host
 //! memory pools (CUDA_ERROR_NOT_SUPPORTED), a pool's cache of freed memory (freed memory goes back

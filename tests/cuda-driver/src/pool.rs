@@ -134,6 +134,7 @@ pub(crate) const STREAM_ORDERED_ALLOCATOR: &[&str] = &[
     "cuMemPoolSetAttribute",
     "cuMemPoolGetAttribute",
     "cuMemPoolGetAccess",
+    "cuMemPoolSetAccess",
     "cuMemPoolTrimTo",
 ];
 
@@ -618,7 +619,7 @@ pub unsafe extern "C" fn cuMemPoolGetAttribute(
 }
 
 /// The pool's own device reads and writes its memory; no other device has access (the double has
-/// no peer mappings, and `cuMemPoolSetAccess` is not modelled).
+/// no peer mappings, see [`cuMemPoolSetAccess`]).
 ///
 /// # Safety
 /// `flags` is null or valid for writing a CUmemAccess_flags; `location` null or valid for reading.
@@ -645,6 +646,47 @@ pub unsafe extern "C" fn cuMemPoolGetAccess(
         };
         // SAFETY: the caller's out-pointer.
         unsafe { write_out(flags, access) }
+    })
+}
+
+/// `CUmemAccessDesc`.
+#[repr(C)]
+pub struct AccessDesc {
+    location: Location,
+    flags: u32,
+}
+
+/// "Controls visibility of pools between devices": the pool's own device keeps read-write access,
+/// and no other device can be given any (the double has no peer access: `cuDeviceCanAccessPeer`
+/// answers 0), so granting it is CUDA_ERROR_NOT_SUPPORTED and revoking it a no-op.
+///
+/// # Safety
+/// `map` holds `count` descriptors (or is null when `count` is 0).
+#[cfg_attr(not(feature = "old-driver"), unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemPoolSetAccess(
+    pool: CUmemoryPool,
+    map: *const AccessDesc,
+    count: usize,
+) -> CUresult {
+    entry("cuMemPoolSetAccess", || {
+        let pool = find(pool)?;
+        if map.is_null() && count != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        for index in 0..count {
+            // SAFETY: `map` holds `count` descriptors (the caller's contract).
+            let desc = unsafe { map.add(index).read_unaligned() };
+            if desc.location.kind != LOCATION_DEVICE {
+                return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+            }
+            let own = ordinal(desc.location.id)? == pool.ordinal;
+            match (own, desc.flags) {
+                (true, ACCESS_READ_WRITE) | (false, ACCESS_NONE) => {}
+                (true, _) => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+                (false, _) => return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED),
+            }
+        }
+        Ok(())
     })
 }
 

@@ -185,6 +185,7 @@ table! {
     "cuMemPoolCreate" 11020 => cuMemPoolCreate;
     "cuMemPoolDestroy" 11020 => cuMemPoolDestroy;
     "cuMemPoolGetAccess" 11020 => cuMemPoolGetAccess;
+    "cuMemPoolSetAccess" 11020 => cuMemPoolSetAccess;
     "cuProfilerStart" 4000 => cuProfilerStart;
     "cuProfilerStop" 4000 => cuProfilerStop;
 }

@@ -247,5 +247,16 @@ driver_test!(pools_describe_their_location_and_access {
         // SAFETY: valid pointers.
         ok(unsafe { sys::cuMemPoolGetAccess(&mut flags, pool, &mut location) });
         assert_eq!(flags, expected, "device {ordinal}");
+        let desc = |flags| sys::CUmemAccessDesc { location, flags };
+        // SAFETY: one valid descriptor each.
+        unsafe {
+            ok(sys::cuMemPoolSetAccess(pool, &desc(expected), 1));
+            let other = if ordinal == 1 {
+                sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE
+            } else {
+                sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+            };
+            assert_ne!(sys::cuMemPoolSetAccess(pool, &desc(other), 1), CUresult::CUDA_SUCCESS);
+        }
     }
 });
