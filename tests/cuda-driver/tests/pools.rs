@@ -220,7 +220,8 @@ driver_test!(pools_of_ones_own_serve_their_allocations_and_become_current {
 // cuMemPoolGetAttribute: "The following properties can be also be queried on imported and default
 // pools: CU_MEMPOOL_ATTR_ALLOCATION_TYPE ..., CU_MEMPOOL_ATTR_EXPORT_HANDLE_TYPES ...,
 // CU_MEMPOOL_ATTR_LOCATION_ID ..., CU_MEMPOOL_ATTR_LOCATION_TYPE". cuMemPoolGetAccess: the pool's
-// own device reads and writes it.
+// own device reads and writes it. cuMemPoolSetAccess "Controls visibility of pools between
+// devices": the test driver has no peer access, so only revoking another device's is accepted.
 driver_test!(pools_describe_their_location_and_access {
     init();
     enter(1);
