@@ -50,18 +50,29 @@ def pointer_context(ptr):
     return int(context)
 
 
+class CaiOnly:
+    """`n` bytes at `ptr` through the CUDA Array Interface alone, as CuPy, PyTorch and Numba hand
+    devbuf their arrays (CuPy's async allocator, PyTorch's cudaMallocAsync backend and RMM's async
+    resource give pool memory too)."""
+
+    def __init__(self, ptr, n, stream):
+        self.__cuda_array_interface__ = {
+            "shape": (n,), "typestr": "|u1", "data": (ptr, False), "version": 3, "stream": stream,
+        }
+
+
 def test_asarray_takes_a_buffer_from_cuda_cores_pool(core):
     device = core.Device(0)
     stream = device.create_stream()
     buffer = device.memory_resource.allocate(N, stream=stream)
     buffer.fill(0x5A, stream=stream)
-    stream.sync()
     # Stream-ordered memory: no context owns it, so devbuf classifies it by its device.
+    stream.sync()
     assert pointer_context(int(buffer.handle)) == 0
-    array = devbuf.asarray(buffer)
-    assert array.ptr == int(buffer.handle) and array.kind == "device"
-    assert array.device.selector == "cuda:0" and array.shape == (N,)
-    assert array.to_bytes() == bytes([0x5A]) * N
+    for array in (devbuf.asarray(buffer), devbuf.asarray(CaiOnly(int(buffer.handle), N, int(stream.handle)))):
+        assert array.ptr == int(buffer.handle) and array.kind == "device"
+        assert array.device.selector == "cuda:0" and array.shape == (N,)
+        assert array.to_bytes() == bytes([0x5A]) * N
     # devbuf writes it, cuda.core reads it back.
     array.copy_from(bytes(range(256)) * (N // 256))
     host = core.LegacyPinnedMemoryResource().allocate(N)
@@ -70,14 +81,21 @@ def test_asarray_takes_a_buffer_from_cuda_cores_pool(core):
     assert ctypes.string_at(int(host.handle), 256) == bytes(range(256))
 
 
+def test_asarray_takes_devbufs_own_pool_memory_through_cai(core):
+    own = devbuf.alloc(N, "device", device="cuda")
+    own.fill(9)
+    assert pointer_context(own.ptr) == 0, "devbuf allocates from the device's pool"
+    array = devbuf.asarray(CaiOnly(own.ptr, N, None))
+    assert array.ptr == own.ptr and array.to_bytes() == bytes([9]) * N
+
+
 def test_asarray_takes_a_buffer_from_a_pool_of_cuda_cores_own(core):
     device = core.Device(0)
     stream = device.create_stream()
     resource = core.DeviceMemoryResource(device, core.DeviceMemoryResourceOptions(max_size=N))
     buffer = resource.allocate(4096, stream=stream)
     buffer.fill(3, stream=stream)
-    stream.sync()
-    array = devbuf.asarray(buffer)
+    array = devbuf.asarray(CaiOnly(int(buffer.handle), 4096, int(stream.handle)))
     assert array.ptr == int(buffer.handle) and array.to_bytes() == bytes([3]) * 4096
 
 
