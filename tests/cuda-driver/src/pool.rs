@@ -25,8 +25,9 @@ use crate::memory::{self, Kind, NewAllocation, Origin, Record, State};
 use crate::ops::Op;
 use crate::stream::{self, Dependency};
 
-/// `CU_MEM_ALLOCATION_TYPE_PINNED`, the only allocation type of pools.
+/// `CU_MEM_ALLOCATION_TYPE_PINNED` (the only one the double's pools have), `_MANAGED`.
 const ALLOCATION_TYPE_PINNED: i32 = 1;
+const ALLOCATION_TYPE_MANAGED: i32 = 2;
 /// `CU_MEM_LOCATION_TYPE_DEVICE`.
 const LOCATION_DEVICE: u32 = 1;
 /// `CU_MEM_ACCESS_FLAGS_PROT_NONE`, `CU_MEM_ACCESS_FLAGS_PROT_READWRITE`.
@@ -376,14 +377,20 @@ pub struct Location {
     pub id: i32,
 }
 
-/// The device a `CUmemLocation` of a pool names: device locations only (the double has no host
-/// pools, CUDA_ERROR_NOT_SUPPORTED).
+/// The device a `CUmemLocation` of a pool names: pinned device memory only (the double has no
+/// host or managed pools, CUDA_ERROR_NOT_SUPPORTED, as on a device whose
+/// `CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED` reads 0).
 ///
 /// # Safety
 /// `location` is null or valid for reading a CUmemLocation.
 unsafe fn pool_device(location: *const Location, allocation_type: u32) -> DriverResult<usize> {
-    if location.is_null() || allocation_type as i32 != ALLOCATION_TYPE_PINNED {
+    if location.is_null() {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    match allocation_type as i32 {
+        ALLOCATION_TYPE_PINNED => {}
+        ALLOCATION_TYPE_MANAGED => return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED),
+        _ => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
     }
     // SAFETY: non-null, valid for reading by the caller's contract.
     let location = unsafe { location.read_unaligned() };

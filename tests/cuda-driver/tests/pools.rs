@@ -261,3 +261,41 @@ driver_test!(pools_describe_their_location_and_access {
         }
     }
 });
+
+// Host and managed pools are not modelled: the test driver's devices say so
+// (CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED, 144, reads 0) and cuMemPoolCreate answers
+// CUDA_ERROR_NOT_SUPPORTED, a code it documents, as such a device does.
+driver_test!(host_and_managed_pools_are_not_supported {
+    init();
+    let mut host_pools = -1;
+    // SAFETY: a valid out-pointer.
+    ok(unsafe {
+        sys::cuDeviceGetAttribute(
+            &mut host_pools,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED,
+            0,
+        )
+    });
+    assert_eq!(host_pools, 0);
+    let mut host = pool_props(0, 0);
+    host.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST;
+    // CU_MEM_ALLOCATION_TYPE_MANAGED is 2 in CUDA 13, which cudarc's 12.8 list lacks: the props'
+    // bytes, with the allocation type (their first field) rewritten.
+    type Create = unsafe extern "C" fn(*mut sys::CUmemoryPool, *const u8) -> CUresult;
+    // SAFETY: looking the symbol up does not call it; it has this ABI.
+    let create: Create = *unsafe { sys::culib().get::<Create>(b"cuMemPoolCreate") }.unwrap();
+    let bytes = |props: sys::CUmemPoolProps| {
+        // SAFETY: the props are plain data of their size.
+        let raw: [u8; std::mem::size_of::<sys::CUmemPoolProps>()] =
+            unsafe { std::mem::transmute(props) };
+        raw
+    };
+    let mut managed = bytes(pool_props(0, 0));
+    managed[..4].copy_from_slice(&2u32.to_ne_bytes());
+    for props in [bytes(host), managed] {
+        let mut pool = ptr::null_mut();
+        // SAFETY: a valid out-pointer and props of CUmemPoolProps's size.
+        let result = unsafe { create(&mut pool, props.as_ptr()) };
+        assert_eq!(result, CUresult::CUDA_ERROR_NOT_SUPPORTED);
+    }
+});
