@@ -263,19 +263,18 @@ driver_test!(pools_describe_their_location_and_access {
 });
 
 // Host and managed pools are not modelled: the test driver's devices say so
-// (CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED, 144, reads 0) and cuMemPoolCreate answers
+// (CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED reads 0) and cuMemPoolCreate answers
 // CUDA_ERROR_NOT_SUPPORTED, a code it documents, as such a device does.
 driver_test!(host_and_managed_pools_are_not_supported {
     init();
+    // CUDA 13's CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED (144), past cudarc's 12.8 list.
+    type GetAttribute = unsafe extern "C" fn(*mut i32, u32, i32) -> CUresult;
+    // SAFETY: looking the symbol up does not call it; it has this ABI.
+    let attribute: GetAttribute =
+        *unsafe { sys::culib().get::<GetAttribute>(b"cuDeviceGetAttribute") }.unwrap();
     let mut host_pools = -1;
     // SAFETY: a valid out-pointer.
-    ok(unsafe {
-        sys::cuDeviceGetAttribute(
-            &mut host_pools,
-            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED,
-            0,
-        )
-    });
+    ok(unsafe { attribute(&mut host_pools, 144, 0) });
     assert_eq!(host_pools, 0);
     let mut host = pool_props(0, 0);
     host.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST;
