@@ -62,14 +62,14 @@ def main():
     package = importlib.import_module(PACKAGE)
     loader = unittest.TestLoader()
     kept = unittest.TestSuite()
-    excluded = 0
+    excluded_modules, excluded_tests = 0, 0
     for module in sorted(info.name for info in pkgutil.iter_modules(package.__path__)):
         if not module.startswith("test_"):
             continue
         if module in exclusions:
             # Not even imported: some of these fail at import without NVRTC or NVVM.
             used.add(module)
-            excluded += 1
+            excluded_modules += 1
             continue
         for test in tests_of(loader.loadTestsFromName(f"{PACKAGE}.{module}")):
             test_id = test.id().removeprefix(f"{PACKAGE}.")
@@ -78,7 +78,7 @@ def main():
                 kept.addTest(test)
             else:
                 used.add(cover)
-                excluded += 1
+                excluded_tests += 1
     problems += [f"{name} excludes nothing" for name in exclusions if name not in used]
 
     result = unittest.TextTestRunner(stream=sys.stdout, verbosity=1).run(kept)
@@ -91,8 +91,8 @@ def main():
     print(
         f"{PACKAGE} (numba-cuda {version('numba-cuda')}, cuda-bindings "
         f"{version('cuda-bindings')}) on the devbuf CUDA test driver: {passed} passed, "
-        f"{failed} failed, {len(result.skipped)} skipped by numba-cuda, {excluded} excluded "
-        f"(modules count once)"
+        f"{failed} failed, {len(result.skipped)} skipped by numba-cuda; excluded: "
+        f"{excluded_modules} modules, {excluded_tests} tests"
     )
     return 0 if failed == 0 and not problems else 1
 
