@@ -118,6 +118,7 @@
 mod alloc;
 mod config;
 mod context;
+mod context_api;
 mod device;
 mod errors;
 mod event;
@@ -131,4 +132,5 @@ mod proc_address;
 mod storage;
 mod stream;
 mod stream_api;
+mod stream_ordered;
 mod transfer;

@@ -26,6 +26,7 @@ use cudarc::driver::sys::CUresult;
 use crate::alloc::*;
 use crate::config::config;
 use crate::context::*;
+use crate::context_api::*;
 use crate::device::*;
 use crate::errors::*;
 use crate::event::*;
@@ -35,6 +36,7 @@ use crate::pointer::*;
 use crate::pool::*;
 use crate::stream::*;
 use crate::stream_api::*;
+use crate::stream_ordered::*;
 use crate::transfer::*;
 
 /// `CUdriverProcAddressQueryResult`.
