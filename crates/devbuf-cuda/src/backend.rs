@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
-use cudarc::driver::sys::CUresult;
+use cudarc::driver::sys::{CUcontext, CUresult};
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
 use devbuf_core::{Availability, Backend, DeviceInfo, Error, MemKind, Protocol, Queue, Result};
 use parking_lot::Mutex;
@@ -111,15 +111,21 @@ pub fn classify(ptr: usize) -> Result<Option<(u32, MemKind)>> {
 }
 
 /// The queue to import foreign memory at `ptr` with, and the memory's kind: the shared queue of
-/// the device the memory belongs to. `Ok(None)` for memory CUDA does not know. Device memory of a
-/// context other than the device's primary one (PyCUDA's, say) is refused: devbuf's queues work in
-/// primary contexts, and that memory is not theirs to fill or to order work on.
+/// the device the memory belongs to (its device ordinal, not its context, says which). `Ok(None)`
+/// for memory CUDA does not know. Device memory of a context other than the device's primary one
+/// (PyCUDA's, say) is refused: devbuf's queues work in primary contexts, and that memory is not
+/// theirs to fill or to order work on. Stream-ordered memory (`cuMemAllocAsync`, memory pools:
+/// devbuf's own, cuda.core's, CuPy's, RMM's, PyTorch's) belongs to no context: its
+/// `CU_POINTER_ATTRIBUTE_CONTEXT` is NULL (CUDA Programming Guide, "Stream Ordered Memory
+/// Allocator"), which is no foreign context.
 pub fn queue_for_pointer(ptr: usize) -> Result<Option<(Arc<CudaQueue>, MemKind)>> {
     let Some((ordinal, kind)) = classify(ptr)? else {
         return Ok(None);
     };
     let queue = CudaBackend::shared_queue(ordinal)?;
-    if kind == MemKind::Device && memory::pointer_context(ptr)? != queue.context().raw() {
+    let foreign_context =
+        |context: CUcontext| !context.is_null() && context != queue.context().raw();
+    if kind == MemKind::Device && foreign_context(memory::pointer_context(ptr)?) {
         return Err(Error::Unsupported {
             device: queue.device().selector.clone(),
             what: format!("importing device memory at {ptr:#x}"),

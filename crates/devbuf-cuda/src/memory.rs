@@ -199,7 +199,8 @@ pub(crate) fn pointer_info(ptr: usize) -> Result<Option<(u32, MemKind)>, DriverE
     Ok(classify_attributes(memory_type, is_managed != 0, ordinal))
 }
 
-/// The context `ptr`'s memory was allocated in; null for memory CUDA does not know.
+/// The context `ptr`'s memory was allocated in; null for memory CUDA does not know and for
+/// stream-ordered memory, which belongs to its device and no context.
 pub(crate) fn pointer_context(ptr: usize) -> Result<CUcontext, DriverError> {
     let mut context: CUcontext = ptr::null_mut();
     let mut attribute = [CUpointer_attribute::CU_POINTER_ATTRIBUTE_CONTEXT];

@@ -129,3 +129,37 @@ child_test!(memory_of_another_context_is_not_imported_with_the_primary_queue {
     // SAFETY: the context created above, destroyed once, with its memory.
     check("cuCtxDestroy", unsafe { sys::cuCtxDestroy_v2(context) });
 });
+
+// Stream-ordered memory belongs to its device, not to a context (CUDA Programming Guide, "Stream
+// Ordered Memory Allocator": CU_POINTER_ATTRIBUTE_CONTEXT is NULL): it is imported with the
+// device's queue whichever context allocated it, and outlives that context ("cuCtxDestroy() will
+// not destroy memory allocations by cuMemCreate(), cuMemAllocAsync() and
+// cuMemAllocFromPoolAsync()").
+child_test!(stream_ordered_memory_is_imported_whichever_context_allocated_it {
+    let queue = shared(1);
+    let mut context = ptr::null_mut();
+    let mut memory = 0;
+    // SAFETY: valid out-pointers; the created context is current until it is destroyed below,
+    // and its legacy stream orders the allocation.
+    unsafe {
+        check("cuCtxCreate", sys::cuCtxCreate_v2(&mut context, 0, 1));
+        check("cuMemAllocAsync", sys::cuMemAllocAsync(&mut memory, LEN, ptr::null_mut()));
+        check("cuCtxSynchronize", sys::cuCtxSynchronize());
+    }
+    let imported = |memory: u64| {
+        let (queue, kind) = devbuf_cuda::queue_for_pointer(memory as usize)
+            .expect("importing stream-ordered memory")
+            .expect("stream-ordered memory is CUDA memory");
+        (queue.ordinal(), kind)
+    };
+    assert_eq!(imported(memory), (1, MemKind::Device));
+    // SAFETY: the context created above, destroyed once; the pool memory stays.
+    check("cuCtxDestroy", unsafe { sys::cuCtxDestroy_v2(context) });
+    assert_eq!(imported(memory), (1, MemKind::Device));
+    let own = Buffer::alloc(&queue, MemKind::Device, 64).unwrap();
+    assert_eq!(imported(own.ptr() as u64), (1, MemKind::Device));
+    in_primary_context(1, || {
+        // SAFETY: allocated above, freed once, nothing pending on it.
+        check("cuMemFree", unsafe { sys::cuMemFree_v2(memory) });
+    });
+});

@@ -44,7 +44,7 @@ pub(crate) fn allocation_at(address: u64, kinds: &[Kind]) -> DriverResult<Arc<Re
         .filter(|record| {
             record.start == address
                 && kinds.contains(&record.kind)
-                && record.origin != Origin::Imported
+                && !matches!(record.origin, Origin::Imported | Origin::Registered)
         })
         .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
 }
@@ -62,12 +62,23 @@ pub unsafe extern "C" fn cuMemAlloc_v2(pointer: *mut CUdeviceptr, size: usize) -
 
 /// Frees device or managed memory at once; see [`memory::free_now`] for why a free while work
 /// on the range is queued is a fault.
+///
+/// It first waits for what synchronous calls left running on the memory: "For all other pointers
+/// [than stream-ordered ones], this API may perform implicit synchronization", and a synchronous
+/// copy from pageable memory returns before "the DMA to final destination" has completed, so only
+/// that synchronization lets a program free memory right after such a copy (NVIDIA's numba-cuda
+/// `cudadrv/test_deallocations.py` does). The stream-ordered allocator's memory gets none: "This
+/// API will not perform any implict synchronization when the pointer was allocated with
+/// cuMemAllocAsync or cuMemAllocFromPoolAsync."
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemFree_v2(pointer: CUdeviceptr) -> CUresult {
     entry("cuMemFree", || {
-        context::current()?;
+        let context = context::current()?;
         let record = allocation_at(pointer, &[Kind::Device, Kind::Managed])?;
-        memory::free_now(&record, "cuMemFree")
+        if !matches!(record.origin, Origin::Pooled(_)) {
+            record.wait_for_synchronous_calls();
+        }
+        memory::free_now(&record, "cuMemFree", context)
     })
 }
 
@@ -100,9 +111,65 @@ pub unsafe extern "C" fn cuMemAllocHost_v2(pointer: *mut *mut c_void, size: usiz
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemFreeHost(pointer: *mut c_void) -> CUresult {
     entry("cuMemFreeHost", || {
-        context::current()?;
+        let context = context::current()?;
         let record = allocation_at(pointer as u64, &[Kind::PinnedHost])?;
-        memory::free_now(&record, "cuMemFreeHost")
+        memory::free_now(&record, "cuMemFreeHost", context)
+    })
+}
+
+/// `CU_MEMHOSTREGISTER_PORTABLE | DEVICEMAP | IOMEMORY | READ_ONLY`.
+const HOST_REGISTER_FLAGS: u32 = 0x1 | 0x2 | 0x4 | 0x8;
+
+/// Page-locks the program's own memory: from now on it is pinned host memory to the driver (host
+/// and device reach it at its address), until `cuMemHostUnregister`. A range that overlaps memory
+/// the driver already knows (registered or allocated by it) is
+/// CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, a code cuMemHostRegister documents.
+///
+/// # Safety
+/// `pointer` is the start of `size` bytes of host memory that stay allocated until unregistered.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostRegister_v2(
+    pointer: *mut c_void,
+    size: usize,
+    flags: u32,
+) -> CUresult {
+    entry("cuMemHostRegister", || {
+        let context = context::current()?;
+        let address = pointer as u64;
+        if flags & !HOST_REGISTER_FLAGS != 0 || address == 0 || size == 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        if memory::is_device_address(address) {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        memory::register(address, size, context, flags).map(drop)
+    })
+}
+
+/// The pre-6.5 name, with the same arguments.
+///
+/// # Safety
+/// As for [`cuMemHostRegister_v2`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostRegister(
+    pointer: *mut c_void,
+    size: usize,
+    flags: u32,
+) -> CUresult {
+    // SAFETY: the same contract.
+    unsafe { cuMemHostRegister_v2(pointer, size, flags) }
+}
+
+/// "The base address must be the same one specified to cuMemHostRegister()"; anything else is
+/// CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemHostUnregister(pointer: *mut c_void) -> CUresult {
+    entry("cuMemHostUnregister", || {
+        let context = context::current()?;
+        let record = memory::find(pointer as u64)
+            .filter(|record| record.start == pointer as u64 && record.origin == Origin::Registered)
+            .ok_or(CUresult::CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)?;
+        memory::free_now(&record, "cuMemHostUnregister", context)
     })
 }
 

@@ -46,11 +46,43 @@ pub(crate) struct Config {
     pub immediate_pool_reuse: bool,
     /// `DEVBUF_CUDA_TEST_HIDE`: entry points `cuGetProcAddress` says are missing.
     pub hidden: Vec<String>,
-    /// `DEVBUF_CUDA_TEST_TRACE=1`: a line on stderr for every name `cuGetProcAddress` serves a
-    /// stub for.
+    /// `DEVBUF_CUDA_TEST_TRACE=1`: a line on stderr for every name `cuGetProcAddress` does not
+    /// find.
     pub trace: bool,
     /// What was wrong with the variables, if anything: `cuInit` then fails and says so.
     pub error: Option<String>,
+}
+
+/// How many devices the program sees: `DEVBUF_CUDA_TEST_DEVICES`, narrowed by
+/// `CUDA_VISIBLE_DEVICES` as the driver does when `cuInit` reads it (so a program may set it after
+/// loading the library and before `cuInit`: NVIDIA's numba-cuda test
+/// `test_visible_devices_set_after_import`).
+pub(crate) fn device_count() -> u32 {
+    static COUNT: OnceLock<u32> = OnceLock::new();
+    *COUNT.get_or_init(|| {
+        visible_devices(
+            config().devices,
+            std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(),
+        )
+    })
+}
+
+/// The number of devices `CUDA_VISIBLE_DEVICES` leaves of `devices`: its comma-separated ordinals
+/// up to the first that is not one ("only the devices whose index precedes the invalid index are
+/// visible", CUDA Programming Guide, "CUDA Environment Variables"; UUIDs are not modelled). Unset,
+/// all are visible.
+fn visible_devices(devices: u32, variable: Option<&str>) -> u32 {
+    let Some(list) = variable else {
+        return devices;
+    };
+    let mut seen = vec![];
+    for item in list.split(',') {
+        match item.trim().parse::<u32>() {
+            Ok(ordinal) if ordinal < devices && !seen.contains(&ordinal) => seen.push(ordinal),
+            _ => break,
+        }
+    }
+    seen.len() as u32
 }
 
 pub(crate) fn config() -> &'static Config {
@@ -189,6 +221,17 @@ mod tests {
         assert!(config.concurrent_managed_access && config.memory_pools);
         assert!(!config.immediate_pool_reuse);
         assert!(config.init_error.is_none() && config.error.is_none());
+    }
+
+    #[test]
+    fn visible_devices_stop_at_the_first_invalid_ordinal() {
+        assert_eq!(visible_devices(2, None), 2);
+        assert_eq!(visible_devices(2, Some("1")), 1);
+        assert_eq!(visible_devices(3, Some("2,0")), 2);
+        assert_eq!(visible_devices(3, Some("0,7,1")), 1);
+        assert_eq!(visible_devices(3, Some("0,0")), 1);
+        assert_eq!(visible_devices(2, Some("")), 0);
+        assert_eq!(visible_devices(2, Some("GPU-1234")), 0);
     }
 
     #[test]

@@ -6,18 +6,40 @@
 //! an illegal address on a GPU.
 
 use std::cell::RefCell;
+use std::ffi::c_void;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use cudarc::driver::sys::{CUcontext, CUdevice, CUresult};
 use parking_lot::Mutex;
 
-use crate::config::config;
+use crate::config::{config, device_count};
 use crate::device::{entry, ordinal};
 use crate::errors::{DriverResult, write_out};
 
-/// `cuDevicePrimaryCtxSetFlags` accepts only the scheduling and local-memory flags.
-const PRIMARY_CONTEXT_FLAG_MASK: u32 = 0x07 | 0x10;
+/// `CU_CTX_SCHED_MASK`: spin (1), yield (2), blocking sync (4).
+const SCHEDULING_FLAGS: u32 = 0x07;
+/// `CU_CTX_SYNC_MEMOPS`: "Ensures that synchronous memory operations initiated on this context
+/// will always synchronize."
+pub(crate) const SYNC_MEMOPS: u32 = 0x80;
+/// `CU_CTX_FLAGS_MASK`: every flag `cuCtxCreate` documents (scheduling, `MAP_HOST`,
+/// `LMEM_RESIZE_TO_MAX`, `COREDUMP_ENABLE`, `USER_COREDUMP_ENABLE`, `SYNC_MEMOPS`), which
+/// `cuDevicePrimaryCtxSetFlags` takes too (its list omits `MAP_HOST`; the double accepts it there,
+/// as CUDA runtime programs pass it through `cudaSetDeviceFlags(cudaDeviceMapHost)`).
+const CONTEXT_FLAGS: u32 = 0xff;
+
+/// Checks context flags: known ones only, and "Only one of the scheduling flags can be set when
+/// creating a context." (cuCtxCreate, cuDevicePrimaryCtxSetFlags).
+fn check_flags(flags: u32) -> DriverResult {
+    let one_schedule = (flags & SCHEDULING_FLAGS).count_ones() <= 1;
+    if flags & !CONTEXT_FLAGS != 0 || !one_schedule {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    Ok(())
+}
+
+/// Context ids (`cuCtxGetId`): "unique for the life of the program".
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 pub(crate) struct Context {
     pub ordinal: usize,
@@ -29,6 +51,8 @@ pub(crate) struct Context {
     sticky: AtomicU32,
     /// Bumped each time the context is destroyed: handles made before then are stale.
     generation: AtomicU64,
+    /// `cuCtxGetId`: a new one each time the context is (re)created.
+    id: AtomicU64,
 }
 
 #[derive(Default)]
@@ -40,13 +64,14 @@ struct Primary {
 fn contexts() -> &'static [Context] {
     static CONTEXTS: OnceLock<Box<[Context]>> = OnceLock::new();
     CONTEXTS.get_or_init(|| {
-        (0..config().devices as usize)
+        (0..device_count() as usize)
             .map(|ordinal| Context {
                 ordinal,
                 primary: Mutex::default(),
                 created: None,
                 sticky: AtomicU32::new(0),
                 generation: AtomicU64::new(0),
+                id: AtomicU64::new(NEXT_ID.fetch_add(1, Ordering::Relaxed)),
             })
             .collect()
     })
@@ -82,6 +107,16 @@ impl Context {
                     .find(|context| context.handle() == handle)
             })
             .ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)
+    }
+
+    /// The context's flags (`cuCtxGetFlags`).
+    pub fn flags(&self) -> u32 {
+        self.primary.lock().flags
+    }
+
+    /// `cuCtxGetId`: the id of the context's current incarnation.
+    pub fn id(&self) -> u64 {
+        self.id.load(Ordering::Acquire)
     }
 
     pub fn generation(&self) -> u64 {
@@ -136,6 +171,8 @@ impl Context {
         crate::stream::destroy_context_streams(self);
         crate::memory::release_context_memory(self);
         self.generation.fetch_add(1, Ordering::AcqRel);
+        self.id
+            .store(NEXT_ID.fetch_add(1, Ordering::Relaxed), Ordering::Release);
         self.sticky.store(0, Ordering::Release);
     }
 }
@@ -178,7 +215,29 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(
 
 /// Creates a context of its own on `device` (not the primary one) and makes it current: it is
 /// pushed on the calling thread's stack, and lives until `cuCtxDestroy`.
-///
+fn create(context: *mut CUcontext, flags: u32, device: CUdevice) -> DriverResult {
+    let ordinal = ordinal(device)?;
+    check_flags(flags)?;
+    if context.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    if config().unavailable_devices.contains(&(ordinal as i32)) {
+        return Err(CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE);
+    }
+    let created: &'static Context = Box::leak(Box::new(Context {
+        ordinal,
+        primary: Mutex::new(Primary { retains: 0, flags }),
+        created: Some(AtomicBool::new(true)),
+        sticky: AtomicU32::new(0),
+        generation: AtomicU64::new(0),
+        id: AtomicU64::new(NEXT_ID.fetch_add(1, Ordering::Relaxed)),
+    }));
+    created_contexts().lock().push(created);
+    STACK.with(|stack| stack.borrow_mut().push(created));
+    // SAFETY: the caller's out-pointer, checked non-null.
+    unsafe { write_out(context, created.handle()) }
+}
+
 /// # Safety
 /// `context` is null or valid for writing a CUcontext.
 #[unsafe(no_mangle)]
@@ -187,25 +246,60 @@ pub unsafe extern "C" fn cuCtxCreate_v2(
     flags: u32,
     device: CUdevice,
 ) -> CUresult {
+    entry("cuCtxCreate", || create(context, flags, device))
+}
+
+/// Execution affinity "is only supported under Volta+ MPS", which the double is not: a context
+/// with affinity parameters is CUDA_ERROR_NOT_SUPPORTED; without, a regular one.
+///
+/// # Safety
+/// `context` is null or valid for writing a CUcontext.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxCreate_v3(
+    context: *mut CUcontext,
+    _affinity: *mut c_void,
+    affinity_count: i32,
+    flags: u32,
+    device: CUdevice,
+) -> CUresult {
     entry("cuCtxCreate", || {
-        let ordinal = ordinal(device)?;
-        if flags & !PRIMARY_CONTEXT_FLAG_MASK != 0 || context.is_null() {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        if affinity_count != 0 {
+            return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
         }
-        if config().unavailable_devices.contains(&(ordinal as i32)) {
-            return Err(CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE);
+        create(context, flags, device)
+    })
+}
+
+/// `CUctxCreateParams`.
+#[repr(C)]
+pub struct CreateParams {
+    affinity: *mut c_void,
+    affinity_count: i32,
+    cig: *mut c_void,
+}
+
+/// "A regular CUDA context can be created by setting ctxCreateParams to NULL"; execution affinity
+/// (MPS only) and CIG mode ("will fail with CUDA_ERROR_NOT_SUPPORTED if CIG is not supported by
+/// the device or the driver") are CUDA_ERROR_NOT_SUPPORTED.
+///
+/// # Safety
+/// `context` is null or valid for writing a CUcontext; `params` null or valid for reading.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxCreate_v4(
+    context: *mut CUcontext,
+    params: *const CreateParams,
+    flags: u32,
+    device: CUdevice,
+) -> CUresult {
+    entry("cuCtxCreate", || {
+        if !params.is_null() {
+            // SAFETY: non-null, valid for reading by the caller's contract.
+            let params = unsafe { params.read_unaligned() };
+            if !params.affinity.is_null() || params.affinity_count != 0 || !params.cig.is_null() {
+                return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+            }
         }
-        let created: &'static Context = Box::leak(Box::new(Context {
-            ordinal,
-            primary: Mutex::new(Primary { retains: 0, flags }),
-            created: Some(AtomicBool::new(true)),
-            sticky: AtomicU32::new(0),
-            generation: AtomicU64::new(0),
-        }));
-        created_contexts().lock().push(created);
-        STACK.with(|stack| stack.borrow_mut().push(created));
-        // SAFETY: the caller's out-pointer, checked non-null.
-        unsafe { write_out(context, created.handle()) }
+        create(context, flags, device)
     })
 }
 
@@ -300,10 +394,9 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
 
 fn set_flags(device: CUdevice, flags: u32) -> CUresult {
     entry("cuDevicePrimaryCtxSetFlags", || {
-        if flags & !PRIMARY_CONTEXT_FLAG_MASK != 0 {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        primary(ordinal(device)?).primary.lock().flags = flags;
+        let context = primary(ordinal(device)?);
+        check_flags(flags)?;
+        context.primary.lock().flags = flags;
         Ok(())
     })
 }
@@ -394,53 +487,4 @@ pub unsafe extern "C" fn cuCtxPopCurrent_v2(context: *mut CUcontext) -> CUresult
 pub unsafe extern "C" fn cuCtxPopCurrent(context: *mut CUcontext) -> CUresult {
     // SAFETY: the same contract.
     unsafe { pop(context) }
-}
-
-/// # Safety
-/// `device` is null or valid for writing a CUdevice.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxGetDevice(device: *mut CUdevice) -> CUresult {
-    entry("cuCtxGetDevice", || {
-        let context = current()?;
-        // SAFETY: the caller's out-pointer.
-        unsafe { write_out(device, context.ordinal as CUdevice) }
-    })
-}
-
-/// # Safety
-/// `flags` is null or valid for writing an unsigned int.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxGetFlags(flags: *mut u32) -> CUresult {
-    entry("cuCtxGetFlags", || {
-        let context = current()?;
-        let value = context.primary.lock().flags;
-        // SAFETY: the caller's out-pointer.
-        unsafe { write_out(flags, value) }
-    })
-}
-
-/// # Safety
-/// `version` is null or valid for writing an unsigned int.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxGetApiVersion(context: CUcontext, version: *mut u32) -> CUresult {
-    entry("cuCtxGetApiVersion", || {
-        let context = if context.is_null() {
-            current()?
-        } else {
-            Context::from_handle(context)?
-        };
-        context.usable()?;
-        // The API version of contexts made by CUDA 3.2 and later.
-        // SAFETY: the caller's out-pointer.
-        unsafe { write_out(version, 3020) }
-    })
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuCtxSynchronize() -> CUresult {
-    entry("cuCtxSynchronize", || {
-        let context = current()?;
-        crate::stream::synchronize_context(context);
-        context.sticky_error()
-    })
 }

@@ -1,11 +1,12 @@
 //! `cuInit`, the driver version and the devices: their names, attributes and memory.
 
+use std::cell::Cell;
 use std::ffi::c_char;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use cudarc::driver::sys::{CUdevice, CUdevice_attribute as A, CUresult, CUuuid};
 
-use crate::config::config;
+use crate::config::{config, device_count};
 use crate::errors::{DriverResult, boundary, write_out};
 
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
@@ -19,10 +20,28 @@ pub(crate) fn initialized() -> DriverResult {
     }
 }
 
-/// Runs an entry point that needs `cuInit` first.
+thread_local! {
+    /// Whether this thread is running a host function or stream callback now.
+    static IN_HOST_FUNCTION: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs a host function (`cuLaunchHostFunc`) or stream callback (`cuStreamAddCallback`): the
+/// driver refuses calls from it. cuStreamAddCallback: "Callbacks must not make any CUDA API calls.
+/// Attempting to use a CUDA API will result in CUDA_ERROR_NOT_PERMITTED." (cuLaunchHostFunc: "may
+/// result in CUDA_ERROR_NOT_PERMITTED, but this is not required"; the double always does.)
+pub(crate) fn run_host_function(function: impl FnOnce()) {
+    IN_HOST_FUNCTION.set(true);
+    function();
+    IN_HOST_FUNCTION.set(false);
+}
+
+/// Runs an entry point that needs `cuInit` first (and is not called from a host function).
 pub(crate) fn entry(name: &str, body: impl FnOnce() -> DriverResult) -> CUresult {
     boundary(name, || {
         initialized()?;
+        if IN_HOST_FUNCTION.get() {
+            return Err(CUresult::CUDA_ERROR_NOT_PERMITTED);
+        }
         body()
     })
 }
@@ -31,7 +50,7 @@ pub(crate) fn entry(name: &str, body: impl FnOnce() -> DriverResult) -> CUresult
 pub(crate) fn ordinal(device: CUdevice) -> DriverResult<usize> {
     usize::try_from(device)
         .ok()
-        .filter(|&ordinal| ordinal < config().devices as usize)
+        .filter(|&ordinal| ordinal < device_count() as usize)
         .ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)
 }
 
@@ -49,7 +68,7 @@ pub extern "C" fn cuInit(flags: u32) -> CUresult {
         if let Some(code) = config.init_error {
             return Err(code);
         }
-        if config.devices == 0 {
+        if device_count() == 0 {
             return Err(CUresult::CUDA_ERROR_NO_DEVICE);
         }
         INITIALIZED.store(true, Ordering::Release);
@@ -73,7 +92,7 @@ pub unsafe extern "C" fn cuDriverGetVersion(version: *mut i32) -> CUresult {
 pub unsafe extern "C" fn cuDeviceGetCount(count: *mut i32) -> CUresult {
     // SAFETY: the caller's out-pointer.
     entry("cuDeviceGetCount", || unsafe {
-        write_out(count, config().devices as i32)
+        write_out(count, device_count() as i32)
     })
 }
 

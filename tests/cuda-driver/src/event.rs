@@ -12,10 +12,11 @@ use crate::context::{self, Context};
 use crate::device::entry;
 use crate::errors::{DriverResult, write_out};
 use crate::ops::Op;
-use crate::stream::{self, Dependency};
+use crate::stream::{self, Dependency, NullStream};
 
-/// `CU_EVENT_DISABLE_TIMING`.
+/// `CU_EVENT_DISABLE_TIMING`, `CU_EVENT_INTERPROCESS`.
 const DISABLE_TIMING: u32 = 0x2;
+const INTERPROCESS: u32 = 0x4;
 /// Every flag `cuEventCreate` knows: blocking sync, disable timing, interprocess.
 const KNOWN_FLAGS: u32 = 0x1 | 0x2 | 0x4;
 /// Handles of events count up from here, distinct from streams'.
@@ -78,7 +79,9 @@ impl Event {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventCreate(event: *mut CUevent, flags: u32) -> CUresult {
     entry("cuEventCreate", || {
-        if flags & !KNOWN_FLAGS != 0 || event.is_null() {
+        // "CU_EVENT_INTERPROCESS must be specified along with CU_EVENT_DISABLE_TIMING."
+        let timed_interprocess = flags & INTERPROCESS != 0 && flags & DISABLE_TIMING == 0;
+        if flags & !KNOWN_FLAGS != 0 || timed_interprocess || event.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let context = context::current()?;
@@ -95,14 +98,14 @@ pub unsafe extern "C" fn cuEventCreate(event: *mut CUevent, flags: u32) -> CUres
     })
 }
 
-fn record(event: CUevent, stream: CUstream, flags: u32) -> CUresult {
+fn record(event: CUevent, stream: CUstream, flags: u32, null: NullStream) -> CUresult {
     entry("cuEventRecord", || {
         // Only CU_EVENT_RECORD_EXTERNAL (1), which matters for graphs alone.
         if flags & !1 != 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let event = find(event)?;
-        let stream = stream::resolve(stream)?;
+        let stream = stream::resolve_as(stream, null)?;
         if !std::ptr::eq(event.context, stream.context) {
             return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
         }
@@ -118,12 +121,26 @@ fn record(event: CUevent, stream: CUstream, flags: u32) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventRecord(event: CUevent, stream: CUstream) -> CUresult {
-    record(event, stream, 0)
+    record(event, stream, 0, NullStream::Legacy)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventRecord_ptsz(event: CUevent, stream: CUstream) -> CUresult {
+    record(event, stream, 0, NullStream::PerThread)
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventRecordWithFlags(event: CUevent, stream: CUstream, flags: u32) -> CUresult {
-    record(event, stream, flags)
+    record(event, stream, flags, NullStream::Legacy)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventRecordWithFlags_ptsz(
+    event: CUevent,
+    stream: CUstream,
+    flags: u32,
+) -> CUresult {
+    record(event, stream, flags, NullStream::PerThread)
 }
 
 #[unsafe(no_mangle)]
@@ -224,12 +241,21 @@ pub unsafe extern "C" fn cuEventElapsedTime_v2(
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: u32) -> CUresult {
+    wait_event(stream, event, flags, NullStream::Legacy)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamWaitEvent_ptsz(stream: CUstream, event: CUevent, flags: u32) -> CUresult {
+    wait_event(stream, event, flags, NullStream::PerThread)
+}
+
+fn wait_event(stream: CUstream, event: CUevent, flags: u32, null: NullStream) -> CUresult {
     entry("cuStreamWaitEvent", || {
         // CU_EVENT_WAIT_DEFAULT or CU_EVENT_WAIT_EXTERNAL (graphs only).
         if flags & !1 != 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let stream = stream::resolve(stream)?;
+        let stream = stream::resolve_as(stream, null)?;
         let event = find(event)?;
         // Waiting for an event never recorded is a no-op, as documented.
         let after = event

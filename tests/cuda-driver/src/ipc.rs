@@ -212,7 +212,7 @@ pub unsafe extern "C" fn cuIpcOpenMemHandle(
 #[unsafe(no_mangle)]
 pub extern "C" fn cuIpcCloseMemHandle(pointer: CUdeviceptr) -> CUresult {
     entry("cuIpcCloseMemHandle", || {
-        context::current()?;
+        let context = context::current()?;
         let mut mappings = mappings().lock();
         mappings.retain(|_, mapping| mapping.is_mapped());
         let (&key, mapping) = mappings
@@ -225,6 +225,6 @@ pub extern "C" fn cuIpcCloseMemHandle(pointer: CUdeviceptr) -> CUresult {
         }
         let mapping = mappings.remove(&key).expect("found above");
         drop(mappings);
-        memory::free_now(&mapping.record, "cuIpcCloseMemHandle")
+        memory::free_now(&mapping.record, "cuIpcCloseMemHandle", context)
     })
 }

@@ -12,24 +12,45 @@
 //! them) and keeps the driver's documented rules, each broken one answered with the real code:
 //!
 //! - nothing but `cuInit`, `cuDriverGetVersion`, `cuGetErrorString`/`Name` and
-//!   `cuGetProcAddress` works before `cuInit` (CUDA_ERROR_NOT_INITIALIZED);
+//!   `cuGetProcAddress` works before `cuInit` (CUDA_ERROR_NOT_INITIALIZED), nothing at all from a
+//!   host function or stream callback (CUDA_ERROR_NOT_PERMITTED); every `CUresult` of CUDA 13 has
+//!   a name and a description;
+//! - `cuGetProcAddress` as documented: the versioned variant for the CUDA version asked for, a
+//!   NULL function with CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND for names the double does not
+//!   implement (kernels, graphs, ...) and with CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT for a
+//!   version older than the name, CUDA_ERROR_INVALID_VALUE for a version above the driver's, and
+//!   with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM the `_ptsz`/`_ptds` variants (exported
+//!   too), in which stream 0 is the calling thread's per-thread default stream;
 //! - devices with names, compute capability 9.0, unified addressing, managed memory, concurrent
-//!   managed access, memory pools, total memory (CUDA_ERROR_INVALID_DEVICE for bad ordinals);
+//!   managed access, memory pools, stream priorities [-5, 0], total memory
+//!   (CUDA_ERROR_INVALID_DEVICE for bad ordinals), narrowed by `CUDA_VISIBLE_DEVICES` (ordinals
+//!   only) when `cuInit` runs;
 //! - reference-counted primary contexts (retain, release, reset, state, flags), destroyed with all
 //!   their streams, events and memory when the last retain goes; contexts of their own
-//!   (`cuCtxCreate_v2`, current on creation, and `cuCtxDestroy`); a per-thread context stack; calls
+//!   (`cuCtxCreate_v2`/`_v3`/`_v4`, current on creation, and `cuCtxDestroy`) with the documented
+//!   flags and one scheduling flag at most, `CU_CTX_SYNC_MEMOPS` honoured; context ids; a
+//!   per-thread context stack; calls
 //!   that need a context fail with CUDA_ERROR_INVALID_CONTEXT without one (and with
 //!   CUDA_ERROR_CONTEXT_IS_DESTROYED in a released one);
 //! - device memory the host cannot touch (addresses in a `PROT_NONE` reservation: a host
 //!   dereference segfaults), never reused (use-after-free is caught); pinned host and managed
-//!   memory that the host can touch, inaccessible after the free; double frees and foreign
-//!   pointers are CUDA_ERROR_INVALID_VALUE; pointer attributes as documented;
+//!   memory that the host can touch, inaccessible after the free; host memory the program
+//!   registers (`cuMemHostRegister`) is pinned memory until unregistered; fresh device, pinned
+//!   and managed memory holds 0xFF bytes, never zeros; double frees and foreign pointers are
+//!   CUDA_ERROR_INVALID_VALUE; pointer attributes as documented; `cuMemPrefetchAsync` and
+//!   `cuMemAdvise` take managed memory only;
 //! - asynchronous streams (one worker thread each), the legacy default stream's synchronization
 //!   with blocking streams, the per-thread default stream, non-blocking streams, events and
 //!   `cuStreamWaitEvent` across streams and devices, and the documented host synchronization of
-//!   copies and fills with pageable, pinned, managed and device memory;
-//! - stream-ordered allocation from each device's default pool: memory usable only by work
-//!   ordered after `cuMemAllocAsync`, freed when the stream reaches `cuMemFreeAsync`;
+//!   copies and fills with pageable, pinned, managed and device memory ("API synchronization
+//!   behavior": a synchronous copy from pageable memory syncs its stream first, copies between
+//!   host memory are fully synchronous); stream priorities, ids and devices;
+//! - stream-ordered allocation from each device's current pool (its default pool, or one from
+//!   `cuMemPoolCreate`), or a pool named (`cuMemAllocFromPoolAsync`): memory usable only by work
+//!   ordered after the allocation, freed when the stream reaches `cuMemFreeAsync`; it belongs to
+//!   its device, not to a context (CU_POINTER_ATTRIBUTE_CONTEXT is NULL) and outlives
+//!   `cuCtxDestroy`; a size of 0 gives NULL; pool statistics (used and reserved memory, their high
+//!   watermarks);
 //! - CUDA IPC of `cuMemAlloc`'s memory (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle(_v2)`,
 //!   `cuIpcCloseMemHandle`): other memory has no handle (CUDA_ERROR_INVALID_VALUE), an interior
 //!   pointer gets its allocation's handle, a handle does not open in the exporting process
@@ -43,7 +64,10 @@
 //! - faults: a copy or fill that, when it runs, touches memory that is not allocated (freed, or
 //!   not yet allocated in stream order), and a free while work on the range is still queued, are an
 //!   illegal address: one line on stderr, and CUDA_ERROR_ILLEGAL_ADDRESS from every later call in
-//!   that context (a sticky error, as after a GPU fault).
+//!   that context (a sticky error, as after a GPU fault). `cuMemFree` of memory other than the
+//!   stream-ordered allocator's first waits for what synchronous calls left running on it ("may
+//!   perform implicit synchronization"; a synchronous copy from pageable memory returns before
+//!   the DMA has completed); work enqueued asynchronously is not waited for.
 //!
 //! ## Environment variables (read once per process)
 //!
@@ -59,23 +83,26 @@
 //! | `DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0` | the device attribute reads 0, and the host faults when it touches managed memory while stream work on it is pending |
 //! | `DEVBUF_CUDA_TEST_MEMORY_POOLS=0` | no memory pools: the attribute reads 0, `cuMemAllocAsync` is CUDA_ERROR_NOT_SUPPORTED |
 //! | `DEVBUF_CUDA_TEST_POOL_REUSE=immediate` | `cuMemAllocAsync` gets the block freed last by `cuMemFreeAsync` at once, ordered after that free |
-//! | `DEVBUF_CUDA_TEST_HIDE=cuA,cuB` | `cuGetProcAddress` says these are missing (CUDA_ERROR_NOT_FOUND), as an older driver would; `dlsym` still finds them |
-//! | `DEVBUF_CUDA_TEST_TRACE=1` | a stderr line for every name `cuGetProcAddress` answers with a stub |
+//! | `DEVBUF_CUDA_TEST_HIDE=cuA,cuB` | `cuGetProcAddress` says these are missing (a NULL function, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND), as an older driver would; `dlsym` still finds them |
+//! | `DEVBUF_CUDA_TEST_TRACE=1` | a stderr line for every name `cuGetProcAddress` does not find |
+//! | `CUDA_VISIBLE_DEVICES=2,0` | read by `cuInit`, as the driver does: the devices the ordinals name, up to the first invalid one |
 //!
 //! A malformed value makes `cuInit` fail with CUDA_ERROR_INVALID_VALUE and say why on stderr.
 //!
 //! ## Not modelled
 //!
-//! Kernels, modules and linking (`cuModule*`, `cuLaunchKernel`, ...), graphs and stream capture,
-//! IPC events (`cuIpcGetEventHandle`, `cuIpcOpenEventHandle`), peer mappings
-//! (`cuDeviceCanAccessPeer` answers 0; copies between devices work through unified addressing),
-//! `cuCtxCreate_v3`/`_v4` (execution affinity, creation parameters), `cuMemHostRegister`, 2D/3D
-//! copies,
-//! memory pools other than the default one, the per-thread-default-stream variants (`_ptsz`,
-//! `_ptds`: stream 0 is always the legacy stream), and the pre-3.2 32-bit ABIs of the plain names
-//! `cuMemAlloc`, `cuMemcpyHtoD`, ... (not exported, so a program built against them fails to load
-//! instead of corrupting memory). All of these, when asked for through `cuGetProcAddress`, return
-//! CUDA_ERROR_NOT_SUPPORTED. With `DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0`, a managed
+//! Kernels, modules and linking (`cuModule*`, `cuLibrary*`, `cuLaunchKernel`, ...), graphs and
+//! stream capture (`cuStreamIsCapturing` always answers "none"), IPC events
+//! (`cuIpcGetEventHandle`, `cuIpcOpenEventHandle`), peer mappings (`cuDeviceCanAccessPeer`
+//! answers 0; copies between devices work through unified addressing; `cuMemPoolSetAccess` grants
+//! no peer access),
+//! execution affinity and CIG contexts (CUDA_ERROR_NOT_SUPPORTED), green contexts, 2D/3D and batch
+//! copies, virtual memory management (`cuMemCreate`, `cuMemMap`, ...), exportable and host
+//! memory pools (CUDA_ERROR_NOT_SUPPORTED), a pool's cache of freed memory (freed memory goes back
+//! at once: reserved equals used), stream priorities' effect (kept, not acted on, which the
+//! documentation allows), and the pre-3.2 32-bit ABIs of the plain names `cuMemAlloc`,
+//! `cuMemcpyHtoD`, ... (not exported, so a program built against them fails to load instead of
+//! corrupting memory). `cuGetProcAddress` does not find any of these. With `DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0`, a managed
 //! allocation is host-inaccessible while stream work on *it* is pending; a real device without
 //! concurrent access forbids host access to all managed memory while any work runs. Of IPC: a
 //! handle opened in a context of another device than the exporter's is mapped there without peer
@@ -91,10 +118,12 @@
 mod alloc;
 mod config;
 mod context;
+mod context_api;
 mod device;
 mod errors;
 mod event;
 mod ipc;
+mod managed;
 mod memory;
 mod ops;
 mod pointer;
@@ -102,4 +131,6 @@ mod pool;
 mod proc_address;
 mod storage;
 mod stream;
+mod stream_api;
+mod stream_ordered;
 mod transfer;

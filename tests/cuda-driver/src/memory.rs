@@ -15,9 +15,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::CUresult;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 
-use crate::config::config;
+use crate::config::{config, device_count};
 use crate::context::Context;
 use crate::errors::DriverResult;
 use crate::storage::Storage;
@@ -42,10 +42,13 @@ pub(crate) enum Kind {
 pub(crate) enum Origin {
     /// `cuMemAlloc`, `cuMemHostAlloc`, `cuMemAllocHost`, `cuMemAllocManaged`.
     Allocated,
-    /// The device's memory pool (`cuMemAllocAsync`).
-    Pooled,
+    /// A memory pool (`cuMemAllocAsync`, `cuMemAllocFromPoolAsync`): the pool's handle. Such
+    /// memory belongs to the pool's device, not to a context.
+    Pooled(usize),
     /// Another process's device allocation, mapped here by `cuIpcOpenMemHandle`.
     Imported,
+    /// The program's own host memory, page-locked by `cuMemHostRegister`.
+    Registered,
 }
 
 /// Where an allocation stands in stream order (the host's free request is
@@ -64,7 +67,11 @@ pub(crate) struct Record {
     pub start: u64,
     pub size: usize,
     pub kind: Kind,
-    pub context: &'static Context,
+    /// The context the memory belongs to; `None` for stream-ordered (pool) memory, which belongs
+    /// to its device alone.
+    pub context: Option<&'static Context>,
+    /// The device the memory belongs to (for pinned and managed memory, the allocating context's).
+    pub ordinal: usize,
     /// The `cuMemHostAlloc` flags of pinned memory.
     pub host_flags: u32,
     pub origin: Origin,
@@ -75,6 +82,10 @@ pub(crate) struct Record {
     pub state: RwLock<State>,
     /// Stream operations enqueued on this allocation that have not completed.
     pub pending: AtomicUsize,
+    /// Those of them that synchronous calls (`cuMemcpyHtoD`, `cuMemsetD8`, ...) enqueued, which
+    /// `cuMemFree` waits for (see `alloc::cuMemFree_v2`).
+    pub synchronous: Mutex<usize>,
+    pub synchronous_done: Condvar,
     /// The program asked to free it (`cuMemFree*` called, or `cuMemFreeAsync` enqueued).
     pub free_requested: AtomicBool,
     /// Device bytes this record counts against its device's memory.
@@ -85,6 +96,14 @@ pub(crate) struct Record {
 impl Record {
     pub fn end(&self) -> u64 {
         self.start + self.size as u64
+    }
+
+    /// Blocks until the operations synchronous calls enqueued on this allocation have completed.
+    pub fn wait_for_synchronous_calls(&self) {
+        let mut pending = self.synchronous.lock();
+        while *pending > 0 {
+            self.synchronous_done.wait(&mut pending);
+        }
     }
 
     /// Where the bytes at `offset` are, for a stream operation holding the state lock.
@@ -173,7 +192,7 @@ pub(crate) fn count_allocation_call() -> DriverResult {
 
 fn device_memory_used() -> &'static [AtomicUsize] {
     static USED: OnceLock<Box<[AtomicUsize]>> = OnceLock::new();
-    USED.get_or_init(|| (0..config().devices).map(|_| AtomicUsize::new(0)).collect())
+    USED.get_or_init(|| (0..device_count()).map(|_| AtomicUsize::new(0)).collect())
 }
 
 /// Bytes of device memory in use on device `ordinal`.
@@ -185,6 +204,7 @@ pub(crate) fn used(ordinal: usize) -> usize {
 pub(crate) struct NewAllocation {
     pub size: usize,
     pub kind: Kind,
+    /// The allocating context (for pool memory, a context of the pool's device).
     pub context: &'static Context,
     pub host_flags: u32,
     pub origin: Origin,
@@ -227,12 +247,15 @@ pub(crate) fn allocate(new: NewAllocation) -> DriverResult<Arc<Record>> {
         start,
         size: new.size,
         kind: new.kind,
-        context: new.context,
+        context: owning_context(new.origin, new.context),
+        ordinal: new.context.ordinal,
         host_flags: new.host_flags,
         origin: new.origin,
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         state: RwLock::new(new.state),
         pending: AtomicUsize::new(0),
+        synchronous: Mutex::new(0),
+        synchronous_done: Condvar::new(),
         free_requested: AtomicBool::new(false),
         accounted: AtomicUsize::new(accounted),
         storage,
@@ -241,23 +264,33 @@ pub(crate) fn allocate(new: NewAllocation) -> DriverResult<Arc<Record>> {
     Ok(record)
 }
 
+/// CUDA Programming Guide, "Stream Ordered Memory Allocator", "Pointer Attributes": "Since stream
+/// ordered allocations are not context associated, querying CU_POINTER_ATTRIBUTE_CONTEXT will
+/// succeed but return NULL in *data." Every other allocation belongs to its context.
+fn owning_context(origin: Origin, context: &'static Context) -> Option<&'static Context> {
+    (!matches!(origin, Origin::Pooled(_))).then_some(context)
+}
+
 fn host_address(storage: &Storage) -> u64 {
     storage.host_address().expect("host memory has a host view") as u64
 }
 
 /// A new owner for `previous`'s block (the pool's immediate reuse): same addresses, same bytes,
 /// not usable before its stream reaches the allocation. Ops enqueued from now on find it.
-pub(crate) fn reassign(previous: &Record, size: usize, context: &'static Context) -> Arc<Record> {
+pub(crate) fn reassign(previous: &Record, size: usize) -> Arc<Record> {
     let record = Arc::new(Record {
         start: previous.start,
         size,
         kind: previous.kind,
-        context,
+        context: None,
+        ordinal: previous.ordinal,
         host_flags: 0,
-        origin: Origin::Pooled,
+        origin: previous.origin,
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         state: RwLock::new(State::AllocationPending),
         pending: AtomicUsize::new(0),
+        synchronous: Mutex::new(0),
+        synchronous_done: Condvar::new(),
         free_requested: AtomicBool::new(false),
         accounted: AtomicUsize::new(previous.accounted.swap(0, Ordering::AcqRel)),
         storage: Arc::clone(&previous.storage),
@@ -278,17 +311,60 @@ pub(crate) fn import(
         start,
         size,
         kind: Kind::Device,
-        context,
+        context: Some(context),
+        ordinal: context.ordinal,
         host_flags: 0,
         origin: Origin::Imported,
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         state: RwLock::new(State::Live),
         pending: AtomicUsize::new(0),
+        synchronous: Mutex::new(0),
+        synchronous_done: Condvar::new(),
         free_requested: AtomicBool::new(false),
         accounted: AtomicUsize::new(0),
         storage: Storage::imported(file, size)?,
     });
     REGISTRY.write().insert(start, Arc::clone(&record));
+    Ok(record)
+}
+
+/// Registers `size` bytes of the program's host memory at `address` as pinned memory of
+/// `context`; CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED when part of it is already known.
+pub(crate) fn register(
+    address: u64,
+    size: usize,
+    context: &'static Context,
+    flags: u32,
+) -> DriverResult<Arc<Record>> {
+    let end = address
+        .checked_add(size as u64)
+        .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    let mut registry = REGISTRY.write();
+    let overlaps = registry
+        .range(..end)
+        .next_back()
+        .is_some_and(|(_, record)| record.end() > address);
+    if overlaps {
+        return Err(CUresult::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+    }
+    let record = Arc::new(Record {
+        start: address,
+        size,
+        kind: Kind::PinnedHost,
+        context: Some(context),
+        ordinal: context.ordinal,
+        host_flags: flags,
+        origin: Origin::Registered,
+        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        state: RwLock::new(State::Live),
+        pending: AtomicUsize::new(0),
+        synchronous: Mutex::new(0),
+        synchronous_done: Condvar::new(),
+        free_requested: AtomicBool::new(false),
+        accounted: AtomicUsize::new(0),
+        storage: Storage::registered(address as usize, size),
+    });
+    registry.insert(address, Arc::clone(&record));
     Ok(record)
 }
 
@@ -300,25 +376,26 @@ pub(crate) fn find(address: u64) -> Option<Arc<Record>> {
     (address < record.end()).then(|| Arc::clone(record))
 }
 
-/// Frees `record` now. `operation` names the call for the fault report.
+/// Frees `record` now. `operation` names the call for the fault report, `context` the context
+/// the call was made in (where a fault is recorded).
 ///
 /// A free while stream work on the range is still queued is reported as a fault. The driver
 /// documents `cuMemFree`, `cuMemFreeHost` and the managed free as synchronizing only "for most use
 /// cases", so a correct program must not rely on them to wait for pending work; on a GPU such a
 /// free is a use-after-free that corrupts memory only sometimes. Being strict makes it fail always.
-pub(crate) fn free_now(record: &Arc<Record>, operation: &str) -> DriverResult {
+pub(crate) fn free_now(record: &Arc<Record>, operation: &str, context: &Context) -> DriverResult {
     if record.free_requested.swap(true, Ordering::AcqRel) {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
-    release(record, operation)
+    release(record, operation, context)
 }
 
-/// Releases `record` (a free reached, synchronous or in stream order), reporting a fault when
-/// stream operations on it are still pending.
-pub(crate) fn release(record: &Arc<Record>, operation: &str) -> DriverResult {
+/// Releases `record` (a free reached, synchronous or in stream order, in `context`), reporting a
+/// fault there when stream operations on it are still pending.
+pub(crate) fn release(record: &Arc<Record>, operation: &str, context: &Context) -> DriverResult {
     let pending = record.pending.load(Ordering::Acquire);
     if pending > 0 {
-        record.context.fault(
+        context.fault(
             operation,
             &format!(
                 "freed {:#x} ({} bytes) while {pending} stream operation(s) on it had not completed",
@@ -333,7 +410,7 @@ pub(crate) fn release(record: &Arc<Record>, operation: &str) -> DriverResult {
     *state = State::Freed;
     record.storage.revoke();
     let accounted = record.accounted.swap(0, Ordering::AcqRel);
-    device_memory_used()[record.context.ordinal].fetch_sub(accounted, Ordering::AcqRel);
+    device_memory_used()[record.ordinal].fetch_sub(accounted, Ordering::AcqRel);
     drop(state);
     let mut registry = REGISTRY.write();
     if registry
@@ -348,17 +425,30 @@ pub(crate) fn release(record: &Arc<Record>, operation: &str) -> DriverResult {
     Ok(())
 }
 
-/// Frees every allocation of a context that is being destroyed.
+/// Frees every allocation of a context that is being destroyed. Stream-ordered allocations stay:
+/// cuCtxDestroy "will not destroy memory allocations by cuMemCreate(), cuMemAllocAsync() and
+/// cuMemAllocFromPoolAsync(). These memory allocations are not associated with any CUDA context
+/// and need to be destroyed explicitly." (driver API reference, cuCtxDestroy).
 pub(crate) fn release_context_memory(context: &Context) {
     let owned: Vec<Arc<Record>> = REGISTRY
         .read()
         .values()
-        .filter(|record| std::ptr::eq(record.context, context))
+        .filter(|record| record.context.is_some_and(|own| std::ptr::eq(own, context)))
         .cloned()
         .collect();
     for record in owned {
         // The context's streams are drained by now; a fault here is the program's.
         record.free_requested.store(true, Ordering::Release);
-        let _ = release(&record, "context destruction");
+        let _ = release(&record, "context destruction", context);
     }
+}
+
+/// Bytes of allocations of pool `pool` (its handle) whose free has not been reached.
+pub(crate) fn pool_bytes_in_use(pool: usize) -> u64 {
+    REGISTRY
+        .read()
+        .values()
+        .filter(|record| record.origin == Origin::Pooled(pool))
+        .map(|record| record.size as u64)
+        .sum()
 }

@@ -10,6 +10,7 @@ use parking_lot::RwLockReadGuard;
 
 use crate::config::config;
 use crate::context::Context;
+use crate::device::run_host_function;
 use crate::event::Mark;
 use crate::memory::{self, Record, State};
 
@@ -22,6 +23,8 @@ pub(crate) enum Place {
         /// The operation was enqueued after its memory's `cuMemFreeAsync`: nothing can order it
         /// before that free, so running it is a use-after-free.
         after_free: bool,
+        /// A synchronous call (`cuMemcpyHtoD`, `cuMemsetD8`, ...) enqueued it.
+        synchronous: bool,
     },
     /// Pageable host memory; the enqueuing call waits for the operation, so it stays valid.
     Pageable(usize),
@@ -30,14 +33,18 @@ pub(crate) enum Place {
 }
 
 impl Place {
-    pub fn memory(record: Arc<Record>, offset: usize) -> Place {
+    pub fn memory(record: Arc<Record>, offset: usize, synchronous: bool) -> Place {
         record.pending.fetch_add(1, Ordering::AcqRel);
+        if synchronous {
+            *record.synchronous.lock() += 1;
+        }
         record.storage.begin_device_use();
         let after_free = record.free_requested.load(Ordering::Acquire);
         Place::Memory {
             record,
             offset,
             after_free,
+            synchronous,
         }
     }
 
@@ -57,6 +64,7 @@ impl Place {
                 record,
                 offset,
                 after_free,
+                ..
             } => {
                 let state = record.state.read_recursive();
                 let address = record.start + *offset as u64;
@@ -79,9 +87,18 @@ impl Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        if let Place::Memory { record, .. } = self {
+        if let Place::Memory {
+            record,
+            synchronous,
+            ..
+        } = self
+        {
             record.storage.end_device_use();
             record.pending.fetch_sub(1, Ordering::AcqRel);
+            if *synchronous {
+                *record.synchronous.lock() -= 1;
+                record.synchronous_done.notify_all();
+            }
         }
     }
 }
@@ -114,6 +131,12 @@ pub(crate) enum Op {
         width: usize,
         count: usize,
     },
+    /// An operation that reads nothing and writes nothing but needs its memory allocated when it
+    /// runs (`cuMemPrefetchAsync`).
+    Touch {
+        operation: &'static str,
+        place: Place,
+    },
     /// An event's point in the stream.
     Mark(Arc<Mark>),
     HostFunction(HostFunction),
@@ -136,19 +159,19 @@ pub(crate) fn execute(context: &Context, op: Op) {
             let status = sticky.err().unwrap_or(CUresult::CUDA_SUCCESS);
             // SAFETY: the caller of cuStreamAddCallback promised a callable function and data
             // that stay valid until the callback runs.
-            unsafe {
+            run_host_function(|| unsafe {
                 (callback.function)(
                     callback.stream as CUstream,
                     status,
                     callback.data as *mut c_void,
                 )
-            };
+            });
         }
         _ if sticky.is_err() => {}
         Op::HostFunction(host) => {
             // SAFETY: the caller of cuLaunchHostFunc promised a callable function and data that
             // stay valid until it runs.
-            unsafe { (host.function)(host.data as *mut c_void) };
+            run_host_function(|| unsafe { (host.function)(host.data as *mut c_void) });
         }
         Op::Allocate(record) => {
             let mut state = record.state.write();
@@ -158,9 +181,14 @@ pub(crate) fn execute(context: &Context, op: Op) {
         }
         Op::Free(record) => {
             // A fault, if any, is reported by the release itself.
-            let _ = memory::release(&record, "cuMemFreeAsync");
+            let _ = memory::release(&record, "cuMemFreeAsync", context);
         }
         Op::Wait => {}
+        Op::Touch { operation, place } => {
+            if let Err(why) = place.open() {
+                context.fault(operation, &why);
+            }
+        }
         Op::Copy {
             operation,
             destination,

@@ -9,10 +9,10 @@ use std::ffi::c_void;
 
 use cudarc::driver::sys::{CUdeviceptr, CUpointer_attribute as P, CUresult};
 
+use crate::context;
 use crate::device::entry;
 use crate::errors::{DriverResult, write_out};
 use crate::memory::{self, Kind, Origin, Record};
-use crate::pool::default_pool;
 
 /// `CU_MEMORYTYPE_HOST`, `CU_MEMORYTYPE_DEVICE`.
 const MEMORY_TYPE_HOST: u32 = 1;
@@ -59,7 +59,12 @@ fn known(record: &Record, attribute: u32, address: u64) -> Option<Value> {
     let is = |known: P| attribute == known as u32;
     let host_accessible = record.kind != Kind::Device;
     let value = if is(P::CU_POINTER_ATTRIBUTE_CONTEXT) {
-        Value::Pointer(record.context.handle().cast())
+        // NULL for stream-ordered memory, which no context owns (see `memory::Record::context`).
+        Value::Pointer(
+            record
+                .context
+                .map_or(std::ptr::null_mut(), |context| context.handle().cast()),
+        )
     } else if is(P::CU_POINTER_ATTRIBUTE_MEMORY_TYPE) {
         // Managed memory reads as device memory; IS_MANAGED tells it apart.
         Value::Unsigned(match record.kind {
@@ -80,7 +85,7 @@ fn known(record: &Record, attribute: u32, address: u64) -> Option<Value> {
     } else if is(P::CU_POINTER_ATTRIBUTE_IS_MANAGED) {
         Value::Bool(record.kind == Kind::Managed)
     } else if is(P::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) {
-        Value::Int(record.context.ordinal as i32)
+        Value::Int(record.ordinal as i32)
     } else if is(P::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE) {
         // What cuIpcGetMemHandle exports: cuMemAlloc's memory.
         Value::Bool(record.kind == Kind::Device && record.origin == Origin::Allocated)
@@ -99,12 +104,11 @@ fn known(record: &Record, attribute: u32, address: u64) -> Option<Value> {
     } else if is(P::CU_POINTER_ATTRIBUTE_ACCESS_FLAGS) {
         Value::Unsigned(ACCESS_READ_WRITE)
     } else if is(P::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE) {
-        let pool = if record.origin == Origin::Pooled {
-            default_pool(record.context.ordinal).handle().cast()
-        } else {
-            std::ptr::null_mut()
+        let pool = match record.origin {
+            Origin::Pooled(pool) => pool,
+            _ => 0,
         };
-        Value::Pointer(pool)
+        Value::Pointer(pool as *mut c_void)
     } else if attribute == LAST_ATTRIBUTE {
         Value::Bool(false)
     } else {
@@ -154,6 +158,13 @@ pub unsafe extern "C" fn cuPointerGetAttribute(
     pointer: CUdeviceptr,
 ) -> CUresult {
     entry("cuPointerGetAttribute", || {
+        // CU_POINTER_ATTRIBUTE_DEVICE_POINTER: "If there is no current CUcontext then
+        // CUDA_ERROR_INVALID_CONTEXT is returned."
+        if attribute == P::CU_POINTER_ATTRIBUTE_DEVICE_POINTER as u32
+            && context::current_raw().is_none()
+        {
+            return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+        }
         let record = memory::find(pointer).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         let value = known(&record, attribute, pointer).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         // SAFETY: the caller's out-pointer for this attribute's type.

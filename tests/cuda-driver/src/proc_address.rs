@@ -1,13 +1,22 @@
 //! `cuGetProcAddress(_v2)`: entry points by base name and CUDA version, the way cuda-bindings
 //! (numba-cuda, cuda.core) and the CUDA runtime load the driver.
 //!
-//! A base name maps to the variant whose ABI the requested version has (`cuMemAlloc` at 3020 and
-//! later is `cuMemAlloc_v2`). Where a later version changed the ABI to one the double does not
-//! implement, that version gets a stub that returns CUDA_ERROR_NOT_SUPPORTED rather than a
-//! function with the wrong arguments. Names the double does not know get the same stub: loaders
-//! ask for hundreds of names up front and fail when any is missing. `DEVBUF_CUDA_TEST_HIDE` makes
-//! names look missing here (CUDA_ERROR_NOT_FOUND, as from an older driver); `dlsym` still finds
-//! the exported symbols, which a shared library cannot withhold.
+//! As documented: "For a requested driver symbol, if the specified CUDA version is greater than
+//! or equal to the CUDA version in which the driver symbol was introduced, this API will return
+//! the function pointer to the corresponding versioned function" (`cuMemAlloc` at 3020 and later
+//! is `cuMemAlloc_v2`). "If the specified CUDA version is greater than the driver version, the
+//! API will return CUDA_ERROR_INVALID_VALUE." "The API will return CUDA_SUCCESS and set the
+//! returned pfn to NULL if the requested driver function is not supported on the platform, no ABI
+//! compatible driver function exists for the specified cudaVersion or if the driver symbol is
+//! invalid", with `symbolStatus` CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND ("The requested symbol was
+//! not found": every name the double does not implement, kernels and graphs among them) or
+//! CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT ("The requested symbol was found but is not
+//! supported by cudaVersion specified"). With CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM the
+//! per-thread versions (`_ptsz`, `_ptds`) are returned where cuda.h has them: "If a per-thread
+//! version is not found, the API will return the legacy version of the driver function."
+//!
+//! `DEVBUF_CUDA_TEST_HIDE` makes names look missing here, as from an older driver; `dlsym` still
+//! finds the exported symbols, which a shared library cannot withhold.
 
 use std::ffi::{CStr, c_char, c_void};
 use std::sync::OnceLock;
@@ -17,41 +26,49 @@ use cudarc::driver::sys::CUresult;
 use crate::alloc::*;
 use crate::config::config;
 use crate::context::*;
+use crate::context_api::*;
 use crate::device::*;
 use crate::errors::*;
 use crate::event::*;
 use crate::ipc::*;
+use crate::managed::*;
 use crate::pointer::*;
 use crate::pool::*;
 use crate::stream::*;
+use crate::stream_api::*;
+use crate::stream_ordered::*;
 use crate::transfer::*;
 
 /// `CUdriverProcAddressQueryResult`.
 const SYMBOL_FOUND: i32 = 0;
 const SYMBOL_NOT_FOUND: i32 = 1;
 const VERSION_NOT_SUFFICIENT: i32 = 2;
-/// `CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`.
-const KNOWN_FLAGS: u64 = 0x1 | 0x2;
+/// `CU_GET_PROC_ADDRESS_LEGACY_STREAM`, `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`.
+const LEGACY_STREAM: u64 = 0x1;
+const PER_THREAD_DEFAULT_STREAM: u64 = 0x2;
 
-/// What a name and version resolve to.
-#[derive(Clone, Copy)]
-enum Target {
-    /// A function's address.
-    Function(usize),
-    /// A newer ABI the double does not implement.
-    Unimplemented,
+/// One versioned variant of a base name: the CUDA version it appeared in, its function, and its
+/// per-thread-default-stream version where cuda.h has one.
+struct Variant {
+    name: &'static str,
+    since: i32,
+    legacy: usize,
+    per_thread: Option<usize>,
 }
 
 macro_rules! table {
-    ($($name:literal $since:literal => $target:tt;)*) => {
-        /// Every base name the double serves, with the CUDA version its variant appeared in.
-        fn table() -> &'static [(&'static str, i32, Target)] {
-            static TABLE: OnceLock<Vec<(&'static str, i32, Target)>> = OnceLock::new();
-            TABLE.get_or_init(|| vec![$(($name, $since, table!(@target $target)),)*])
+    ($($name:literal $since:literal => $legacy:ident $(, $per_thread:ident)?;)*) => {
+        /// Every base name the double serves, by the CUDA version its variant appeared in.
+        fn table() -> &'static [Variant] {
+            static TABLE: OnceLock<Vec<Variant>> = OnceLock::new();
+            TABLE.get_or_init(|| vec![$(Variant {
+                name: $name,
+                since: $since,
+                legacy: $legacy as *const () as usize,
+                per_thread: None$(.or(Some($per_thread as *const () as usize)))?,
+            },)*])
         }
     };
-    (@target none) => { Target::Unimplemented };
-    (@target $function:ident) => { Target::Function($function as *const () as usize) };
 }
 
 table! {
@@ -80,32 +97,28 @@ table! {
     "cuDevicePrimaryCtxSetFlags" 11000 => cuDevicePrimaryCtxSetFlags_v2;
     "cuDevicePrimaryCtxGetState" 7000 => cuDevicePrimaryCtxGetState;
     "cuCtxCreate" 3020 => cuCtxCreate_v2;
-    "cuCtxCreate" 11040 => none;
     "cuCtxDestroy" 4000 => cuCtxDestroy_v2;
     "cuCtxGetCurrent" 4000 => cuCtxGetCurrent;
     "cuCtxSetCurrent" 4000 => cuCtxSetCurrent;
     "cuCtxPushCurrent" 4000 => cuCtxPushCurrent_v2;
     "cuCtxPopCurrent" 4000 => cuCtxPopCurrent_v2;
     "cuCtxGetDevice" 2000 => cuCtxGetDevice;
-    "cuCtxGetDevice" 13000 => none;
     "cuCtxGetFlags" 7000 => cuCtxGetFlags;
     "cuCtxGetApiVersion" 3020 => cuCtxGetApiVersion;
     "cuCtxSynchronize" 2000 => cuCtxSynchronize;
-    "cuCtxSynchronize" 13000 => none;
     "cuStreamCreate" 2000 => cuStreamCreate;
     "cuStreamCreateWithPriority" 5050 => cuStreamCreateWithPriority;
     "cuStreamDestroy" 4000 => cuStreamDestroy_v2;
-    "cuStreamSynchronize" 2000 => cuStreamSynchronize;
-    "cuStreamQuery" 2000 => cuStreamQuery;
-    "cuStreamWaitEvent" 3020 => cuStreamWaitEvent;
-    "cuStreamGetCtx" 9020 => cuStreamGetCtx;
-    "cuStreamGetCtx" 12050 => none;
-    "cuStreamGetFlags" 5050 => cuStreamGetFlags;
-    "cuStreamAddCallback" 5000 => cuStreamAddCallback;
-    "cuLaunchHostFunc" 10000 => cuLaunchHostFunc;
+    "cuStreamSynchronize" 2000 => cuStreamSynchronize, cuStreamSynchronize_ptsz;
+    "cuStreamQuery" 2000 => cuStreamQuery, cuStreamQuery_ptsz;
+    "cuStreamWaitEvent" 3020 => cuStreamWaitEvent, cuStreamWaitEvent_ptsz;
+    "cuStreamGetCtx" 9020 => cuStreamGetCtx, cuStreamGetCtx_ptsz;
+    "cuStreamGetFlags" 5050 => cuStreamGetFlags, cuStreamGetFlags_ptsz;
+    "cuStreamAddCallback" 5000 => cuStreamAddCallback, cuStreamAddCallback_ptsz;
+    "cuLaunchHostFunc" 10000 => cuLaunchHostFunc, cuLaunchHostFunc_ptsz;
     "cuEventCreate" 2000 => cuEventCreate;
-    "cuEventRecord" 2000 => cuEventRecord;
-    "cuEventRecordWithFlags" 11010 => cuEventRecordWithFlags;
+    "cuEventRecord" 2000 => cuEventRecord, cuEventRecord_ptsz;
+    "cuEventRecordWithFlags" 11010 => cuEventRecordWithFlags, cuEventRecordWithFlags_ptsz;
     "cuEventQuery" 2000 => cuEventQuery;
     "cuEventSynchronize" 2000 => cuEventSynchronize;
     "cuEventDestroy" 4000 => cuEventDestroy_v2;
@@ -121,66 +134,89 @@ table! {
     "cuMemAllocManaged" 6000 => cuMemAllocManaged;
     "cuMemGetInfo" 3020 => cuMemGetInfo_v2;
     "cuMemGetAddressRange" 3020 => cuMemGetAddressRange_v2;
-    "cuMemAllocAsync" 11020 => cuMemAllocAsync;
-    "cuMemFreeAsync" 11020 => cuMemFreeAsync;
+    "cuMemAllocAsync" 11020 => cuMemAllocAsync, cuMemAllocAsync_ptsz;
+    "cuMemFreeAsync" 11020 => cuMemFreeAsync, cuMemFreeAsync_ptsz;
     "cuDeviceGetDefaultMemPool" 11020 => cuDeviceGetDefaultMemPool;
     "cuDeviceGetMemPool" 11020 => cuDeviceGetMemPool;
     "cuMemPoolSetAttribute" 11020 => cuMemPoolSetAttribute;
     "cuMemPoolGetAttribute" 11020 => cuMemPoolGetAttribute;
     "cuMemPoolTrimTo" 11020 => cuMemPoolTrimTo;
-    "cuMemcpy" 4000 => cuMemcpy;
-    "cuMemcpyAsync" 4000 => cuMemcpyAsync;
-    "cuMemcpyHtoD" 3020 => cuMemcpyHtoD_v2;
-    "cuMemcpyDtoH" 3020 => cuMemcpyDtoH_v2;
-    "cuMemcpyDtoD" 3020 => cuMemcpyDtoD_v2;
-    "cuMemcpyHtoDAsync" 3020 => cuMemcpyHtoDAsync_v2;
-    "cuMemcpyDtoHAsync" 3020 => cuMemcpyDtoHAsync_v2;
-    "cuMemcpyDtoDAsync" 3020 => cuMemcpyDtoDAsync_v2;
-    "cuMemsetD8" 3020 => cuMemsetD8_v2;
-    "cuMemsetD16" 3020 => cuMemsetD16_v2;
-    "cuMemsetD32" 3020 => cuMemsetD32_v2;
-    "cuMemsetD8Async" 3020 => cuMemsetD8Async;
-    "cuMemsetD16Async" 3020 => cuMemsetD16Async;
-    "cuMemsetD32Async" 3020 => cuMemsetD32Async;
+    "cuMemcpy" 4000 => cuMemcpy, cuMemcpy_ptds;
+    "cuMemcpyAsync" 4000 => cuMemcpyAsync, cuMemcpyAsync_ptsz;
+    "cuMemcpyHtoD" 3020 => cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds;
+    "cuMemcpyDtoH" 3020 => cuMemcpyDtoH_v2, cuMemcpyDtoH_v2_ptds;
+    "cuMemcpyDtoD" 3020 => cuMemcpyDtoD_v2, cuMemcpyDtoD_v2_ptds;
+    "cuMemcpyHtoDAsync" 3020 => cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync_v2_ptsz;
+    "cuMemcpyDtoHAsync" 3020 => cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync_v2_ptsz;
+    "cuMemcpyDtoDAsync" 3020 => cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz;
+    "cuMemsetD8" 3020 => cuMemsetD8_v2, cuMemsetD8_v2_ptds;
+    "cuMemsetD16" 3020 => cuMemsetD16_v2, cuMemsetD16_v2_ptds;
+    "cuMemsetD32" 3020 => cuMemsetD32_v2, cuMemsetD32_v2_ptds;
+    "cuMemsetD8Async" 3020 => cuMemsetD8Async, cuMemsetD8Async_ptsz;
+    "cuMemsetD16Async" 3020 => cuMemsetD16Async, cuMemsetD16Async_ptsz;
+    "cuMemsetD32Async" 3020 => cuMemsetD32Async, cuMemsetD32Async_ptsz;
     "cuIpcGetMemHandle" 4010 => cuIpcGetMemHandle;
     "cuIpcOpenMemHandle" 4010 => cuIpcOpenMemHandle;
     "cuIpcOpenMemHandle" 11000 => cuIpcOpenMemHandle_v2;
     "cuIpcCloseMemHandle" 4010 => cuIpcCloseMemHandle;
     "cuPointerGetAttribute" 4000 => cuPointerGetAttribute;
     "cuPointerGetAttributes" 7000 => cuPointerGetAttributes;
+    "cuCtxCreate" 11040 => cuCtxCreate_v3;
+    "cuCtxCreate" 12050 => cuCtxCreate_v4;
+    "cuCtxGetDevice" 13000 => cuCtxGetDevice_v2;
+    "cuCtxSynchronize" 13000 => cuCtxSynchronize_v2;
+    "cuCtxGetId" 12000 => cuCtxGetId;
+    "cuCtxGetStreamPriorityRange" 5050 => cuCtxGetStreamPriorityRange;
+    "cuStreamGetCtx" 12050 => cuStreamGetCtx_v2, cuStreamGetCtx_v2_ptsz;
+    "cuStreamGetPriority" 5050 => cuStreamGetPriority, cuStreamGetPriority_ptsz;
+    "cuStreamGetId" 12000 => cuStreamGetId, cuStreamGetId_ptsz;
+    "cuStreamGetDevice" 12080 => cuStreamGetDevice, cuStreamGetDevice_ptsz;
+    "cuStreamIsCapturing" 10000 => cuStreamIsCapturing, cuStreamIsCapturing_ptsz;
+    "cuMemHostRegister" 4000 => cuMemHostRegister;
+    "cuMemHostRegister" 6050 => cuMemHostRegister_v2;
+    "cuMemHostUnregister" 4000 => cuMemHostUnregister;
+    "cuMemPrefetchAsync" 8000 => cuMemPrefetchAsync, cuMemPrefetchAsync_ptsz;
+    "cuMemPrefetchAsync" 12020 => cuMemPrefetchAsync_v2, cuMemPrefetchAsync_v2_ptsz;
+    "cuMemAdvise" 8000 => cuMemAdvise;
+    "cuMemAdvise" 12020 => cuMemAdvise_v2;
+    "cuMemAllocFromPoolAsync" 11020 => cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz;
+    "cuDeviceSetMemPool" 11020 => cuDeviceSetMemPool;
+    "cuMemGetDefaultMemPool" 13000 => cuMemGetDefaultMemPool;
+    "cuMemGetMemPool" 13000 => cuMemGetMemPool;
+    "cuMemSetMemPool" 13000 => cuMemSetMemPool;
+    "cuMemPoolCreate" 11020 => cuMemPoolCreate;
+    "cuMemPoolDestroy" 11020 => cuMemPoolDestroy;
+    "cuMemPoolGetAccess" 11020 => cuMemPoolGetAccess;
+    "cuMemPoolSetAccess" 11020 => cuMemPoolSetAccess;
+    "cuProfilerStart" 4000 => cuProfilerStart;
+    "cuProfilerStop" 4000 => cuProfilerStop;
 }
 
-/// What everything the double does not implement does: kernels, modules, graphs, IPC events, ...
-extern "C" fn not_supported() -> CUresult {
-    CUresult::CUDA_ERROR_NOT_SUPPORTED
-}
-
-/// Resolves `name` at `version`: the function, or the query result that says why not.
-fn resolve(name: &str, version: i32) -> Result<usize, i32> {
+/// Resolves `name` at `version` with the per-thread default stream or not: the function, or the
+/// query result that says why not.
+fn resolve(name: &str, version: i32, per_thread: bool) -> Result<usize, i32> {
     let absent = cfg!(feature = "old-driver") && STREAM_ORDERED_ALLOCATOR.contains(&name);
     if absent || config().hidden.iter().any(|hidden| hidden == name) {
         return Err(SYMBOL_NOT_FOUND);
     }
-    let variants: Vec<(i32, Target)> = table()
+    let mut variants = table()
         .iter()
-        .filter(|(known, ..)| *known == name)
-        .map(|&(_, since, target)| (since, target))
-        .collect();
-    if variants.is_empty() {
+        .filter(|variant| variant.name == name)
+        .peekable();
+    if variants.peek().is_none() {
         if config().trace {
-            eprintln!("devbuf CUDA test driver: {name} (CUDA {version}) is a NOT_SUPPORTED stub");
+            eprintln!("devbuf CUDA test driver: {name} (CUDA {version}) is not implemented");
         }
-        return Ok(not_supported as *const () as usize);
+        return Err(SYMBOL_NOT_FOUND);
     }
-    match variants
-        .iter()
-        .filter(|(since, _)| *since <= version)
-        .max_by_key(|(since, _)| *since)
-    {
-        Some((_, Target::Function(function))) => Ok(*function),
-        Some((_, Target::Unimplemented)) => Ok(not_supported as *const () as usize),
-        None => Err(VERSION_NOT_SUFFICIENT),
-    }
+    let variant = variants
+        .filter(|variant| variant.since <= version)
+        .max_by_key(|variant| variant.since)
+        .ok_or(VERSION_NOT_SUFFICIENT)?;
+    Ok(match variant.per_thread {
+        Some(function) if per_thread => function,
+        _ => variant.legacy,
+    })
 }
 
 /// # Safety
@@ -194,14 +230,17 @@ unsafe fn get_proc_address(
     status: *mut i32,
 ) -> CUresult {
     boundary("cuGetProcAddress", || {
-        if symbol.is_null() || function.is_null() || flags & !KNOWN_FLAGS != 0 {
+        let known_flags = LEGACY_STREAM | PER_THREAD_DEFAULT_STREAM;
+        if symbol.is_null() || function.is_null() || flags & !known_flags != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        if version > config().driver_version {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: a NUL-terminated string (the caller's contract).
         let name = unsafe { CStr::from_ptr(symbol) }.to_string_lossy();
-        // The per-thread-default-stream flag is accepted, but the double hands out the same
-        // functions: its stream 0 is always the legacy stream.
-        let (found, result) = match resolve(&name, version) {
+        let per_thread = flags & PER_THREAD_DEFAULT_STREAM != 0;
+        let (found, result) = match resolve(&name, version, per_thread) {
             Ok(found) => (found as *mut c_void, SYMBOL_FOUND),
             Err(why) => (std::ptr::null_mut(), why),
         };
@@ -212,11 +251,7 @@ unsafe fn get_proc_address(
                 write_out(status, result)?;
             }
         }
-        if result == SYMBOL_FOUND {
-            Ok(())
-        } else {
-            Err(CUresult::CUDA_ERROR_NOT_FOUND)
-        }
+        Ok(())
     })
 }
 

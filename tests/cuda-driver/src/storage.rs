@@ -8,6 +8,11 @@
 //! which is inaccessible while stream work on the allocation is pending (a host access then
 //! faults, as on such a device), and the one stream operations use.
 //!
+//! Fresh device, pinned and managed memory holds a poison pattern, never zeros: a real allocation
+//! holds whatever was there before, so a program that reads memory it never wrote must not find
+//! the zeros a fresh host mapping has. The pattern's pages are mapped copy-on-write from one
+//! poisoned file, so a large allocation costs no memory until it is written.
+//!
 //! Device bytes another process may map (`cuIpcGetMemHandle`) move into a memfd when first
 //! exported, at the same address. The file stays open as long as the bytes (until the free), so
 //! that the importing process can open it as `/proc/<pid>/fd/<fd>` and map the same pages.
@@ -15,7 +20,7 @@
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::CUresult;
 use parking_lot::Mutex;
@@ -51,6 +56,9 @@ enum HostView {
     None,
     /// Pinned or managed memory: the host's pointer is `data` itself.
     Same,
+    /// Host memory the program allocated and registered (`cuMemHostRegister`): the program's own
+    /// pages, which the driver neither poisons, revokes nor unmaps.
+    Registered,
     /// Managed memory without concurrent access: a second mapping, at the host's pointer.
     Separate {
         address: usize,
@@ -63,6 +71,52 @@ struct SeparateView {
     /// Stream operations pending on the allocation.
     users: usize,
     revoked: bool,
+}
+
+/// The byte fresh memory holds: every float reads NaN, every integer -1.
+pub(crate) const POISON: u8 = 0xff;
+/// How many poisoned bytes the pattern's file holds; larger allocations map it repeatedly.
+const POISON_CHUNK: usize = 8 << 20;
+
+/// The file of poison fresh allocations map, created on first use.
+fn poison_file() -> DriverResult<i32> {
+    static FILE: OnceLock<Option<OwnedFd>> = OnceLock::new();
+    let file = FILE.get_or_init(|| {
+        let fd = memfd(POISON_CHUNK).ok()?;
+        let view = map(POISON_CHUNK, libc::MAP_SHARED, fd.as_raw_fd()).ok()?;
+        // SAFETY: a fresh shared mapping of POISON_CHUNK bytes that nothing else refers to.
+        unsafe { std::ptr::write_bytes(view as *mut u8, POISON, POISON_CHUNK) };
+        unmap(view, POISON_CHUNK);
+        Some(fd)
+    });
+    file.as_ref()
+        .map(AsRawFd::as_raw_fd)
+        .ok_or(CUresult::CUDA_ERROR_OUT_OF_MEMORY)
+}
+
+/// `len` private, writable bytes that read as [`POISON`] until written.
+fn map_poisoned(len: usize) -> DriverResult<usize> {
+    let poison = poison_file()?;
+    let base = map(len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1)?;
+    for offset in (0..len).step_by(POISON_CHUNK) {
+        let chunk = POISON_CHUNK.min(len - offset);
+        // SAFETY: replaces part of the fresh mapping above, which nothing refers to yet.
+        let mapped = unsafe {
+            libc::mmap(
+                (base + offset) as *mut _,
+                chunk,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_FIXED | libc::MAP_NORESERVE,
+                poison,
+                0,
+            )
+        };
+        if mapped == libc::MAP_FAILED {
+            unmap(base, len);
+            return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+        }
+    }
+    Ok(base)
 }
 
 fn map(len: usize, flags: i32, fd: i32) -> DriverResult<usize> {
@@ -113,7 +167,7 @@ impl Storage {
     /// Bytes for device memory.
     pub fn device(len: usize) -> DriverResult<Arc<Storage>> {
         let len = len.max(1);
-        let data = map(len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1)?;
+        let data = map_poisoned(len)?;
         Ok(Arc::new(Storage {
             data,
             len,
@@ -136,7 +190,7 @@ impl Storage {
     /// Host-accessible bytes (pinned or managed memory).
     pub fn host(len: usize) -> DriverResult<Arc<Storage>> {
         let len = len.max(1);
-        let data = map(len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1)?;
+        let data = map_poisoned(len)?;
         Ok(Arc::new(Storage {
             data,
             len,
@@ -153,6 +207,8 @@ impl Storage {
         let data = map(len, libc::MAP_SHARED, fd.as_raw_fd())?;
         let address =
             map(len, libc::MAP_SHARED, fd.as_raw_fd()).inspect_err(|_| unmap(data, len))?;
+        // SAFETY: a fresh shared mapping of `len` bytes that nothing else refers to yet.
+        unsafe { std::ptr::write_bytes(data as *mut u8, POISON, len) };
         Ok(Arc::new(Storage {
             data,
             len,
@@ -162,6 +218,16 @@ impl Storage {
             },
             shared: Mutex::new(None),
         }))
+    }
+
+    /// The program's own host memory at `address`, registered with the driver.
+    pub fn registered(address: usize, len: usize) -> Arc<Storage> {
+        Arc::new(Storage {
+            data: address,
+            len,
+            host: HostView::Registered,
+            shared: Mutex::new(None),
+        })
     }
 
     /// Moves device bytes into a file other processes can map, once; the file's identity. The
@@ -214,7 +280,7 @@ impl Storage {
     pub fn host_address(&self) -> Option<usize> {
         match &self.host {
             HostView::None => None,
-            HostView::Same => Some(self.data),
+            HostView::Same | HostView::Registered => Some(self.data),
             HostView::Separate { address, .. } => Some(*address),
         }
     }
@@ -244,7 +310,7 @@ impl Storage {
     /// The allocation was freed: the host's view becomes inaccessible for good, and its pages go.
     pub fn revoke(&self) {
         let host = match &self.host {
-            HostView::None => return,
+            HostView::None | HostView::Registered => return,
             HostView::Same => self.data,
             HostView::Separate { address, state } => {
                 state.lock().revoked = true;
@@ -262,7 +328,7 @@ impl Drop for Storage {
     fn drop(&mut self) {
         // The host's view (when there is one) stays mapped, inaccessible, so that its address is
         // not reused; the bytes only stream operations used are unmapped.
-        if matches!(self.host, HostView::Same) {
+        if matches!(self.host, HostView::Same | HostView::Registered) {
             return;
         }
         // The last record holding the storage is gone.

@@ -10,9 +10,9 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use cudarc::driver::sys::{CUcontext, CUresult, CUstream};
+use cudarc::driver::sys::{CUresult, CUstream};
 use parking_lot::{Condvar, Mutex};
 
 use crate::context::{self, Context};
@@ -35,6 +35,15 @@ pub(crate) enum Flavor {
     PerThread,
     Blocking,
     NonBlocking,
+}
+
+/// What stream 0 (NULL) means to an entry point: the legacy default stream, or, in the
+/// `_ptsz`/`_ptds` variants (`CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`, or a program built
+/// with `CUDA_API_PER_THREAD_DEFAULT_STREAM`), the calling thread's per-thread default stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NullStream {
+    Legacy,
+    PerThread,
 }
 
 /// "Stream `stream` has completed its operation number `sequence`."
@@ -69,10 +78,13 @@ struct Queue {
 
 pub(crate) struct Stream {
     pub handle: usize,
+    /// `cuStreamGetId`: unique among the process's streams, default streams included.
+    pub id: u64,
     pub context: &'static Context,
     pub generation: u64,
     pub flavor: Flavor,
     pub flags: u32,
+    pub priority: i32,
     queue: Mutex<Queue>,
     work: Condvar,
     completed: Mutex<u64>,
@@ -80,17 +92,20 @@ pub(crate) struct Stream {
 }
 
 static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(FIRST_HANDLE);
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// Created streams by handle, and every stream of each context (for synchronization).
 static STREAMS: Mutex<Vec<Arc<Stream>>> = Mutex::new(Vec::new());
 
 impl Stream {
-    fn start(context: &'static Context, flavor: Flavor, flags: u32) -> Arc<Stream> {
+    fn start(context: &'static Context, flavor: Flavor, flags: u32, priority: i32) -> Arc<Stream> {
         let stream = Arc::new(Stream {
             handle: NEXT_HANDLE.fetch_add(0x10, Ordering::Relaxed),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             context,
             generation: context.generation(),
             flavor,
             flags,
+            priority,
             queue: Mutex::default(),
             work: Condvar::new(),
             completed: Mutex::new(0),
@@ -244,7 +259,7 @@ fn default_stream(context: &'static Context, flavor: Flavor) -> Arc<Stream> {
             if let Some(stream) = streams.0.iter().find(|stream| current(stream)) {
                 return Arc::clone(stream);
             }
-            let stream = Stream::start(context, flavor, 0);
+            let stream = Stream::start(context, flavor, 0, 0);
             streams.0.push(Arc::clone(&stream));
             stream
         });
@@ -254,7 +269,7 @@ fn default_stream(context: &'static Context, flavor: Flavor) -> Arc<Stream> {
         return Arc::clone(stream);
     }
     drop(streams);
-    let stream = Stream::start(context, flavor, 0);
+    let stream = Stream::start(context, flavor, 0, 0);
     // Another thread may have started one meanwhile: keep the first.
     streams = STREAMS.lock();
     let first = streams.iter().find(|other| current(other)).cloned();
@@ -271,10 +286,19 @@ fn default_stream(context: &'static Context, flavor: Flavor) -> Arc<Stream> {
 /// The stream a handle names, in a usable context: 0 and 1 are the current context's legacy
 /// stream, 2 its per-thread stream.
 pub(crate) fn resolve(handle: CUstream) -> DriverResult<Arc<Stream>> {
-    let stream = match handle as usize {
-        0 | LEGACY => default_stream(context::current()?, Flavor::Legacy),
-        PER_THREAD => default_stream(context::current()?, Flavor::PerThread),
-        handle => STREAMS
+    resolve_as(handle, NullStream::Legacy)
+}
+
+/// [`resolve`], with 0 meaning what `null` says.
+pub(crate) fn resolve_as(handle: CUstream, null: NullStream) -> DriverResult<Arc<Stream>> {
+    let stream = match (handle as usize, null) {
+        (0, NullStream::Legacy) | (LEGACY, _) => {
+            default_stream(context::current()?, Flavor::Legacy)
+        }
+        (0, NullStream::PerThread) | (PER_THREAD, _) => {
+            default_stream(context::current()?, Flavor::PerThread)
+        }
+        (handle, _) => STREAMS
             .lock()
             .iter()
             .find(|stream| stream.handle == handle && stream.flavor != Flavor::PerThread)
@@ -315,7 +339,11 @@ pub(crate) fn destroy_context_streams(context: &Context) {
     }
 }
 
-fn create(stream: *mut CUstream, flags: u32) -> CUresult {
+/// The range of stream priorities, [greatest, least]: a GPU's (Hopper's is [-5, 0]).
+pub(crate) const GREATEST_PRIORITY: i32 = -5;
+pub(crate) const LEAST_PRIORITY: i32 = 0;
+
+fn create(stream: *mut CUstream, flags: u32, priority: i32) -> CUresult {
     entry("cuStreamCreate", || {
         if flags & !NON_BLOCKING != 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -329,7 +357,11 @@ fn create(stream: *mut CUstream, flags: u32) -> CUresult {
         if stream.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let created = Stream::start(context, flavor, flags);
+        // "If the specified priority is outside the numerical range returned by
+        // cuCtxGetStreamPriorityRange, it will automatically be clamped to the lowest or the
+        // highest number in the range."
+        let priority = priority.clamp(GREATEST_PRIORITY, LEAST_PRIORITY);
+        let created = Stream::start(context, flavor, flags, priority);
         // SAFETY: the caller's out-pointer, checked non-null.
         unsafe { write_out(stream, created.handle as CUstream) }
     })
@@ -339,10 +371,12 @@ fn create(stream: *mut CUstream, flags: u32) -> CUresult {
 /// `stream` is null or valid for writing a CUstream.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamCreate(stream: *mut CUstream, flags: u32) -> CUresult {
-    create(stream, flags)
+    create(stream, flags, 0)
 }
 
-/// Priorities are accepted and ignored: the double runs every stream at its own pace.
+/// Priorities are kept (`cuStreamGetPriority`), not acted on: the double runs every stream at
+/// its own pace, which the documentation allows ("Priorities provide a hint ... but do not
+/// preempt already-running work or provide any other functional guarantee on execution order").
 ///
 /// # Safety
 /// `stream` is null or valid for writing a CUstream.
@@ -350,9 +384,9 @@ pub unsafe extern "C" fn cuStreamCreate(stream: *mut CUstream, flags: u32) -> CU
 pub unsafe extern "C" fn cuStreamCreateWithPriority(
     stream: *mut CUstream,
     flags: u32,
-    _priority: i32,
+    priority: i32,
 ) -> CUresult {
-    create(stream, flags)
+    create(stream, flags, priority)
 }
 
 fn destroy(handle: CUstream) -> CUresult {
@@ -374,46 +408,4 @@ pub extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
 #[unsafe(no_mangle)]
 pub extern "C" fn cuStreamDestroy(stream: CUstream) -> CUresult {
     destroy(stream)
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamSynchronize(stream: CUstream) -> CUresult {
-    entry("cuStreamSynchronize", || {
-        let stream = resolve(stream)?;
-        stream.drain();
-        stream.context.sticky_error()
-    })
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamQuery(stream: CUstream) -> CUresult {
-    entry("cuStreamQuery", || {
-        let stream = resolve(stream)?;
-        if stream.completed() < stream.enqueued() {
-            return Err(CUresult::CUDA_ERROR_NOT_READY);
-        }
-        stream.context.sticky_error()
-    })
-}
-
-/// # Safety
-/// `context` is null or valid for writing a CUcontext.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamGetCtx(stream: CUstream, context: *mut CUcontext) -> CUresult {
-    entry("cuStreamGetCtx", || {
-        let stream = resolve(stream)?;
-        // SAFETY: the caller's out-pointer.
-        unsafe { write_out(context, stream.context.handle()) }
-    })
-}
-
-/// # Safety
-/// `flags` is null or valid for writing an unsigned int.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamGetFlags(stream: CUstream, flags: *mut u32) -> CUresult {
-    entry("cuStreamGetFlags", || {
-        let stream = resolve(stream)?;
-        // SAFETY: the caller's out-pointer.
-        unsafe { write_out(flags, stream.flags) }
-    })
 }

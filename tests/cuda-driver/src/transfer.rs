@@ -2,23 +2,34 @@
 //! ("API synchronization behavior"):
 //!
 //! - asynchronous copies from pageable host memory snapshot the source before returning; to
-//!   pageable host memory they return only once the copy is done; between two pageable ranges
-//!   they are synchronous; pinned, managed and device memory is touched when the stream runs;
-//! - synchronous copies (on the legacy default stream) return at once between device ranges and
-//!   after staging from pageable memory, and wait in every other case;
+//!   pageable host memory they return only once the copy is done; pinned, managed and device
+//!   memory is touched when the stream runs;
+//! - synchronous copies (on the legacy default stream, or the per-thread one for the `_ptds`
+//!   variants) return at once between device ranges; from pageable memory to the device they
+//!   synchronize the stream first ("a stream sync is performed before the copy is initiated") and
+//!   return once the source is staged ("the DMA to final destination may not have completed");
+//!   they wait in every other case;
+//! - copies between host memory (pinned or pageable) at both ends "are fully synchronous with
+//!   respect to the host", asynchronous or not;
 //! - fills are asynchronous, except synchronous fills of pinned or managed memory, which wait;
-//!   the device cannot reach pageable memory, so a fill of it is CUDA_ERROR_INVALID_VALUE.
+//!   the device cannot reach pageable memory, so a fill of it is CUDA_ERROR_INVALID_VALUE;
+//! - in a context created with `CU_CTX_SYNC_MEMOPS`, synchronous copies and fills "will always
+//!   synchronize".
+//!
+//! `cuMemFree` waits for what synchronous calls left running on the memory it frees (see
+//! [`crate::alloc`]).
 
 use std::ffi::c_void;
 use std::sync::Arc;
 
 use cudarc::driver::sys::{CUdeviceptr, CUresult, CUstream};
 
+use crate::context::SYNC_MEMOPS;
 use crate::device::entry;
 use crate::errors::DriverResult;
 use crate::memory::{self, Kind};
 use crate::ops::{Callback, HostFunction, Op, Place};
-use crate::stream::{self, Stream};
+use crate::stream::{self, NullStream, Stream};
 
 /// What one side of a copy is, when it is enqueued.
 enum Side {
@@ -29,7 +40,7 @@ enum Side {
 /// Classifies `[address, address + len)`: memory the driver allocated (all of it inside one
 /// allocation), or pageable host memory. A device address the driver does not know (freed, or
 /// never allocated) is CUDA_ERROR_INVALID_VALUE.
-fn side(address: u64, len: usize) -> DriverResult<Side> {
+fn side(address: u64, len: usize, synchronous: bool) -> DriverResult<Side> {
     if address == 0 {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
@@ -39,7 +50,7 @@ fn side(address: u64, len: usize) -> DriverResult<Side> {
                 return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
             }
             let offset = (address - record.start) as usize;
-            Ok(Side::Memory(Place::memory(record, offset)))
+            Ok(Side::Memory(Place::memory(record, offset, synchronous)))
         }
         None if memory::is_device_address(address) => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
         None => Ok(Side::Pageable(address)),
@@ -58,28 +69,63 @@ fn is_host(side: &Side) -> bool {
     }
 }
 
+/// How a copy or fill was called: asynchronously on a stream, or synchronously; and what
+/// stream 0 means.
+#[derive(Clone, Copy)]
+struct Call {
+    synchronous: bool,
+    null: NullStream,
+}
+
+const ASYNC: Call = Call {
+    synchronous: false,
+    null: NullStream::Legacy,
+};
+const ASYNC_PTSZ: Call = Call {
+    synchronous: false,
+    null: NullStream::PerThread,
+};
+const SYNC: Call = Call {
+    synchronous: true,
+    null: NullStream::Legacy,
+};
+const SYNC_PTDS: Call = Call {
+    synchronous: true,
+    null: NullStream::PerThread,
+};
+
 fn copy(
     operation: &'static str,
     destination: CUdeviceptr,
     source: CUdeviceptr,
     len: usize,
     stream: CUstream,
-    synchronous: bool,
+    call: Call,
 ) -> CUresult {
     entry(operation, || {
-        let stream = stream::resolve(stream)?;
+        let stream = stream::resolve_as(stream, call.null)?;
         if len == 0 {
             return Ok(());
         }
-        let (to, from) = (side(destination, len)?, side(source, len)?);
+        let synchronous = call.synchronous;
+        let (to, from) = (
+            side(destination, len, synchronous)?,
+            side(source, len, synchronous)?,
+        );
         let host_source = is_host(&from);
         let host_destination = is_host(&to);
+        let always = synchronous && stream.context.flags() & SYNC_MEMOPS != 0;
         // When the calling thread must wait for the copy to complete.
         let wait = match (&to, &from) {
+            _ if always || (host_source && host_destination) => true,
             (Side::Pageable(_), _) => true,
-            (_, Side::Pageable(_)) => synchronous && host_destination,
+            (_, Side::Pageable(_)) => false,
             _ => synchronous && (host_source || host_destination),
         };
+        if synchronous && matches!(from, Side::Pageable(_)) {
+            stream.drain();
+            stream.context.sticky_error()?;
+        }
         let source = match from {
             Side::Memory(place) => place,
             // Pageable to pageable: the enqueuing thread waits, so the source stays valid.
@@ -119,40 +165,54 @@ fn finish(stream: &Arc<Stream>, op: Op, wait: bool) -> DriverResult {
 }
 
 macro_rules! copies {
-    ($($name:ident($destination:ident: $dt:ty, $source:ident: $st:ty) $synchronous:literal;)*) => {$(
+    ($($name:ident / $ptsz:ident ($destination:ident: $dt:ty, $source:ident: $st:ty);)*) => {$(
         /// # Safety
         /// Both ranges are `len` bytes the caller may access as the copy's kind says, and stay
         /// valid until the copy has completed.
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($destination: $dt, $source: $st, len: usize, stream: CUstream) -> CUresult {
-            copy(stringify!($name), $destination as CUdeviceptr, $source as CUdeviceptr, len, stream, $synchronous)
+            copy(stringify!($name), $destination as CUdeviceptr, $source as CUdeviceptr, len, stream, ASYNC)
+        }
+
+        /// # Safety
+        /// As for the variant without `_ptsz`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $ptsz($destination: $dt, $source: $st, len: usize, stream: CUstream) -> CUresult {
+            copy(stringify!($name), $destination as CUdeviceptr, $source as CUdeviceptr, len, stream, ASYNC_PTSZ)
         }
     )*};
 }
 
 copies! {
-    cuMemcpyAsync(destination: CUdeviceptr, source: CUdeviceptr) false;
-    cuMemcpyHtoDAsync_v2(destination: CUdeviceptr, source: *const c_void) false;
-    cuMemcpyDtoHAsync_v2(destination: *mut c_void, source: CUdeviceptr) false;
-    cuMemcpyDtoDAsync_v2(destination: CUdeviceptr, source: CUdeviceptr) false;
+    cuMemcpyAsync / cuMemcpyAsync_ptsz(destination: CUdeviceptr, source: CUdeviceptr);
+    cuMemcpyHtoDAsync_v2 / cuMemcpyHtoDAsync_v2_ptsz(destination: CUdeviceptr, source: *const c_void);
+    cuMemcpyDtoHAsync_v2 / cuMemcpyDtoHAsync_v2_ptsz(destination: *mut c_void, source: CUdeviceptr);
+    cuMemcpyDtoDAsync_v2 / cuMemcpyDtoDAsync_v2_ptsz(destination: CUdeviceptr, source: CUdeviceptr);
 }
 
 macro_rules! synchronous_copies {
-    ($($name:ident($destination:ident: $dt:ty, $source:ident: $st:ty);)*) => {$(
+    ($($name:ident / $ptds:ident ($destination:ident: $dt:ty, $source:ident: $st:ty);)*) => {$(
         /// # Safety
         /// Both ranges are `len` bytes the caller may access as the copy's kind says.
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($destination: $dt, $source: $st, len: usize) -> CUresult {
-            copy(stringify!($name), $destination as CUdeviceptr, $source as CUdeviceptr, len, std::ptr::null_mut(), true)
+            copy(stringify!($name), $destination as CUdeviceptr, $source as CUdeviceptr, len, std::ptr::null_mut(), SYNC)
+        }
+
+        /// # Safety
+        /// As for the variant without `_ptds`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $ptds($destination: $dt, $source: $st, len: usize) -> CUresult {
+            copy(stringify!($name), $destination as CUdeviceptr, $source as CUdeviceptr, len, std::ptr::null_mut(), SYNC_PTDS)
         }
     )*};
 }
 
 synchronous_copies! {
-    cuMemcpy(destination: CUdeviceptr, source: CUdeviceptr);
-    cuMemcpyHtoD_v2(destination: CUdeviceptr, source: *const c_void);
-    cuMemcpyDtoH_v2(destination: *mut c_void, source: CUdeviceptr);
-    cuMemcpyDtoD_v2(destination: CUdeviceptr, source: CUdeviceptr);
+    cuMemcpy / cuMemcpy_ptds(destination: CUdeviceptr, source: CUdeviceptr);
+    cuMemcpyHtoD_v2 / cuMemcpyHtoD_v2_ptds(destination: CUdeviceptr, source: *const c_void);
+    cuMemcpyDtoH_v2 / cuMemcpyDtoH_v2_ptds(destination: *mut c_void, source: CUdeviceptr);
+    cuMemcpyDtoD_v2 / cuMemcpyDtoD_v2_ptds(destination: CUdeviceptr, source: CUdeviceptr);
 }
 
 fn fill(
@@ -162,10 +222,11 @@ fn fill(
     width: usize,
     count: usize,
     stream: CUstream,
-    synchronous: bool,
+    call: Call,
 ) -> CUresult {
     entry(operation, || {
-        let stream = stream::resolve(stream)?;
+        let stream = stream::resolve_as(stream, call.null)?;
+        let synchronous = call.synchronous;
         if !destination.is_multiple_of(width as u64) {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
@@ -175,10 +236,11 @@ fn fill(
         let len = count
             .checked_mul(width)
             .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-        let Side::Memory(place) = side(destination, len)? else {
+        let Side::Memory(place) = side(destination, len, synchronous)? else {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         };
-        let wait = synchronous && !is_kind(&place, Kind::Device);
+        let always = stream.context.flags() & SYNC_MEMOPS != 0;
+        let wait = synchronous && (always || !is_kind(&place, Kind::Device));
         let op = Op::Fill {
             operation,
             destination: place,
@@ -191,34 +253,46 @@ fn fill(
 }
 
 macro_rules! fills {
-    ($($name:ident($value:ty, $width:literal) $synchronous:literal;)*) => {$(
+    ($($name:ident / $ptsz:ident ($value:ty, $width:literal);)*) => {$(
         #[unsafe(no_mangle)]
         pub extern "C" fn $name(destination: CUdeviceptr, value: $value, count: usize, stream: CUstream) -> CUresult {
-            fill(stringify!($name), destination, value as u32, $width, count, stream, $synchronous)
+            fill(stringify!($name), destination, value as u32, $width, count, stream, ASYNC)
+        }
+
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $ptsz(destination: CUdeviceptr, value: $value, count: usize, stream: CUstream) -> CUresult {
+            fill(stringify!($name), destination, value as u32, $width, count, stream, ASYNC_PTSZ)
         }
     )*};
 }
 
 fills! {
-    cuMemsetD8Async(u8, 1) false;
-    cuMemsetD16Async(u16, 2) false;
-    cuMemsetD32Async(u32, 4) false;
+    cuMemsetD8Async / cuMemsetD8Async_ptsz(u8, 1);
+    cuMemsetD16Async / cuMemsetD16Async_ptsz(u16, 2);
+    cuMemsetD32Async / cuMemsetD32Async_ptsz(u32, 4);
 }
 
 macro_rules! synchronous_fills {
-    ($($name:ident($value:ty, $width:literal);)*) => {$(
+    ($($name:ident / $ptds:ident ($value:ty, $width:literal);)*) => {$(
         #[unsafe(no_mangle)]
         pub extern "C" fn $name(destination: CUdeviceptr, value: $value, count: usize) -> CUresult {
-            fill(stringify!($name), destination, value as u32, $width, count, std::ptr::null_mut(), true)
+            fill(stringify!($name), destination, value as u32, $width, count, std::ptr::null_mut(), SYNC)
+        }
+
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $ptds(destination: CUdeviceptr, value: $value, count: usize) -> CUresult {
+            fill(stringify!($name), destination, value as u32, $width, count, std::ptr::null_mut(), SYNC_PTDS)
         }
     )*};
 }
 
 synchronous_fills! {
-    cuMemsetD8_v2(u8, 1);
-    cuMemsetD16_v2(u16, 2);
-    cuMemsetD32_v2(u32, 4);
+    cuMemsetD8_v2 / cuMemsetD8_v2_ptds(u8, 1);
+    cuMemsetD16_v2 / cuMemsetD16_v2_ptds(u16, 2);
+    cuMemsetD32_v2 / cuMemsetD32_v2_ptds(u32, 4);
 }
+
+type HostFn = Option<unsafe extern "C" fn(*mut c_void)>;
 
 /// # Safety
 /// `function` may be called with `data` on another thread once the stream reaches it; it must
@@ -226,11 +300,31 @@ synchronous_fills! {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchHostFunc(
     stream: CUstream,
-    function: Option<unsafe extern "C" fn(*mut c_void)>,
+    function: HostFn,
     data: *mut c_void,
 ) -> CUresult {
+    launch_host_func(stream, function, data, NullStream::Legacy)
+}
+
+/// # Safety
+/// As for [`cuLaunchHostFunc`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchHostFunc_ptsz(
+    stream: CUstream,
+    function: HostFn,
+    data: *mut c_void,
+) -> CUresult {
+    launch_host_func(stream, function, data, NullStream::PerThread)
+}
+
+fn launch_host_func(
+    stream: CUstream,
+    function: HostFn,
+    data: *mut c_void,
+    null: NullStream,
+) -> CUresult {
     entry("cuLaunchHostFunc", || {
-        let stream = stream::resolve(stream)?;
+        let stream = stream::resolve_as(stream, null)?;
         let function = function.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         let op = Op::HostFunction(HostFunction {
             function,
@@ -240,18 +334,42 @@ pub unsafe extern "C" fn cuLaunchHostFunc(
     })
 }
 
+type StreamCallback = Option<unsafe extern "C" fn(CUstream, CUresult, *mut c_void)>;
+
 /// # Safety
 /// `callback` may be called with the stream, a status and `data` on another thread once the
 /// stream reaches it; it must not call the driver (as documented).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamAddCallback(
     stream: CUstream,
-    callback: Option<unsafe extern "C" fn(CUstream, CUresult, *mut c_void)>,
+    callback: StreamCallback,
     data: *mut c_void,
     flags: u32,
 ) -> CUresult {
+    add_callback(stream, callback, data, flags, NullStream::Legacy)
+}
+
+/// # Safety
+/// As for [`cuStreamAddCallback`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamAddCallback_ptsz(
+    stream: CUstream,
+    callback: StreamCallback,
+    data: *mut c_void,
+    flags: u32,
+) -> CUresult {
+    add_callback(stream, callback, data, flags, NullStream::PerThread)
+}
+
+fn add_callback(
+    stream: CUstream,
+    callback: StreamCallback,
+    data: *mut c_void,
+    flags: u32,
+    null: NullStream,
+) -> CUresult {
     entry("cuStreamAddCallback", || {
-        let resolved = stream::resolve(stream)?;
+        let resolved = stream::resolve_as(stream, null)?;
         let function = callback.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         if flags != 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);

@@ -400,8 +400,12 @@ driver_test!(pointer_attributes_describe_memory_as_documented {
     assert_eq!((start, size), (device, 1000));
 });
 
+// NVIDIA's cuda-bindings test `test_all_CUresult_codes`: every CUresult has a name and a string.
 driver_test!(every_returned_code_has_a_name_and_a_description {
     for code in [
+        CUresult::CUDA_ERROR_LAUNCH_FAILED,
+        CUresult::CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
+        CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
         CUresult::CUDA_ERROR_INVALID_VALUE,
         CUresult::CUDA_ERROR_NOT_INITIALIZED,
         CUresult::CUDA_ERROR_INVALID_CONTEXT,
@@ -422,34 +426,89 @@ driver_test!(every_returned_code_has_a_name_and_a_description {
     }
 });
 
+type Status = sys::CUdriverProcAddressQueryResult;
+
+/// `cuGetProcAddress_v2(name, version, flags)`: the result, the function and the status.
+fn lookup(name: &CStr, version: i32, flags: u64) -> (CUresult, *mut c_void, Status) {
+    let mut function = ptr::null_mut();
+    let mut status = Status::CU_GET_PROC_ADDRESS_SUCCESS;
+    // SAFETY: a NUL-terminated name and valid out-pointers.
+    let result = unsafe {
+        sys::cuGetProcAddress_v2(name.as_ptr(), &mut function, version, flags, &mut status)
+    };
+    (result, function, status)
+}
+
+fn exported(symbol: &str) -> *mut c_void {
+    // SAFETY: looking a symbol up does not call it.
+    *unsafe { sys::culib().get::<*mut c_void>(symbol.as_bytes()) }.unwrap()
+}
+
+// cuGetProcAddress: "if the specified CUDA version is greater than or equal to the CUDA version in
+// which the driver symbol was introduced, this API will return the function pointer to the
+// corresponding versioned function. If the specified CUDA version is greater than the driver
+// version, the API will return CUDA_ERROR_INVALID_VALUE." "The API will return CUDA_SUCCESS and
+// set the returned pfn to NULL if the requested driver function is not supported on the platform,
+// no ABI compatible driver function exists for the specified cudaVersion or if the driver symbol
+// is invalid", with CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND ("The requested symbol was not found") or
+// CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT ("The requested symbol was found but is not supported
+// by cudaVersion specified").
 driver_test!(get_proc_address_serves_versioned_entry_points_by_base_name
     ["DEVBUF_CUDA_TEST_HIDE" = "cuMemAllocAsync"] {
-    let lookup = |name: &CStr, version: i32| {
-        let mut function = ptr::null_mut();
-        let mut status = sys::CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SUCCESS;
-        // SAFETY: a NUL-terminated name and valid out-pointers.
-        let result = unsafe {
-            sys::cuGetProcAddress_v2(name.as_ptr(), &mut function, version, 0, &mut status)
-        };
-        (result, function, status)
-    };
     // Works before cuInit, as loaders need.
-    let (result, alloc, _) = lookup(c"cuMemAlloc", 12000);
+    let (result, alloc, status) = lookup(c"cuMemAlloc", 12000, 0);
     ok(result);
-    // SAFETY: looking a symbol up does not call it.
-    let exported = unsafe { sys::culib().get::<*const c_void>(b"cuMemAlloc_v2") }.unwrap();
-    assert_eq!(alloc, *exported as *mut c_void);
-    let (result, _, status) = lookup(c"cuMemAlloc", 3000);
-    assert_eq!(result, CUresult::CUDA_ERROR_NOT_FOUND);
-    assert_eq!(status, sys::CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
-    let (result, function, status) = lookup(c"cuMemAllocAsync", 12000);
-    assert_eq!((result, function), (CUresult::CUDA_ERROR_NOT_FOUND, ptr::null_mut()));
-    assert_eq!(status, sys::CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
-    let (result, stub, _) = lookup(c"cuModuleLoadData", 12000);
+    assert_eq!((alloc, status), (exported("cuMemAlloc_v2"), Status::CU_GET_PROC_ADDRESS_SUCCESS));
+    let (result, function, status) = lookup(c"cuMemAlloc", 3000, 0);
     ok(result);
-    // SAFETY: the stub takes whatever it is given and touches none of it.
-    let stub: extern "C" fn() -> CUresult = unsafe { std::mem::transmute(stub) };
-    assert_eq!(stub(), CUresult::CUDA_ERROR_NOT_SUPPORTED);
+    assert!(function.is_null());
+    assert_eq!(status, Status::CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    for missing in [c"cuMemAllocAsync", c"cuModuleLoadData", c"cuNoSuchFunction"] {
+        let (result, function, status) = lookup(missing, 12000, 0);
+        ok(result);
+        assert!(function.is_null(), "{missing:?}");
+        assert_eq!(status, Status::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, "{missing:?}");
+    }
+    // The driver is CUDA 13.0.
+    let (result, function, _) = lookup(c"cuMemAlloc", 13010, 0);
+    assert_eq!(result, CUresult::CUDA_ERROR_INVALID_VALUE);
+    assert!(function.is_null());
+    ok(lookup(c"cuMemAlloc", 13000, 0).0);
+});
+
+// CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: "This will enable the search for all driver
+// symbols that match the requested driver symbol name including the per-thread versions. If a
+// per-thread version is not found, the API will return the legacy version of the driver
+// function." With the per-thread versions, stream 0 is the calling thread's per-thread stream.
+driver_test!(get_proc_address_serves_the_per_thread_default_stream_variants {
+    const LEGACY: u64 = 1;
+    const PER_THREAD: u64 = 2;
+    for (name, legacy, per_thread) in [
+        (c"cuMemcpyHtoD", "cuMemcpyHtoD_v2", "cuMemcpyHtoD_v2_ptds"),
+        (c"cuMemcpyAsync", "cuMemcpyAsync", "cuMemcpyAsync_ptsz"),
+        (c"cuMemAllocAsync", "cuMemAllocAsync", "cuMemAllocAsync_ptsz"),
+        (c"cuStreamGetId", "cuStreamGetId", "cuStreamGetId_ptsz"),
+        (c"cuStreamDestroy", "cuStreamDestroy_v2", "cuStreamDestroy_v2"),
+    ] {
+        assert_eq!(lookup(name, 13000, LEGACY).1, exported(legacy), "{name:?}");
+        assert_eq!(lookup(name, 13000, 0).1, exported(legacy), "{name:?}");
+        assert_eq!(lookup(name, 13000, PER_THREAD).1, exported(per_thread), "{name:?}");
+    }
+    setup();
+    type GetId = unsafe extern "C" fn(CUstream, *mut u64) -> CUresult;
+    let get_id = |flags: u64, stream: usize| {
+        let function = lookup(c"cuStreamGetId", 13000, flags).1;
+        // SAFETY: cuStreamGetId's ABI; a valid out-pointer.
+        let function: GetId = unsafe { std::mem::transmute(function) };
+        let mut id = 0;
+        // SAFETY: a valid out-pointer; 0, 1 and 2 are streams of the current context.
+        ok(unsafe { function(stream as CUstream, &mut id) });
+        id
+    };
+    // CU_STREAM_LEGACY is 1, CU_STREAM_PER_THREAD 2.
+    assert_eq!(get_id(LEGACY, 0), get_id(LEGACY, 1));
+    assert_eq!(get_id(PER_THREAD, 0), get_id(LEGACY, 2));
+    assert_ne!(get_id(PER_THREAD, 0), get_id(LEGACY, 0));
 });
 
 // Run with `cargo test -p devbuf-cuda-test-driver --features old-driver --test rules old_driver`.
