@@ -15,6 +15,7 @@ use std::sync::Arc;
 use dlpark::ffi::DLDevice;
 
 use crate::exchange::{ForeignObject, Protocol, ResolvedQueue};
+use crate::extent::Holder;
 use crate::ipc::{self, IpcSharing};
 use crate::{Buffer, DeviceInfo, MemKind, Result};
 
@@ -91,6 +92,17 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// Classifies a pointer: the kind of this queue's own allocations, [`MemKind::Unknown`] for
     /// everything else (another context's memory, stack, heap, garbage).
     fn kind_of(&self, ptr: *const u8) -> MemKind;
+
+    /// Which allocation holds `ptr`, as far as the runtime can tell: an exchange-side question
+    /// (imports check the whole extent a descriptor claims against the answer, see
+    /// [`crate::extent`]). Never dereferences `ptr`. The default knows only what
+    /// [`Queue::kind_of`] says: the kind, not the allocation's bounds.
+    fn holder_of(&self, ptr: *const u8) -> Result<Holder> {
+        Ok(match self.kind_of(ptr) {
+            MemKind::Unknown => Holder::Unknown,
+            kind => Holder::Unbounded { kind, place: 0 },
+        })
+    }
 
     /// The DLPack device of memory of `kind` allocated by this queue.
     fn dlpack_device(&self, kind: MemKind) -> DLDevice;
