@@ -67,6 +67,12 @@ impl SharedAllocation for CudaSharedMemory {
     fn payload(&self) -> Result<Vec<u8>> {
         Ok(self.handle.to_vec())
     }
+
+    /// Nothing to seal: the driver maps every IPC handle read-write (`cuIpcOpenMemHandle` takes
+    /// no access flags), so a read-only handle is devbuf's promise only (see the module docs).
+    fn seal_read_only(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// An opened handle's mapping, closed with `cuIpcCloseMemHandle` when the last view is gone.
