@@ -86,6 +86,8 @@ class CraftedTensor:
     ):
         self.deletes = 0
         self.keep = []
+        # Whether devbuf must refuse the tensor (a fuzzer's oracle; see fuzz_dlpack.py).
+        self.must_refuse = False
         shape_values = (ctypes.c_int64 * max(len(shape), 1))(*shape)
         self.keep.append(shape_values)
         strides_ptr = None
