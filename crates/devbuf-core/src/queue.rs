@@ -65,7 +65,9 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// memory), do not overlap, and stay alive until the copy completes.
     unsafe fn copy(&self, dst: *mut u8, src: *const u8, len: usize) -> Result<()>;
 
-    /// Enqueues setting `len` bytes at `dst` to `byte`, ordered like [`Queue::copy`].
+    /// Enqueues setting `len` bytes at `dst` to `byte`, ordered like [`Queue::copy`]. Memory the
+    /// runtime will not set is set from the host only where the runtime shows it is host memory;
+    /// elsewhere the runtime's error is returned (an address it does not know may be a device's).
     ///
     /// # Safety
     /// `dst` is valid for `len` bytes, reachable by this queue, and alive until the fill completes.
