@@ -426,7 +426,8 @@ impl Queue for CudaQueue {
     /// The allocation `cuMemGetAddressRange` names. The driver documents it for allocations made
     /// by its allocators; where it bounds none (pinned memory on some drivers), the kind and
     /// device are what it tells. A stream-ordered pool may report the pool's mapped chunk rather
-    /// than the block: a claim past the block but inside that chunk touches mapped memory only.
+    /// than the block: a claim past the block but inside that chunk is not caught (it reaches
+    /// other blocks of the pool, never unmapped memory).
     fn holder_of(&self, ptr: *const u8) -> Result<Holder> {
         let _current = self.stream.context().enter()?;
         let kind = match memory::pointer_info(ptr as usize)? {
