@@ -566,6 +566,10 @@ impl Queue for SyclQueue {
         if kind == MemKind::Unknown {
             return Ok(Holder::Unknown);
         }
+        if !self.multi_device_context {
+            // One device in the context: the USM type there says the device too.
+            return Ok(Holder::Unbounded { kind, place: 0 });
+        }
         let rt = self.runtime();
         // SAFETY: the pointer is USM of this context (classified above), so the runtime finds
         // its device instead of throwing; the call returns a new handle we own.
