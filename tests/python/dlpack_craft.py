@@ -7,6 +7,7 @@ long the memory lives; deleters are NULL unless a counter is asked for.
 """
 
 import ctypes
+import weakref
 
 KDL_CPU = 1
 KDL_CUDA = 2
@@ -86,6 +87,8 @@ class CraftedTensor:
     ):
         self.deletes = 0
         self.keep = []
+        # Whether devbuf must refuse the tensor (a fuzzer's oracle; see fuzz_dlpack.py).
+        self.must_refuse = False
         shape_values = (ctypes.c_int64 * max(len(shape), 1))(*shape)
         self.keep.append(shape_values)
         strides_ptr = None
@@ -171,8 +174,8 @@ class DLPackExchangeAPI(ctypes.Structure):
 def exchange_producer_type():
     """A new producer type publishing `__dlpack_c_exchange_api__` whose
     `managed_tensor_from_py_object_no_sync` hands out each instance's crafted `tensor` (the table
-    receives a PyObject*, so live instances are found by address)."""
-    live = {}
+    receives a PyObject*, so live instances are found by address, without keeping them alive)."""
+    live = weakref.WeakValueDictionary()
 
     def from_py_object(obj_address, out):
         out[0] = live[obj_address].tensor.address
@@ -197,8 +200,5 @@ def exchange_producer_type():
         def __init__(self, tensor):
             self.tensor = tensor
             live[id(self)] = self
-
-        def __del__(self):
-            live.pop(id(self), None)
 
     return ExchangeProducer

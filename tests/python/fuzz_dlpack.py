@@ -9,12 +9,19 @@ Classes of input (chosen uniformly):
 - "fields": bad dtypes (codes, bits, lanes), NULL data for non-empty shapes, negative extents,
   strides that overflow, versions devbuf does not read;
 - "valid": well-formed CPU tensors over real host memory (random shape, strides and offset kept
-  inside it), which must import zero-copy with the right bytes.
+  inside it), which must import zero-copy with the right bytes;
+- "extent": tensors whose element 0 lies in a 4 KiB allocation devbuf made (host, and device
+  memory of each usable CUDA, SYCL and OpenCL device), with shapes, strides and offsets that keep
+  the whole span inside or reach past either end: inside, they must import; past the end of an
+  allocation its runtime bounds (host, CUDA, OpenCL USM), they must be refused (SYCL bounds none:
+  there only the first and last byte are checked, see README).
 
 Usage: python fuzz_dlpack.py COUNT [SEED]   (ci/soak runs 10^6)
 """
 
 import ctypes
+import functools
+import math
 import random
 import sys
 import time
@@ -119,7 +126,48 @@ def valid_case(rng):
     return tensor, None, True
 
 
-CASES = [ndim_case, device_case, fields_case, valid_case]
+EXTENT_BYTES = 4096
+
+
+@functools.cache
+def extent_allocations():
+    """(buffer, DLPack device, whether its runtime bounds the allocation) for the host and one
+    device of each usable backend that exports device memory through DLPack."""
+    found = [devbuf.alloc(EXTENT_BYTES, "host", device="host")]
+    for backend in devbuf.backends():
+        if backend.name == "host" or not backend.available:
+            continue
+        device = next((d for d in backend.devices if d.usable and "device" in d.kinds), None)
+        if device is not None:
+            found.append(devbuf.alloc(EXTENT_BYTES, "device", device=device))
+    return [(buffer, buffer.__dlpack_device__(), buffer.device.backend != "sycl") for buffer in found]
+
+
+def extent_case(rng):
+    buffer, device, bounded = rng.choice(extent_allocations())
+    itemsize = rng.choice([1, 2, 4, 8])
+    dtype = {1: (1, 8, 1), 2: (0, 16, 1), 4: (2, 32, 1), 8: (0, 64, 1)}[itemsize]
+    ndim = rng.randint(1, 3)
+    shape = [rng.choice([0, 1, 2, rng.randint(1, 64), rng.randint(1, EXTENT_BYTES)]) for _ in range(ndim)]
+    if math.prod(shape) > 1 << 16:
+        # Overlapping elements that many would make reading the bytes back the test's cost.
+        return extent_case(rng)
+    strides = [rng.choice([-1, 1]) * rng.choice([1, rng.randint(1, 16), rng.randint(1, 1024)]) for _ in range(ndim)]
+    # Element 0 inside the allocation; the span may reach past either end.
+    first = rng.randrange(EXTENT_BYTES // itemsize)
+    low = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0 and n > 0)
+    high = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0 and n > 0)
+    empty = 0 in shape
+    inside = empty or (first + low >= 0 and (first + high + 1) * itemsize <= EXTENT_BYTES)
+    tensor = CraftedTensor(
+        data=buffer.ptr, device=device, dtype=dtype, shape=shape, strides=strides, byte_offset=first * itemsize
+    )
+    tensor.keep.append(buffer)
+    tensor.must_refuse = bounded and not inside
+    return tensor, None, inside
+
+
+CASES = [ndim_case, device_case, fields_case, valid_case, extent_case]
 
 
 def expected_bytes(tensor):
@@ -168,10 +216,15 @@ def run(count, seed=0, report_every=0):
         imported_device = (dl.device.device_type, dl.device.device_id)
         # A malformed tensor may only be one devbuf cannot tell from a good one: host memory
         # described as host memory, or an empty array (no byte is read) on a reachable device.
-        assert valid or imported_device[0] == KDL_CPU or array.buffer.nbytes == 0, (
+        # (A span past an allocation whose runtime bounds none, SYCL's, is one of those.)
+        unbounded = case is extent_case and not tensor.must_refuse
+        assert valid or unbounded or imported_device[0] == KDL_CPU or array.buffer.nbytes == 0, (
             f"seed {seed} input {index} ({case.__name__}): accepted a malformed tensor on {imported_device}"
         )
-        if valid:
+        assert not tensor.must_refuse, (
+            f"seed {seed} input {index} ({case.__name__}): accepted a span past its allocation on {imported_device}"
+        )
+        if valid and imported_device[0] == KDL_CPU:
             got, want = np.asarray(array).tobytes(), expected_bytes(tensor)
             assert got == want, f"seed {seed} input {index}: read {got[:16]!r}… expected {want[:16]!r}…"
         tally[case.__name__][0] += 1

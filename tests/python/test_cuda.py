@@ -222,3 +222,52 @@ def test_malformed_cai_names_the_key(cuda):
     with pytest.raises(ValueError, match="data"):
         devbuf.asarray(Producer(data=(np.zeros(8).ctypes.data, False)))
     assert devbuf.asarray(Producer()).ptr == buffer.ptr
+
+
+def child_claims_past_allocations(done):
+    """Each kind's 4 KiB allocation, described by CAI and by DLPack as more than it holds; a fill
+    past 4 KiB of such an import wrote from the host at a device address (a segfault)."""
+    import devbuf
+    from dlpack_craft import KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED, CraftedTensor, Producer
+
+    outcomes = []
+    for kind, device_type in (("device", KDL_CUDA), ("host", KDL_CUDA_HOST), ("shared", KDL_CUDA_MANAGED)):
+        buffer = devbuf.alloc(4096, kind, device="cuda")
+
+        class Claim:
+            def __init__(self, shape, strides=None):
+                self.__cuda_array_interface__ = {
+                    "version": 3,
+                    "shape": shape,
+                    "typestr": "|u1",
+                    "data": (buffer.ptr, False),
+                    "strides": strides,
+                    "stream": None,
+                }
+
+        claims = [
+            Claim((1 << 20,)),
+            Claim((2,), (8192,)),
+            Producer(CraftedTensor(data=buffer.ptr, device=(device_type, 0), dtype=(1, 8, 1), shape=(8192,), strides=(1,))),
+        ]
+        for claim in claims:
+            try:
+                imported = devbuf.asarray(claim)
+                imported.buffer[8192:8200].fill(1)
+                outcomes.append(f"{kind}: imported")
+            except ValueError as refused:
+                outcomes.append(str(refused).split(":")[0])
+        assert devbuf.asarray(Claim((4096,))).buffer.nbytes == 4096
+    done.put(outcomes)
+
+
+def test_a_claim_past_its_allocation_is_refused_naming_the_key(cuda):
+    import multiprocessing
+
+    spawn = multiprocessing.get_context("spawn")
+    done = spawn.Queue()
+    child = spawn.Process(target=child_claims_past_allocations, args=(done,))
+    child.start()
+    child.join(120)
+    assert child.exitcode == 0, f"the importer died: exit code {child.exitcode}"
+    assert done.get(timeout=10) == ["shape", "strides", "shape"] * 3

@@ -55,6 +55,33 @@ def test_a_bare_dltensor_of_read_only_memory_is_refused(consumer):
     assert flags & 1 and described["data"] == readonly.ptr
 
 
+def test_refused_bare_dltensors_release_what_they_hold_at_once(consumer):
+    """The C exchange fast path raised its errors as `__dlpack__` did: each refusal left its
+    error's references in pyo3's pending pool until some other devbuf call ran."""
+    import sys
+    import tracemalloc
+
+    readonly = devbuf.asarray(np.frombuffer(b"abcdefgh", dtype=np.uint8))
+    impostor = _Impostor()
+    for refused, error in ((readonly, BufferError), (impostor, TypeError)):
+        with pytest.raises(error):
+            consumer.describe(refused)
+        references = sys.getrefcount(refused), sys.getrefcount(type(refused))
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for _ in range(1000):
+                try:
+                    consumer.describe(refused)
+                except error:
+                    pass
+            grown = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert (sys.getrefcount(refused), sys.getrefcount(type(refused))) == references
+        assert grown < 16_000, f"{type(refused).__name__}: {grown} bytes held after 1,000 refusals"
+
+
 def test_owning_export_round_trips_through_the_producer(consumer):
     source = np.arange(12, dtype=np.int32).reshape(3, 4)
     imported = devbuf.asarray(source)

@@ -95,6 +95,27 @@ def test_every_syclobj_form_dpctl_accepts(sycl, syclobj):
     assert ours.to_bytes() == bytes(range(64))
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_claim_past_the_end_of_dpctl_memory_is_refused(sycl, kind):
+    """dpctl's C API bounds no allocation: devbuf checks that a span's first and last byte are the
+    same USM on the same device. A terabyte claimed at the start of 4 KiB reaches memory that is
+    not (a claim ending in another USM allocation of the device would pass: README)."""
+    memory = getattr(dm, DPCTL_MEMORY[kind])(4096)
+
+    class Claim:
+        def __init__(self, shape, strides=None, offset=0):
+            suai = dict(memory.__sycl_usm_array_interface__)
+            self.__sycl_usm_array_interface__ = suai | {"shape": shape, "strides": strides, "offset": offset}
+
+    assert devbuf.asarray(Claim((4096,))).buffer.nbytes == 4096
+    with pytest.raises(ValueError, match=r"^shape: .* is not .* memory of the device"):
+        devbuf.asarray(Claim((1 << 40,)))
+    with pytest.raises(ValueError, match=r"^strides: "):
+        devbuf.asarray(Claim((2,), strides=(1 << 40,)))
+    with pytest.raises(ValueError, match=r"^strides: "):
+        devbuf.asarray(Claim((2,), strides=(-(1 << 40),)))
+
+
 def test_memory_of_another_context_is_refused(sycl):
     theirs = dm.MemoryUSMShared(64)
 

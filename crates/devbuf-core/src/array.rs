@@ -317,9 +317,10 @@ impl Array {
         self.buffer.ptr() as usize + self.layout.offset
     }
 
-    /// Whether writes through this view are refused.
+    /// Whether writes through this view are refused: the view says so, or its memory may only be
+    /// read ([`Buffer::is_read_only`]).
     pub fn readonly(&self) -> bool {
-        self.layout.readonly
+        self.layout.readonly || self.buffer.is_read_only()
     }
 
     /// A writable copy of the elements in a new `kind` allocation on `queue`, with the same strides.

@@ -11,6 +11,7 @@ use std::sync::{Arc, OnceLock};
 use dlpark::ffi::{DLDevice, DLDeviceType};
 use parking_lot::Mutex;
 
+use crate::extent::Holder;
 use crate::{
     Availability, Backend, CompletedEvent, DeviceInfo, Error, Event, IpcSharing, MemKind, Queue,
     Result,
@@ -115,6 +116,19 @@ impl Queue for HostQueue {
             Some((&start, &(size, kind))) if addr < start + size => kind,
             _ => MemKind::Unknown,
         }
+    }
+
+    /// Its own allocations, by the registry; any other address may be host memory of the
+    /// process, which nothing can tell from garbage: unchecked, its producer trusted.
+    fn holder_of(&self, ptr: *const u8) -> Result<Holder> {
+        let addr = ptr as usize;
+        Ok(match self.allocations.lock().range(..=addr).next_back() {
+            Some((&start, &(size, kind))) if addr < start + size => Holder::Allocation {
+                kind,
+                range: start..start + size,
+            },
+            _ => Holder::Unchecked,
+        })
     }
 
     fn dlpack_device(&self, _kind: MemKind) -> DLDevice {

@@ -36,13 +36,17 @@ pub struct IpcHandle {
     pub offset: usize,
     /// Length of the exported view in bytes.
     pub len: usize,
+    /// Whether the view opens for reading only. The exporter enforces it where the platform can
+    /// (a sealed memfd cannot be mapped writable again); flipping this flag in a handle does not
+    /// undo that.
+    pub read_only: bool,
     /// The backend's own description of the allocation (a memfd's owner and identity, a
     /// `CUipcMemHandle`).
     pub payload: Vec<u8>,
 }
 
 /// The first bytes of an encoded handle, with the format version.
-const MAGIC: &[u8] = b"devbuf-ipc\x01";
+const MAGIC: &[u8] = b"devbuf-ipc\x02";
 /// Longest selector or payload an encoded handle may carry (a sanity bound on foreign input).
 const MAX_FIELD: usize = 4096;
 
@@ -58,6 +62,7 @@ impl IpcHandle {
         for number in [self.size, self.offset, self.len] {
             out.extend_from_slice(&(number as u64).to_le_bytes());
         }
+        out.push(u8::from(self.read_only));
         out.extend_from_slice(&(self.payload.len() as u32).to_le_bytes());
         out.extend_from_slice(&self.payload);
         out
@@ -69,7 +74,7 @@ impl IpcHandle {
         let mut reader = Reader(bytes);
         if reader.take(MAGIC.len())? != MAGIC {
             return Err(bad_handle(
-                "does not start with devbuf's IPC handle marker (version 1)",
+                "does not start with devbuf's IPC handle marker (version 2)",
             ));
         }
         let device = reader.text("device")?;
@@ -77,6 +82,15 @@ impl IpcHandle {
         let size = reader.number("size")?;
         let offset = reader.number("offset")?;
         let len = reader.number("len")?;
+        let read_only = match reader.take(1)? {
+            [0] => false,
+            [1] => true,
+            other => {
+                return Err(bad_handle(format!(
+                    "read-only flag {other:?} is not [0] or [1]"
+                )));
+            }
+        };
         let payload = reader.field("payload")?.to_vec();
         if !reader.0.is_empty() {
             return Err(bad_handle(format!("{} trailing bytes", reader.0.len())));
@@ -93,6 +107,7 @@ impl IpcHandle {
             size,
             offset,
             len,
+            read_only,
             payload,
         })
     }
@@ -143,6 +158,10 @@ pub trait SharedAllocation: Send + Sync + fmt::Debug {
     fn size(&self) -> usize;
     /// The backend's description of this allocation, for [`IpcHandle::payload`].
     fn payload(&self) -> Result<Vec<u8>>;
+    /// Makes sure that from now on no other process can open the allocation writable, where the
+    /// platform can enforce that (a memfd: `F_SEAL_FUTURE_WRITE`); this process keeps writing.
+    /// A backend that cannot enforce it documents that read-only is devbuf's promise only.
+    fn seal_read_only(&self) -> Result<()>;
 }
 
 /// Memory another process exported, opened in this one: valid while `owner` is alive.
@@ -156,9 +175,11 @@ pub struct OpenedAllocation {
 /// How a queue shares memory with other processes.
 ///
 /// # Safety
-/// [`IpcSharing::open`] returns memory valid for `handle.size` bytes of `handle.kind`, reachable
-/// by this queue, for as long as the returned owner is alive (or until the exporter frees it,
-/// which this module documents as the user's to avoid).
+/// [`IpcSharing::open`] returns memory valid for `handle.size` bytes of `handle.kind` (for reads;
+/// for writes too unless `handle.read_only`), reachable by this queue, for as long as the returned
+/// owner is alive (or until the exporter frees it, which this module documents as the user's to
+/// avoid). A handle is untrusted input: `open` checks it against what the platform says about
+/// the memory before anything is mapped.
 pub unsafe trait IpcSharing {
     /// Allocates `size` bytes (at least 1) of `kind` memory other processes can open.
     fn allocate_shareable(&self, kind: MemKind, size: usize) -> Result<Arc<dyn SharedAllocation>>;
@@ -211,9 +232,21 @@ pub fn is_shareable(buffer: &Buffer) -> bool {
     buffer.keep_alive::<Shared>().is_some()
 }
 
-/// The handle that opens `buffer`'s bytes in another process. Waits for pending work on the
-/// buffer first, so that the other process sees every write made so far.
+/// The handle that opens `buffer`'s bytes in another process (read-only when the buffer is).
+/// Waits for pending work on the buffer first, so that the other process sees every write made so
+/// far.
 pub fn export(buffer: &Buffer) -> Result<IpcHandle> {
+    export_with(buffer, buffer.is_read_only())
+}
+
+/// The handle that opens `buffer`'s bytes read-only in another process. The allocation is then
+/// sealed where the platform can enforce it: no other process can open it writable again, through
+/// this handle or any other (see [`SharedAllocation::seal_read_only`]); this process keeps writing.
+pub fn export_read_only(buffer: &Buffer) -> Result<IpcHandle> {
+    export_with(buffer, true)
+}
+
+fn export_with(buffer: &Buffer, read_only: bool) -> Result<IpcHandle> {
     let Some(Shared(shared)) = buffer.keep_alive::<Shared>() else {
         return Err(Error::unexportable(format!(
             "this buffer was not allocated for sharing between processes: allocate it with \
@@ -223,6 +256,9 @@ pub fn export(buffer: &Buffer) -> Result<IpcHandle> {
             buffer.device().selector
         )));
     };
+    if read_only {
+        shared.seal_read_only()?;
+    }
     buffer.synchronize()?;
     buffer.mark_exported();
     Ok(IpcHandle {
@@ -231,6 +267,7 @@ pub fn export(buffer: &Buffer) -> Result<IpcHandle> {
         size: shared.size(),
         offset: buffer.ptr() as usize - shared.ptr().as_ptr() as usize,
         len: buffer.len(),
+        read_only,
         payload: shared.payload()?,
     })
 }
@@ -275,16 +312,16 @@ pub fn open(queue: &Arc<dyn Queue>, handle: &IpcHandle) -> Result<Buffer> {
         drop(backend_owner);
         open_handles().lock().remove(&key);
     });
+    let (queue, ptr) = (Arc::clone(queue), opened.ptr.as_ptr());
     // SAFETY: IpcSharing's contract: valid for `handle.size` bytes of `handle.kind` memory
-    // reachable by `queue` while the owner lives; the view lies inside (from_bytes checked it).
+    // reachable by `queue` while the owner lives, for reads only when the handle says so; the
+    // view lies inside (from_bytes checked it).
     let whole = unsafe {
-        Buffer::from_foreign(
-            Arc::clone(queue),
-            opened.ptr.as_ptr(),
-            handle.size,
-            handle.kind,
-            owner,
-        )
+        if handle.read_only {
+            Buffer::from_foreign_read_only(queue, ptr, handle.size, handle.kind, owner)
+        } else {
+            Buffer::from_foreign(queue, ptr, handle.size, handle.kind, owner)
+        }
     };
     whole.slice(handle.offset..handle.offset + handle.len)
 }
@@ -300,6 +337,7 @@ mod tests {
             size: 4096,
             offset: 16,
             len: 100,
+            read_only: true,
             payload: vec![1, 2, 3],
         }
     }
@@ -333,5 +371,13 @@ mod tests {
         let mut huge = bytes.clone();
         huge[MAGIC.len()..MAGIC.len() + 4].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(IpcHandle::from_bytes(&huge).is_err());
+        // The read-only flag is one byte, 0 or 1, after the three numbers.
+        let flag = MAGIC.len() + 4 + "host".len() + 4 + "host".len() + 24;
+        let mut odd = bytes.clone();
+        odd[flag] = 2;
+        let err = IpcHandle::from_bytes(&odd).unwrap_err().to_string();
+        assert!(err.contains("read-only flag [2]"), "{err}");
+        odd[flag] = 0;
+        assert!(!IpcHandle::from_bytes(&odd).unwrap().read_only);
     }
 }

@@ -4,7 +4,8 @@
 //! - [`Queue`] and [`Backend`]: the small interface each backend implements.
 //! - [`Buffer`]: bytes with an owner, freed exactly once after the last view.
 //! - [`DType`], [`Layout`], [`Array`]: typed strided views, validated in one place.
-//! - [`interface`] and [`dlpack`]: the CAI, SUAI and DLPack descriptor forms.
+//! - [`interface`] and [`dlpack`]: the CAI, SUAI and DLPack descriptor forms; [`extent`]: the
+//!   whole extent an import claims, checked against the allocation that holds it.
 //! - [`host`]: the host backend, always available.
 //! - [`mr`]: memory resources (pool, limiting, statistics, tracking) and the current one per device.
 //! - [`ipc`]: memory shared between processes (the host backend's through a memfd).
@@ -24,6 +25,7 @@ pub mod dlpack;
 mod dtype;
 mod error;
 pub mod exchange;
+pub mod extent;
 pub mod host;
 pub mod interface;
 pub mod ipc;

@@ -1,15 +1,33 @@
 //! Host memory other processes can map: an anonymous shared-memory file (`memfd_create`) mapped
-//! `MAP_SHARED`. Another process opens the exporter's descriptor through
-//! `/proc/<pid>/fd/<fd>` (same user), checks that it is still the same file (device and inode:
-//! descriptor numbers and pids are reused) and maps it.
+//! `MAP_SHARED`, sealed so that its size never changes (`F_SEAL_SHRINK | F_SEAL_GROW`: a file
+//! shrunk under a mapping kills the reader with SIGBUS).
+//!
+//! Another process opens the exporter's descriptor through `/proc/<pid>/fd/<fd>` (same user). A
+//! handle is untrusted: before anything is opened, the link must name devbuf's memfd and the file
+//! must be the one the handle names (device and inode: descriptor numbers and pids are reused),
+//! on the memfd file system; once open, the same file again, with the seals and the exact size.
+//! A forged handle naming another file is refused without that file ever being opened or mapped.
+//!
+//! Read-only handles: the exporter seals the file with `F_SEAL_FUTURE_WRITE` (the kernel then
+//! refuses every new writable mapping and `write()`, whoever asks, while the exporter's own
+//! mapping stays writable), and the importer opens it `O_RDONLY` and maps it `PROT_READ`. A handle
+//! whose read-only flag was cleared still cannot map the file writable.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::host::HOST;
 use crate::ipc::{IpcHandle, IpcSharing, OpenedAllocation, SharedAllocation};
 use crate::{Error, HostQueue, MemKind, Owner, Result};
+
+/// The name every devbuf memfd carries; `/proc/<pid>/fd/<fd>` reads as `/memfd:<name> (deleted)`.
+const NAME: &CStr = c"devbuf-ipc";
+const LINK: &str = "/memfd:devbuf-ipc (deleted)";
+/// The seals every devbuf memfd carries from its creation on: its size is fixed.
+const SIZE_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+/// The seals that forbid writable mappings (one of them on a read-only export).
+const WRITE_SEALS: libc::c_int = libc::F_SEAL_WRITE | libc::F_SEAL_FUTURE_WRITE;
 
 /// A shared mapping of a memfd: owns the descriptor and the mapping, released on drop.
 #[derive(Debug)]
@@ -44,15 +62,20 @@ fn os_error(operation: &'static str) -> Error {
     Error::runtime(HOST, operation, std::io::Error::last_os_error().to_string())
 }
 
-/// Maps `len` bytes of `fd` read-write and shared.
-fn map_shared(fd: libc::c_int, len: usize) -> Result<Mapping> {
-    // SAFETY: a fresh mapping chosen by the kernel; `fd` is a live descriptor of at least `len`
-    // bytes (the callers checked or sized it).
+/// Maps `len` bytes of `fd` shared, for reading and writing unless `read_only`.
+fn map_shared(fd: libc::c_int, len: usize, read_only: bool) -> Result<Mapping> {
+    let protection = if read_only {
+        libc::PROT_READ
+    } else {
+        libc::PROT_READ | libc::PROT_WRITE
+    };
+    // SAFETY: a fresh mapping chosen by the kernel; `fd` is a live descriptor of exactly `len`
+    // bytes, sealed against shrinking (the callers checked or sized it).
     let ptr = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
             len,
-            libc::PROT_READ | libc::PROT_WRITE,
+            protection,
             libc::MAP_SHARED,
             fd,
             0,
@@ -65,15 +88,67 @@ fn map_shared(fd: libc::c_int, len: usize) -> Result<Mapping> {
     Ok(Mapping { ptr, len })
 }
 
-/// `(st_dev, st_ino, st_size)` of a descriptor.
-fn identity(fd: libc::c_int) -> Result<(u64, u64, u64)> {
+/// What `fstat` or `stat` says about a file.
+struct Identity {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    regular: bool,
+}
+
+impl Identity {
+    fn of(stat: &libc::stat) -> Identity {
+        Identity {
+            dev: stat.st_dev,
+            ino: stat.st_ino,
+            size: stat.st_size as u64,
+            regular: stat.st_mode & libc::S_IFMT == libc::S_IFREG,
+        }
+    }
+}
+
+/// The identity of a descriptor.
+fn identity(fd: libc::c_int) -> Result<Identity> {
     // SAFETY: an all-zero stat is a valid out-value; fstat fills it on success.
     let mut stat: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `fd` is a live descriptor and `stat` is writable.
     if unsafe { libc::fstat(fd, &mut stat) } != 0 {
         return Err(os_error("fstat"));
     }
-    Ok((stat.st_dev, stat.st_ino, stat.st_size as u64))
+    Ok(Identity::of(&stat))
+}
+
+/// The seals of a descriptor (`F_GET_SEALS`); an error for files that cannot be sealed.
+fn seals(fd: libc::c_int) -> std::io::Result<libc::c_int> {
+    // SAFETY: `fd` is a live descriptor; the call reads its seals.
+    match unsafe { libc::fcntl(fd, libc::F_GET_SEALS) } {
+        -1 => Err(std::io::Error::last_os_error()),
+        seals => Ok(seals),
+    }
+}
+
+fn add_seals(fd: libc::c_int, seals: libc::c_int) -> Result<()> {
+    // SAFETY: `fd` is our live memfd, created with MFD_ALLOW_SEALING.
+    if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(os_error("fcntl(F_ADD_SEALS)"));
+    }
+    Ok(())
+}
+
+/// The device number of the kernel's memfd file system: every memfd's `st_dev` (asked once, of a
+/// memfd of our own).
+fn memfd_device() -> Result<u64> {
+    static DEVICE: OnceLock<u64> = OnceLock::new();
+    if let Some(&device) = DEVICE.get() {
+        return Ok(device);
+    }
+    // SAFETY: a valid C string; the descriptor is owned by `Fd` and closed on return.
+    let probe = unsafe { libc::memfd_create(c"devbuf-probe".as_ptr(), libc::MFD_CLOEXEC) };
+    if probe < 0 {
+        return Err(os_error("memfd_create"));
+    }
+    let device = identity(Fd(probe).0)?.dev;
+    Ok(*DEVICE.get_or_init(|| device))
 }
 
 /// Closes a descriptor when dropped.
@@ -87,11 +162,13 @@ impl Drop for Fd {
 }
 
 impl SharedHostMemory {
-    /// A new zero-filled shared allocation of `size` bytes (at least 1).
+    /// A new zero-filled shared allocation of `size` bytes (at least 1), sealed at that size.
     pub fn new(size: usize) -> Result<SharedHostMemory> {
-        let name = CString::new("devbuf-ipc").expect("no NUL");
-        // SAFETY: a valid C string; close-on-exec so children started by exec do not inherit it.
-        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        // SAFETY: a valid C string; close-on-exec so children started by exec do not inherit it;
+        // sealable, so that its size can be fixed.
+        let fd = unsafe {
+            libc::memfd_create(NAME.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        };
         if fd < 0 {
             return Err(os_error("memfd_create"));
         }
@@ -107,14 +184,15 @@ impl SharedHostMemory {
         if unsafe { libc::ftruncate(fd.0, len) } != 0 {
             return Err(oom(std::io::Error::last_os_error().to_string()));
         }
-        let map = map_shared(fd.0, size)?;
-        let (dev, ino, _) = identity(fd.0)?;
+        add_seals(fd.0, SIZE_SEALS)?;
+        let map = map_shared(fd.0, size, false)?;
+        let Identity { dev, ino, .. } = identity(fd.0)?;
         let fd = std::mem::ManuallyDrop::new(fd).0;
         Ok(SharedHostMemory { map, fd, dev, ino })
     }
 
     /// Maps the allocation `handle` describes, made by `SharedHostMemory::new` in process
-    /// `handle`'s payload names (possibly this one).
+    /// `handle`'s payload names (possibly this one), after checking that it is that allocation.
     pub fn open(handle: &IpcHandle) -> Result<OpenedAllocation> {
         let bad = |message: String| Error::invalid("ipc_handle", message);
         let payload: &[u8; PAYLOAD_LEN] = handle.payload.as_slice().try_into().map_err(|_| {
@@ -124,7 +202,7 @@ impl SharedHostMemory {
             ))
         })?;
         let (pid, fd, dev, ino) = decode(payload);
-        let path = CString::new(format!("/proc/{pid}/fd/{fd}")).expect("no NUL");
+        let path = format!("/proc/{pid}/fd/{fd}");
         let gone = |err: std::io::Error| {
             bad(match err.raw_os_error() {
                 Some(libc::ENOENT) => format!(
@@ -136,39 +214,72 @@ impl SharedHostMemory {
         };
         let reused = || {
             bad(format!(
-                "process {pid} no longer holds the shared allocation (freed: descriptor {fd} now \
-                 names another file, or the pid was reused)"
+                "process {pid}'s descriptor {fd} is not the shared allocation the handle names \
+                 (freed: the descriptor now names another file, or the pid was reused)"
             ))
         };
-        // Check the file's identity before opening it, so that a stale or crafted handle never
-        // opens an unrelated file; and again after, on the descriptor itself.
+        // Before opening anything: the link names devbuf's memfd, and the file behind it is the
+        // one the handle names, a regular file on the memfd file system. A crafted or stale
+        // handle never opens an unrelated file (opening a device or a FIFO can have effects).
+        let link = std::fs::read_link(&path).map_err(gone)?;
+        if link.as_os_str() != LINK {
+            return Err(bad(format!(
+                "process {pid}'s descriptor {fd} is {link:?}, not devbuf's shared memory"
+            )));
+        }
+        let path = CString::new(path).expect("no NUL");
         // SAFETY: an all-zero stat is a valid out-value.
         let mut target: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: a valid C string and a writable stat.
         if unsafe { libc::stat(path.as_ptr(), &mut target) } != 0 {
             return Err(gone(std::io::Error::last_os_error()));
         }
-        if (target.st_dev, target.st_ino) != (dev, ino) {
+        let target = Identity::of(&target);
+        let memfd_device = memfd_device()?;
+        if (target.dev, target.ino) != (dev, ino) || !target.regular || target.dev != memfd_device {
             return Err(reused());
         }
+        let access = if handle.read_only {
+            libc::O_RDONLY
+        } else {
+            libc::O_RDWR
+        };
+        let flags = access | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK;
         // SAFETY: a valid C string; the descriptor returned is owned by `Fd`.
-        let opened = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        let opened = unsafe { libc::open(path.as_ptr(), flags) };
         if opened < 0 {
             return Err(gone(std::io::Error::last_os_error()));
         }
         let opened = Fd(opened);
-        let (found_dev, found_ino, found_size) = identity(opened.0)?;
-        if (found_dev, found_ino) != (dev, ino) {
+        // Once open: still the same file (the descriptor may have been replaced meanwhile), with
+        // its size sealed and equal to the claim, so that no byte of the mapping can vanish.
+        let found = identity(opened.0)?;
+        if (found.dev, found.ino) != (dev, ino) {
             return Err(reused());
         }
-        if found_size < handle.size as u64 {
+        let seals = seals(opened.0)
+            .map_err(|err| bad(format!("the shared file cannot be sealed ({err})")))?;
+        if seals & SIZE_SEALS != SIZE_SEALS {
             return Err(bad(format!(
-                "the shared file has {found_size} bytes, the handle claims {}",
-                handle.size
+                "the shared file is not sealed against resizing (seals {seals:#x}): it is not \
+                 devbuf's"
             )));
         }
+        if found.size != handle.size as u64 {
+            return Err(bad(format!(
+                "the shared file has {} bytes, the handle claims {}",
+                found.size, handle.size
+            )));
+        }
+        if !handle.read_only && seals & WRITE_SEALS != 0 {
+            return Err(bad(
+                "the exporter shared this allocation read-only (the file is sealed against \
+                 writes): it opens only from a read-only handle"
+                    .into(),
+            ));
+        }
         // The mapping keeps the file alive by itself: the descriptor closes on return.
-        let map = map_shared(opened.0, handle.size)?;
+        let map = map_shared(opened.0, handle.size, handle.read_only)?;
         Ok(OpenedAllocation {
             ptr: map.ptr,
             owner: Owner::keep_alive(map),
@@ -217,10 +328,17 @@ impl SharedAllocation for SharedHostMemory {
         payload.extend_from_slice(&self.ino.to_le_bytes());
         Ok(payload)
     }
+
+    /// `F_SEAL_FUTURE_WRITE` (Linux 5.1): no new writable mapping and no `write()` from anyone;
+    /// our own mapping stays writable.
+    fn seal_read_only(&self) -> Result<()> {
+        add_seals(self.fd, libc::F_SEAL_FUTURE_WRITE)
+    }
 }
 
-// SAFETY: `SharedHostMemory::open` maps `handle.size` bytes (checked against the file's size) and
-// the owner holds the mapping; host memory is reachable by the host queue.
+// SAFETY: `SharedHostMemory::open` maps `handle.size` bytes (the sealed file's exact size),
+// read-only when the handle says so, and the owner holds the mapping; host memory is reachable
+// by the host queue.
 unsafe impl IpcSharing for HostQueue {
     fn allocate_shareable(&self, _kind: MemKind, size: usize) -> Result<Arc<dyn SharedAllocation>> {
         Ok(Arc::new(SharedHostMemory::new(size)?))
@@ -232,39 +350,4 @@ unsafe impl IpcSharing for HostQueue {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{Buffer, Queue, ipc};
-
-    #[test]
-    fn a_shared_buffer_opens_as_the_same_bytes_and_not_twice() {
-        let queue = HostQueue::shared();
-        let buffer = ipc::alloc_shareable(&queue, MemKind::Host, 1000).unwrap();
-        buffer.copy_from_host(&[7; 1000]).unwrap();
-        let part = buffer.slice(100..300).unwrap();
-        let handle = IpcHandle::from_bytes(&ipc::export(&part).unwrap().to_bytes()).unwrap();
-        assert_eq!((handle.offset, handle.len), (100, 200));
-        let opened = ipc::open(&queue, &handle).unwrap();
-        assert_ne!(opened.ptr(), part.ptr());
-        opened.fill(9).unwrap();
-        assert_eq!(
-            buffer.to_vec().unwrap()[99..301],
-            [&[7][..], &[9; 200], &[7]].concat()
-        );
-        // Open once per process, and again once the first view is gone.
-        assert!(ipc::open(&queue, &handle).is_err());
-        drop(opened);
-        drop(ipc::open(&queue, &handle).unwrap());
-        // Freed by the exporter: the handle no longer opens.
-        drop((buffer, part));
-        let err = ipc::open(&queue, &handle).unwrap_err().to_string();
-        assert!(err.contains("freed"), "{err}");
-    }
-
-    #[test]
-    fn only_shareable_buffers_export() {
-        let queue: Arc<dyn Queue> = HostQueue::shared();
-        let plain = Buffer::alloc(&queue, MemKind::Host, 8).unwrap();
-        assert!(matches!(ipc::export(&plain), Err(Error::Unexportable(_))));
-    }
-}
+mod tests;

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use dlpark::ffi::DLDevice;
 
 use crate::exchange::{ForeignObject, Protocol, ResolvedQueue};
+use crate::extent::Holder;
 use crate::ipc::{self, IpcSharing};
 use crate::{Buffer, DeviceInfo, MemKind, Result};
 
@@ -64,7 +65,9 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// memory), do not overlap, and stay alive until the copy completes.
     unsafe fn copy(&self, dst: *mut u8, src: *const u8, len: usize) -> Result<()>;
 
-    /// Enqueues setting `len` bytes at `dst` to `byte`, ordered like [`Queue::copy`].
+    /// Enqueues setting `len` bytes at `dst` to `byte`, ordered like [`Queue::copy`]. Memory the
+    /// runtime will not set is set from the host only where the runtime shows it is host memory;
+    /// elsewhere the runtime's error is returned (an address it does not know may be a device's).
     ///
     /// # Safety
     /// `dst` is valid for `len` bytes, reachable by this queue, and alive until the fill completes.
@@ -91,6 +94,17 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// Classifies a pointer: the kind of this queue's own allocations, [`MemKind::Unknown`] for
     /// everything else (another context's memory, stack, heap, garbage).
     fn kind_of(&self, ptr: *const u8) -> MemKind;
+
+    /// Which allocation holds `ptr`, as far as the runtime can tell: an exchange-side question
+    /// (imports check the whole extent a descriptor claims against the answer, see
+    /// [`crate::extent`]). Never dereferences `ptr`. The default knows only what
+    /// [`Queue::kind_of`] says: the kind, not the allocation's bounds.
+    fn holder_of(&self, ptr: *const u8) -> Result<Holder> {
+        Ok(match self.kind_of(ptr) {
+            MemKind::Unknown => Holder::Unknown,
+            kind => Holder::Unbounded { kind, place: 0 },
+        })
+    }
 
     /// The DLPack device of memory of `kind` allocated by this queue.
     fn dlpack_device(&self, kind: MemKind) -> DLDevice;

@@ -55,6 +55,10 @@ pub(crate) const REQUIRED_ENTRY_POINTS: &[&str] = &[
     "cuMemcpyAsync",
     "cuMemsetD8Async",
     "cuPointerGetAttributes",
+    "cuMemGetAddressRange_v2",
+    "cuIpcGetMemHandle",
+    "cuIpcOpenMemHandle_v2",
+    "cuIpcCloseMemHandle",
 ];
 
 /// The stream-ordered allocator's entry points (CUDA 11.2); without them device memory comes from
@@ -319,6 +323,7 @@ mod tests {
             include_str!("device.rs"),
             include_str!("event.rs"),
             include_str!("foreign.rs"),
+            include_str!("ipc.rs"),
             include_str!("memory.rs"),
             include_str!("queue.rs"),
             include_str!("stream.rs"),

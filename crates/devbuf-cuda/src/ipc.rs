@@ -4,6 +4,12 @@
 //! Shareable memory comes from `cuMemAlloc`: memory from the default stream-ordered pool cannot be
 //! exported through these calls. Only device memory can (pinned and managed memory have no IPC
 //! handle). The driver refuses to open a handle in the process that exported it.
+//!
+//! A handle is untrusted input: its size is devbuf's claim beside the driver's bytes, so the
+//! range the driver opened is checked against it (`cuMemGetAddressRange`) before any view exists.
+//! The driver maps every IPC handle read-write (`cuIpcOpenMemHandle` has no read-only mode): a
+//! read-only handle opens as a read-only buffer, which devbuf refuses to write, but nothing
+//! stops another program that holds the same handle from writing.
 
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -14,6 +20,7 @@ use devbuf_core::{Error, MemKind, Owner, Queue, Result};
 
 use crate::context::PrimaryContext;
 use crate::driver::{BACKEND, call};
+use crate::memory;
 use crate::queue::CudaQueue;
 
 /// Bytes of a `CUipcMemHandle`.
@@ -59,6 +66,12 @@ impl SharedAllocation for CudaSharedMemory {
 
     fn payload(&self) -> Result<Vec<u8>> {
         Ok(self.handle.to_vec())
+    }
+
+    /// Nothing to seal: the driver maps every IPC handle read-write (`cuIpcOpenMemHandle` takes
+    /// no access flags), so a read-only handle is devbuf's promise only (see the module docs).
+    fn seal_read_only(&self) -> Result<()> {
+        Ok(())
     }
 }
 
@@ -163,7 +176,26 @@ unsafe impl IpcSharing for CudaQueue {
                 )));
             }
         }
+        // From here on, dropping `mapping` closes the handle.
         let mapping = OpenedMapping { context, ptr };
+        // The handle's size is the exporter's claim, carried beside the driver's bytes: the
+        // mapping must hold that many bytes, or views of it would reach unmapped device memory.
+        let claimed = (ptr as usize)
+            .checked_add(handle.size)
+            .ok_or_else(|| bad(format!("size {} overflows the address space", handle.size)))?;
+        match memory::address_range(ptr as usize)? {
+            Some(range) if range.contains(&(ptr as usize)) && claimed <= range.end => {}
+            found => {
+                return Err(bad(format!(
+                    "the handle claims {} bytes, but the memory it opens holds {}",
+                    handle.size,
+                    found.map_or_else(
+                        || "an unknown number (the driver bounds no allocation there)".into(),
+                        |range| format!("{}", range.end.saturating_sub(ptr as usize))
+                    )
+                )));
+            }
+        }
         let ptr = NonNull::new(ptr as *mut u8)
             .ok_or_else(|| Error::runtime(BACKEND, "cuIpcOpenMemHandle", "returned null"))?;
         Ok(OpenedAllocation {

@@ -9,6 +9,7 @@
 //! Every function here but [`pointer_info`] expects the allocating context to be current.
 
 use std::ffi::c_void;
+use std::ops::Range;
 use std::ptr;
 
 use cudarc::driver::sys::{
@@ -197,6 +198,30 @@ pub(crate) fn pointer_info(ptr: usize) -> Result<Option<(u32, MemKind)>, DriverE
         Err(err) => return Err(err),
     }
     Ok(classify_attributes(memory_type, is_managed != 0, ordinal))
+}
+
+/// The bytes of the allocation that holds `ptr`, from `cuMemGetAddressRange` ("Returns the base
+/// address in *pbase and size in *psize of the allocation that contains the input pointer dptr");
+/// `None` where the driver finds no such allocation (CUDA_ERROR_NOT_FOUND, or INVALID_VALUE from
+/// drivers that answer so for memory they do not know). A context must be current.
+pub(crate) fn address_range(ptr: usize) -> Result<Option<Range<usize>>, DriverError> {
+    let (mut base, mut size) = (0, 0);
+    // SAFETY: both out-pointers point at live locals; the pointer queried is never dereferenced.
+    let found = call("cuMemGetAddressRange", || unsafe {
+        sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr as u64)
+    });
+    match found {
+        Ok(()) => {}
+        Err(err)
+            if err.is(CUresult::CUDA_ERROR_NOT_FOUND)
+                || err.is(CUresult::CUDA_ERROR_INVALID_VALUE) =>
+        {
+            return Ok(None);
+        }
+        Err(err) => return Err(err),
+    }
+    let base = base as usize;
+    Ok(base.checked_add(size).map(|end| base..end))
 }
 
 /// The context `ptr`'s memory was allocated in; null for memory CUDA does not know and for

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUcontext, CUresult, CUstream};
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
+use devbuf_core::extent::Holder;
 use devbuf_core::{
     Buffer, DeviceInfo, Error, Event, ForeignObject, ForeignQueue, MemKind, Protocol, Queue,
     Result, blocking,
@@ -175,6 +176,20 @@ impl CudaQueue {
         Ok(memory::pointer_info(ptr)?)
     }
 
+    /// Whether the driver says all `len` bytes at `dst` lie in one pinned host allocation.
+    fn is_pinned_host_range(&self, dst: usize, len: usize) -> Result<bool> {
+        let Some(last) = dst.checked_add(len - 1) else {
+            return Ok(false);
+        };
+        Ok(match memory::pointer_info(dst)? {
+            Some((_, MemKind::Host)) => match memory::address_range(dst)? {
+                Some(range) => range.contains(&dst) && range.contains(&last),
+                None => false,
+            },
+            _ => false,
+        })
+    }
+
     fn out_of_memory(&self, kind: MemKind, size: usize, reason: String) -> Error {
         Error::OutOfMemory {
             kind,
@@ -339,18 +354,14 @@ impl Queue for CudaQueue {
         });
         match filled {
             Ok(()) => Ok(()),
-            // Host memory the driver will not set (pageable memory it cannot address): set it on
-            // the host, after the work enqueued before (a broken context fails that wait).
-            Err(err)
-                if err.code.is_some()
-                    && matches!(
-                        memory::pointer_info(dst as usize)?,
-                        None | Some((_, MemKind::Host))
-                    ) =>
-            {
+            // Pinned host memory the driver will not set (not mapped into the device's address
+            // space): the host sets it, once the driver has shown that every byte is host memory
+            // it allocated and earlier work is done (a broken context fails that wait). Nothing
+            // else is ever touched from the host, whatever the address: the driver's error stands.
+            Err(err) if err.code.is_some() && self.is_pinned_host_range(dst as usize, len)? => {
                 self.stream.synchronize()?;
-                // SAFETY: the caller guarantees `dst` is valid for `len` bytes; it is host memory
-                // (pinned, or unknown to CUDA) and earlier work on it has completed.
+                // SAFETY: the caller guarantees `dst` is valid for `len` bytes, the driver says they
+                // lie in one pinned host allocation, and earlier work on them has completed.
                 unsafe { ptr::write_bytes(dst, byte, len) };
                 Ok(())
             }
@@ -410,6 +421,26 @@ impl Queue for CudaQueue {
             }
             _ => MemKind::Unknown,
         }
+    }
+
+    /// The allocation `cuMemGetAddressRange` names. The driver documents it for allocations made
+    /// by its allocators; where it bounds none (pinned memory on some drivers), the kind and
+    /// device are what it tells. A stream-ordered pool may report the pool's mapped chunk rather
+    /// than the block: a claim past the block but inside that chunk is not caught (it reaches
+    /// other blocks of the pool, never unmapped memory).
+    fn holder_of(&self, ptr: *const u8) -> Result<Holder> {
+        let _current = self.stream.context().enter()?;
+        let kind = match memory::pointer_info(ptr as usize)? {
+            Some((ordinal, kind)) if kind != MemKind::Device || ordinal == self.ordinal() => kind,
+            _ => return Ok(Holder::Unknown),
+        };
+        Ok(match memory::address_range(ptr as usize)? {
+            Some(range) if range.contains(&(ptr as usize)) => Holder::Allocation { kind, range },
+            _ => Holder::Unbounded {
+                kind,
+                place: u64::from(self.ordinal()),
+            },
+        })
     }
 
     fn dlpack_device(&self, kind: MemKind) -> DLDevice {

@@ -64,3 +64,68 @@ fn child_opens_the_handle_and_fills_it() {
     // A second open of the same handle in this process is refused, cleanly.
     assert!(ipc::open(&queue, &handle).is_err());
 }
+
+/// A genuine 4 KiB handle whose size field claims 1 GiB opened as a 1 GiB buffer, and a fill past
+/// 4 KiB crashed the importer: the opened range is now checked against the claim.
+#[test]
+fn a_handle_claiming_more_than_its_allocation_is_refused() {
+    if let Availability::Unavailable(reason) = CudaBackend.availability() {
+        eprintln!("skip: {reason}");
+        return;
+    }
+    let queue = CudaBackend.open("0").unwrap();
+    let buffer = ipc::alloc_shareable(&queue, MemKind::Device, 4096).unwrap();
+    buffer.fill(3).unwrap();
+    let genuine = ipc::export(&buffer).unwrap();
+    for size in [1 << 30, 4097] {
+        let claim = IpcHandle {
+            size,
+            len: size,
+            ..genuine.clone()
+        };
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "child_opens_a_claim", "--ignored", "--nocapture"])
+            .env(HANDLE_VAR, hex(&claim.to_bytes()))
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "claiming {size} bytes: {}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout)
+        );
+    }
+}
+
+/// The child half of the test above.
+#[test]
+#[ignore = "run by a_handle_claiming_more_than_its_allocation_is_refused"]
+fn child_opens_a_claim() {
+    let handle = IpcHandle::from_bytes(&unhex(&std::env::var(HANDLE_VAR).unwrap())).unwrap();
+    let queue = CudaBackend.open("0").unwrap();
+    match ipc::open(&queue, &handle) {
+        Err(Error::InvalidDescriptor { key, message }) => {
+            assert_eq!(key, "ipc_handle");
+            assert!(
+                message.ends_with("the memory it opens holds 4096"),
+                "{message}"
+            );
+        }
+        Err(other) => panic!("refused, but as {other:?}"),
+        Ok(view) => {
+            // What the claim allowed: a fill past the 4 KiB that exist.
+            view.slice(8192..8200).unwrap().fill(1).unwrap();
+            panic!("opened {} bytes", view.len());
+        }
+    }
+    // The refused open left nothing open: the genuine size opens.
+    let genuine = IpcHandle {
+        size: 4096,
+        len: 4096,
+        ..handle
+    };
+    assert_eq!(
+        ipc::open(&queue, &genuine).unwrap().to_vec().unwrap(),
+        [3; 4096]
+    );
+}

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use cl3::error_codes::error_text;
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
+use devbuf_core::extent::Holder;
 use devbuf_core::{
     CompletedEvent, DeviceInfo, Error, Event, LastCommand, MemKind, Queue, QueueEvent, Result,
 };
@@ -26,8 +27,8 @@ use parking_lot::Mutex;
 use crate::OPENCL;
 use crate::runtime::{DeviceEntry, Memory};
 use crate::usm::{
-    CL_MEM_ALLOC_TYPE_INTEL, CL_MEM_TYPE_DEVICE_INTEL, CL_MEM_TYPE_HOST_INTEL,
-    CL_MEM_TYPE_SHARED_INTEL, UsmApi,
+    CL_MEM_ALLOC_BASE_PTR_INTEL, CL_MEM_ALLOC_SIZE_INTEL, CL_MEM_ALLOC_TYPE_INTEL,
+    CL_MEM_TYPE_DEVICE_INTEL, CL_MEM_TYPE_HOST_INTEL, CL_MEM_TYPE_SHARED_INTEL, UsmApi,
 };
 
 /// How this queue allocates, with what that needs.
@@ -51,6 +52,19 @@ struct SvmAllocation {
     base: usize,
     len: usize,
     kind: MemKind,
+}
+
+/// The SVM allocation devbuf handed out that holds `ptr`, with the address it starts at.
+fn svm_holding(
+    allocations: &BTreeMap<usize, SvmAllocation>,
+    ptr: *const u8,
+) -> Option<(usize, SvmAllocation)> {
+    let address = ptr as usize;
+    allocations
+        .range(..=address)
+        .next_back()
+        .filter(|(start, allocation)| address - **start < allocation.len)
+        .map(|(&start, &allocation)| (start, allocation))
 }
 
 /// An in-order command queue on one OpenCL device, in a context of its own.
@@ -140,6 +154,40 @@ impl OpenClQueue {
     }
 
     /// Whether `ptr` lies in memory this queue allocated.
+    /// One `clGetMemAllocInfoINTEL` answer about `ptr` in this queue's context, as a `T` (the
+    /// query's result type); `None` when the runtime refuses the query.
+    fn usm_info<T: Copy + Default>(
+        &self,
+        api: &UsmApi,
+        ptr: *const u8,
+        query: cl_uint,
+    ) -> Option<T> {
+        let mut value = T::default();
+        // SAFETY: the context is live and `value` is a `T`, the type of the query's result, of
+        // the size passed; the pointer is only looked up, never dereferenced.
+        let code = unsafe {
+            (api.get_alloc_info)(
+                self.context.get(),
+                ptr.cast(),
+                query,
+                size_of::<T>(),
+                (&raw mut value).cast(),
+                std::ptr::null_mut(),
+            )
+        };
+        (code == 0).then_some(value)
+    }
+
+    /// The USM kind of `ptr` in this queue's context; Unknown for memory it does not know.
+    fn usm_kind(&self, api: &UsmApi, ptr: *const u8) -> MemKind {
+        match self.usm_info::<cl_uint>(api, ptr, CL_MEM_ALLOC_TYPE_INTEL) {
+            Some(CL_MEM_TYPE_HOST_INTEL) => MemKind::Host,
+            Some(CL_MEM_TYPE_DEVICE_INTEL) => MemKind::Device,
+            Some(CL_MEM_TYPE_SHARED_INTEL) => MemKind::Shared,
+            _ => MemKind::Unknown,
+        }
+    }
+
     fn owns(&self, ptr: *const u8) -> bool {
         self.kind_of(ptr) != MemKind::Unknown
     }
@@ -377,14 +425,21 @@ impl Queue for OpenClQueue {
                         .map_err(|err| err.0)
                 })
             }
-            _ => {
-                // Memory that is not ours is host memory (the caller's contract), which the fill
-                // commands do not promise to reach: the host writes it once earlier work is done.
+            Allocator::None => {
+                // Without an allocator this queue reaches host memory only (see `copy`).
                 self.wait()?;
                 // SAFETY: the caller guarantees `dst` is valid for `len` bytes.
                 unsafe { std::ptr::write_bytes(dst, byte, len) };
                 Ok(())
             }
+            // Memory the runtime does not know may be anything, a device address included: the
+            // host touches none of it.
+            _ => Err(self.unsupported(
+                format!("filling {len} bytes at {dst:p}"),
+                "the OpenCL runtime does not know this memory, and devbuf never writes from the \
+                 host to memory the runtime has not shown to be host memory"
+                    .into(),
+            )),
         }
     }
 
@@ -416,38 +471,49 @@ impl Queue for OpenClQueue {
             return MemKind::Unknown;
         }
         match &self.allocator {
-            Allocator::Usm(api) => {
-                let mut value: cl_uint = 0;
-                // SAFETY: the context is live, `value` is a cl_uint as the query's result is;
-                // the pointer is only looked up, never dereferenced.
-                let code = unsafe {
-                    (api.get_alloc_info)(
-                        self.context.get(),
-                        ptr.cast(),
-                        CL_MEM_ALLOC_TYPE_INTEL,
-                        size_of::<cl_uint>(),
-                        (&raw mut value).cast(),
-                        std::ptr::null_mut(),
-                    )
-                };
-                match (code, value) {
-                    (0, CL_MEM_TYPE_HOST_INTEL) => MemKind::Host,
-                    (0, CL_MEM_TYPE_DEVICE_INTEL) => MemKind::Device,
-                    (0, CL_MEM_TYPE_SHARED_INTEL) => MemKind::Shared,
-                    _ => MemKind::Unknown,
-                }
-            }
+            Allocator::Usm(api) => self.usm_kind(api, ptr),
             Allocator::Svm { allocations, .. } => {
-                let address = ptr as usize;
-                allocations
-                    .lock()
-                    .range(..=address)
-                    .next_back()
-                    .filter(|(start, allocation)| address - **start < allocation.len)
-                    .map_or(MemKind::Unknown, |(_, allocation)| allocation.kind)
+                svm_holding(&allocations.lock(), ptr).map_or(MemKind::Unknown, |(_, a)| a.kind)
             }
             Allocator::None => MemKind::Unknown,
         }
+    }
+
+    /// Intel USM names the allocation holding any pointer into it (`clGetMemAllocInfoINTEL`'s
+    /// base pointer and size); SVM pointers carry nothing the runtime can be asked, so only
+    /// devbuf's own SVM allocations are known, by its own table.
+    fn holder_of(&self, ptr: *const u8) -> Result<Holder> {
+        if ptr.is_null() {
+            return Ok(Holder::Unknown);
+        }
+        Ok(match &self.allocator {
+            Allocator::Usm(api) => {
+                let kind = self.usm_kind(api, ptr);
+                if kind == MemKind::Unknown {
+                    return Ok(Holder::Unknown);
+                }
+                let base = self.usm_info::<*mut c_void>(api, ptr, CL_MEM_ALLOC_BASE_PTR_INTEL);
+                let size = self.usm_info::<usize>(api, ptr, CL_MEM_ALLOC_SIZE_INTEL);
+                let range = base.zip(size).and_then(|(base, size)| {
+                    let start = base as usize;
+                    let range = start..start.checked_add(size)?;
+                    range.contains(&(ptr as usize)).then_some(range)
+                });
+                match range {
+                    Some(range) => Holder::Allocation { kind, range },
+                    // A runtime that types the pointer but does not bound its allocation.
+                    None => Holder::Unbounded { kind, place: 0 },
+                }
+            }
+            Allocator::Svm { allocations, .. } => svm_holding(&allocations.lock(), ptr).map_or(
+                Holder::Unknown,
+                |(start, allocation)| Holder::Allocation {
+                    kind: allocation.kind,
+                    range: start..start + allocation.len,
+                },
+            ),
+            Allocator::None => Holder::Unknown,
+        })
     }
 
     fn dlpack_device(&self, _kind: MemKind) -> DLDevice {

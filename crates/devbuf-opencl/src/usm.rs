@@ -12,6 +12,9 @@ use opencl3::types::{cl_platform_id, cl_uint, cl_ulong};
 
 /// `cl_mem_info_intel`: the type of a USM allocation.
 pub const CL_MEM_ALLOC_TYPE_INTEL: cl_uint = 0x419A;
+/// `cl_mem_info_intel`: the first byte of the USM allocation holding a pointer, and its size.
+pub const CL_MEM_ALLOC_BASE_PTR_INTEL: cl_uint = 0x419B;
+pub const CL_MEM_ALLOC_SIZE_INTEL: cl_uint = 0x419C;
 /// Values of [`CL_MEM_ALLOC_TYPE_INTEL`].
 pub const CL_MEM_TYPE_HOST_INTEL: cl_uint = 0x4197;
 pub const CL_MEM_TYPE_DEVICE_INTEL: cl_uint = 0x4198;

@@ -234,3 +234,32 @@ fn with_no_icd_registered_the_backend_is_unavailable_with_the_reason() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// Memory the runtime does not know may be anything, a device address included: the host never
+/// writes it, not even when it happens to be host memory (it was filled from the host before).
+#[test]
+fn memory_the_runtime_does_not_know_is_never_filled_from_the_host() {
+    for queue in usable_queues("memory_the_runtime_does_not_know_is_never_filled_from_the_host") {
+        let mut memory = vec![1u8; 64];
+        // SAFETY: `memory` outlives the buffer, dropped before it.
+        let foreign = unsafe {
+            Buffer::from_foreign(
+                Arc::clone(&queue),
+                memory.as_mut_ptr(),
+                memory.len(),
+                MemKind::Unknown,
+                devbuf_core::Owner::keep_alive(()),
+            )
+        };
+        match foreign.fill(9) {
+            Err(Error::Unsupported { .. }) => {}
+            other => panic!(
+                "{}: a fill of unknown memory gave {other:?}",
+                queue.device()
+            ),
+        }
+        assert_eq!(foreign.to_vec().unwrap(), [1; 64]);
+        drop(foreign);
+        assert_eq!(memory, [1; 64]);
+    }
+}

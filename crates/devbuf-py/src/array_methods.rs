@@ -293,8 +293,11 @@ impl PyBuffer {
 
     /// A handle that opens this buffer's memory in another process on this machine
     /// (`devbuf.open_ipc`). Only buffers allocated with `ipc=True` have one (else BufferError).
-    fn ipc_handle(slf: &Bound<'_, Self>) -> PyResult<crate::ipc::PyIpcHandle> {
-        crate::ipc::export(slf.as_super().get(), slf.py())
+    /// With `readonly=True` (or for a read-only buffer) it opens read-only; host memory is then
+    /// sealed so that no other process can map it writable again, while this one keeps writing.
+    #[pyo3(signature = (*, readonly = false))]
+    fn ipc_handle(slf: &Bound<'_, Self>, readonly: bool) -> PyResult<crate::ipc::PyIpcHandle> {
+        crate::ipc::export(slf.as_super().get(), slf.py(), readonly)
     }
 
     /// A typed view: `dtype` a name or typestr ("float32", "<f4"), `shape` (default: as many

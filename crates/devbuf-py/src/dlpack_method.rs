@@ -161,6 +161,6 @@ unsafe extern "C" fn dlpack_vectorcall(
         // Unwinding must not cross into CPython.
         Err(_) => PyRuntimeError::new_err("devbuf: panic in __dlpack__"),
     };
-    err.restore(py);
+    crate::errors::restore_attached(err);
     std::ptr::null_mut()
 }

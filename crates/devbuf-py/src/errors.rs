@@ -1,8 +1,8 @@
 //! devbuf errors as Python exceptions: one class per kind of failure (see the design page).
 
 use devbuf::Error;
-use pyo3::PyErr;
 use pyo3::exceptions::{PyBufferError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::{PyErr, Python};
 
 /// The Python exception for a devbuf error.
 pub fn to_py(err: Error) -> PyErr {
@@ -27,4 +27,13 @@ impl<T> IntoPyResult<T> for devbuf::Result<T> {
     fn py(self) -> pyo3::PyResult<T> {
         self.map_err(to_py)
     }
+}
+
+/// Raises `err`, attached the way pyo3 counts it. Under `assume_attached` pyo3 does not count the
+/// thread as attached, so every Python reference an error drops (its type and message once
+/// raised, the errors it replaced) would wait in pyo3's pending pool until some later call
+/// attaches: a failing call would hold its references and bytes until then. Attaching releases
+/// what the call deferred, and the error's own references are released at once.
+pub(crate) fn restore_attached(err: PyErr) {
+    Python::attach(|py| err.restore(py));
 }

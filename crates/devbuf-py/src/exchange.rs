@@ -165,8 +165,7 @@ unsafe extern "C" fn dltensor_from_py_object(py_object: *mut c_void, out: *mut D
     match filled {
         Ok(Ok(())) => 0,
         Ok(Err(err)) => {
-            // SAFETY: the caller holds the GIL.
-            err.restore(unsafe { Python::assume_attached() });
+            crate::errors::restore_attached(err);
             -1
         }
         Err(_) => guarded(|_| {

@@ -1,10 +1,9 @@
 //! Validated foreign memory wrapped in an Array: the runtime of the queue it was routed to
-//! classifies the pointer (a device runtime that does not know it refuses it), and an owner keeps
-//! it alive.
+//! classifies the pointer and checks the whole extent against the allocation holding it (a device
+//! runtime that does not know it refuses it), and an owner keeps it alive.
 
 use devbuf::interface::ForeignLayout;
-use devbuf::{Array, Buffer, MemKind, Owner};
-use pyo3::exceptions::PyValueError;
+use devbuf::{Array, Buffer, MemKind, Owner, extent};
 use pyo3::prelude::*;
 
 use crate::array::PyArray;
@@ -23,26 +22,16 @@ pub(crate) fn wrap_foreign<'py>(
     wrap_classified(py, foreign, queue, kind, owner)
 }
 
-/// What kind of memory of `queue`'s runtime the foreign span is; a ValueError naming
-/// `pointer_key` when a device runtime does not know the pointer.
+/// What kind of memory of `queue`'s runtime the foreign span is, once its whole extent is known to
+/// lie in one allocation (as far as that runtime can tell); a ValueError naming `pointer_key` when
+/// a device runtime does not know the pointer, or `shape`/`strides` when the span reaches past the
+/// allocation.
 pub(crate) fn foreign_kind(
     queue: &Py<PyQueue>,
     foreign: &ForeignLayout,
     pointer_key: &'static str,
 ) -> PyResult<MemKind> {
-    if foreign.len == 0 {
-        return Ok(MemKind::Unknown);
-    }
-    let runtime_queue = &queue.get().queue;
-    let kind = runtime_queue.kind_of(foreign.base as *const u8);
-    let device = runtime_queue.device();
-    if kind == MemKind::Unknown && device.backend != devbuf::host::HOST {
-        return Err(PyValueError::new_err(format!(
-            "{pointer_key}: {:#x} is not memory of {:?} (the runtime classifies it as unknown)",
-            foreign.base, device.selector
-        )));
-    }
-    Ok(kind)
+    extent::check_extent(&*queue.get().queue, foreign, pointer_key).py()
 }
 
 /// Wraps foreign memory of `kind` ([`foreign_kind`]) in an Array.

@@ -52,6 +52,12 @@ impl PyIpcHandle {
         self.handle.len
     }
 
+    /// Whether the view opens read-only.
+    #[getter]
+    fn readonly(&self) -> bool {
+        self.handle.read_only
+    }
+
     fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         static FROM_BYTES: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
         let from_bytes = FROM_BYTES.import(py, "devbuf._devbuf", "_ipc_handle_from_bytes")?;
@@ -66,8 +72,15 @@ impl PyIpcHandle {
 
     fn __repr__(&self) -> String {
         format!(
-            "<devbuf.IpcHandle {} bytes of {} memory on {:?}>",
-            self.handle.len, self.handle.kind, self.handle.device
+            "<devbuf.IpcHandle {} bytes of {} memory on {:?}{}>",
+            self.handle.len,
+            self.handle.kind,
+            self.handle.device,
+            if self.handle.read_only {
+                " read-only"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -78,17 +91,27 @@ pub(crate) fn _ipc_handle_from_bytes(data: &[u8]) -> PyResult<PyIpcHandle> {
     PyIpcHandle::from_bytes(data)
 }
 
-/// `Buffer.ipc_handle()`.
-pub(crate) fn export(array: &PyArray, py: Python<'_>) -> PyResult<PyIpcHandle> {
+/// `Buffer.ipc_handle(readonly=False)`: read-only when asked or when the buffer is.
+pub(crate) fn export(array: &PyArray, py: Python<'_>, readonly: bool) -> PyResult<PyIpcHandle> {
     let buffer = array.array.buffer();
-    let handle = py.detach(|| ipc::export(buffer)).py()?;
+    let read_only = readonly || array.array.readonly();
+    let handle = py
+        .detach(|| {
+            if read_only {
+                ipc::export_read_only(buffer)
+            } else {
+                ipc::export(buffer)
+            }
+        })
+        .py()?;
     Ok(PyIpcHandle { handle })
 }
 
 /// Opens a handle another process (or this one) exported with `Buffer.ipc_handle()`: a Buffer
 /// viewing the same memory, zero-copy. It keeps nothing alive on the exporting side: the
 /// exporter must not free the memory while this buffer is in use. A handle opens once per
-/// process at a time; a handle whose exporter exited or freed the memory is a ValueError.
+/// process at a time; a handle whose exporter exited or freed the memory, or that does not name
+/// memory devbuf exported, is a ValueError. A read-only handle opens as a read-only Buffer.
 #[pyfunction]
 pub(crate) fn open_ipc(py: Python<'_>, handle: &Bound<'_, PyAny>) -> PyResult<Py<PyBuffer>> {
     let handle = match handle.cast::<PyIpcHandle>() {

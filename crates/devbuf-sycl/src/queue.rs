@@ -8,6 +8,7 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Weak};
 
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
+use devbuf_core::extent::Holder;
 use devbuf_core::{
     Buffer, DeviceInfo, Error, Event, ExportedHandle, ForeignObject, ForeignQueue, LastCommand,
     MemKind, Queue, QueueEvent, Result,
@@ -553,6 +554,36 @@ impl Queue for SyclQueue {
 
     fn kind_of(&self, ptr: *const u8) -> MemKind {
         classify(&self.context, self.knows_usm, ptr)
+    }
+
+    /// dpctl's C API tells a USM pointer's type and device in a context, not the bounds of its
+    /// allocation (SYCL has no such query; Level Zero's `zeMemGetAddressRange` is not reachable
+    /// through it): an import's span is checked at its first and last byte (same USM type, same
+    /// device, in this queue's context). The bytes between are not: a span over two neighbouring
+    /// allocations of the same type and device passes.
+    fn holder_of(&self, ptr: *const u8) -> Result<Holder> {
+        let kind = self.kind_of(ptr);
+        if kind == MemKind::Unknown {
+            return Ok(Holder::Unknown);
+        }
+        if !self.multi_device_context {
+            // One device in the context: the USM type there says the device too.
+            return Ok(Holder::Unbounded { kind, place: 0 });
+        }
+        let rt = self.runtime();
+        // SAFETY: the pointer is USM of this context (classified above), so the runtime finds
+        // its device instead of throwing; the call returns a new handle we own.
+        let device = unsafe {
+            Device::from_raw(
+                rt,
+                rt.api()
+                    .DPCTLUSM_GetPointerDevice(ptr.cast_mut().cast(), self.context.as_ptr()),
+            )
+        }
+        .ok_or_else(|| Error::runtime(SYCL, "DPCTLUSM_GetPointerDevice", "returned null"))?;
+        // SAFETY: a live device handle; hashing does not throw.
+        let place = unsafe { rt.api().DPCTLDevice_Hash(device.as_ptr()) } as u64;
+        Ok(Holder::Unbounded { kind, place })
     }
 
     fn dlpack_device(&self, _kind: MemKind) -> DLDevice {

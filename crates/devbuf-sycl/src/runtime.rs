@@ -167,6 +167,7 @@ required_symbols!(
     DPCTLDevice_GetParentDevice,
     DPCTLDevice_GetVendor,
     DPCTLDevice_HasAspect,
+    DPCTLDevice_Hash,
     DPCTLEvent_Delete,
     DPCTLEvent_GetCommandExecutionStatus,
     DPCTLEvent_Wait,

@@ -161,6 +161,9 @@ pub(super) struct Allocation {
     /// Whether the memory was handed to another library (DLPack, CAI, SUAI), whose work on it is
     /// not ordered with ours.
     pub(super) exported: AtomicBool,
+    /// Whether the memory may only be read (it is mapped read-only, e.g. from a read-only IPC
+    /// handle): every write through a [`Buffer`] is refused.
+    pub(super) read_only: bool,
 }
 
 impl Drop for Allocation {

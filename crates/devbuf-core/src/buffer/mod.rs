@@ -139,6 +139,7 @@ impl Buffer {
                 release,
                 pending: Pending::default(),
                 exported: AtomicBool::new(false),
+                read_only: false,
             }),
             offset: 0,
             len: nbytes,
@@ -165,6 +166,36 @@ impl Buffer {
         kind: MemKind,
         owner: Owner,
     ) -> Buffer {
+        // SAFETY: the caller's contract.
+        unsafe { Self::foreign(queue, ptr, len, kind, owner, false) }
+    }
+
+    /// Wraps foreign memory that may only be read, as [`Buffer::from_foreign`]: every write
+    /// through the buffer (fills, copies into it) is refused with an error.
+    ///
+    /// # Safety
+    /// As for [`Buffer::from_foreign`], with the memory valid for reads only.
+    pub unsafe fn from_foreign_read_only(
+        queue: Arc<dyn Queue>,
+        ptr: *mut u8,
+        len: usize,
+        kind: MemKind,
+        owner: Owner,
+    ) -> Buffer {
+        // SAFETY: the caller's contract; nothing writes through a read-only buffer.
+        unsafe { Self::foreign(queue, ptr, len, kind, owner, true) }
+    }
+
+    /// # Safety
+    /// As for [`Buffer::from_foreign`]; writable too unless `read_only`.
+    unsafe fn foreign(
+        queue: Arc<dyn Queue>,
+        ptr: *mut u8,
+        len: usize,
+        kind: MemKind,
+        owner: Owner,
+        read_only: bool,
+    ) -> Buffer {
         Buffer {
             alloc: Arc::new(Allocation {
                 base: ptr as usize,
@@ -173,6 +204,7 @@ impl Buffer {
                 release: Release::Foreign(Mutex::new(Some(owner))),
                 pending: Pending::default(),
                 exported: AtomicBool::new(false),
+                read_only,
             }),
             offset: 0,
             len,
@@ -229,6 +261,12 @@ impl Buffer {
         }
     }
 
+    /// Whether the memory may only be read ([`Buffer::from_foreign_read_only`]): fills and copies
+    /// into it are refused.
+    pub fn is_read_only(&self) -> bool {
+        self.alloc.read_only
+    }
+
     /// Whether the host CPU may read and write these bytes directly.
     pub fn is_host_accessible(&self) -> bool {
         self.alloc.queue.host_accessible(self.alloc.kind)
@@ -280,6 +318,7 @@ impl Buffer {
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
     pub fn copy_from(&self, src: &Buffer) -> Result<()> {
+        self.check_writable()?;
         self.check_copy_source(src.len, || {
             self.same_allocation(src) && ranges_overlap(self, src)
         })?;
@@ -311,6 +350,7 @@ impl Buffer {
     /// allocations: they stay alive until it completes (this one holds `src`, so that dropping
     /// `src` meanwhile does not wait), and [`Buffer::sync_queue`] reports it.
     pub fn enqueue_copy_from(&self, src: &Buffer, queue: &Arc<dyn Queue>) -> Result<Event> {
+        self.check_writable()?;
         self.check_copy_source(src.len, || {
             self.same_allocation(src) && ranges_overlap(self, src)
         })?;
@@ -336,6 +376,7 @@ impl Buffer {
 
     /// Copies `src` (host memory, same length) into this view and waits for the copy.
     pub fn copy_from_host(&self, src: &[u8]) -> Result<()> {
+        self.check_writable()?;
         self.check_copy_source(src.len(), || false)?;
         if self.len == 0 {
             return Ok(());
@@ -385,6 +426,7 @@ impl Buffer {
 
     /// Sets every byte of this view to `byte` and waits.
     pub fn fill(&self, byte: u8) -> Result<()> {
+        self.check_writable()?;
         if self.len == 0 {
             return Ok(());
         }
@@ -398,6 +440,7 @@ impl Buffer {
     /// Enqueues setting this view to `byte` on its own queue and returns without waiting; the
     /// work is recorded like [`Buffer::enqueue_copy_from`]'s.
     pub fn enqueue_fill(&self, byte: u8) -> Result<Event> {
+        self.check_writable()?;
         let queue = self.queue();
         self.order_on(queue)?;
         if self.len > 0 {
@@ -538,6 +581,20 @@ impl Buffer {
             .lock()
             .take_completed(|w| events.iter().any(|event| event.same_as(&w.event)));
         drop(completed);
+        Ok(())
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if self.alloc.read_only {
+            return Err(Error::invalid(
+                "buffer",
+                format!(
+                    "the {} bytes at {:p} are read-only (mapped for reading only)",
+                    self.len,
+                    self.ptr()
+                ),
+            ));
+        }
         Ok(())
     }
 

@@ -464,3 +464,39 @@ fn waits_before_a_release_run_through_the_blocking_hook() {
     drop(busy);
     assert_eq!(CALLS.load(Ordering::SeqCst), 1);
 }
+
+#[test]
+fn a_read_only_buffer_refuses_every_write_and_reads() {
+    let queue = HostQueue::shared();
+    let memory = [9u8; 16];
+    // SAFETY: `memory` outlives the buffer and is only read through it.
+    let read_only = unsafe {
+        Buffer::from_foreign_read_only(
+            Arc::clone(&queue),
+            memory.as_ptr().cast_mut(),
+            16,
+            MemKind::Unknown,
+            Owner::keep_alive(()),
+        )
+    };
+    let part = read_only.slice(4..8).unwrap();
+    assert!(part.is_read_only() && crate::Array::bytes(part.clone()).readonly());
+    let other = Buffer::alloc(&queue, MemKind::Host, 4).unwrap();
+    let refusals = [
+        part.fill(1).map(drop),
+        part.enqueue_fill(1).map(drop),
+        part.copy_from(&other),
+        part.enqueue_copy_from(&other, &queue).map(drop),
+        part.copy_from_host(&[1; 4]),
+    ];
+    for refused in refusals {
+        let err = refused.unwrap_err().to_string();
+        assert!(
+            err.starts_with("buffer: ") && err.contains("read-only"),
+            "{err}"
+        );
+    }
+    assert_eq!(part.to_vec().unwrap(), [9; 4]);
+    other.copy_from(&part).unwrap();
+    assert_eq!(memory, [9; 16]);
+}

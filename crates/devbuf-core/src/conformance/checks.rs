@@ -9,7 +9,9 @@ use super::{
     CheckResult, Outcome, alloc, ctx, expect_bytes, for_each_kind, outcome, pattern, pooled,
     supported_kinds,
 };
-use crate::{Buffer, DEFAULT_ALIGNMENT, Error, HostQueue, MemKind, Owner, Queue};
+use crate::extent::{Holder, check_extent};
+use crate::interface::ForeignLayout;
+use crate::{Buffer, DEFAULT_ALIGNMENT, DType, Error, HostQueue, Layout, MemKind, Owner, Queue};
 
 pub(super) fn alloc_each_kind(queue: &Arc<dyn Queue>) -> Outcome {
     let unsupported: Vec<_> = MemKind::ALLOCATABLE
@@ -170,6 +172,57 @@ pub(super) fn classifies_foreign_pointers(queue: &Arc<dyn Queue>) -> Outcome {
     } else {
         Outcome::Fail(misclassified.join("; "))
     }
+}
+
+/// The queue answers which allocation holds a pointer into its own memory (what an import checks
+/// a descriptor's whole extent against): the allocation, covering the buffer, or at least the
+/// kind; and where it names the allocation, a span one byte past its end is refused.
+pub(super) fn bounds_own_allocations(queue: &Arc<dyn Queue>) -> Outcome {
+    for_each_kind(queue, |kind| {
+        let buffer = alloc(queue, kind, 4096)?;
+        let base = buffer.ptr() as usize;
+        let holder = |address: usize| {
+            ctx(queue.holder_of(address as *const u8), || {
+                format!("asking which allocation holds {address:#x}")
+            })
+        };
+        for offset in [0, 1, 2048, 4095] {
+            match holder(base + offset)? {
+                Holder::Allocation { kind: found, range }
+                    if found == kind && range.start <= base && base + 4096 <= range.end => {}
+                Holder::Unbounded { kind: found, .. } if found == kind => {}
+                other => {
+                    return Err(format!(
+                        "the {kind} allocation at {base:#x} (+{offset}) is held by {other:?}"
+                    ));
+                }
+            }
+        }
+        let Holder::Allocation { range, .. } = holder(base)? else {
+            return Ok(());
+        };
+        let span = |len: usize| ForeignLayout {
+            base,
+            len,
+            layout: Layout::contiguous(DType::UINT8, &[len], 0).expect("a byte layout"),
+        };
+        let fits = range.end - base;
+        match check_extent(&**queue, &span(fits), "data") {
+            Ok(found) if found == kind => {}
+            other => {
+                return Err(format!(
+                    "{fits} bytes up to the allocation's end: {other:?}"
+                ));
+            }
+        }
+        if check_extent(&**queue, &span(fits + 1), "data").is_ok() {
+            return Err(format!(
+                "{} bytes at {base:#x} were accepted, one past the allocation {range:?}",
+                fits + 1
+            ));
+        }
+        Ok(())
+    })
 }
 
 pub(super) fn deleter_runs_once(queue: &Arc<dyn Queue>) -> Outcome {

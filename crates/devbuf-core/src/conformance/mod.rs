@@ -61,6 +61,10 @@ pub const CHECKS: &[Check] = &[
         run: checks::classifies_foreign_pointers,
     },
     Check {
+        name: "extent",
+        run: checks::bounds_own_allocations,
+    },
+    Check {
         name: "deleter",
         run: checks::deleter_runs_once,
     },
@@ -156,7 +160,7 @@ fn skip(backend: &str, name: &str, why: &str) {
 macro_rules! conformance_tests {
     ($backend:literal, $queue:expr) => {
         $crate::conformance_tests!(@tests $backend, $queue;
-            alloc align copy fill busy_free kind_of foreign deleter subview threads oom events cross
+            alloc align copy fill busy_free kind_of foreign extent deleter subview threads oom events cross
             pool_export pool_busy pooled);
     };
     (@tests $backend:literal, $queue:expr; $($name:ident)*) => {

@@ -1,0 +1,272 @@
+//! The whole extent an imported descriptor claims, checked against the allocation that holds it.
+//!
+//! A descriptor names a pointer and a layout; [`crate::interface`] works out once which bytes its
+//! elements span (shape, strides, offset and item size, negative strides and empty arrays
+//! included: a [`ForeignLayout`]). Which allocation holds a pointer is the runtime's to say, an
+//! exchange-side question each backend answers through [`crate::Queue::holder_of`] as well as its
+//! runtime allows. An import is refused unless every byte it claims lies in that one allocation,
+//! so that no copy, fill or host view of it reaches past memory that exists.
+
+use std::ops::Range;
+
+use crate::interface::ForeignLayout;
+use crate::{Error, MemKind, Queue, Result};
+
+/// What a runtime can tell about the allocation holding a pointer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holder {
+    /// The runtime does not know the pointer: it is no memory of this queue's.
+    Unknown,
+    /// An allocation of `kind` memory spanning `range`.
+    Allocation {
+        /// The kind of the allocation's memory.
+        kind: MemKind,
+        /// The addresses of its first byte and one past its last.
+        range: Range<usize>,
+    },
+    /// `kind` memory the runtime knows, though not how far its allocation reaches (dpctl's C API
+    /// tells a USM pointer's type and device, not its allocation's bounds). `place` names what it
+    /// does tell (the device holding the memory), so that the answers for the first and the last
+    /// byte of a span can be compared.
+    Unbounded {
+        /// The kind of the memory.
+        kind: MemKind,
+        /// What the runtime tells of where the memory is (the device holding it).
+        place: u64,
+    },
+    /// Memory the runtime cannot vouch for either way: the host backend, for which any address
+    /// of the process may be host memory. Its producer (a Python object in this process) is
+    /// trusted.
+    Unchecked,
+}
+
+/// The kind of memory `foreign` is, once its whole extent is known to lie in one allocation of
+/// `queue`'s runtime (as far as that runtime can tell: see [`Holder`]). Errors name the key at
+/// fault: `pointer_key` (the descriptor's pointer, e.g. "data") when the runtime does not know
+/// element 0, "strides" when the elements reach before the allocation, and "shape" (or
+/// "strides", for a strided layout) when they reach past its end. An empty array claims no bytes
+/// and is [`MemKind::Unknown`].
+pub fn check_extent(
+    queue: &dyn Queue,
+    foreign: &ForeignLayout,
+    pointer_key: &'static str,
+) -> Result<MemKind> {
+    if foreign.len == 0 {
+        return Ok(MemKind::Unknown);
+    }
+    let layout = &foreign.layout;
+    // `interface` bounded the span inside the address space.
+    let (first, end) = (foreign.base, foreign.base + foreign.len);
+    let element0 = first + layout.offset();
+    let reach_key = if layout.is_c_contiguous() {
+        "shape"
+    } else {
+        "strides"
+    };
+    let device = &queue.device().selector;
+    let claim = || {
+        format!(
+            "shape {:?} with byte strides {:?} spans {} bytes at {first:#x}..{end:#x}",
+            layout.shape(),
+            layout.strides(),
+            foreign.len
+        )
+    };
+    match queue.holder_of(element0 as *const u8)? {
+        Holder::Unknown => Err(Error::invalid(
+            pointer_key,
+            format!(
+                "{element0:#x} is not memory of {device:?} (the runtime classifies it as unknown)"
+            ),
+        )),
+        Holder::Unchecked => Ok(MemKind::Unknown),
+        Holder::Allocation { kind, range } => {
+            let allocation = || {
+                format!(
+                    "the {}-byte allocation at {:#x} on {device:?} that holds element 0",
+                    range.len(),
+                    range.start
+                )
+            };
+            if first < range.start {
+                return Err(Error::invalid(
+                    "strides",
+                    format!("{}: it starts before {}", claim(), allocation()),
+                ));
+            }
+            if end > range.end {
+                return Err(Error::invalid(
+                    reach_key,
+                    format!("{}: it reaches past the end of {}", claim(), allocation()),
+                ));
+            }
+            Ok(kind)
+        }
+        unbounded @ Holder::Unbounded { kind, .. } => {
+            // The runtime cannot say where the allocation ends: the first and the last byte must
+            // at least be the same memory on the same device.
+            for (address, key) in [(first, "strides"), (end - 1, reach_key)] {
+                if address != element0 && queue.holder_of(address as *const u8)? != unbounded {
+                    return Err(Error::invalid(
+                        key,
+                        format!(
+                            "{}: its byte at {address:#x} is not {kind} memory of the device \
+                             on {device:?} that holds element 0",
+                            claim()
+                        ),
+                    ));
+                }
+            }
+            Ok(kind)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::interface::{InterfaceDict, import_cai};
+    use crate::{Buffer, HostQueue, host};
+
+    /// A host queue whose runtime knows the bounds of its allocations, or only the kind.
+    #[derive(Debug)]
+    struct Answering {
+        inner: HostQueue,
+        bounded: bool,
+    }
+
+    impl Answering {
+        fn queue(bounded: bool) -> Arc<dyn Queue> {
+            Arc::new(Answering {
+                inner: HostQueue::new(),
+                bounded,
+            })
+        }
+    }
+
+    impl Queue for Answering {
+        fn device(&self) -> &crate::DeviceInfo {
+            self.inner.device()
+        }
+        fn allocate(
+            &self,
+            kind: MemKind,
+            size: usize,
+            align: usize,
+        ) -> Result<std::ptr::NonNull<u8>> {
+            self.inner.allocate(kind, size, align)
+        }
+        unsafe fn deallocate(
+            &self,
+            ptr: std::ptr::NonNull<u8>,
+            kind: MemKind,
+            size: usize,
+            align: usize,
+        ) {
+            // SAFETY: the caller's contract, passed on.
+            unsafe { self.inner.deallocate(ptr, kind, size, align) }
+        }
+        unsafe fn copy(&self, dst: *mut u8, src: *const u8, len: usize) -> Result<()> {
+            // SAFETY: the caller's contract, passed on.
+            unsafe { self.inner.copy(dst, src, len) }
+        }
+        unsafe fn fill(&self, dst: *mut u8, byte: u8, len: usize) -> Result<()> {
+            // SAFETY: the caller's contract, passed on.
+            unsafe { self.inner.fill(dst, byte, len) }
+        }
+        fn wait(&self) -> Result<()> {
+            Ok(())
+        }
+        fn record_event(&self) -> Result<crate::Event> {
+            self.inner.record_event()
+        }
+        fn wait_event(&self, event: &crate::Event) -> Result<()> {
+            event.wait()
+        }
+        fn kind_of(&self, ptr: *const u8) -> MemKind {
+            self.inner.kind_of(ptr)
+        }
+        fn holder_of(&self, ptr: *const u8) -> Result<Holder> {
+            Ok(match (self.inner.holder_of(ptr)?, self.bounded) {
+                (Holder::Unchecked, _) => Holder::Unknown,
+                (Holder::Allocation { kind, .. }, false) => Holder::Unbounded { kind, place: 7 },
+                (answer, _) => answer,
+            })
+        }
+        fn dlpack_device(&self, kind: MemKind) -> dlpark::ffi::DLDevice {
+            self.inner.dlpack_device(kind)
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+
+    fn cai(shape: &[i64], strides: Option<&[i64]>, data: usize) -> ForeignLayout {
+        import_cai(&InterfaceDict {
+            version: 3,
+            data: (data, false),
+            shape: shape.to_vec(),
+            typestr: "<f4".into(),
+            strides: strides.map(<[_]>::to_vec),
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    fn key_of(result: Result<MemKind>) -> String {
+        let err = result.unwrap_err().to_string();
+        err.split_once(':').unwrap().0.to_string()
+    }
+
+    #[test]
+    fn a_span_inside_its_allocation_passes_and_one_byte_past_either_end_names_its_key() {
+        for bounded in [true, false] {
+            let queue = Answering::queue(bounded);
+            let buffer = Buffer::alloc(&queue, MemKind::Device, 4096).unwrap();
+            let base = buffer.ptr() as usize;
+            let check = |foreign: ForeignLayout| check_extent(&*queue, &foreign, "data");
+            // The whole allocation, forwards and backwards, and an empty array anywhere.
+            assert_eq!(check(cai(&[1024], None, base)).unwrap(), MemKind::Device);
+            assert_eq!(
+                check(cai(&[1024], Some(&[-4]), base + 4092)).unwrap(),
+                MemKind::Device
+            );
+            assert_eq!(check(cai(&[0, 5], None, 0)).unwrap(), MemKind::Unknown);
+            assert_eq!(
+                check(cai(&[2, 0], Some(&[1 << 40, 4]), base)).unwrap(),
+                MemKind::Unknown
+            );
+            // A 1 MiB claim at the start of a 4 KiB allocation; one float too many; a stride that
+            // jumps out; negative strides that reach back before the allocation.
+            assert_eq!(key_of(check(cai(&[1 << 18], None, base))), "shape");
+            assert_eq!(key_of(check(cai(&[1025], None, base))), "shape");
+            assert_eq!(key_of(check(cai(&[2], Some(&[4096]), base))), "strides");
+            assert_eq!(key_of(check(cai(&[2], Some(&[-4]), base))), "strides");
+            assert_eq!(
+                key_of(check(cai(&[3, 2], Some(&[-8, 4]), base + 8))),
+                "strides"
+            );
+            // Element 0 outside any allocation names the pointer's key.
+            let elsewhere = [0f32; 4];
+            let foreign = cai(&[4], None, elsewhere.as_ptr() as usize);
+            assert_eq!(key_of(check_extent(&*queue, &foreign, "offset")), "offset");
+        }
+    }
+
+    #[test]
+    fn the_host_backend_bounds_its_own_allocations_and_trusts_other_host_memory() {
+        let queue = HostQueue::shared();
+        assert_eq!(queue.device().backend, host::HOST);
+        let buffer = Buffer::alloc(&queue, MemKind::Shared, 64).unwrap();
+        let base = buffer.ptr() as usize;
+        let check = |foreign: ForeignLayout| check_extent(&*queue, &foreign, "data");
+        assert_eq!(check(cai(&[16], None, base)).unwrap(), MemKind::Shared);
+        assert_eq!(key_of(check(cai(&[17], None, base))), "shape");
+        // Memory the host backend did not allocate cannot be bounded: taken as it comes.
+        let theirs = [0f32; 4];
+        let foreign = cai(&[4], None, theirs.as_ptr() as usize);
+        assert_eq!(check(foreign).unwrap(), MemKind::Unknown);
+    }
+}
