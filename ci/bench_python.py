@@ -8,12 +8,10 @@ import sys
 import numpy as np
 
 import devbuf
-from benchlib import Report, Row, load_average
+from benchlib import ROUNDS, Report, Row, load_average
 
 sys.path.insert(0, "tests/python")
 from consumer import load  # noqa: E402  (the C consumer of the DLPack exchange table)
-
-ROUNDS = 15
 
 
 def main():

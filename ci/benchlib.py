@@ -10,6 +10,9 @@ import sys
 import time
 import timeit
 
+# Rounds per case unless a case says otherwise.
+ROUNDS = 21
+
 
 class Row:
     """One comparison: devbuf's and the peer's per-round figures (seconds, or ns for per-call
@@ -60,6 +63,8 @@ class Row:
 
 def show(value, unit):
     if unit == "ns":
+        if value >= 1e4:
+            return show(value * 1e-9, "s")
         return f"{value:.1f} ns" if value < 100 else f"{value:.0f} ns"
     if value >= 1e-3:
         return f"{value * 1e3:.2f} ms"
@@ -96,11 +101,11 @@ class Report:
     def __init__(self, section):
         self.section, self.rows, self.notes = section, [], []
 
-    def compare_calls(self, case, ours, theirs, reference, goal=None, rounds=15, number=20000):
+    def compare_calls(self, case, ours, theirs, reference, goal=None, rounds=ROUNDS, number=20000):
         samples = per_call_rounds(ours, theirs, rounds, number)
         self.rows.append(Row(self.section, case, *samples, reference, goal, unit="ns"))
 
-    def compare_runs(self, case, ours, theirs, reference, goal=None, rounds=15):
+    def compare_runs(self, case, ours, theirs, reference, goal=None, rounds=ROUNDS):
         samples = seconds_rounds(ours, theirs, rounds)
         self.rows.append(Row(self.section, case, *samples, reference, goal))
 
