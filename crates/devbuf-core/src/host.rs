@@ -98,6 +98,12 @@ impl Queue for HostQueue {
         true
     }
 
+    /// Every kind but Unknown (what the device's list says, without scanning it on every
+    /// allocation).
+    fn supports(&self, kind: MemKind) -> bool {
+        kind != MemKind::Unknown
+    }
+
     fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {
         let oom = |reason: &str| Error::OutOfMemory {
             kind,
