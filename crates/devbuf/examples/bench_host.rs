@@ -114,7 +114,7 @@ impl Row {
 
     fn json(&self) -> String {
         let (low, high) = self.spread();
-        let goal = self.goal.map_or("null".into(), |g| g.to_string());
+        let goal = self.goal.map_or("null".into(), |g| format!("{g:?}"));
         let meets = self
             .goal
             .map_or("null".into(), |g| (self.ratio() <= g).to_string());
