@@ -37,18 +37,27 @@ def main():
     report.add(Row(report.section, "DLTensor from PyObject through the C exchange table", fill, [],
                    "", 50, unit="ns"))
 
+    # The floors: the cheapest way to do the same work, against the same reference (no goal).
+    floors = Report("Python layer: floors", side="floor")
+    host_bytearray = bytearray(1024)
+    floors.compare_calls("`np.asarray` of a bytearray (CPython's cheapest buffer exporter)",
+                         lambda: np.asarray(host_bytearray), lambda: np.asarray(host_memoryview),
+                         "of an existing memoryview")
+
     sycl = next((b for b in devbuf.backends() if b.name == "sycl" and b.available), None)
     if sycl is None:
         report.skip("SYCL cases", "the SYCL backend is unavailable")
     else:
-        sycl_cases(report)
+        sycl_cases(report, floors)
     versions = f"Python {sys.version.split()[0]}, NumPy {np.__version__}, devbuf {devbuf.__version__}"
     if "dpnp" in sys.modules:
         versions += f", dpnp {sys.modules['dpnp'].__version__}"
     report.print(f"{versions}; {ROUNDS} alternating rounds per case; {load_average()} at the end")
+    print()
+    floors.print("Floors: the least any exporter or importer does for the same result")
 
 
-def sycl_cases(report):
+def sycl_cases(report, floors):
     import dpctl.memory as dm
 
     import devbuf.mr
@@ -66,6 +75,9 @@ def sycl_cases(report):
         def __init__(self, memory):
             self.__sycl_usm_array_interface__ = dict(memory.__sycl_usm_array_interface__)
 
+    prepared = dict(ours.__sycl_usm_array_interface__)
+    floors.compare_calls("a copy of a prepared SUAI dict (a fresh dict per access)", prepared.copy,
+                         lambda: theirs.__sycl_usm_array_interface__, "dpctl.memory's getter")
     foreign = ThirdParty(theirs)
     report.compare_calls("import of a foreign SUAI object", lambda: devbuf.asarray(foreign),
                          lambda: dm.as_usm_memory(foreign), "`dpctl.memory.as_usm_memory`", 0.15,
@@ -97,6 +109,17 @@ def sycl_cases(report):
     dpnp_array = dpnp.empty(1024, dtype=dpnp.uint8, sycl_queue=dpctl_queue)
     report.compare_calls("import of a dpnp array (`devbuf.asarray`)", lambda: devbuf.asarray(dpnp_array),
                          lambda: dm.as_usm_memory(dpnp_array), "`dpctl.memory.as_usm_memory`", 1.0,
+                         number=2000)
+    # What an import through SUAI rather than DLPack costs: dpnp's getter and devbuf's import of
+    # (a copy of) what it returns (no DLPack stream, so no barriers on dpnp's queue).
+    floors.compare_calls("dpnp's SUAI getter + `devbuf.asarray` of that dict",
+                         lambda: devbuf.asarray(ThirdParty(dpnp_array)),
+                         lambda: dm.as_usm_memory(dpnp_array), "`dpctl.memory.as_usm_memory`",
+                         number=2000)
+    devbuf_queue = ours_device.sycl_queue  # a dpctl.SyclQueue of devbuf's queue
+    floors.compare_calls("dpnp's `__dlpack__(stream=devbuf's queue)` alone",
+                         lambda: dpnp_array.__dlpack__(stream=devbuf_queue, max_version=(1, 3)),
+                         lambda: dm.as_usm_memory(dpnp_array), "`dpctl.memory.as_usm_memory`",
                          number=2000)
 
 

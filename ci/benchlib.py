@@ -98,8 +98,8 @@ def seconds_rounds(ours, theirs, rounds):
 class Report:
     """The rows of one section, printed as a Markdown table and appended as JSON lines."""
 
-    def __init__(self, section):
-        self.section, self.rows, self.notes = section, [], []
+    def __init__(self, section, side="devbuf"):
+        self.section, self.side, self.rows, self.notes = section, side, [], []
 
     def compare_calls(self, case, ours, theirs, reference, goal=None, rounds=ROUNDS, number=20000):
         samples = per_call_rounds(ours, theirs, rounds, number)
@@ -118,7 +118,7 @@ class Report:
     def print(self, header=""):
         if header:
             print(header + "\n")
-        print("| case | devbuf | reference | devbuf / reference (spread of rounds) | goal |")
+        print(f"| case | {self.side} | reference | {self.side} / reference (spread of rounds) | goal |")
         print("|---|---:|---:|---:|---|")
         for row in self.rows:
             print(row.markdown())
