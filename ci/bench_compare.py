@@ -6,6 +6,7 @@ Exits 1 when a row of the last set misses its goal.
   python ci/bench_compare.py BEFORE.json... -- AFTER.json..."""
 
 import json
+import os
 import statistics
 import sys
 
@@ -47,7 +48,9 @@ def main(argv):
         sys.exit(__doc__)
     loaded = [load(paths) for paths in sets]
     last = loaded[-1]
-    header = ["section", "case"] + (["before", "after"] if len(sets) == 2 else ["devbuf / peer"]) + ["goal"]
+    # Each set is named by its first file.
+    names = [os.path.basename(paths[0]) + (f" (+{len(paths) - 1})" if len(paths) > 1 else "") for paths in sets]
+    header = ["section", "case"] + (names if len(sets) == 2 else ["devbuf / peer"]) + ["goal"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     missed = False
