@@ -1,92 +1,168 @@
-//! Host backend benchmark: 1 KiB alloc+free (plain and through a memory pool) and a 64 MiB copy,
-//! devbuf against `std::alloc` and `copy_from_slice` in the same run; and pooled 1 KiB alloc+free
-//! through the OpenCL backend against OpenCL's own allocation. Run with `ci/bench` (release build);
-//! figures go to BENCHMARKS.md.
+//! Host backend benchmark: 1 KiB alloc+free (the default resource, a pool, a pooled `Buffer`)
+//! against `std::alloc`, and a 64 MiB copy against `copy_from_slice`, in alternating rounds of one
+//! run (devbuf, std, devbuf, std, ...: machine load hits both alike); and pooled 1 KiB alloc+free
+//! through the OpenCL backend against OpenCL's own allocation. Each row's ratio is the median of
+//! the per-round ratios. Run with `ci/bench` (release build); figures go to BENCHMARKS.md, and to
+//! the JSON-lines file `DEVBUF_BENCH_JSON` names, when set.
+//!
+//! `bench_host --count CASE SIDE N` runs only N calls of one side (`devbuf` or `std`) of one
+//! alloc+free case (`alloc`, `pool`, `pooled-buffer`): what `ci/bench-counts` counts
+//! instructions of under callgrind.
 
 use std::alloc::{Layout, alloc, dealloc};
 use std::hint::black_box;
+use std::io::Write;
+use std::sync::Arc;
 use std::time::Instant;
 
-use std::sync::Arc;
-
 use devbuf::mr::{MemoryResource, PoolOptions, PoolResource, QueueResource};
-use devbuf::{Buffer, DEFAULT_ALIGNMENT, HostQueue, MemKind};
+use devbuf::{Buffer, DEFAULT_ALIGNMENT, HostQueue, MemKind, Queue};
 
-/// Median over `samples` batches of `per_batch` calls of `op`, in nanoseconds per call.
-fn median_ns(samples: usize, per_batch: usize, mut op: impl FnMut()) -> f64 {
-    let mut times: Vec<f64> = (0..samples)
-        .map(|_| {
-            let start = Instant::now();
-            for _ in 0..per_batch {
-                op();
-            }
-            start.elapsed().as_nanos() as f64 / per_batch as f64
-        })
-        .collect();
-    times.sort_by(f64::total_cmp);
-    times[samples / 2]
+const SECTION: &str = "host backend (Rust)";
+const ROUNDS: usize = 31;
+const CALLS_PER_ROUND: usize = 20_000;
+
+/// Nanoseconds per call of `calls` calls of `op`.
+fn time_ns(calls: usize, op: &mut impl FnMut()) -> f64 {
+    let start = Instant::now();
+    for _ in 0..calls {
+        op();
+    }
+    start.elapsed().as_nanos() as f64 / calls as f64
 }
 
-fn main() {
-    let queue = HostQueue::shared();
-    let layout = Layout::from_size_align(1024, DEFAULT_ALIGNMENT).unwrap();
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted[sorted.len() / 2]
+}
 
-    let std_alloc = median_ns(31, 20_000, || {
-        // SAFETY: non-zero layout; freed right away with the same layout.
-        unsafe {
-            let ptr = black_box(alloc(layout));
-            dealloc(ptr, layout);
+/// One case: devbuf's and the reference's ns per call in each round.
+struct Row {
+    case: &'static str,
+    reference: &'static str,
+    goal: Option<f64>,
+    ours: Vec<f64>,
+    theirs: Vec<f64>,
+}
+
+impl Row {
+    /// Times `ours` and `theirs` in `rounds` alternating rounds of `calls` calls each.
+    fn alternate(
+        case: &'static str,
+        reference: &'static str,
+        goal: Option<f64>,
+        (rounds, calls): (usize, usize),
+        mut ours: impl FnMut(),
+        mut theirs: impl FnMut(),
+    ) -> Row {
+        time_ns(calls / 10 + 1, &mut ours);
+        time_ns(calls / 10 + 1, &mut theirs);
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            a.push(time_ns(calls, &mut ours));
+            b.push(time_ns(calls, &mut theirs));
         }
-    });
-    let devbuf_alloc = median_ns(31, 20_000, || {
-        drop(black_box(
-            Buffer::alloc(&queue, MemKind::Host, 1024).unwrap(),
-        ));
-    });
-
-    let pool: Arc<dyn MemoryResource> =
-        PoolResource::new(QueueResource::new(queue.clone()), PoolOptions::default());
-    let pool_raw = median_ns(31, 20_000, || pool_cycle(&pool, MemKind::Host));
-    let pool_buffer = median_ns(31, 20_000, || {
-        drop(black_box(
-            Buffer::alloc_from(&pool, MemKind::Host, 1024, DEFAULT_ALIGNMENT).unwrap(),
-        ));
-    });
-
-    const LEN: usize = 64 << 20;
-    let src_vec = vec![7u8; LEN];
-    let mut dst_vec = vec![0u8; LEN];
-    let std_copy = median_ns(15, 1, || dst_vec.copy_from_slice(black_box(&src_vec)));
-    let src = Buffer::alloc(&queue, MemKind::Host, LEN).unwrap();
-    let dst = Buffer::alloc(&queue, MemKind::Host, LEN).unwrap();
-    src.fill(7).unwrap();
-    dst.fill(0).unwrap();
-    let devbuf_copy = median_ns(15, 1, || dst.copy_from(black_box(&src)).unwrap());
-    assert_eq!(dst.to_vec().unwrap(), src_vec);
-
-    let gbps = |ns: f64| LEN as f64 / ns;
-    println!("| host benchmark (median) | std | devbuf | devbuf / std |");
-    println!("|---|---|---|---|");
-    println!(
-        "| alloc+free 1 KiB (align {DEFAULT_ALIGNMENT}) | {std_alloc:.1} ns | {devbuf_alloc:.1} ns | {:.2}x |",
-        devbuf_alloc / std_alloc
-    );
-    for (what, ns) in [
-        ("pool allocate+deallocate 1 KiB (the resource)", pool_raw),
-        ("pooled `Buffer` alloc+free 1 KiB", pool_buffer),
-    ] {
-        println!(
-            "| {what} | {std_alloc:.1} ns | {ns:.1} ns | {:.2}x |",
-            ns / std_alloc
-        );
+        Row {
+            case,
+            reference,
+            goal,
+            ours: a,
+            theirs: b,
+        }
     }
-    println!(
-        "| copy 64 MiB host to host | {:.2} GB/s | {:.2} GB/s | {:.2}x time |",
-        gbps(std_copy),
-        gbps(devbuf_copy),
-        devbuf_copy / std_copy
-    );
-    opencl();
+
+    fn ratios(&self) -> Vec<f64> {
+        self.ours
+            .iter()
+            .zip(&self.theirs)
+            .map(|(a, b)| a / b)
+            .collect()
+    }
+
+    fn ratio(&self) -> f64 {
+        median(&self.ratios())
+    }
+
+    /// The lowest and highest per-round ratio.
+    fn spread(&self) -> (f64, f64) {
+        let ratios = self.ratios();
+        let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+        (low, ratios.iter().copied().fold(0.0, f64::max))
+    }
+
+    fn verdict(&self) -> String {
+        match self.goal {
+            None => "—".into(),
+            Some(goal) if self.ratio() <= goal => format!("≤ {goal:?}×: meets"),
+            Some(goal) => format!("≤ {goal:?}×: MISSES"),
+        }
+    }
+
+    fn markdown(&self) -> String {
+        let (low, high) = self.spread();
+        format!(
+            "| {} | {} | {} ({}) | {:.3}× ({low:.3}–{high:.3}) | {} |",
+            self.case,
+            show(median(&self.ours)),
+            show(median(&self.theirs)),
+            self.reference,
+            self.ratio(),
+            self.verdict()
+        )
+    }
+
+    fn json(&self) -> String {
+        let (low, high) = self.spread();
+        let goal = self.goal.map_or("null".into(), |g| format!("{g:?}"));
+        let meets = self
+            .goal
+            .map_or("null".into(), |g| (self.ratio() <= g).to_string());
+        format!(
+            "{{\"section\": {}, \"case\": {}, \"reference\": {}, \"unit\": \"ns\", \"devbuf\": {}, \
+             \"peer\": {}, \"ratio\": {}, \"ratio_spread\": [{low}, {high}], \"goal\": {goal}, \
+             \"meets\": {meets}, \"rounds\": {}}}",
+            quoted(SECTION),
+            quoted(self.case),
+            quoted(self.reference),
+            median(&self.ours),
+            median(&self.theirs),
+            self.ratio(),
+            self.ours.len()
+        )
+    }
+}
+
+fn show(ns: f64) -> String {
+    if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else {
+        format!("{ns:.1} ns")
+    }
+}
+
+fn quoted(text: &str) -> String {
+    format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+fn std_cycle(layout: Layout) {
+    // SAFETY: non-zero layout; freed right away with the same layout.
+    unsafe {
+        let ptr = black_box(alloc(layout));
+        dealloc(ptr, layout);
+    }
+}
+
+fn buffer_cycle(queue: &Arc<dyn Queue>) {
+    drop(black_box(
+        Buffer::alloc(queue, MemKind::Host, 1024).unwrap(),
+    ));
+}
+
+fn pooled_buffer_cycle(pool: &Arc<dyn MemoryResource>) {
+    drop(black_box(
+        Buffer::alloc_from(pool, MemKind::Host, 1024, DEFAULT_ALIGNMENT).unwrap(),
+    ));
 }
 
 /// One 1 KiB allocate+deallocate straight through a resource.
@@ -96,37 +172,141 @@ fn pool_cycle(pool: &Arc<dyn MemoryResource>, kind: MemKind) {
     unsafe { pool.deallocate(ptr, kind, 1024, DEFAULT_ALIGNMENT, None) };
 }
 
+/// `--count CASE SIDE N`: N calls of one side of one case, nothing else timed or printed.
+fn count(case: &str, side: &str, calls: usize) -> Result<(), String> {
+    let queue = HostQueue::shared();
+    let layout = Layout::from_size_align(1024, DEFAULT_ALIGNMENT).unwrap();
+    let pool: Arc<dyn MemoryResource> =
+        PoolResource::new(QueueResource::new(queue.clone()), PoolOptions::default());
+    let mut op: Box<dyn FnMut()> = match (case, side) {
+        (_, "std") => Box::new(|| std_cycle(layout)),
+        ("alloc", "devbuf") => Box::new(|| buffer_cycle(&queue)),
+        ("pool", "devbuf") => Box::new(|| pool_cycle(&pool, MemKind::Host)),
+        ("pooled-buffer", "devbuf") => Box::new(|| pooled_buffer_cycle(&pool)),
+        _ => return Err(format!("--count: unknown case {case:?} or side {side:?}")),
+    };
+    // The first call of each kind warms the caches and the pool, whatever N is.
+    op();
+    for _ in 0..calls {
+        op();
+    }
+    Ok(())
+}
+
+fn main() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [flag, case, side, calls] = args.as_slice()
+        && flag == "--count"
+    {
+        let calls = calls
+            .parse()
+            .map_err(|_| format!("--count: N: {calls:?}"))?;
+        return count(case, side, calls);
+    }
+    let queue = HostQueue::shared();
+    let layout = Layout::from_size_align(1024, DEFAULT_ALIGNMENT).unwrap();
+    let std_alloc = || std_cycle(layout);
+    let per_call = (ROUNDS, CALLS_PER_ROUND);
+    let pool: Arc<dyn MemoryResource> =
+        PoolResource::new(QueueResource::new(queue.clone()), PoolOptions::default());
+    let mut rows = vec![
+        Row::alternate(
+            "alloc+free 1 KiB, 256-byte aligned: `Buffer::alloc` (default resource)",
+            "`std::alloc`",
+            Some(1.0),
+            per_call,
+            || buffer_cycle(&queue),
+            std_alloc,
+        ),
+        Row::alternate(
+            "pool `allocate`+`deallocate` 1 KiB (the resource itself)",
+            "`std::alloc`",
+            Some(1.2),
+            per_call,
+            || pool_cycle(&pool, MemKind::Host),
+            std_alloc,
+        ),
+        Row::alternate(
+            "pooled `Buffer::alloc_from`+drop 1 KiB",
+            "`std::alloc`",
+            Some(1.0),
+            per_call,
+            || pooled_buffer_cycle(&pool),
+            std_alloc,
+        ),
+    ];
+
+    const LEN: usize = 64 << 20;
+    let src_vec = vec![7u8; LEN];
+    let mut dst_vec = vec![0u8; LEN];
+    let src = Buffer::alloc(&queue, MemKind::Host, LEN).unwrap();
+    let dst = Buffer::alloc(&queue, MemKind::Host, LEN).unwrap();
+    src.fill(7).unwrap();
+    dst.fill(0).unwrap();
+    // Copies are memmove on both sides: a tie within the noise of whole-copy rounds meets.
+    rows.push(Row::alternate(
+        "copy 64 MiB host to host (`Buffer::copy_from`)",
+        "`copy_from_slice`",
+        Some(1.05),
+        (15, 1),
+        || dst.copy_from(black_box(&src)).unwrap(),
+        || black_box(&mut dst_vec).copy_from_slice(black_box(&src_vec)),
+    ));
+    assert_eq!(dst.to_vec().unwrap(), src_vec);
+    rows.extend(opencl());
+
+    println!("{ROUNDS} alternating rounds of {CALLS_PER_ROUND} calls (15 of one copy)\n");
+    println!("| case | devbuf | reference | devbuf / reference (spread of rounds) | goal |");
+    println!("|---|---:|---:|---:|---|");
+    for row in &rows {
+        println!("{}", row.markdown());
+    }
+    if let Ok(path) = std::env::var("DEVBUF_BENCH_JSON") {
+        let mut out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|err| format!("{path}: {err}"))?;
+        for row in &rows {
+            writeln!(out, "{}", row.json()).map_err(|err| format!("{path}: {err}"))?;
+        }
+    }
+    Ok(())
+}
+
 /// Pooled 1 KiB shared alloc+free through the OpenCL backend against OpenCL's own allocation.
-fn opencl() {
+fn opencl() -> Option<Row> {
     let Ok(queue) = devbuf::open("opencl") else {
-        return println!("\nOpenCL: no usable device, skipped");
+        println!("OpenCL: no usable device, skipped\n");
+        return None;
     };
     let Some(kind) = [MemKind::Shared, MemKind::Device]
         .into_iter()
         .find(|&kind| queue.supports(kind))
     else {
-        return println!("\nOpenCL: the device allocates neither shared nor device memory");
+        println!("OpenCL: the device allocates neither shared nor device memory\n");
+        return None;
     };
-    let raw = median_ns(15, 2_000, || {
-        let ptr = black_box(queue.allocate(kind, 1024, DEFAULT_ALIGNMENT).unwrap());
-        // SAFETY: freed once, with the arguments it was allocated with; nothing used it.
-        unsafe { queue.deallocate(ptr, kind, 1024, DEFAULT_ALIGNMENT) };
-    });
     let pool: Arc<dyn MemoryResource> =
         PoolResource::new(QueueResource::new(queue.clone()), PoolOptions::default());
-    let pooled = median_ns(15, 2_000, || {
-        drop(black_box(
-            Buffer::alloc_from(&pool, kind, 1024, DEFAULT_ALIGNMENT).unwrap(),
-        ));
-    });
-    println!();
-    println!(
-        "| OpenCL ({}) (median) | OpenCL's own | devbuf pooled `Buffer` | pooled / own |",
-        queue.device()
-    );
-    println!("|---|---|---|---|");
-    println!(
-        "| alloc+free 1 KiB {kind} | {raw:.1} ns | {pooled:.1} ns | {:.3}x |",
-        pooled / raw
-    );
+    let case = match kind {
+        MemKind::Shared => "OpenCL: pooled `Buffer` alloc+free 1 KiB shared",
+        _ => "OpenCL: pooled `Buffer` alloc+free 1 KiB device",
+    };
+    Some(Row::alternate(
+        case,
+        "the queue's own allocate+deallocate",
+        None,
+        (15, 2_000),
+        || {
+            drop(black_box(
+                Buffer::alloc_from(&pool, kind, 1024, DEFAULT_ALIGNMENT).unwrap(),
+            ));
+        },
+        || {
+            let ptr = black_box(queue.allocate(kind, 1024, DEFAULT_ALIGNMENT).unwrap());
+            // SAFETY: freed once, with the arguments it was allocated with; nothing used it.
+            unsafe { queue.deallocate(ptr, kind, 1024, DEFAULT_ALIGNMENT) };
+        },
+    ))
 }
