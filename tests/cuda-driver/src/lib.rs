@@ -3,9 +3,10 @@
 //! A test double of the NVIDIA CUDA driver library, `libcuda.so.1`, for running devbuf's CUDA
 //! backend (and Numba's `__cuda_array_interface__` consumer) in CI on machines without a GPU.
 //! `ci/cuda-test-driver` builds it into `target/cuda-test-driver/libcuda.so.1`; a test puts that
-//! directory on `LD_LIBRARY_PATH`. Nothing loads it by itself, it is never shipped, and everything
-//! it says names it: every device is called "devbuf CUDA test driver (device N)", and every
-//! message it prints starts with "devbuf CUDA test driver".
+//! directory on `LD_LIBRARY_PATH`. Nothing loads it by itself, it is never shipped, and it names
+//! itself: every device is called "devbuf CUDA test driver (device N)", and every message it
+//! prints starts with "devbuf CUDA test driver" (its error strings are the driver's own words,
+//! which NVIDIA's tests compare).
 //!
 //! It exports the driver's C entry points under their real names and ABIs (the versioned names,
 //! e.g. `cuMemAlloc_v2`, and the plain names where the real library exports the same ABI under
