@@ -42,11 +42,7 @@ pub(crate) unsafe fn write_out<T>(out: *mut T, value: T) -> DriverResult {
 /// exactly "no error" for CUDA_SUCCESS and "invalid device ordinal" for
 /// CUDA_ERROR_INVALID_DEVICE (the devices' names say whose driver this is).
 const CODES: &[Described] = &[
-    (
-        CUresult::CUDA_SUCCESS,
-        c"CUDA_SUCCESS",
-        c"no error",
-    ),
+    (CUresult::CUDA_SUCCESS, c"CUDA_SUCCESS", c"no error"),
     (
         CUresult::CUDA_ERROR_INVALID_VALUE,
         c"CUDA_ERROR_INVALID_VALUE",

@@ -38,8 +38,10 @@
 //!   memory that the host can touch, inaccessible after the free; host memory the program
 //!   registers (`cuMemHostRegister`) is pinned memory until unregistered; fresh device, pinned
 //!   and managed memory holds 0xFF bytes, never zeros; double frees and foreign pointers are
-//!   CUDA_ERROR_INVALID_VALUE; pointer attributes as documented; `cuMemPrefetchAsync` and
-//!   `cuMemAdvise` take managed memory only;
+//!   CUDA_ERROR_INVALID_VALUE; pointer attributes as documented, `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS`
+//!   settable and honoured; `cuMemPrefetchAsync` and `cuMemAdvise` take managed memory only, and
+//!   `cuMemRangeGetAttribute(s)` reads back, page by page, the advice given and the last location
+//!   asked for;
 //! - asynchronous streams (one worker thread each), the legacy default stream's synchronization
 //!   with blocking streams, the per-thread default stream, non-blocking streams, events and
 //!   `cuStreamWaitEvent` across streams and devices, and the documented host synchronization of
@@ -51,7 +53,8 @@
 //!   ordered after the allocation, freed when the stream reaches `cuMemFreeAsync`; it belongs to
 //!   its device, not to a context (CU_POINTER_ATTRIBUTE_CONTEXT is NULL) and outlives
 //!   `cuCtxDestroy`; a size of 0 gives NULL; pool statistics (used and reserved memory, their high
-//!   watermarks);
+//!   watermarks); managed memory pools (CUDA 13: default and created ones, per preferred
+//!   location, where every device has concurrent managed access);
 //! - CUDA IPC of `cuMemAlloc`'s memory (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle(_v2)`,
 //!   `cuIpcCloseMemHandle`): other memory has no handle (CUDA_ERROR_INVALID_VALUE), an interior
 //!   pointer gets its allocation's handle, a handle does not open in the exporting process
@@ -124,11 +127,14 @@ mod device;
 mod errors;
 mod event;
 mod ipc;
+mod location;
 mod managed;
+mod managed_hints;
 mod memory;
 mod ops;
 mod pointer;
 mod pool;
+mod pool_attributes;
 mod proc_address;
 mod storage;
 mod stream;

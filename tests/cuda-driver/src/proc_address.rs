@@ -34,6 +34,7 @@ use crate::ipc::*;
 use crate::managed::*;
 use crate::pointer::*;
 use crate::pool::*;
+use crate::pool_attributes::*;
 use crate::stream::*;
 use crate::stream_api::*;
 use crate::stream_ordered::*;
@@ -188,6 +189,9 @@ table! {
     "cuMemPoolDestroy" 11020 => cuMemPoolDestroy;
     "cuMemPoolGetAccess" 11020 => cuMemPoolGetAccess;
     "cuMemPoolSetAccess" 11020 => cuMemPoolSetAccess;
+    "cuMemRangeGetAttribute" 8000 => cuMemRangeGetAttribute;
+    "cuMemRangeGetAttributes" 8000 => cuMemRangeGetAttributes;
+    "cuPointerSetAttribute" 6000 => cuPointerSetAttribute;
     "cuProfilerStart" 4000 => cuProfilerStart;
     "cuProfilerStop" 4000 => cuProfilerStop;
 }
