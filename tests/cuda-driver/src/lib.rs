@@ -41,7 +41,7 @@
 //!   CUDA_ERROR_INVALID_VALUE; pointer attributes as documented, `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS`
 //!   settable and honoured; `cuMemPrefetchAsync` and `cuMemAdvise` take managed memory only, and
 //!   `cuMemRangeGetAttribute(s)` reads back, page by page, the advice given and the last location
-//!   asked for;
+//!   asked for; CUDA 13's batched prefetches and discards (discarded memory reads as poison);
 //! - asynchronous streams (one worker thread each), the legacy default stream's synchronization
 //!   with blocking streams, the per-thread default stream, non-blocking streams, events and
 //!   `cuStreamWaitEvent` across streams and devices, and the documented host synchronization of
@@ -129,6 +129,7 @@ mod event;
 mod ipc;
 mod location;
 mod managed;
+mod managed_batch;
 mod managed_hints;
 mod memory;
 mod ops;

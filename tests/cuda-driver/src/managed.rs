@@ -32,7 +32,10 @@ const UNSET_ACCESSED_BY: u32 = 6;
 
 /// The managed allocation `[address, address + len)` lies in, and the pages it covers;
 /// CUDA_ERROR_INVALID_VALUE for any other range.
-fn managed_range(address: CUdeviceptr, len: usize) -> DriverResult<(Arc<Record>, Range<usize>)> {
+pub(crate) fn managed_range(
+    address: CUdeviceptr,
+    len: usize,
+) -> DriverResult<(Arc<Record>, Range<usize>)> {
     let record = memory::find(address)
         .filter(|record| record.kind == Kind::Managed)
         .filter(|record| len > 0 && address + len as u64 <= record.end())
@@ -42,7 +45,11 @@ fn managed_range(address: CUdeviceptr, len: usize) -> DriverResult<(Arc<Record>,
 }
 
 /// Applies `change` to `range`, pages of `record`.
-fn change_pages(record: &Record, range: Range<usize>, change: impl FnMut(&mut PageHints)) {
+pub(crate) fn change_pages(
+    record: &Record,
+    range: Range<usize>,
+    change: impl FnMut(&mut PageHints),
+) {
     let total = pages(record.start, record.start, record.size).end;
     record.hints.lock().update(range, total, change);
 }
@@ -50,7 +57,7 @@ fn change_pages(record: &Record, range: Range<usize>, change: impl FnMut(&mut Pa
 /// A place memory can be prefetched to or preferred at: a device, the host, or a host NUMA node
 /// (the double's host has one, node 0; "the host NUMA node closest to the calling thread's CPU"
 /// is that one). The host's id "will be ignored".
-fn place(location: Location) -> DriverResult<Location> {
+pub(crate) fn place(location: Location) -> DriverResult<Location> {
     match location.kind {
         LOCATION_DEVICE => ordinal(location.id).map(Location::device),
         LOCATION_HOST => Ok(Location::HOST),

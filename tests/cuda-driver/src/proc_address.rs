@@ -32,6 +32,7 @@ use crate::errors::*;
 use crate::event::*;
 use crate::ipc::*;
 use crate::managed::*;
+use crate::managed_batch::*;
 use crate::pointer::*;
 use crate::pool::*;
 use crate::pool_attributes::*;
@@ -192,6 +193,9 @@ table! {
     "cuMemRangeGetAttribute" 8000 => cuMemRangeGetAttribute;
     "cuMemRangeGetAttributes" 8000 => cuMemRangeGetAttributes;
     "cuPointerSetAttribute" 6000 => cuPointerSetAttribute;
+    "cuMemPrefetchBatchAsync" 13000 => cuMemPrefetchBatchAsync, cuMemPrefetchBatchAsync_ptsz;
+    "cuMemDiscardBatchAsync" 13000 => cuMemDiscardBatchAsync, cuMemDiscardBatchAsync_ptsz;
+    "cuMemDiscardAndPrefetchBatchAsync" 13000 => cuMemDiscardAndPrefetchBatchAsync, cuMemDiscardAndPrefetchBatchAsync_ptsz;
     "cuProfilerStart" 4000 => cuProfilerStart;
     "cuProfilerStop" 4000 => cuProfilerStop;
 }

@@ -336,3 +336,60 @@ driver_test!(sync_memops_makes_synchronous_operations_on_the_memory_synchronize
     let result = unsafe { sys::cuPointerSetAttribute((&raw const one).cast(), other, data) };
     assert_eq!(result, CUresult::CUDA_ERROR_INVALID_VALUE);
 });
+
+type PrefetchBatch = unsafe extern "C" fn(
+    *const CUdeviceptr,
+    *const usize,
+    usize,
+    *const CUmemLocation,
+    *const usize,
+    usize,
+    u64,
+    CUstream,
+) -> CUresult;
+
+// cuMemPrefetchBatchAsync (CUDA 13): "prefetchLocs[k] will be applied to copies starting from
+// prefetchLocIdxs[k] through prefetchLocIdxs[k+1] - 1 [...] the first entry in prefetchLocIdxs
+// must always be 0"; "The semantics of the individual prefetch operations are as described in
+// cuMemPrefetchAsync"; the stream "Must not be legacy NULL stream." cuMemDiscardBatchAsync:
+// "Reading from a discarded range, without a subsequent write or prefetch to that part of the
+// range, will return an indeterminate value" (the double's: the poison of fresh memory). cuda.core
+// 1.2's ManagedBuffer prefetches and discards through these.
+driver_test!(batched_prefetches_and_discards_act_on_each_range {
+    setup();
+    let (first, second) = (managed_alloc(LEN), managed_alloc(LEN));
+    let stream = stream(0);
+    // SAFETY: looking the symbols up does not call them; they have these ABIs.
+    let (prefetch, discard) = unsafe {
+        type Discard =
+            unsafe extern "C" fn(*const CUdeviceptr, *const usize, usize, u64, CUstream) -> CUresult;
+        (
+            *sys::culib().get::<PrefetchBatch>(b"cuMemPrefetchBatchAsync").unwrap(),
+            *sys::culib().get::<Discard>(b"cuMemDiscardBatchAsync").unwrap(),
+        )
+    };
+    let pointers = [first, second];
+    let sizes = [LEN, LEN];
+    let places = [
+        location(L::CU_MEM_LOCATION_TYPE_DEVICE, 1),
+        location(L::CU_MEM_LOCATION_TYPE_HOST, 0),
+    ];
+    let batch = |starts: [usize; 2], stream| {
+        // SAFETY: two ranges, two locations.
+        unsafe { prefetch(pointers.as_ptr(), sizes.as_ptr(), 2, places.as_ptr(), starts.as_ptr(), 2, 0, stream) }
+    };
+    ok(batch([0, 1], stream));
+    // SAFETY: a stream of the current context.
+    ok(unsafe { sys::cuStreamSynchronize(stream) });
+    let last = |ptr| range_int(ptr, LEN, R::CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION);
+    assert_eq!((last(first), last(second)), (1, CPU));
+    assert_eq!(batch([1, 0], stream), CUresult::CUDA_ERROR_INVALID_VALUE);
+    assert_eq!(batch([0, 1], ptr::null_mut()), CUresult::CUDA_ERROR_INVALID_VALUE);
+    // SAFETY: managed memory the host may write; then one range discarded on the stream.
+    unsafe {
+        std::ptr::write_bytes(first as *mut u8, 7, LEN);
+        ok(discard(pointers.as_ptr(), sizes.as_ptr(), 1, 0, stream));
+        ok(sys::cuStreamSynchronize(stream));
+        assert!(std::slice::from_raw_parts(first as *const u8, LEN).iter().all(|&byte| byte != 7));
+    }
+});
