@@ -99,9 +99,9 @@
 //! stream capture (`cuStreamIsCapturing` always answers "none"), IPC events
 //! (`cuIpcGetEventHandle`, `cuIpcOpenEventHandle`), peer mappings (`cuDeviceCanAccessPeer`
 //! answers 0; copies between devices work through unified addressing; `cuMemPoolSetAccess` grants
-//! no peer access),
-//! execution affinity and CIG contexts (CUDA_ERROR_NOT_SUPPORTED), green contexts, 2D/3D and batch
-//! copies, virtual memory management (`cuMemCreate`, `cuMemMap`, ...), exportable and host
+//! no peer access), execution affinity and CIG contexts (CUDA_ERROR_NOT_SUPPORTED), green
+//! contexts, CUDA arrays, textures and surfaces, checkpointing, coredump attributes, 2D/3D and
+//! batch copies, virtual memory management (`cuMemCreate`, `cuMemMap`, ...), exportable and host
 //! memory pools (CUDA_ERROR_NOT_SUPPORTED), a pool's cache of freed memory (freed memory goes back
 //! at once: reserved equals used), stream priorities' effect (kept, not acted on, which the
 //! documentation allows), and the pre-3.2 32-bit ABIs of the plain names `cuMemAlloc`,
