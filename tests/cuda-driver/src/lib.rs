@@ -84,7 +84,7 @@
 //! | `DEVBUF_CUDA_TEST_INIT_ERROR=CODE` | `cuInit` fails with CODE (a name such as `NO_DEVICE` or a number) |
 //! | `DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS=N,M:CODE` | the Nth and Mth allocation calls of the process (any kind) fail, with CUDA_ERROR_OUT_OF_MEMORY or the CODE named (e.g. `NOT_SUPPORTED`, as some virtualized devices answer `cuMemAllocAsync` although their pool attribute reads 1) |
 //! | `DEVBUF_CUDA_TEST_UNAVAILABLE_DEVICES=0,1` | retaining these devices' primary contexts fails with CUDA_ERROR_DEVICE_UNAVAILABLE |
-//! | `DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0` | the device attribute reads 0, and the host faults when it touches managed memory while stream work on it is pending |
+//! | `DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0` | the device attribute reads 0, and the host faults when it touches managed memory while stream work on it is pending; managed pools and batched prefetches are CUDA_ERROR_NOT_SUPPORTED, and no device takes a prefetch or a device hint (CUDA_ERROR_INVALID_DEVICE) |
 //! | `DEVBUF_CUDA_TEST_MEMORY_POOLS=0` | no memory pools: the attribute reads 0, `cuMemAllocAsync` is CUDA_ERROR_NOT_SUPPORTED |
 //! | `DEVBUF_CUDA_TEST_POOL_REUSE=immediate` | `cuMemAllocAsync` gets the block freed last by `cuMemFreeAsync` at once, ordered after that free |
 //! | `DEVBUF_CUDA_TEST_HIDE=cuA,cuB` | `cuGetProcAddress` says these are missing (a NULL function, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND), as an older driver would; `dlsym` still finds them |

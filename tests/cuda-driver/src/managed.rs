@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{CUdevice, CUdeviceptr, CUresult, CUstream};
 
+use crate::config::config;
 use crate::device::{entry, ordinal};
 use crate::errors::DriverResult;
 use crate::location::{
@@ -54,12 +55,24 @@ pub(crate) fn change_pages(
     record.hints.lock().update(range, total, change);
 }
 
+/// A device managed memory may be prefetched to, preferred at or accessed by: its id "must be a
+/// valid device ordinal and the device must have a non-zero value for the device attribute
+/// CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS" (CUDA_ERROR_INVALID_DEVICE otherwise, one of the
+/// codes cuMemAdvise and cuMemPrefetchAsync document).
+fn managed_device(id: i32) -> DriverResult<usize> {
+    let ordinal = ordinal(id)?;
+    if !config().concurrent_managed_access {
+        return Err(CUresult::CUDA_ERROR_INVALID_DEVICE);
+    }
+    Ok(ordinal)
+}
+
 /// A place memory can be prefetched to or preferred at: a device, the host, or a host NUMA node
 /// (the double's host has one, node 0; "the host NUMA node closest to the calling thread's CPU"
 /// is that one). The host's id "will be ignored".
 pub(crate) fn place(location: Location) -> DriverResult<Location> {
     match location.kind {
-        LOCATION_DEVICE => ordinal(location.id).map(Location::device),
+        LOCATION_DEVICE => managed_device(location.id).map(Location::device),
         LOCATION_HOST => Ok(Location::HOST),
         LOCATION_HOST_NUMA if location.id == 0 => Ok(location),
         LOCATION_HOST_NUMA_CURRENT => Ok(Location {
@@ -75,7 +88,7 @@ pub(crate) fn place(location: Location) -> DriverResult<Location> {
 /// CUmemLocation::id will be ignored. All other location types are invalid."
 fn processor(location: Location) -> DriverResult<CUdevice> {
     match location.kind {
-        LOCATION_DEVICE => ordinal(location.id).map(|ordinal| ordinal as CUdevice),
+        LOCATION_DEVICE => managed_device(location.id).map(|ordinal| ordinal as CUdevice),
         LOCATION_HOST => Ok(Location::HOST.as_device()),
         _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
     }

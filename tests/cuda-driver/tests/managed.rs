@@ -393,3 +393,25 @@ driver_test!(batched_prefetches_and_discards_act_on_each_range {
         assert!(std::slice::from_raw_parts(first as *const u8, LEN).iter().all(|&byte| byte != 7));
     }
 });
+
+// cuMemAdvise, CU_MEM_ADVISE_SET_PREFERRED_LOCATION: "the device must have a non-zero value for
+// the device attribute CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS"; cuMemPrefetchAsync: a
+// device location "must have non-zero value for the device attribute
+// CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS". The host needs none.
+driver_test!(devices_without_concurrent_managed_access_take_no_hints
+    ["DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS" = "0"] {
+    setup();
+    let data = managed_alloc(LEN);
+    let device = location(L::CU_MEM_LOCATION_TYPE_DEVICE, 0);
+    let host = location(L::CU_MEM_LOCATION_TYPE_HOST, 0);
+    let preferred = Advice::CU_MEM_ADVISE_SET_PREFERRED_LOCATION;
+    // SAFETY: managed memory the test allocated; the legacy stream of the current context.
+    unsafe {
+        assert_eq!(sys::cuMemAdvise_v2(data, LEN, preferred, device), CUresult::CUDA_ERROR_INVALID_DEVICE);
+        ok(sys::cuMemAdvise_v2(data, LEN, preferred, host));
+        let prefetch = sys::cuMemPrefetchAsync_v2(data, LEN, device, 0, ptr::null_mut());
+        assert_eq!(prefetch, CUresult::CUDA_ERROR_INVALID_DEVICE);
+        ok(sys::cuMemPrefetchAsync_v2(data, LEN, host, 0, ptr::null_mut()));
+        ok(sys::cuStreamSynchronize(ptr::null_mut()));
+    }
+});
