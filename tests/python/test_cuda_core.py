@@ -1,5 +1,6 @@
 """cuda.core's own objects with devbuf: a buffer from cuda.core's default memory resource (stream-
-ordered memory from the device's pool, which belongs to no CUDA context), cuda.core
+ordered memory from the device's pool, which belongs to no CUDA context) and from its managed
+memory resource (CUDA 13's managed pools), cuda.core
 `StridedMemoryView`s of devbuf arrays, and DLPack exchanges ordered on a cuda.core `Stream`.
 
 ci/test runs these on the devbuf CUDA test driver, which follows NVIDIA's documentation for pool
@@ -97,6 +98,32 @@ def test_asarray_takes_a_buffer_from_a_pool_of_cuda_cores_own(core):
     buffer.fill(3, stream=stream)
     array = devbuf.asarray(CaiOnly(int(buffer.handle), 4096, int(stream.handle)))
     assert array.ptr == int(buffer.handle) and array.to_bytes() == bytes([3]) * 4096
+
+
+@pytest.mark.parametrize("preferred", [None, 1])
+def test_asarray_takes_a_buffer_from_cuda_cores_managed_pool(core, preferred):
+    # CUDA 13's managed memory pools: stream-ordered managed memory, which no context owns either.
+    # Through DLPack devbuf takes the device cuda.core names; through CAI, the driver's.
+    from cuda.bindings import driver
+
+    options = core.ManagedMemoryResourceOptions(preferred_location=preferred)
+    resource = core.ManagedMemoryResource(options)
+    stream = core.Device(0).create_stream()
+    buffer = resource.allocate(4096, stream=stream)
+    buffer.fill(4, stream=stream)
+    stream.sync()
+    ptr = int(buffer.handle)
+    assert pointer_context(ptr) == 0
+    result, ordinal = driver.cuPointerGetAttribute(
+        driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr
+    )
+    assert result == driver.CUresult.CUDA_SUCCESS, result
+    named = buffer.__dlpack_device__()[1]
+    cai = CaiOnly(ptr, 4096, int(stream.handle))
+    for array, device in ((devbuf.asarray(buffer), named), (devbuf.asarray(cai), ordinal)):
+        assert array.ptr == ptr and array.kind == "shared"
+        assert array.device.selector == f"cuda:{device}"
+        assert array.to_bytes() == bytes([4]) * 4096
 
 
 @pytest.mark.parametrize("kind,accessible", [("device", False), ("host", True), ("shared", True)])

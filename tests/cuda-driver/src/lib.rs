@@ -3,9 +3,10 @@
 //! A test double of the NVIDIA CUDA driver library, `libcuda.so.1`, for running devbuf's CUDA
 //! backend (and Numba's `__cuda_array_interface__` consumer) in CI on machines without a GPU.
 //! `ci/cuda-test-driver` builds it into `target/cuda-test-driver/libcuda.so.1`; a test puts that
-//! directory on `LD_LIBRARY_PATH`. Nothing loads it by itself, it is never shipped, and everything
-//! it says names it: every device is called "devbuf CUDA test driver (device N)", and every
-//! message it prints starts with "devbuf CUDA test driver".
+//! directory on `LD_LIBRARY_PATH`. Nothing loads it by itself, it is never shipped, and it names
+//! itself: every device is called "devbuf CUDA test driver (device N)", and every message it
+//! prints starts with "devbuf CUDA test driver" (its error strings are the driver's own words,
+//! which NVIDIA's tests compare).
 //!
 //! It exports the driver's C entry points under their real names and ABIs (the versioned names,
 //! e.g. `cuMemAlloc_v2`, and the plain names where the real library exports the same ABI under
@@ -37,8 +38,10 @@
 //!   memory that the host can touch, inaccessible after the free; host memory the program
 //!   registers (`cuMemHostRegister`) is pinned memory until unregistered; fresh device, pinned
 //!   and managed memory holds 0xFF bytes, never zeros; double frees and foreign pointers are
-//!   CUDA_ERROR_INVALID_VALUE; pointer attributes as documented; `cuMemPrefetchAsync` and
-//!   `cuMemAdvise` take managed memory only;
+//!   CUDA_ERROR_INVALID_VALUE; pointer attributes as documented, `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS`
+//!   settable and honoured; `cuMemPrefetchAsync` and `cuMemAdvise` take managed memory only, and
+//!   `cuMemRangeGetAttribute(s)` reads back, page by page, the advice given and the last location
+//!   asked for; CUDA 13's batched prefetches and discards (discarded memory reads as poison);
 //! - asynchronous streams (one worker thread each), the legacy default stream's synchronization
 //!   with blocking streams, the per-thread default stream, non-blocking streams, events and
 //!   `cuStreamWaitEvent` across streams and devices, and the documented host synchronization of
@@ -50,7 +53,8 @@
 //!   ordered after the allocation, freed when the stream reaches `cuMemFreeAsync`; it belongs to
 //!   its device, not to a context (CU_POINTER_ATTRIBUTE_CONTEXT is NULL) and outlives
 //!   `cuCtxDestroy`; a size of 0 gives NULL; pool statistics (used and reserved memory, their high
-//!   watermarks);
+//!   watermarks); managed memory pools (CUDA 13: default and created ones, per preferred
+//!   location, where every device has concurrent managed access);
 //! - CUDA IPC of `cuMemAlloc`'s memory (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle(_v2)`,
 //!   `cuIpcCloseMemHandle`): other memory has no handle (CUDA_ERROR_INVALID_VALUE), an interior
 //!   pointer gets its allocation's handle, a handle does not open in the exporting process
@@ -80,7 +84,7 @@
 //! | `DEVBUF_CUDA_TEST_INIT_ERROR=CODE` | `cuInit` fails with CODE (a name such as `NO_DEVICE` or a number) |
 //! | `DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS=N,M:CODE` | the Nth and Mth allocation calls of the process (any kind) fail, with CUDA_ERROR_OUT_OF_MEMORY or the CODE named (e.g. `NOT_SUPPORTED`, as some virtualized devices answer `cuMemAllocAsync` although their pool attribute reads 1) |
 //! | `DEVBUF_CUDA_TEST_UNAVAILABLE_DEVICES=0,1` | retaining these devices' primary contexts fails with CUDA_ERROR_DEVICE_UNAVAILABLE |
-//! | `DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0` | the device attribute reads 0, and the host faults when it touches managed memory while stream work on it is pending |
+//! | `DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0` | the device attribute reads 0, and the host faults when it touches managed memory while stream work on it is pending; managed pools and batched prefetches are CUDA_ERROR_NOT_SUPPORTED, and no device takes a prefetch or a device hint (CUDA_ERROR_INVALID_DEVICE) |
 //! | `DEVBUF_CUDA_TEST_MEMORY_POOLS=0` | no memory pools: the attribute reads 0, `cuMemAllocAsync` is CUDA_ERROR_NOT_SUPPORTED |
 //! | `DEVBUF_CUDA_TEST_POOL_REUSE=immediate` | `cuMemAllocAsync` gets the block freed last by `cuMemFreeAsync` at once, ordered after that free |
 //! | `DEVBUF_CUDA_TEST_HIDE=cuA,cuB` | `cuGetProcAddress` says these are missing (a NULL function, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND), as an older driver would; `dlsym` still finds them |
@@ -95,9 +99,9 @@
 //! stream capture (`cuStreamIsCapturing` always answers "none"), IPC events
 //! (`cuIpcGetEventHandle`, `cuIpcOpenEventHandle`), peer mappings (`cuDeviceCanAccessPeer`
 //! answers 0; copies between devices work through unified addressing; `cuMemPoolSetAccess` grants
-//! no peer access),
-//! execution affinity and CIG contexts (CUDA_ERROR_NOT_SUPPORTED), green contexts, 2D/3D and batch
-//! copies, virtual memory management (`cuMemCreate`, `cuMemMap`, ...), exportable and host
+//! no peer access), execution affinity and CIG contexts (CUDA_ERROR_NOT_SUPPORTED), green
+//! contexts, CUDA arrays, textures and surfaces, checkpointing, coredump attributes, 2D/3D and
+//! batch copies, virtual memory management (`cuMemCreate`, `cuMemMap`, ...), exportable and host
 //! memory pools (CUDA_ERROR_NOT_SUPPORTED), a pool's cache of freed memory (freed memory goes back
 //! at once: reserved equals used), stream priorities' effect (kept, not acted on, which the
 //! documentation allows), and the pre-3.2 32-bit ABIs of the plain names `cuMemAlloc`,
@@ -123,11 +127,15 @@ mod device;
 mod errors;
 mod event;
 mod ipc;
+mod location;
 mod managed;
+mod managed_batch;
+mod managed_hints;
 mod memory;
 mod ops;
 mod pointer;
 mod pool;
+mod pool_attributes;
 mod proc_address;
 mod storage;
 mod stream;

@@ -20,6 +20,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use crate::config::{config, device_count};
 use crate::context::Context;
 use crate::errors::DriverResult;
+use crate::managed_hints::RangeHints;
 use crate::storage::Storage;
 
 /// Alignment of every device allocation (the real driver's is at least 256 bytes).
@@ -91,6 +92,10 @@ pub(crate) struct Record {
     /// Device bytes this record counts against its device's memory.
     pub accounted: AtomicUsize,
     pub storage: Arc<Storage>,
+    /// `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS`, set by `cuPointerSetAttribute`.
+    pub sync_memops: AtomicBool,
+    /// Managed memory's advice and prefetch locations (see [`crate::managed_hints`]).
+    pub hints: Mutex<RangeHints>,
 }
 
 impl Record {
@@ -259,6 +264,8 @@ pub(crate) fn allocate(new: NewAllocation) -> DriverResult<Arc<Record>> {
         free_requested: AtomicBool::new(false),
         accounted: AtomicUsize::new(accounted),
         storage,
+        sync_memops: AtomicBool::new(false),
+        hints: Mutex::new(RangeHints::default()),
     });
     REGISTRY.write().insert(start, Arc::clone(&record));
     Ok(record)
@@ -294,6 +301,8 @@ pub(crate) fn reassign(previous: &Record, size: usize) -> Arc<Record> {
         free_requested: AtomicBool::new(false),
         accounted: AtomicUsize::new(previous.accounted.swap(0, Ordering::AcqRel)),
         storage: Arc::clone(&previous.storage),
+        sync_memops: AtomicBool::new(false),
+        hints: Mutex::new(RangeHints::default()),
     });
     REGISTRY.write().insert(record.start, Arc::clone(&record));
     record
@@ -323,6 +332,8 @@ pub(crate) fn import(
         free_requested: AtomicBool::new(false),
         accounted: AtomicUsize::new(0),
         storage: Storage::imported(file, size)?,
+        sync_memops: AtomicBool::new(false),
+        hints: Mutex::new(RangeHints::default()),
     });
     REGISTRY.write().insert(start, Arc::clone(&record));
     Ok(record)
@@ -363,6 +374,8 @@ pub(crate) fn register(
         free_requested: AtomicBool::new(false),
         accounted: AtomicUsize::new(0),
         storage: Storage::registered(address as usize, size),
+        sync_memops: AtomicBool::new(false),
+        hints: Mutex::new(RangeHints::default()),
     });
     registry.insert(address, Arc::clone(&record));
     Ok(record)

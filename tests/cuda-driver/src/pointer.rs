@@ -1,4 +1,4 @@
-//! `cuPointerGetAttribute(s)`: what the driver says about an address.
+//! `cuPointerGetAttribute(s)`: what the driver says about an address; `cuPointerSetAttribute`.
 //!
 //! As documented: `cuPointerGetAttribute` fails with CUDA_ERROR_INVALID_VALUE for memory the
 //! driver does not know (pageable host memory, freed or foreign pointers), while
@@ -6,6 +6,7 @@
 //! device ordinal -2, as the real driver reports).
 
 use std::ffi::c_void;
+use std::sync::atomic::Ordering;
 
 use cudarc::driver::sys::{CUdeviceptr, CUpointer_attribute as P, CUresult};
 
@@ -79,7 +80,7 @@ fn known(record: &Record, attribute: u32, address: u64) -> Option<Value> {
         }
         Value::Pointer(address as *mut c_void)
     } else if is(P::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS) {
-        Value::Bool(false)
+        Value::Bool(record.sync_memops.load(Ordering::Acquire))
     } else if is(P::CU_POINTER_ATTRIBUTE_BUFFER_ID) || is(P::CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID) {
         Value::U64(record.id)
     } else if is(P::CU_POINTER_ATTRIBUTE_IS_MANAGED) {
@@ -198,6 +199,37 @@ pub unsafe extern "C" fn cuPointerGetAttributes(
             // SAFETY: the caller's out-pointer for this attribute's type.
             unsafe { value.write(out) }?;
         }
+        Ok(())
+    })
+}
+
+/// "The supported attributes are: CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: A boolean attribute that can
+/// either be set (1) or unset (0). When set, the region of memory that ptr points to is guaranteed
+/// to always synchronize memory operations that are synchronous. If there are some previously
+/// initiated synchronous memory operations that are pending when this attribute is set, the
+/// function does not return until those memory operations are complete." "value will be
+/// considered as a pointer to an unsigned integer to which this attribute is to be set." `ptr`
+/// is "a memory region allocated using CUDA memory allocation APIs".
+///
+/// # Safety
+/// `value` is null or valid for reading an unsigned int.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuPointerSetAttribute(
+    value: *const c_void,
+    attribute: u32,
+    pointer: CUdeviceptr,
+) -> CUresult {
+    entry("cuPointerSetAttribute", || {
+        if attribute != P::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS as u32 || value.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let record = memory::find(pointer).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        // SAFETY: non-null, valid for reading an unsigned int (the caller's contract).
+        let set = unsafe { value.cast::<u32>().read_unaligned() } != 0;
+        if set {
+            record.wait_for_synchronous_calls();
+        }
+        record.sync_memops.store(set, Ordering::Release);
         Ok(())
     })
 }

@@ -1,6 +1,19 @@
-//! Memory pools: each device's default pool and pools from `cuMemPoolCreate`, each device's
-//! current pool, and what a pool says about itself (attributes, access). The stream-ordered
-//! allocations they serve are [`crate::stream_ordered`]'s.
+//! Memory pools: each device's default pool of device memory, the default managed pools, pools
+//! from `cuMemPoolCreate`, and the current pool of each device and location. What a pool says
+//! about itself is [`crate::pool_attributes`]'s; the stream-ordered allocations it serves are
+//! [`crate::stream_ordered`]'s.
+//!
+//! Managed pools (CUDA 13) as documented for `cuMemPoolCreate`: "To create a managed memory pool,
+//! applications must set CUmemPoolProps::CUmemAllocationType to CU_MEM_ALLOCATION_TYPE_MANAGED.
+//! CUmemPoolProps::CUmemAllocationHandleType must also be set to CU_MEM_HANDLE_TYPE_NONE since IPC
+//! is not supported. For managed memory pools, CUmemPoolProps::CUmemLocation will be treated as
+//! the preferred location for all allocations created from the pool. An application can also set
+//! CU_MEM_LOCATION_TYPE_NONE to indicate no preferred location. CUmemPoolProps::maxSize must be
+//! set to zero for managed memory pools. [...] For managed memory pools, all devices on the system
+//! must have non-zero concurrentManagedAccess. If not, this call returns CUDA_ERROR_NOT_SUPPORTED".
+//! Host pools (`CU_MEM_LOCATION_TYPE_HOST`/`_HOST_NUMA` with pinned memory) are not modelled:
+//! CUDA_ERROR_NOT_SUPPORTED, as on a device whose `CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED`
+//! reads 0 (the double's).
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -12,27 +25,29 @@ use parking_lot::Mutex;
 use crate::config::{config, device_count};
 use crate::device::{entry, ordinal};
 use crate::errors::{DriverResult, write_out};
+use crate::location::{
+    LOCATION_DEVICE, LOCATION_HOST, LOCATION_HOST_NUMA, LOCATION_NONE, Location,
+};
 use crate::memory::{self, Record};
 use crate::stream::Dependency;
 
-/// `CU_MEM_ALLOCATION_TYPE_PINNED` (the only one the double's pools have), `_MANAGED`.
-const ALLOCATION_TYPE_PINNED: i32 = 1;
-const ALLOCATION_TYPE_MANAGED: i32 = 2;
-/// `CU_MEM_LOCATION_TYPE_DEVICE`.
-const LOCATION_DEVICE: u32 = 1;
-/// `CU_MEM_ACCESS_FLAGS_PROT_NONE`, `CU_MEM_ACCESS_FLAGS_PROT_READWRITE`.
-const ACCESS_NONE: u32 = 0;
-const ACCESS_READ_WRITE: u32 = 3;
+/// `CU_MEM_ALLOCATION_TYPE_PINNED` (device memory, for a pool on a device), `_MANAGED`.
+pub(crate) const ALLOCATION_TYPE_PINNED: i32 = 1;
+pub(crate) const ALLOCATION_TYPE_MANAGED: i32 = 2;
 
 pub(crate) struct Pool {
-    pub ordinal: usize,
-    /// `None` for a device's default pool; for a created one, whether `cuMemPoolDestroy` ran.
+    /// `CU_MEM_ALLOCATION_TYPE_PINNED` or `_MANAGED`.
+    pub allocation_type: i32,
+    /// A pinned pool's device; a managed pool's preferred location (none, a device, the host or
+    /// host NUMA node 0).
+    pub location: Location,
+    /// `None` for a default pool; for a created one, whether `cuMemPoolDestroy` ran.
     destroyed: Option<AtomicBool>,
     /// `CU_MEMPOOL_ATTR_MAX_POOL_SIZE` of a created pool; 0 for no limit.
     pub max_size: u64,
     /// `CU_MEMPOOL_ATTR_REUSE_*` (1–3), all on by default.
-    reuse: Mutex<[i32; 3]>,
-    release_threshold: AtomicU64,
+    pub reuse: Mutex<[i32; 3]>,
+    pub release_threshold: AtomicU64,
     /// `CU_MEMPOOL_ATTR_USED_MEM_HIGH`; the reserved figures equal the used ones (the double
     /// releases freed memory at once, as a release threshold of 0 does at the next
     /// synchronization).
@@ -43,9 +58,10 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    fn new(ordinal: usize, created: bool, max_size: u64) -> Pool {
+    fn new(allocation_type: i32, location: Location, created: bool, max_size: u64) -> Pool {
         Pool {
-            ordinal,
+            allocation_type,
+            location,
             destroyed: created.then(|| AtomicBool::new(false)),
             max_size,
             reuse: Mutex::new([1; 3]),
@@ -65,29 +81,63 @@ impl Pool {
         self.handle() as usize
     }
 
+    pub fn is_managed(&self) -> bool {
+        self.allocation_type == ALLOCATION_TYPE_MANAGED
+    }
+
+    /// The device the pool is on: a pinned pool's, or the one a managed pool prefers.
+    pub fn device(&self) -> Option<usize> {
+        (self.location.kind == LOCATION_DEVICE).then_some(self.location.id as usize)
+    }
+
     /// Bytes of its allocations whose free has not been reached.
     pub fn used(&'static self) -> u64 {
         memory::pool_bytes_in_use(self.id())
     }
 }
 
+/// Each device's default pool of device memory.
 fn default_pools() -> &'static [Pool] {
     static POOLS: OnceLock<Box<[Pool]>> = OnceLock::new();
     POOLS.get_or_init(|| {
         (0..device_count() as usize)
-            .map(|ordinal| Pool::new(ordinal, false, 0))
+            .map(|ordinal| Pool::new(ALLOCATION_TYPE_PINNED, Location::device(ordinal), false, 0))
             .collect()
     })
 }
 
-/// Pools from `cuMemPoolCreate`, destroyed or not (a destroyed one's handle stays recognisable).
-static CREATED: Mutex<Vec<&'static Pool>> = Mutex::new(Vec::new());
+/// Pools from `cuMemPoolCreate` and the default managed pools (one per location, made when first
+/// asked for); a destroyed pool's handle stays recognisable.
+static OTHER_POOLS: Mutex<Vec<&'static Pool>> = Mutex::new(Vec::new());
 
-/// Each device's current pool (`cuDeviceSetMemPool`), the one `cuMemAllocAsync` uses.
+fn leak(pool: Pool) -> &'static Pool {
+    let pool: &'static Pool = Box::leak(Box::new(pool));
+    OTHER_POOLS.lock().push(pool);
+    pool
+}
+
+/// The default managed pool for `location`.
+fn default_managed_pool(location: Location) -> &'static Pool {
+    static DEFAULTS: Mutex<Vec<&'static Pool>> = Mutex::new(Vec::new());
+    let mut defaults = DEFAULTS.lock();
+    if let Some(pool) = defaults.iter().find(|pool| pool.location == location) {
+        return pool;
+    }
+    let pool = leak(Pool::new(ALLOCATION_TYPE_MANAGED, location, false, 0));
+    defaults.push(pool);
+    pool
+}
+
+/// Each device's current pool of device memory (`cuDeviceSetMemPool`), the one `cuMemAllocAsync`
+/// uses.
 pub(crate) fn current_pools() -> &'static Mutex<Vec<&'static Pool>> {
     static CURRENT: OnceLock<Mutex<Vec<&'static Pool>>> = OnceLock::new();
     CURRENT.get_or_init(|| Mutex::new(default_pools().iter().collect()))
 }
+
+/// The current managed pool of each location that was given one (`cuMemSetMemPool`); the others'
+/// is their default one.
+static CURRENT_MANAGED: Mutex<Vec<&'static Pool>> = Mutex::new(Vec::new());
 
 /// The pool a handle names; CUDA_ERROR_INVALID_VALUE for anything else, a destroyed pool included.
 pub(crate) fn find(handle: CUmemoryPool) -> DriverResult<&'static Pool> {
@@ -95,7 +145,7 @@ pub(crate) fn find(handle: CUmemoryPool) -> DriverResult<&'static Pool> {
         .iter()
         .find(|pool| pool.handle() == handle)
         .or_else(|| {
-            CREATED
+            OTHER_POOLS
                 .lock()
                 .iter()
                 .copied()
@@ -175,44 +225,92 @@ pub extern "C" fn cuDeviceSetMemPool(device: CUdevice, pool: CUmemoryPool) -> CU
     entry("cuDeviceSetMemPool", || {
         let ordinal = ordinal(device)?;
         supported()?;
-        let pool = find(pool)?;
-        if pool.ordinal != ordinal {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        // SAFETY: a location on the stack.
+        unsafe {
+            set_current(
+                &Location::device(ordinal),
+                ALLOCATION_TYPE_PINNED as u32,
+                pool,
+            )
         }
-        current_pools().lock()[ordinal] = pool;
-        Ok(())
     })
 }
 
-/// `CUmemLocation`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct Location {
-    pub kind: u32,
-    pub id: i32,
-}
-
-/// The device a `CUmemLocation` of a pool names: pinned device memory only (the double has no
-/// host or managed pools, CUDA_ERROR_NOT_SUPPORTED, as on a device whose
-/// `CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED` reads 0).
+/// What a `CUmemLocation` and allocation type name: a pinned pool's device, or a managed pool's
+/// preferred location.
 ///
 /// # Safety
 /// `location` is null or valid for reading a CUmemLocation.
-unsafe fn pool_device(location: *const Location, allocation_type: u32) -> DriverResult<usize> {
+unsafe fn pool_place(location: *const Location, allocation_type: u32) -> DriverResult<Location> {
     if location.is_null() {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
-    match allocation_type as i32 {
-        ALLOCATION_TYPE_PINNED => {}
-        ALLOCATION_TYPE_MANAGED => return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED),
-        _ => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
-    }
     // SAFETY: non-null, valid for reading by the caller's contract.
     let location = unsafe { location.read_unaligned() };
-    if location.kind != LOCATION_DEVICE {
-        return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+    match (allocation_type as i32, location.kind) {
+        (ALLOCATION_TYPE_PINNED | ALLOCATION_TYPE_MANAGED, LOCATION_DEVICE) => {
+            ordinal(location.id).map(Location::device)
+        }
+        (ALLOCATION_TYPE_PINNED, LOCATION_HOST | LOCATION_HOST_NUMA) => {
+            Err(CUresult::CUDA_ERROR_NOT_SUPPORTED)
+        }
+        (ALLOCATION_TYPE_MANAGED, _) if !config().concurrent_managed_access => {
+            Err(CUresult::CUDA_ERROR_NOT_SUPPORTED)
+        }
+        (ALLOCATION_TYPE_MANAGED, LOCATION_NONE) => Ok(Location::NONE),
+        (ALLOCATION_TYPE_MANAGED, LOCATION_HOST) => Ok(Location::HOST),
+        // The double's host has one NUMA node, 0.
+        (ALLOCATION_TYPE_MANAGED, LOCATION_HOST_NUMA) if location.id == 0 => Ok(location),
+        _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
     }
-    ordinal(location.id)
+}
+
+/// The default pool of a location and allocation type.
+fn default_pool(place: Location, allocation_type: u32) -> &'static Pool {
+    match allocation_type as i32 {
+        ALLOCATION_TYPE_PINNED => &default_pools()[place.id as usize],
+        _ => default_managed_pool(place),
+    }
+}
+
+/// The current pool of a location and allocation type.
+fn current_pool(place: Location, allocation_type: u32) -> &'static Pool {
+    match allocation_type as i32 {
+        ALLOCATION_TYPE_PINNED => current_pools().lock()[place.id as usize],
+        _ => CURRENT_MANAGED
+            .lock()
+            .iter()
+            .copied()
+            .find(|pool| pool.location == place)
+            .unwrap_or_else(|| default_managed_pool(place)),
+    }
+}
+
+/// Makes `pool` the current pool of its location and allocation type: "The location and
+/// allocation type specified must match those of the pool otherwise CUDA_ERROR_INVALID_VALUE is
+/// returned."
+///
+/// # Safety
+/// `location` is null or valid for reading a CUmemLocation.
+unsafe fn set_current(
+    location: *const Location,
+    allocation_type: u32,
+    pool: CUmemoryPool,
+) -> DriverResult {
+    // SAFETY: the caller's pointer.
+    let place = unsafe { pool_place(location, allocation_type) }?;
+    let pool = find(pool)?;
+    if pool.location != place || pool.allocation_type != allocation_type as i32 {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    if pool.is_managed() {
+        let mut current = CURRENT_MANAGED.lock();
+        current.retain(|other| other.location != place);
+        current.push(pool);
+    } else {
+        current_pools().lock()[place.id as usize] = pool;
+    }
+    Ok(())
 }
 
 /// CUDA 13's `cuMemGetDefaultMemPool(pool, location, type)`.
@@ -227,10 +325,10 @@ pub unsafe extern "C" fn cuMemGetDefaultMemPool(
 ) -> CUresult {
     entry("cuMemGetDefaultMemPool", || {
         supported()?;
-        // SAFETY: the caller's pointers.
-        let ordinal = unsafe { pool_device(location, allocation_type) }?;
+        // SAFETY: the caller's pointer.
+        let place = unsafe { pool_place(location, allocation_type) }?;
         // SAFETY: the caller's out-pointer.
-        unsafe { write_out(pool, default_pools()[ordinal].handle()) }
+        unsafe { write_out(pool, default_pool(place, allocation_type).handle()) }
     })
 }
 
@@ -246,11 +344,10 @@ pub unsafe extern "C" fn cuMemGetMemPool(
 ) -> CUresult {
     entry("cuMemGetMemPool", || {
         supported()?;
-        // SAFETY: the caller's pointers.
-        let ordinal = unsafe { pool_device(location, allocation_type) }?;
-        let current = current_pools().lock()[ordinal];
+        // SAFETY: the caller's pointer.
+        let place = unsafe { pool_place(location, allocation_type) }?;
         // SAFETY: the caller's out-pointer.
-        unsafe { write_out(pool, current.handle()) }
+        unsafe { write_out(pool, current_pool(place, allocation_type).handle()) }
     })
 }
 
@@ -267,13 +364,7 @@ pub unsafe extern "C" fn cuMemSetMemPool(
     entry("cuMemSetMemPool", || {
         supported()?;
         // SAFETY: the caller's pointer.
-        let ordinal = unsafe { pool_device(location, allocation_type) }?;
-        let pool = find(pool)?;
-        if pool.ordinal != ordinal {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        current_pools().lock()[ordinal] = pool;
-        Ok(())
+        unsafe { set_current(location, allocation_type, pool) }
     })
 }
 
@@ -289,9 +380,9 @@ pub struct PoolProps {
     reserved: [u8; 54],
 }
 
-/// A pool of device memory. Exportable pools (`handleTypes` other than none) are not modelled:
-/// CUDA_ERROR_NOT_SUPPORTED, as on a device whose `CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES`
-/// is 0 (the double's).
+/// A pool of device memory, or of managed memory (see the module's documentation). Exportable
+/// pools of device memory (`handleTypes` other than none) are not modelled: CUDA_ERROR_NOT_SUPPORTED,
+/// as on a device whose `CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES` is 0 (the double's).
 ///
 /// # Safety
 /// `pool` is null or valid for writing a CUmemoryPool; `props` null or valid for reading a
@@ -309,13 +400,19 @@ pub unsafe extern "C" fn cuMemPoolCreate(
         // SAFETY: non-null, valid for reading by the caller's contract.
         let props = unsafe { props.read_unaligned() };
         // SAFETY: a field of the props read above.
-        let ordinal = unsafe { pool_device(&props.location, props.allocation_type) }?;
-        if props.handle_types != 0 {
-            return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+        let place = unsafe { pool_place(&props.location, props.allocation_type) }?;
+        let managed = props.allocation_type as i32 == ALLOCATION_TYPE_MANAGED;
+        match (managed, props.handle_types, props.max_size) {
+            (true, 0, 0) | (false, 0, _) => {}
+            (true, _, _) => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+            (false, _, _) => return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED),
         }
-        let created: &'static Pool =
-            Box::leak(Box::new(Pool::new(ordinal, true, props.max_size as u64)));
-        CREATED.lock().push(created);
+        let created = leak(Pool::new(
+            props.allocation_type as i32,
+            place,
+            true,
+            props.max_size as u64,
+        ));
         // SAFETY: the caller's out-pointer, checked non-null.
         unsafe { write_out(pool, created.handle()) }
     })
@@ -324,7 +421,7 @@ pub unsafe extern "C" fn cuMemPoolCreate(
 /// "If any pointers obtained from this pool haven't been freed or the pool has free operations
 /// that haven't completed when cuMemPoolDestroy is invoked, the function will return immediately
 /// and the resources associated with the pool will be released automatically once there are no
-/// more outstanding allocations." A device's default pool cannot be destroyed.
+/// more outstanding allocations." A default pool cannot be destroyed.
 #[cfg_attr(not(feature = "old-driver"), unsafe(no_mangle))]
 pub extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
     entry("cuMemPoolDestroy", || {
@@ -335,186 +432,17 @@ pub extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
         destroyed.store(true, Ordering::Release);
         // "Destroying the current mempool of a device sets the default mempool of that device as
         // the current mempool for that device."
-        let mut current = current_pools().lock();
-        if std::ptr::eq(current[pool.ordinal], pool) {
-            current[pool.ordinal] = &default_pools()[pool.ordinal];
-        }
-        Ok(())
-    })
-}
-
-const REUSE_FOLLOW_EVENT_DEPENDENCIES: u32 = 1;
-const REUSE_ALLOW_INTERNAL_DEPENDENCIES: u32 = 3;
-const RELEASE_THRESHOLD: u32 = 4;
-const RESERVED_MEM_CURRENT: u32 = 5;
-const RESERVED_MEM_HIGH: u32 = 6;
-const USED_MEM_CURRENT: u32 = 7;
-const USED_MEM_HIGH: u32 = 8;
-const ALLOCATION_TYPE: u32 = 9;
-const EXPORT_HANDLE_TYPES: u32 = 10;
-const LOCATION_ID: u32 = 11;
-const LOCATION_TYPE: u32 = 12;
-const MAX_POOL_SIZE: u32 = 13;
-const HW_DECOMPRESS_ENABLED: u32 = 14;
-
-/// # Safety
-/// `value` points at an int (attributes 1–3) or a cuuint64_t (4–8), as the attribute says.
-// Not exported by the `old-driver` build: a driver older than CUDA 11.2 lacks them.
-#[cfg_attr(not(feature = "old-driver"), unsafe(no_mangle))]
-pub unsafe extern "C" fn cuMemPoolSetAttribute(
-    pool: CUmemoryPool,
-    attribute: u32,
-    value: *mut c_void,
-) -> CUresult {
-    entry("cuMemPoolSetAttribute", || {
-        let pool = find(pool)?;
-        if value.is_null() {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        match attribute {
-            REUSE_FOLLOW_EVENT_DEPENDENCIES..=REUSE_ALLOW_INTERNAL_DEPENDENCIES => {
-                // SAFETY: the attribute's value is an int (the caller's contract).
-                let flag = unsafe { value.cast::<i32>().read_unaligned() };
-                pool.reuse.lock()[attribute as usize - 1] = flag;
-            }
-            RELEASE_THRESHOLD => {
-                // SAFETY: the attribute's value is a cuuint64_t (the caller's contract).
-                let threshold = unsafe { value.cast::<u64>().read_unaligned() };
-                pool.release_threshold.store(threshold, Ordering::Release);
-            }
-            // The high watermarks are "since the last time it was reset", and only 0 resets them;
-            // reset, they start again from what is in use now.
-            RESERVED_MEM_HIGH | USED_MEM_HIGH => {
-                // SAFETY: the attribute's value is a cuuint64_t (the caller's contract).
-                if unsafe { value.cast::<u64>().read_unaligned() } != 0 {
-                    return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-                }
-                let mark = match attribute {
-                    USED_MEM_HIGH => &pool.used_high,
-                    _ => &pool.reserved_high,
-                };
-                mark.store(pool.used(), Ordering::Release);
-            }
-            _ => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
-        }
-        Ok(())
-    })
-}
-
-/// # Safety
-/// `value` points at the attribute's C type: an int for 1–3 and 9–12 and 14, a cuuint64_t for
-/// 4–8 and 13.
-// Not exported by the `old-driver` build: a driver older than CUDA 11.2 lacks them.
-#[cfg_attr(not(feature = "old-driver"), unsafe(no_mangle))]
-pub unsafe extern "C" fn cuMemPoolGetAttribute(
-    pool: CUmemoryPool,
-    attribute: u32,
-    value: *mut c_void,
-) -> CUresult {
-    entry("cuMemPoolGetAttribute", || {
-        let pool = find(pool)?;
-        let int = |number: i32| {
-            // SAFETY: the caller's out-pointer for an int.
-            unsafe { write_out(value.cast::<i32>(), number) }
-        };
-        let wide = |number: u64| {
-            // SAFETY: the caller's out-pointer for a cuuint64_t.
-            unsafe { write_out(value.cast::<u64>(), number) }
-        };
-        match attribute {
-            REUSE_FOLLOW_EVENT_DEPENDENCIES..=REUSE_ALLOW_INTERNAL_DEPENDENCIES => {
-                int(pool.reuse.lock()[attribute as usize - 1])
-            }
-            RELEASE_THRESHOLD => wide(pool.release_threshold.load(Ordering::Acquire)),
-            // Freed memory goes back at once: what is reserved is what is in use.
-            RESERVED_MEM_CURRENT | USED_MEM_CURRENT => wide(pool.used()),
-            RESERVED_MEM_HIGH => wide(pool.reserved_high.load(Ordering::Acquire)),
-            USED_MEM_HIGH => wide(pool.used_high.load(Ordering::Acquire)),
-            ALLOCATION_TYPE => int(ALLOCATION_TYPE_PINNED),
-            EXPORT_HANDLE_TYPES | HW_DECOMPRESS_ENABLED => int(0),
-            LOCATION_ID => int(pool.ordinal as i32),
-            LOCATION_TYPE => int(LOCATION_DEVICE as i32),
-            MAX_POOL_SIZE => wide(pool.max_size),
-            _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
-        }
-    })
-}
-
-/// The pool's own device reads and writes its memory; no other device has access (the double has
-/// no peer mappings, see [`cuMemPoolSetAccess`]).
-///
-/// # Safety
-/// `flags` is null or valid for writing a CUmemAccess_flags; `location` null or valid for reading.
-#[cfg_attr(not(feature = "old-driver"), unsafe(no_mangle))]
-pub unsafe extern "C" fn cuMemPoolGetAccess(
-    flags: *mut u32,
-    pool: CUmemoryPool,
-    location: *const Location,
-) -> CUresult {
-    entry("cuMemPoolGetAccess", || {
-        let pool = find(pool)?;
-        if location.is_null() {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        // SAFETY: non-null, valid for reading by the caller's contract.
-        let location = unsafe { location.read_unaligned() };
-        if location.kind != LOCATION_DEVICE {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        let access = if ordinal(location.id)? == pool.ordinal {
-            ACCESS_READ_WRITE
+        if pool.is_managed() {
+            CURRENT_MANAGED
+                .lock()
+                .retain(|other| !std::ptr::eq(*other, pool));
         } else {
-            ACCESS_NONE
-        };
-        // SAFETY: the caller's out-pointer.
-        unsafe { write_out(flags, access) }
-    })
-}
-
-/// `CUmemAccessDesc`.
-#[repr(C)]
-pub struct AccessDesc {
-    location: Location,
-    flags: u32,
-}
-
-/// "Controls visibility of pools between devices": the pool's own device keeps read-write access,
-/// and no other device can be given any (the double has no peer access: `cuDeviceCanAccessPeer`
-/// answers 0), so granting it is CUDA_ERROR_NOT_SUPPORTED and revoking it a no-op.
-///
-/// # Safety
-/// `map` holds `count` descriptors (or is null when `count` is 0).
-#[cfg_attr(not(feature = "old-driver"), unsafe(no_mangle))]
-pub unsafe extern "C" fn cuMemPoolSetAccess(
-    pool: CUmemoryPool,
-    map: *const AccessDesc,
-    count: usize,
-) -> CUresult {
-    entry("cuMemPoolSetAccess", || {
-        let pool = find(pool)?;
-        if map.is_null() && count != 0 {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        for index in 0..count {
-            // SAFETY: `map` holds `count` descriptors (the caller's contract).
-            let desc = unsafe { map.add(index).read_unaligned() };
-            if desc.location.kind != LOCATION_DEVICE {
-                return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-            }
-            let own = ordinal(desc.location.id)? == pool.ordinal;
-            match (own, desc.flags) {
-                (true, ACCESS_READ_WRITE) | (false, ACCESS_NONE) => {}
-                (true, _) => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
-                (false, _) => return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED),
+            let mut current = current_pools().lock();
+            let ordinal = pool.location.id as usize;
+            if std::ptr::eq(current[ordinal], pool) {
+                current[ordinal] = &default_pools()[ordinal];
             }
         }
         Ok(())
     })
-}
-
-/// Nothing is cached, so there is nothing to trim.
-// Not exported by the `old-driver` build: a driver older than CUDA 11.2 lacks them.
-#[cfg_attr(not(feature = "old-driver"), unsafe(no_mangle))]
-pub extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, _min_bytes_to_keep: usize) -> CUresult {
-    entry("cuMemPoolTrimTo", || find(pool).map(drop))
 }

@@ -32,8 +32,10 @@ use crate::errors::*;
 use crate::event::*;
 use crate::ipc::*;
 use crate::managed::*;
+use crate::managed_batch::*;
 use crate::pointer::*;
 use crate::pool::*;
+use crate::pool_attributes::*;
 use crate::stream::*;
 use crate::stream_api::*;
 use crate::stream_ordered::*;
@@ -188,6 +190,12 @@ table! {
     "cuMemPoolDestroy" 11020 => cuMemPoolDestroy;
     "cuMemPoolGetAccess" 11020 => cuMemPoolGetAccess;
     "cuMemPoolSetAccess" 11020 => cuMemPoolSetAccess;
+    "cuMemRangeGetAttribute" 8000 => cuMemRangeGetAttribute;
+    "cuMemRangeGetAttributes" 8000 => cuMemRangeGetAttributes;
+    "cuPointerSetAttribute" 6000 => cuPointerSetAttribute;
+    "cuMemPrefetchBatchAsync" 13000 => cuMemPrefetchBatchAsync, cuMemPrefetchBatchAsync_ptsz;
+    "cuMemDiscardBatchAsync" 13000 => cuMemDiscardBatchAsync, cuMemDiscardBatchAsync_ptsz;
+    "cuMemDiscardAndPrefetchBatchAsync" 13000 => cuMemDiscardAndPrefetchBatchAsync, cuMemDiscardAndPrefetchBatchAsync_ptsz;
     "cuProfilerStart" 4000 => cuProfilerStart;
     "cuProfilerStop" 4000 => cuProfilerStop;
 }

@@ -18,12 +18,14 @@ use crate::config::config;
 use crate::context;
 use crate::device::entry;
 use crate::errors::{DriverResult, write_out};
+use crate::managed_hints::RangeHints;
 use crate::memory::{self, Kind, NewAllocation, Origin, State};
 use crate::ops::Op;
 use crate::pool::{Pool, current_pools, find, supported};
 use crate::stream::{self, Dependency};
 
-/// Allocates `size` bytes from `pool`, ordered on `stream`. A size of 0 allocates nothing and
+/// Allocates `size` bytes from `pool`, ordered on `stream`: device memory, or managed memory from a
+/// managed pool, whose pages prefer the pool's location. A size of 0 allocates nothing and
 /// returns a NULL pointer: the driver documents no error for it (unlike `cuMemAlloc`'s "If
 /// bytesize is 0, cuMemAlloc() returns CUDA_ERROR_INVALID_VALUE"), and cuda.core allocates
 /// zero-size buffers from its pools.
@@ -62,9 +64,13 @@ unsafe fn allocate_from(
         None => (
             memory::allocate(NewAllocation {
                 size,
-                kind: Kind::Device,
-                // A context of the pool's device: the primary one, whatever is current.
-                context: context::primary(pool.ordinal),
+                kind: match pool.is_managed() {
+                    true => Kind::Managed,
+                    false => Kind::Device,
+                },
+                // A context of the pool's device (the primary one, whatever is current); for a
+                // managed pool that prefers no device, of the stream's.
+                context: context::primary(pool.device().unwrap_or(stream.context.ordinal)),
                 host_flags: 0,
                 origin: Origin::Pooled(pool.id()),
                 state: State::AllocationPending,
@@ -72,6 +78,9 @@ unsafe fn allocate_from(
             vec![],
         ),
     };
+    if pool.is_managed() {
+        *record.hints.lock() = RangeHints::new(pool.location);
+    }
     let used = pool.used();
     pool.used_high.fetch_max(used, Ordering::AcqRel);
     pool.reserved_high.fetch_max(used, Ordering::AcqRel);
@@ -174,7 +183,10 @@ fn free_async(pointer: CUdeviceptr, stream: CUstream, null: stream::NullStream) 
         if pointer == 0 {
             return Ok(());
         }
-        let record = crate::alloc::allocation_at(pointer, &[Kind::Device])?;
+        let record = crate::alloc::allocation_at(pointer, &[Kind::Device, Kind::Managed])
+            .ok()
+            .filter(|record| record.kind == Kind::Device || record.origin != Origin::Allocated)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         if record.free_requested.swap(true, Ordering::AcqRel) {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }

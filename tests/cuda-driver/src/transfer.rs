@@ -14,13 +14,14 @@
 //! - fills are asynchronous, except synchronous fills of pinned or managed memory, which wait;
 //!   the device cannot reach pageable memory, so a fill of it is CUDA_ERROR_INVALID_VALUE;
 //! - in a context created with `CU_CTX_SYNC_MEMOPS`, synchronous copies and fills "will always
-//!   synchronize".
+//!   synchronize", and so do those on memory with `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS` set.
 //!
 //! `cuMemFree` waits for what synchronous calls left running on the memory it frees (see
 //! [`crate::alloc`]).
 
 use std::ffi::c_void;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use cudarc::driver::sys::{CUdeviceptr, CUresult, CUstream};
 
@@ -59,6 +60,17 @@ fn side(address: u64, len: usize, synchronous: bool) -> DriverResult<Side> {
 
 fn is_kind(place: &Place, kind: Kind) -> bool {
     place.record().is_some_and(|record| record.kind == kind)
+}
+
+/// Whether `side` is memory with `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS` set: "the region of memory that
+/// ptr points to is guaranteed to always synchronize memory operations that are synchronous".
+fn sync_memops(side: &Side) -> bool {
+    match side {
+        Side::Memory(place) => place
+            .record()
+            .is_some_and(|record| record.sync_memops.load(Ordering::Acquire)),
+        Side::Pageable(_) => false,
+    }
 }
 
 /// Whether `place` is host memory (pinned or pageable) rather than device or managed memory.
@@ -114,7 +126,10 @@ fn copy(
         );
         let host_source = is_host(&from);
         let host_destination = is_host(&to);
-        let always = synchronous && stream.context.flags() & SYNC_MEMOPS != 0;
+        let always = synchronous
+            && (stream.context.flags() & SYNC_MEMOPS != 0
+                || sync_memops(&to)
+                || sync_memops(&from));
         // When the calling thread must wait for the copy to complete.
         let wait = match (&to, &from) {
             _ if always || (host_source && host_destination) => true,
@@ -239,7 +254,10 @@ fn fill(
         let Side::Memory(place) = side(destination, len, synchronous)? else {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         };
-        let always = stream.context.flags() & SYNC_MEMOPS != 0;
+        let always = stream.context.flags() & SYNC_MEMOPS != 0
+            || place
+                .record()
+                .is_some_and(|record| record.sync_memops.load(Ordering::Acquire));
         let wait = synchronous && (always || !is_kind(&place, Kind::Device));
         let op = Op::Fill {
             operation,

@@ -262,10 +262,11 @@ driver_test!(pools_describe_their_location_and_access {
     }
 });
 
-// Host and managed pools are not modelled: the test driver's devices say so
+// Host pools are not modelled: the test driver's devices say so
 // (CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED reads 0) and cuMemPoolCreate answers
-// CUDA_ERROR_NOT_SUPPORTED, a code it documents, as such a device does.
-driver_test!(host_and_managed_pools_are_not_supported {
+// CUDA_ERROR_NOT_SUPPORTED, a code it documents, as such a device does. (Managed pools are:
+// tests/managed.rs.)
+driver_test!(host_pools_are_not_supported {
     init();
     // CUDA 13's CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED (144), past cudarc's 12.8 list.
     type GetAttribute = unsafe extern "C" fn(*mut i32, u32, i32) -> CUresult;
@@ -276,25 +277,15 @@ driver_test!(host_and_managed_pools_are_not_supported {
     // SAFETY: a valid out-pointer.
     ok(unsafe { attribute(&mut host_pools, 144, 0) });
     assert_eq!(host_pools, 0);
-    let mut host = pool_props(0, 0);
-    host.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST;
-    // CU_MEM_ALLOCATION_TYPE_MANAGED is 2 in CUDA 13, which cudarc's 12.8 list lacks: the props'
-    // bytes, with the allocation type (their first field) rewritten.
-    type Create = unsafe extern "C" fn(*mut sys::CUmemoryPool, *const u8) -> CUresult;
-    // SAFETY: looking the symbol up does not call it; it has this ABI.
-    let create: Create = *unsafe { sys::culib().get::<Create>(b"cuMemPoolCreate") }.unwrap();
-    let bytes = |props: sys::CUmemPoolProps| {
-        // SAFETY: the props are plain data of their size.
-        let raw: [u8; std::mem::size_of::<sys::CUmemPoolProps>()] =
-            unsafe { std::mem::transmute(props) };
-        raw
-    };
-    let mut managed = bytes(pool_props(0, 0));
-    managed[..4].copy_from_slice(&2u32.to_ne_bytes());
-    for props in [bytes(host), managed] {
+    for kind in [
+        sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST,
+        sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST_NUMA,
+    ] {
+        let mut host = pool_props(0, 0);
+        host.location.type_ = kind;
         let mut pool = ptr::null_mut();
-        // SAFETY: a valid out-pointer and props of CUmemPoolProps's size.
-        let result = unsafe { create(&mut pool, props.as_ptr()) };
+        // SAFETY: a valid out-pointer and props.
+        let result = unsafe { sys::cuMemPoolCreate(&mut pool, &host) };
         assert_eq!(result, CUresult::CUDA_ERROR_NOT_SUPPORTED);
     }
 });
