@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use offset_allocator::{Allocation, Allocator};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use super::{MemoryResource, refused};
 use crate::blocking::blocking;
@@ -174,6 +174,11 @@ impl PoolResource {
         self.upstream_bytes.load(Ordering::Relaxed)
     }
 
+    /// The most bytes the pool may hold from upstream (`maximum_pool_size`), if limited.
+    pub fn maximum_pool_size(&self) -> Option<usize> {
+        self.maximum_size
+    }
+
     /// The most bytes the pool has held from upstream at once.
     pub fn peak_pool_size(&self) -> usize {
         self.upstream_peak.load(Ordering::Relaxed)
@@ -181,8 +186,8 @@ impl PoolResource {
 
     /// Returns every block with nothing handed out upstream (RMM's `release()`).
     pub fn release(&self) {
-        for arena in &self.arenas {
-            let mut arena = arena.lock();
+        for slot in 0..self.arenas.len() {
+            let mut arena = self.lock(slot);
             arena.sweep_completed();
             arena.free_recent();
             let kind = arena.kind;
@@ -194,6 +199,16 @@ impl PoolResource {
                 }
             }
         }
+    }
+
+    /// The arena in `slot`, locked. A thread that finds it taken waits through the blocking hook
+    /// (which releases the GIL in Python): the holder may be growing from an upstream resource
+    /// written in Python, which needs the GIL to return.
+    fn lock(&self, slot: usize) -> MutexGuard<'_, Arena> {
+        let arena = &self.arenas[slot];
+        arena
+            .try_lock()
+            .unwrap_or_else(|| blocking(|| arena.lock()))
     }
 
     /// Takes a block of at least `bytes` from upstream into `arena`.
@@ -369,7 +384,7 @@ impl MemoryResource for PoolResource {
         }
         let units = units_for(size, align).ok_or_else(too_large)?;
         let units32 = u32::try_from(units).map_err(|_| too_large())?;
-        let mut arena = self.arenas[slot_of(kind)].lock();
+        let mut arena = self.lock(slot_of(kind));
         if let Some(ptr) = arena.reuse_recent(units32, align) {
             return Ok(ptr);
         }
@@ -398,7 +413,7 @@ impl MemoryResource for PoolResource {
                     .map(|(addr, event)| (addr, event.wait().is_ok()))
                     .collect()
             });
-            arena = self.arenas[slot_of(kind)].lock();
+            arena = self.lock(slot_of(kind));
             for (addr, done) in waited {
                 arena.free_or_forget(addr, done);
             }
@@ -421,7 +436,7 @@ impl MemoryResource for PoolResource {
         align: usize,
         after: Option<Event>,
     ) {
-        let mut arena = self.arenas[slot_of(kind)].lock();
+        let mut arena = self.lock(slot_of(kind));
         let addr = ptr.as_ptr() as usize;
         match after {
             Some(event) if !event.is_complete().unwrap_or(false) => {

@@ -208,3 +208,29 @@ fn eight_threads_through_one_pool_corrupt_nothing() {
         }
     });
 }
+
+#[test]
+fn handouts_free_only_what_they_handed_out_once_and_the_rest_when_dropped() {
+    let stats = StatisticsResource::new(QueueResource::new(Arc::new(HostQueue::new())));
+    let handouts = Handouts::new(stats.clone());
+    let address = handouts.allocate(MemKind::Host, 100).unwrap();
+    assert_eq!(address % DEFAULT_ALIGNMENT, 0);
+    let refused = |address, kind, size| {
+        let err = handouts.deallocate(address, kind, size).unwrap_err();
+        assert!(err.to_string().ends_with("nothing was freed"), "{err}");
+        err.to_string()
+    };
+    assert!(refused(address + 1, MemKind::Host, 100).starts_with("ptr: "));
+    assert!(refused(address, MemKind::Host, 99).starts_with("nbytes: "));
+    assert!(refused(address, MemKind::Device, 100).starts_with("kind: "));
+    assert_eq!(stats.statistics().current_bytes, 100, "nothing was freed");
+    handouts.deallocate(address, MemKind::Host, 100).unwrap();
+    assert_eq!(stats.statistics().current_bytes, 0);
+    assert!(refused(address, MemKind::Host, 100).starts_with("ptr: "));
+    assert_eq!(handouts.allocate(MemKind::Host, 0).unwrap(), 0);
+    handouts.deallocate(0, MemKind::Host, 0).unwrap();
+    handouts.allocate(MemKind::Shared, 10).unwrap();
+    assert_eq!(handouts.outstanding(), 1);
+    drop(handouts);
+    assert_eq!(stats.statistics().current_bytes, 0);
+}
