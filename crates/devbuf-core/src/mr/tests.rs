@@ -1,5 +1,6 @@
 //! The adaptors on the host backend; the conformance kit checks pools on every backend.
 
+use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -233,4 +234,67 @@ fn handouts_free_only_what_they_handed_out_once_and_the_rest_when_dropped() {
     assert_eq!(handouts.outstanding(), 1);
     drop(handouts);
     assert_eq!(stats.statistics().current_bytes, 0);
+}
+
+/// An upstream that, while it allocates, has another thread use the pool above it (as a thread
+/// holding Python's GIL would, while a resource written in Python waits for that GIL).
+#[derive(Debug)]
+struct UsesThePoolWhileAllocating {
+    inner: Arc<dyn MemoryResource>,
+    pool: std::sync::OnceLock<std::sync::Weak<PoolResource>>,
+    other_thread_got_through: std::sync::atomic::AtomicBool,
+}
+
+impl MemoryResource for UsesThePoolWhileAllocating {
+    fn queue(&self) -> &Arc<dyn crate::Queue> {
+        self.inner.queue()
+    }
+
+    fn allocate(&self, kind: MemKind, size: usize, align: usize) -> crate::Result<NonNull<u8>> {
+        if let Some(pool) = self.pool.get().and_then(std::sync::Weak::upgrade) {
+            let (done, finished) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                pool.release();
+                let _ = done.send(());
+            });
+            let through = finished.recv_timeout(Duration::from_secs(5)).is_ok();
+            self.other_thread_got_through
+                .store(through, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.inner.allocate(kind, size, align)
+    }
+
+    unsafe fn deallocate(
+        &self,
+        ptr: NonNull<u8>,
+        kind: MemKind,
+        size: usize,
+        align: usize,
+        after: Option<crate::Event>,
+    ) {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.inner.deallocate(ptr, kind, size, align, after) }
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+#[test]
+fn a_pool_is_not_locked_while_its_upstream_allocates() {
+    let upstream = Arc::new(UsesThePoolWhileAllocating {
+        inner: QueueResource::new(Arc::new(HostQueue::new())),
+        pool: Default::default(),
+        other_thread_got_through: Default::default(),
+    });
+    let pool = PoolResource::new(upstream.clone(), PoolOptions::default());
+    upstream.pool.set(Arc::downgrade(&pool)).unwrap();
+    let resource: Arc<dyn MemoryResource> = pool.clone();
+    drop(alloc(&resource, 100));
+    assert!(
+        upstream
+            .other_thread_got_through
+            .load(std::sync::atomic::Ordering::Relaxed)
+    );
 }
