@@ -8,6 +8,7 @@ mod default_device;
 mod device;
 mod dlpack_method;
 mod dpctl_attrs;
+mod dtypes;
 mod errors;
 mod exchange;
 mod export;
