@@ -4,9 +4,13 @@ use devbuf::Error;
 use pyo3::exceptions::{PyBufferError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::{PyErr, Python};
 
-/// The Python exception for a devbuf error.
+/// The Python exception for a devbuf error: for one that carries what a memory resource written
+/// in Python raised, that very exception.
 pub fn to_py(err: Error) -> PyErr {
     let message = err.to_string();
+    if let Some(raised) = crate::mr_python::take_raised(&message) {
+        return raised;
+    }
     match err {
         Error::InvalidDescriptor { .. }
         | Error::DeviceNotFound { .. }

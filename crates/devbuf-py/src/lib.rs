@@ -20,6 +20,7 @@ mod import_dlpack;
 mod imported;
 mod ipc;
 mod mr;
+mod mr_python;
 mod pickle;
 mod queues;
 mod streams;
