@@ -131,7 +131,8 @@ impl PyArray {
     /// CuPy's `ndarray.set` and NumPy's `copyto(self, source, casting="no")` without broadcasting:
     /// another dtype is a TypeError and another shape a ValueError, each naming both (nothing is
     /// converted, reshaped or broadcast). A Buffer is bytes: it takes the bytes of any source of
-    /// its size, as dpctl's memory objects do. Both must be C-contiguous.
+    /// its size, a raw copy as CuPy's `MemoryPointer.copy_from` and dpctl.memory's
+    /// `copy_from_device` make. Both must be C-contiguous.
     /// With `blocking=False` the copy is only enqueued on this array's queue: it is pending work
     /// that the protocols then report (CAI's `stream`) or wait for.
     #[pyo3(signature = (source, *, blocking = true))]
