@@ -152,7 +152,7 @@ pub(crate) fn resource_of(slf: &Bound<'_, PyMemoryResource>) -> PyResult<Arc<dyn
                 return Ok(resource);
             }
             let queue = Arc::clone(&backing.queue.get().queue);
-            let resource = PythonResource::new(slf, queue)?;
+            let resource = PythonResource::new(slf.as_any(), queue)?;
             *caller = Arc::downgrade(&resource);
             Ok(resource)
         }

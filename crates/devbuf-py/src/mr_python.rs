@@ -15,11 +15,9 @@ use pyo3::exceptions::{PyRecursionError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 
-use crate::mr::PyMemoryResource;
-
 /// The devbuf resource of one object of a subclass written in Python.
 pub(crate) struct PythonResource {
-    object: Py<PyMemoryResource>,
+    object: Py<PyAny>,
     queue: Arc<dyn Queue>,
     /// The class's name, for messages and `Debug` (which cannot reach Python).
     name: String,
@@ -39,32 +37,12 @@ impl fmt::Debug for PythonResource {
 thread_local! {
     /// The resources whose `allocate` runs on this thread, innermost last.
     static ALLOCATING: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
-    /// What Python code raised in `allocate`, with the message of the devbuf error that carries
-    /// it out: `errors::to_py` raises the original when that error reaches Python.
-    static RAISED: RefCell<Vec<(String, PyErr)>> = const { RefCell::new(Vec::new()) };
-}
-
-/// The most raised errors kept for `errors::to_py` (one per `allocate` an adaptor retried).
-const RAISED_KEPT: usize = 4;
-
-/// The exception Python code raised for the devbuf error whose message is `message`, if that
-/// error came from a resource written in Python on this thread.
-pub(crate) fn take_raised(message: &str) -> Option<PyErr> {
-    RAISED
-        .try_with(|raised| {
-            let mut raised = raised.borrow_mut();
-            let at = raised.iter().position(|(known, _)| known == message);
-            let found = at.map(|at| raised.swap_remove(at).1);
-            raised.clear();
-            found
-        })
-        .ok()
-        .flatten()
 }
 
 impl PythonResource {
+    /// The resource that calls `object`, a `devbuf.mr.MemoryResource` subclass's, on `queue`.
     pub(crate) fn new(
-        object: &Bound<'_, PyMemoryResource>,
+        object: &Bound<'_, PyAny>,
         queue: Arc<dyn Queue>,
     ) -> PyResult<Arc<PythonResource>> {
         Ok(Arc::new(PythonResource {
@@ -74,7 +52,7 @@ impl PythonResource {
         }))
     }
 
-    /// The devbuf error that carries `err` out of `allocate`, kept for `errors::to_py`.
+    /// The devbuf error that carries `err` out of `allocate` (raised as `err` by `errors::to_py`).
     fn raised(&self, kind: MemKind, size: usize, err: PyErr) -> devbuf::Error {
         let error = devbuf::Error::OutOfMemory {
             kind,
@@ -82,13 +60,7 @@ impl PythonResource {
             device: self.queue.device().selector.clone(),
             reason: format!("{}.allocate raised {err}", self.name),
         };
-        let _ = RAISED.try_with(|raised| {
-            let mut raised = raised.borrow_mut();
-            if raised.len() == RAISED_KEPT {
-                raised.remove(0);
-            }
-            raised.push((error.to_string(), err));
-        });
+        crate::errors::carry(&error, err);
         error
     }
 
@@ -149,7 +121,7 @@ impl PythonResource {
         if let Err(err) =
             object.call_method1(intern!(py, "deallocate"), (address, size, kind.as_str()))
         {
-            err.write_unraisable(py, Some(object.as_any()));
+            err.write_unraisable(py, Some(object));
         }
     }
 }
