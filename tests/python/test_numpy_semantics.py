@@ -74,6 +74,8 @@ def test_view_takes_what_numpy_dtype_takes(spelling):
 def test_view_takes_python_types_and_an_int_shape_as_numpy_does():
     buffer = devbuf.alloc(32, "host", device="host")
     assert buffer.view(float).dtype == np.float64 and buffer.view(int, shape=2).shape == (2,)
+    with pytest.raises(ValueError, match="shape: -1 is not a length"):
+        buffer.view(np.uint8, shape=-1)
 
 
 @pytest.mark.parametrize(

@@ -352,10 +352,12 @@ impl PyBuffer {
         let dtype = crate::dtypes::from_python(dtype)?;
         let buffer = this.array.buffer();
         let shape = match shape {
-            Some(shape) => match shape.extract::<usize>() {
-                Ok(length) => vec![length],
-                Err(_) => shape.extract()?,
-            },
+            Some(length) if length.is_instance_of::<PyInt>() => {
+                vec![length.extract::<usize>().map_err(|_| {
+                    PyValueError::new_err(format!("shape: {length} is not a length"))
+                })?]
+            }
+            Some(shape) => shape.extract()?,
             None => vec![whole_elements(buffer.len(), offset, dtype)?],
         };
         let layout = Layout::new(
@@ -455,8 +457,8 @@ fn whole_elements(nbytes: usize, offset: usize, dtype: DType) -> PyResult<usize>
     Ok(available / dtype.itemsize())
 }
 
-/// `fill`'s value as a byte: an int outside 0-255 is a ValueError naming the range (as NumPy's
-/// `uint8` refuses 256), anything else a TypeError.
+/// `fill`'s value as a byte: an int outside 0-255 is a ValueError naming the range, anything
+/// else a TypeError.
 fn byte_value(value: &Bound<'_, PyAny>) -> PyResult<u8> {
     if let Ok(byte) = value.extract::<u8>() {
         return Ok(byte);
