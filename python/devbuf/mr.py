@@ -1,10 +1,12 @@
 """Memory resources, with RMM's names: a pool shared by every library in the process, a limit,
-statistics and a leak report, on every backend.
+statistics and a leak report, on every backend, and resources written in Python.
 
     import devbuf, devbuf.mr
     pool = devbuf.mr.PoolMemoryResource(devbuf.mr.QueueMemoryResource("sycl"), maximum_pool_size=1 << 30)
     devbuf.mr.set_current_device_resource(pool)    # devbuf.alloc on that device now uses it
     buf = devbuf.alloc(1024, "shared", mr=pool)   # or name a resource per call
+    ptr = pool.allocate(1024, "shared")           # or take memory by address, RMM's way...
+    pool.deallocate(ptr, 1024, "shared")          # ...and give it back the same way
 """
 
 from contextlib import contextmanager
@@ -37,15 +39,16 @@ __all__ = [
 @contextmanager
 def statistics(mr: Optional[StatisticsResourceAdaptor] = None) -> Iterator[dict]:
     """Counts the allocations made through `mr` (default: the current resource, which must be a
-    StatisticsResourceAdaptor) inside the `with` block. Yields a dict that holds the region's
-    counters (`allocation_counts`' keys) once the block ends."""
+    StatisticsResourceAdaptor) inside the `with` block, between `mr.push_counters()` and
+    `mr.pop_counters()`. Yields a dict that holds the region's counters (`allocation_counts`'
+    keys) once the block ends."""
     if mr is None:
         mr = get_current_device_resource()
     if not isinstance(mr, StatisticsResourceAdaptor):
         raise TypeError(f"statistics() needs a StatisticsResourceAdaptor, got {type(mr).__name__}")
     region: dict = {}
-    mr.push_statistics()
+    mr.push_counters()
     try:
         yield region
     finally:
-        region.update(mr.pop_statistics() or {})
+        region.update(mr.pop_counters())

@@ -97,7 +97,7 @@ def test_typed_views_follow_numpy_conventions():
     np.asarray(buffer)[:] = np.arange(48, dtype=np.uint8)
     view = buffer.view("float32", shape=(2, 3), strides=(4, 8), offset=8)
     assert (view.shape, view.strides, view.offset, view.dtype, view.typestr) == (
-        (2, 3), [4, 8], 8, "float32", "<f4"
+        (2, 3), (4, 8), 8, "float32", "<f4"
     )
     assert view.f_contiguous and not view.c_contiguous
     expected = np.ndarray((2, 3), np.float32, buffer=np.asarray(buffer), offset=8, strides=(4, 8))
@@ -129,7 +129,7 @@ def test_numpy_round_trips_zero_copy_through_each_protocol(make):
     source = make()
     imported = devbuf.asarray(source)
     assert imported.shape == source.shape
-    assert imported.strides == list(source.strides)
+    assert imported.strides == source.strides
     if source.size:
         assert imported.ptr == source.ctypes.data
     for back in (np.from_dlpack(imported), np.asarray(imported), np.asarray(memoryview(imported))):

@@ -84,7 +84,7 @@ def test_typed_arrays_keep_dtype_shape_strides_offset_and_readonly(protocol):
     array = buffer.view("float32", shape=(3, 4), strides=(64, 8), offset=16)
     back = pickle.loads(pickle.dumps(array, protocol=protocol))
     assert type(back) is devbuf.Array
-    assert (back.dtype, back.shape, back.strides, back.offset) == ("float32", (3, 4), [64, 8], 16)
+    assert (back.dtype, back.shape, back.strides, back.offset) == ("float32", (3, 4), (64, 8), 16)
     np.testing.assert_array_equal(np.asarray(back), np.asarray(array))
     swapped = buffer.view(">i2", shape=(8,))
     back = pickle.loads(pickle.dumps(swapped, protocol=protocol))

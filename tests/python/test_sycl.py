@@ -147,7 +147,7 @@ def test_strided_views_export_elements_and_offsets(sycl):
         np.ndarray((4, 4), np.float64, buffer=host, offset=400 - span_start, strides=(-64, 16)), expected
     )
     back = devbuf.asarray(view)  # our own SUAI consumed by ourselves keeps the layout
-    assert back.strides == [-64, 16] and back.ptr == view.ptr
+    assert back.strides == (-64, 16) and back.ptr == view.ptr
 
 
 @pytest.mark.parametrize("kind", ["host", "shared"])

@@ -42,17 +42,31 @@ impl fmt::Display for MemKind {
 impl FromStr for MemKind {
     type Err = Error;
 
+    /// Parses the name of a kind that can be allocated: "host", "device" or "shared". The names
+    /// other runtimes use for them get a hint (CUDA's pinned host memory is "host", its managed
+    /// memory "shared"); "unknown" names no memory that can be asked for.
     fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "host" => Ok(MemKind::Host),
-            "device" => Ok(MemKind::Device),
-            "shared" => Ok(MemKind::Shared),
-            "unknown" => Ok(MemKind::Unknown),
-            other => Err(Error::invalid(
-                "kind",
-                format!("{other:?} is not one of \"host\", \"device\", \"shared\", \"unknown\""),
-            )),
-        }
+        const ALLOWED: &str = "one of \"host\", \"device\", \"shared\"";
+        let hint = match s {
+            "host" => return Ok(MemKind::Host),
+            "device" => return Ok(MemKind::Device),
+            "shared" => return Ok(MemKind::Shared),
+            "pinned" | "page-locked" | "pagelocked" => {
+                "; CUDA's pinned (page-locked) host memory, which the device reaches, is \"host\""
+            }
+            "managed" | "unified" => {
+                "; CUDA's managed (unified) memory, which migrates on demand, is \"shared\""
+            }
+            "unknown" => {
+                "; \"unknown\" is what devbuf reports for memory it cannot classify, not a kind \
+                 it can allocate"
+            }
+            _ => "",
+        };
+        Err(Error::invalid(
+            "kind",
+            format!("{s:?} is not {ALLOWED}{hint}"),
+        ))
     }
 }
 
@@ -102,16 +116,32 @@ mod tests {
 
     #[test]
     fn kind_names_round_trip() {
-        for kind in [
-            MemKind::Host,
-            MemKind::Device,
-            MemKind::Shared,
-            MemKind::Unknown,
-        ] {
+        for kind in MemKind::ALLOCATABLE {
             assert_eq!(kind.as_str().parse::<MemKind>().unwrap(), kind);
             assert_eq!(kind.to_string(), kind.as_str());
         }
-        let err = "pinned".parse::<MemKind>().unwrap_err();
-        assert!(err.to_string().starts_with("kind: \"pinned\""), "{err}");
+        assert_eq!(MemKind::Unknown.to_string(), "unknown");
+    }
+
+    #[test]
+    fn only_allocatable_kinds_parse_and_other_vocabularies_get_a_hint() {
+        let message = |name: &str| name.parse::<MemKind>().unwrap_err().to_string();
+        let unknown = message("unknown");
+        assert!(
+            unknown
+                .starts_with("kind: \"unknown\" is not one of \"host\", \"device\", \"shared\";"),
+            "{unknown}"
+        );
+        assert!(
+            message("pinned").ends_with("is \"host\""),
+            "{}",
+            message("pinned")
+        );
+        assert!(
+            message("managed").ends_with("is \"shared\""),
+            "{}",
+            message("managed")
+        );
+        assert!(message("gpu").ends_with("\"shared\""), "{}", message("gpu"));
     }
 }

@@ -4,7 +4,7 @@
 use devbuf::{Array, Buffer, DType, Layout};
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyCapsule, PyDict, PySlice, PyTuple};
+use pyo3::types::{PyBytes, PyCapsule, PyDict, PyInt, PySlice, PyTuple};
 
 use crate::errors::IntoPyResult;
 use crate::queues::{PyDevice, PyQueue};
@@ -22,10 +22,13 @@ impl PyArray {
         Ok(shape.bind(py).clone())
     }
 
-    /// The element type's name, as NumPy spells it ("float32", "uint8", "bfloat16"...).
+    /// The element type, as a `numpy.dtype`: it compares equal to NumPy's dtypes, scalar types
+    /// and names (`arr.dtype == np.float32`, `arr.dtype == "float32"`). bfloat16 is
+    /// `ml_dtypes.bfloat16`'s dtype where ml_dtypes imports; without it (or without NumPy) the
+    /// type's name, "bfloat16".
     #[getter]
-    fn dtype(&self) -> &'static str {
-        self.layout().dtype().name()
+    fn dtype(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        crate::dtypes::to_python(py, self.layout().dtype())
     }
 
     /// The NumPy typestr of the element type ("<f4"...); bfloat16 has none.
@@ -34,10 +37,10 @@ impl PyArray {
         self.layout().dtype().typestr().py()
     }
 
-    /// Strides in bytes.
+    /// The step in bytes between neighbouring elements of each dimension, as NumPy's `strides`.
     #[getter]
-    fn strides(&self) -> Vec<isize> {
-        self.layout().strides().to_vec()
+    fn strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.layout().strides())
     }
 
     /// Byte offset of element 0 from the start of `buffer`.
@@ -124,17 +127,27 @@ impl PyArray {
     }
 
     /// Copies `source` (anything `devbuf.asarray` takes: DLPack, SUAI, CAI or buffer-protocol
-    /// objects) into this array. Both must be C-contiguous with the same number of bytes.
+    /// objects) into this array. An array takes only a source of its own dtype and shape, as
+    /// CuPy's `ndarray.set` and NumPy's `copyto(self, source, casting="no")` without broadcasting:
+    /// another dtype is a TypeError and another shape a ValueError, each naming both (nothing is
+    /// converted, reshaped or broadcast). A Buffer is bytes: it takes the bytes of any source of
+    /// its size, a raw copy as CuPy's `MemoryPointer.copy_from` and dpctl.memory's
+    /// `copy_from_device` make. Both must be C-contiguous.
     /// With `blocking=False` the copy is only enqueued on this array's queue: it is pending work
     /// that the protocols then report (CAI's `stream`) or wait for.
     #[pyo3(signature = (source, *, blocking = true))]
-    fn copy_from(&self, py: Python<'_>, source: &Bound<'_, PyAny>, blocking: bool) -> PyResult<()> {
-        if self.array.readonly() {
+    fn copy_from(slf: &Bound<'_, Self>, source: &Bound<'_, PyAny>, blocking: bool) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        if this.array.readonly() {
             return Err(PyValueError::new_err("copy_from: this array is read-only"));
         }
         let imported = crate::import::import_object(py, source, false, true)?;
+        if !slf.is_instance_of::<PyBuffer>() {
+            same_elements(this.layout(), imported.get().layout())?;
+        }
         let source = imported.get().contiguous_bytes("copy_from's source")?;
-        let destination = self.contiguous_bytes("copy_from")?;
+        let destination = this.contiguous_bytes("copy_from")?;
         if blocking {
             py.detach(|| destination.copy_from(&source)).py()
         } else {
@@ -256,6 +269,27 @@ impl PyArray {
     }
 }
 
+/// Refuses a copy between arrays of different dtypes (TypeError) or shapes (ValueError).
+fn same_elements(destination: &Layout, source: &Layout) -> PyResult<()> {
+    if source.dtype() != destination.dtype() {
+        return Err(PyTypeError::new_err(format!(
+            "source: cannot copy {} elements into a {} array: copy_from converts no types \
+             (convert the source first)",
+            source.dtype(),
+            destination.dtype()
+        )));
+    }
+    if source.shape() != destination.shape() {
+        return Err(PyValueError::new_err(format!(
+            "source: shape {} does not match this array's shape {}: copy_from neither reshapes \
+             nor broadcasts",
+            python_tuple(source.shape()),
+            python_tuple(destination.shape())
+        )));
+    }
+    Ok(())
+}
+
 /// `(2, 3)`, `(5,)`, `()`: a shape as Python prints it.
 fn python_tuple(values: &[usize]) -> String {
     match values {
@@ -300,22 +334,32 @@ impl PyBuffer {
         crate::ipc::export(slf.as_super().get(), slf.py(), readonly)
     }
 
-    /// A typed view: `dtype` a name or typestr ("float32", "<f4"), `shape` (default: as many
-    /// elements as fit after `offset`), `strides` and `offset` in bytes, as in NumPy.
+    /// A typed view: `dtype` anything `numpy.dtype()` takes (np.float32, "float32", "<f4"),
+    /// `shape` (an int or a sequence), `strides` and `offset` in bytes, as in NumPy. Without
+    /// `shape` the view holds every element after `offset`, and the bytes there must be a whole
+    /// number of elements (as `numpy.frombuffer` requires): a 10-byte buffer viewed as float32 is
+    /// a ValueError, while `shape=2` views 8 of its bytes.
     #[pyo3(signature = (dtype, shape = None, strides = None, offset = 0))]
     fn view(
         slf: &Bound<'_, Self>,
-        dtype: &str,
-        shape: Option<Vec<usize>>,
+        dtype: &Bound<'_, PyAny>,
+        shape: Option<&Bound<'_, PyAny>>,
         strides: Option<Vec<isize>>,
         offset: usize,
     ) -> PyResult<Py<PyArray>> {
         let py = slf.py();
         let this = slf.as_super().get();
-        let dtype = DType::parse(dtype).py()?;
+        let dtype = crate::dtypes::from_python(dtype)?;
         let buffer = this.array.buffer();
-        let shape =
-            shape.unwrap_or_else(|| vec![buffer.len().saturating_sub(offset) / dtype.itemsize()]);
+        let shape = match shape {
+            Some(length) if length.is_instance_of::<PyInt>() => {
+                vec![length.extract::<usize>().map_err(|_| {
+                    PyValueError::new_err(format!("shape: {length} is not a length"))
+                })?]
+            }
+            Some(shape) => shape.extract()?,
+            None => vec![whole_elements(buffer.len(), offset, dtype)?],
+        };
         let layout = Layout::new(
             dtype,
             &shape,
@@ -328,9 +372,11 @@ impl PyBuffer {
         PyArray::wrap(py, array, this.queue.clone_ref(py))
     }
 
-    /// Sets every byte to `value` (0-255); with `blocking=False` the fill is only enqueued.
+    /// Sets every byte to `value` (an int, 0-255); with `blocking=False` the fill is only
+    /// enqueued.
     #[pyo3(signature = (value, *, blocking = true))]
-    fn fill(slf: &Bound<'_, Self>, value: u8, blocking: bool) -> PyResult<()> {
+    fn fill(slf: &Bound<'_, Self>, value: &Bound<'_, PyAny>, blocking: bool) -> PyResult<()> {
+        let value = byte_value(value)?;
         let this = slf.as_super().get();
         if this.array.readonly() {
             return Err(PyValueError::new_err("fill: this buffer is read-only"));
@@ -391,6 +437,41 @@ impl PyBuffer {
             }
         )
     }
+}
+
+/// How many `dtype` elements the `nbytes` of a buffer hold after `offset`, when they hold a whole
+/// number of them: a view never drops a tail of bytes unasked.
+fn whole_elements(nbytes: usize, offset: usize, dtype: DType) -> PyResult<usize> {
+    let Some(available) = nbytes.checked_sub(offset) else {
+        return Err(PyValueError::new_err(format!(
+            "offset: {offset} is past the end of the buffer's {nbytes} bytes"
+        )));
+    };
+    if !available.is_multiple_of(dtype.itemsize()) {
+        return Err(PyValueError::new_err(format!(
+            "shape: the buffer's {available} bytes after offset {offset} are not a whole number of \
+             {dtype} elements ({} bytes each); pass shape= to view fewer",
+            dtype.itemsize()
+        )));
+    }
+    Ok(available / dtype.itemsize())
+}
+
+/// `fill`'s value as a byte: an int outside 0-255 is a ValueError naming the range, anything
+/// else a TypeError.
+fn byte_value(value: &Bound<'_, PyAny>) -> PyResult<u8> {
+    if let Ok(byte) = value.extract::<u8>() {
+        return Ok(byte);
+    }
+    if value.is_instance_of::<PyInt>() {
+        return Err(PyValueError::new_err(format!(
+            "value: {value} is out of range: fill sets bytes, 0 to 255"
+        )));
+    }
+    Err(PyTypeError::new_err(format!(
+        "value: expected an int from 0 to 255, got {}",
+        value.get_type()
+    )))
 }
 
 /// Whether devbuf allocated the memory: its queue's own allocation, or a shareable one.

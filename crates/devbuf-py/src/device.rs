@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use devbuf::{Availability, Buffer, MemKind, Protocol};
-use pyo3::exceptions::PyAttributeError;
+use pyo3::exceptions::{PyAttributeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
@@ -216,7 +216,9 @@ pub fn devices(py: Python<'_>, backend: Option<&str>) -> PyResult<Vec<Py<PyDevic
 
 /// Allocates `nbytes` of `kind` memory ("host", "device" or "shared") on `device` (a selector,
 /// a Device, a Queue, or None for the default device); `ipc=True` makes it shareable with other
-/// processes (see `Queue.alloc`); `mr=` allocates from that memory resource (on its device).
+/// processes (see `Queue.alloc`); `mr=` allocates from that memory resource, on its own device:
+/// a `device` other than the resource's is a ValueError naming both, and so is `ipc=True` (memory
+/// for sharing comes from the device, not from a resource).
 #[pyfunction]
 #[pyo3(signature = (nbytes, kind = "shared", device = None, *, ipc = false, mr = None))]
 pub fn alloc(
@@ -228,7 +230,26 @@ pub fn alloc(
     mr: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyBuffer>> {
     if let Some(mr) = mr {
-        return crate::mr::resource_arg(mr)?.get().alloc(py, nbytes, kind);
+        let mr = crate::mr::resource_arg(mr)?;
+        if ipc {
+            return Err(PyValueError::new_err(
+                "ipc: memory for sharing is allocated by the device itself, not by a memory \
+                 resource; leave out mr= or ipc=True",
+            ));
+        }
+        if let Some(device) = device {
+            let asked = resolve_queue(py, Some(device))?;
+            let asked = &asked.get().queue.device().selector;
+            let own = crate::mr::PyMemoryResource::selector(&mr)?;
+            if *asked != own {
+                return Err(PyValueError::new_err(format!(
+                    "device: {asked:?} is not the device of mr, a {} on {own:?}; allocate from a \
+                     resource of {asked:?}, or leave device out",
+                    mr.get_type().name()?
+                )));
+            }
+        }
+        return crate::mr::PyMemoryResource::alloc(&mr, nbytes, kind);
     }
     let queue = resolve_queue(py, device)?;
     PyQueue::alloc(queue.bind(py), nbytes, kind, ipc)

@@ -9,7 +9,7 @@
 
 use devbuf::MemKind;
 use parking_lot::Mutex;
-use pyo3::exceptions::{PyBufferError, PyTypeError};
+use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCapsule, PyType};
@@ -168,32 +168,35 @@ fn import_through<'py>(
     }
 }
 
-/// `devbuf.asarray(obj, copy=False, device=None, sync=True)`: a devbuf Array viewing `obj`'s
-/// memory (DLPack, SUAI, CAI or the buffer protocol), zero-copy unless `copy` is true or `device`
-/// names another device, in which case the data is copied there. `sync=False` skips ordering our
-/// later work after the producer's stream (CAI v3's consumer opt-out; also
+/// `devbuf.asarray(obj, copy=None, device=None, sync=True)`: a devbuf Array viewing `obj`'s
+/// memory (DLPack, SUAI, CAI or the buffer protocol). `copy`, as in NumPy 2 and the array API:
+/// None copies only when it must (`device` names another device), True always copies, and False
+/// never does: where the data would have to move, it is a ValueError. `sync=False` skips ordering
+/// our later work after the producer's stream (CAI v3's consumer opt-out; also
 /// `DEVBUF_CUDA_ARRAY_INTERFACE_SYNC=0` for the process).
 #[pyfunction]
-#[pyo3(signature = (obj, copy = false, device = None, sync = true))]
+#[pyo3(signature = (obj, copy = None, device = None, sync = true))]
 pub fn asarray<'py>(
     py: Python<'py>,
     obj: &Bound<'py, PyAny>,
-    copy: bool,
+    copy: Option<bool>,
     device: Option<&Bound<'py, PyAny>>,
     sync: bool,
 ) -> PyResult<Bound<'py, PyArray>> {
     let array = import_object(py, obj, false, sync)?;
-    match device {
-        Some(device) => {
-            let queue = resolve_queue(py, Some(device))?;
-            if copy || !same_device(&array, &queue) {
-                copy_of(py, &array, Some(queue))
-            } else {
-                Ok(array)
-            }
-        }
-        None if copy => copy_of(py, &array, None),
-        None => Ok(array),
+    let queue = device.map(|d| resolve_queue(py, Some(d))).transpose()?;
+    let moves = queue.as_ref().is_some_and(|q| !same_device(&array, q));
+    match copy {
+        Some(false) if moves => Err(PyValueError::new_err(format!(
+            "copy: the data lives on {:?} and copy=False forbids copying it to {:?}",
+            array.get().array.buffer().device().selector,
+            queue
+                .as_ref()
+                .map_or("", |q| q.get().queue.device().selector.as_str()),
+        ))),
+        Some(true) => copy_of(py, &array, queue),
+        _ if moves => copy_of(py, &array, queue),
+        _ => Ok(array),
     }
 }
 

@@ -8,6 +8,7 @@ mod default_device;
 mod device;
 mod dlpack_method;
 mod dpctl_attrs;
+mod dtypes;
 mod errors;
 mod exchange;
 mod export;
@@ -19,6 +20,8 @@ mod import_dlpack;
 mod imported;
 mod ipc;
 mod mr;
+mod mr_python;
+mod mr_resources;
 mod pickle;
 mod queues;
 mod streams;
@@ -100,7 +103,7 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ipc::open_ipc, m)?)?;
     m.add_function(wrap_pyfunction!(ipc::_ipc_handle_from_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(pickle::_rebuild, m)?)?;
-    mr::register(m)?;
+    mr_resources::register(m)?;
     m.add(
         "DeviceFallbackWarning",
         m.py().get_type::<pickle::DeviceFallbackWarning>(),

@@ -124,12 +124,8 @@ pub(crate) fn _rebuild<'py>(
             "devbuf pickle: format: version {format} is not the {FORMAT} this devbuf reads"
         )));
     }
+    // Only allocatable kinds parse: reduce_ex writes "unknown" memory as its nearest such kind.
     let kind: MemKind = kind.parse().py()?;
-    if kind == MemKind::Unknown {
-        return Err(PyValueError::new_err(
-            "devbuf pickle: kind: \"unknown\" memory cannot be allocated",
-        ));
-    }
     let layout = view
         .map(|(dtype, shape, strides, offset)| {
             let dtype = DType::parse(&dtype)?;

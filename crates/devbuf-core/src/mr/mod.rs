@@ -8,6 +8,7 @@
 //! allocate from their queue directly.
 
 mod current;
+mod handouts;
 mod limiting;
 mod pool;
 mod statistics;
@@ -19,6 +20,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 pub use current::{current, reset_current, set_current};
+pub use handouts::Handouts;
 pub use limiting::LimitingResource;
 pub use pool::{PoolOptions, PoolResource};
 pub use statistics::{Statistics, StatisticsResource};

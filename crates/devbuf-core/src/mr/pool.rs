@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use offset_allocator::{Allocation, Allocator};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use super::{MemoryResource, refused};
 use crate::blocking::blocking;
@@ -174,6 +174,11 @@ impl PoolResource {
         self.upstream_bytes.load(Ordering::Relaxed)
     }
 
+    /// The most bytes the pool may hold from upstream (`maximum_pool_size`), if limited.
+    pub fn maximum_pool_size(&self) -> Option<usize> {
+        self.maximum_size
+    }
+
     /// The most bytes the pool has held from upstream at once.
     pub fn peak_pool_size(&self) -> usize {
         self.upstream_peak.load(Ordering::Relaxed)
@@ -181,6 +186,7 @@ impl PoolResource {
 
     /// Returns every block with nothing handed out upstream (RMM's `release()`).
     pub fn release(&self) {
+        let mut unused = Vec::new();
         for arena in &self.arenas {
             let mut arena = arena.lock();
             arena.sweep_completed();
@@ -190,38 +196,60 @@ impl PoolResource {
                 if slot.as_ref().is_some_and(|block| block.live == 0)
                     && let Some(block) = slot.take()
                 {
-                    self.give_back(kind, block, None);
+                    unused.push((kind, block));
                 }
             }
         }
+        // Given back unlocked, as `grow` takes them.
+        for (kind, block) in unused {
+            self.give_back(kind, block, None);
+        }
     }
 
-    /// Takes a block of at least `bytes` from upstream into `arena`.
-    fn grow(&self, arena: &mut Arena, bytes: usize) -> Result<()> {
+    /// Takes a block of at least `bytes` from upstream into `arena`, which is unlocked while
+    /// upstream allocates: upstream may be slow, or written in Python and need the GIL, which a
+    /// thread waiting for this arena may hold. Returns the arena locked again.
+    fn grow<'a>(
+        &'a self,
+        arena: MutexGuard<'a, Arena>,
+        bytes: usize,
+    ) -> (MutexGuard<'a, Arena>, Result<()>) {
+        let kind = arena.kind;
         let size = bytes.div_ceil(UNIT).checked_mul(UNIT);
         let units = size.and_then(|size| u32::try_from(size / UNIT).ok());
         let (Some(size), Some(units)) = (size, units) else {
-            return Err(refused(
-                self.queue(),
-                arena.kind,
-                bytes,
-                "the request is larger than a pool block can be".into(),
-            ));
+            let why = "the request is larger than a pool block can be".into();
+            return (arena, Err(refused(self.queue(), kind, bytes, why)));
         };
-        let held = self.upstream_bytes.load(Ordering::Relaxed);
-        if let Some(maximum) = self.maximum_size
-            && held + size > maximum
-        {
-            return Err(refused(
-                self.queue(),
-                arena.kind,
-                bytes,
-                format!("the pool holds {held} bytes and may hold at most {maximum}"),
-            ));
-        }
-        let base = self.upstream.allocate(arena.kind, size, UNIT)?;
-        let held = self.upstream_bytes.fetch_add(size, Ordering::Relaxed) + size;
+        // Reserved before allocating, so that threads growing at once cannot pass the maximum.
+        let reserved = self.upstream_bytes.fetch_update(
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+            |held| match self.maximum_size {
+                Some(maximum) if held + size > maximum => None,
+                _ => Some(held + size),
+            },
+        );
+        let held = match reserved {
+            Ok(before) => before + size,
+            Err(held) => {
+                let maximum = self.maximum_size.unwrap_or(held);
+                let why = format!("the pool holds {held} bytes and may hold at most {maximum}");
+                return (arena, Err(refused(self.queue(), kind, bytes, why)));
+            }
+        };
         self.upstream_peak.fetch_max(held, Ordering::Relaxed);
+        let slot = slot_of(kind);
+        drop(arena);
+        let base = self.upstream.allocate(kind, size, UNIT);
+        let mut arena = self.arenas[slot].lock();
+        let base = match base {
+            Ok(base) => base,
+            Err(err) => {
+                self.upstream_bytes.fetch_sub(size, Ordering::Relaxed);
+                return (arena, Err(err));
+            }
+        };
         // Each allocation takes at least one unit, so a block never needs more nodes than units.
         let max_allocs = units.saturating_add(1).min(128 * 1024);
         let block = Block {
@@ -234,7 +262,7 @@ impl PoolResource {
             Some(slot) => *slot = Some(block),
             None => arena.blocks.push(Some(block)),
         }
-        Ok(())
+        (arena, Ok(()))
     }
 
     /// Frees an upstream block, after `after` when given.
@@ -386,7 +414,8 @@ impl MemoryResource for PoolResource {
         if arena.blocks.is_empty() {
             growth = growth.max(self.initial_size);
         }
-        if let Err(err) = self.grow(&mut arena, growth) {
+        let (mut arena, grown) = self.grow(arena, growth);
+        if let Err(err) = grown {
             // Full: what is left is the memory whose work is still running. Wait for it without
             // holding the lock (a thread freeing meanwhile must not wait for us), then ask for
             // only as much as the request needs.
@@ -405,8 +434,9 @@ impl MemoryResource for PoolResource {
             if let Some(ptr) = arena.try_allocate(units32, align) {
                 return Ok(ptr);
             }
-            self.grow(&mut arena, (units + units / 8 + 1) * UNIT)
-                .map_err(|_| err)?;
+            let grown;
+            (arena, grown) = self.grow(arena, (units + units / 8 + 1) * UNIT);
+            grown.map_err(|_| err)?;
         }
         arena
             .try_allocate(units32, align)

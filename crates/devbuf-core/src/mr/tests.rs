@@ -1,5 +1,6 @@
 //! The adaptors on the host backend; the conformance kit checks pools on every backend.
 
+use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -207,4 +208,93 @@ fn eight_threads_through_one_pool_corrupt_nothing() {
             });
         }
     });
+}
+
+#[test]
+fn handouts_free_only_what_they_handed_out_once_and_the_rest_when_dropped() {
+    let stats = StatisticsResource::new(QueueResource::new(Arc::new(HostQueue::new())));
+    let handouts = Handouts::new(stats.clone());
+    let address = handouts.allocate(MemKind::Host, 100).unwrap();
+    assert_eq!(address % DEFAULT_ALIGNMENT, 0);
+    let refused = |address, kind, size| {
+        let err = handouts.deallocate(address, kind, size).unwrap_err();
+        assert!(err.to_string().ends_with("nothing was freed"), "{err}");
+        err.to_string()
+    };
+    assert!(refused(address + 1, MemKind::Host, 100).starts_with("ptr: "));
+    assert!(refused(address, MemKind::Host, 99).starts_with("nbytes: "));
+    assert!(refused(address, MemKind::Device, 100).starts_with("kind: "));
+    assert_eq!(stats.statistics().current_bytes, 100, "nothing was freed");
+    handouts.deallocate(address, MemKind::Host, 100).unwrap();
+    assert_eq!(stats.statistics().current_bytes, 0);
+    assert!(refused(address, MemKind::Host, 100).starts_with("ptr: "));
+    assert_eq!(handouts.allocate(MemKind::Host, 0).unwrap(), 0);
+    handouts.deallocate(0, MemKind::Host, 0).unwrap();
+    handouts.allocate(MemKind::Shared, 10).unwrap();
+    assert_eq!(handouts.outstanding(), 1);
+    drop(handouts);
+    assert_eq!(stats.statistics().current_bytes, 0);
+}
+
+/// An upstream that, while it allocates, has another thread use the pool above it (as a thread
+/// holding Python's GIL would, while a resource written in Python waits for that GIL).
+#[derive(Debug)]
+struct UsesThePoolWhileAllocating {
+    inner: Arc<dyn MemoryResource>,
+    pool: std::sync::OnceLock<std::sync::Weak<PoolResource>>,
+    other_thread_got_through: std::sync::atomic::AtomicBool,
+}
+
+impl MemoryResource for UsesThePoolWhileAllocating {
+    fn queue(&self) -> &Arc<dyn crate::Queue> {
+        self.inner.queue()
+    }
+
+    fn allocate(&self, kind: MemKind, size: usize, align: usize) -> crate::Result<NonNull<u8>> {
+        if let Some(pool) = self.pool.get().and_then(std::sync::Weak::upgrade) {
+            let (done, finished) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                pool.release();
+                let _ = done.send(());
+            });
+            let through = finished.recv_timeout(Duration::from_secs(5)).is_ok();
+            self.other_thread_got_through
+                .store(through, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.inner.allocate(kind, size, align)
+    }
+
+    unsafe fn deallocate(
+        &self,
+        ptr: NonNull<u8>,
+        kind: MemKind,
+        size: usize,
+        align: usize,
+        after: Option<crate::Event>,
+    ) {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.inner.deallocate(ptr, kind, size, align, after) }
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+#[test]
+fn a_pool_is_not_locked_while_its_upstream_allocates() {
+    let upstream = Arc::new(UsesThePoolWhileAllocating {
+        inner: QueueResource::new(Arc::new(HostQueue::new())),
+        pool: Default::default(),
+        other_thread_got_through: Default::default(),
+    });
+    let pool = PoolResource::new(upstream.clone(), PoolOptions::default());
+    upstream.pool.set(Arc::downgrade(&pool)).unwrap();
+    let resource: Arc<dyn MemoryResource> = pool.clone();
+    drop(alloc(&resource, 100));
+    assert!(
+        upstream
+            .other_thread_got_through
+            .load(std::sync::atomic::Ordering::Relaxed)
+    );
 }

@@ -1,0 +1,169 @@
+//! Memory resources written in Python: a subclass of `devbuf.mr.MemoryResource` whose
+//! `allocate(nbytes, kind)` returns an address and whose `deallocate(ptr, nbytes, kind)` frees
+//! it, served to devbuf (its buffers, the adaptors over it, the current resource) as any
+//! resource. What `allocate` raises reaches devbuf's caller as raised; what `deallocate` raises
+//! goes to `sys.unraisablehook` (a deallocator has no caller to raise to).
+
+use std::cell::RefCell;
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use devbuf::mr::MemoryResource;
+use devbuf::{Event, MemKind, Queue};
+use pyo3::exceptions::{PyRecursionError, PyTypeError, PyValueError};
+use pyo3::intern;
+use pyo3::prelude::*;
+
+/// The devbuf resource of one object of a subclass written in Python.
+pub(crate) struct PythonResource {
+    object: Py<PyAny>,
+    queue: Arc<dyn Queue>,
+    /// The class's name, for messages and `Debug` (which cannot reach Python).
+    name: String,
+}
+
+impl fmt::Debug for PythonResource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "PythonResource({} on {})",
+            self.name,
+            self.queue.device().selector
+        )
+    }
+}
+
+thread_local! {
+    /// The resources whose `allocate` runs on this thread, innermost last.
+    static ALLOCATING: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+impl PythonResource {
+    /// The resource that calls `object`, a `devbuf.mr.MemoryResource` subclass's, on `queue`.
+    pub(crate) fn new(
+        object: &Bound<'_, PyAny>,
+        queue: Arc<dyn Queue>,
+    ) -> PyResult<Arc<PythonResource>> {
+        Ok(Arc::new(PythonResource {
+            object: object.clone().unbind(),
+            queue,
+            name: object.get_type().name()?.to_string(),
+        }))
+    }
+
+    /// The devbuf error that carries `err` out of `allocate` (raised as `err` by `errors::to_py`).
+    fn raised(&self, kind: MemKind, size: usize, err: PyErr) -> devbuf::Error {
+        let error = devbuf::Error::OutOfMemory {
+            kind,
+            size,
+            device: self.queue.device().selector.clone(),
+            reason: format!("{}.allocate raised {err}", self.name),
+        };
+        crate::errors::carry(&error, err);
+        error
+    }
+
+    fn allocate_attached(
+        &self,
+        py: Python<'_>,
+        kind: MemKind,
+        size: usize,
+        align: usize,
+    ) -> devbuf::Result<NonNull<u8>> {
+        let this = self as *const Self as usize;
+        if ALLOCATING.with_borrow(|active| active.contains(&this)) {
+            let err = PyRecursionError::new_err(format!(
+                "{}.allocate allocated from itself (through the current resource or an adaptor \
+                 over it); allocate from its upstream resource instead",
+                self.name
+            ));
+            return Err(self.raised(kind, size, err));
+        }
+        ALLOCATING.with_borrow_mut(|active| active.push(this));
+        let returned = self
+            .object
+            .bind(py)
+            .call_method1(intern!(py, "allocate"), (size, kind.as_str()));
+        ALLOCATING.with_borrow_mut(|active| active.retain(|&other| other != this));
+        let returned = returned.map_err(|err| self.raised(kind, size, err))?;
+        let address = returned.extract::<usize>().map_err(|_| {
+            let what = returned
+                .repr()
+                .map_or_else(|_| "?".into(), |r| r.to_string());
+            let err = PyTypeError::new_err(format!(
+                "{}.allocate returned {what}; it returns the address of the memory, an int",
+                self.name
+            ));
+            self.raised(kind, size, err)
+        })?;
+        let misaligned = address % align != 0;
+        match NonNull::new(address as *mut u8) {
+            Some(ptr) if !misaligned => Ok(ptr),
+            ptr => {
+                if let Some(ptr) = ptr {
+                    // Not usable, but it was handed out: it goes back.
+                    self.call_deallocate(py, ptr, kind, size);
+                }
+                let err = PyValueError::new_err(format!(
+                    "{}.allocate returned {address:#x} for {size} bytes; devbuf needs a non-null \
+                     address aligned to {align} bytes",
+                    self.name
+                ));
+                Err(self.raised(kind, size, err))
+            }
+        }
+    }
+
+    fn call_deallocate(&self, py: Python<'_>, ptr: NonNull<u8>, kind: MemKind, size: usize) {
+        let object = self.object.bind(py);
+        let address = ptr.as_ptr() as usize;
+        if let Err(err) =
+            object.call_method1(intern!(py, "deallocate"), (address, size, kind.as_str()))
+        {
+            err.write_unraisable(py, Some(object));
+        }
+    }
+}
+
+impl MemoryResource for PythonResource {
+    fn queue(&self) -> &Arc<dyn Queue> {
+        &self.queue
+    }
+
+    fn allocate(&self, kind: MemKind, size: usize, align: usize) -> devbuf::Result<NonNull<u8>> {
+        Python::try_attach(|py| self.allocate_attached(py, kind, size, align)).unwrap_or_else(
+            || {
+                Err(devbuf::Error::OutOfMemory {
+                    kind,
+                    size,
+                    device: self.queue.device().selector.clone(),
+                    reason: format!("{} is written in Python, which has shut down", self.name),
+                })
+            },
+        )
+    }
+
+    unsafe fn deallocate(
+        &self,
+        ptr: NonNull<u8>,
+        kind: MemKind,
+        size: usize,
+        _align: usize,
+        after: Option<Event>,
+    ) {
+        // Python code may hand the memory out again at once: it gets it back only once the work
+        // on it is done. Memory whose wait failed may still be in use, and is not given back.
+        if let Some(event) = after
+            && devbuf::blocking(|| event.wait()).is_err()
+        {
+            return;
+        }
+        // Past the interpreter's end nothing can be called: the memory goes with the process.
+        Python::try_attach(|py| self.call_deallocate(py, ptr, kind, size));
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
