@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use std::sync::Arc;
 
-use devbuf::mr::{MemoryResource, PoolOptions, PoolResource, QueueResource};
+use devbuf::mr::{FreeAfter, MemoryResource, PoolOptions, PoolResource, QueueResource};
 use devbuf::{Buffer, DEFAULT_ALIGNMENT, HostQueue, MemKind};
 
 /// Median over `samples` batches of `per_batch` calls of `op`, in nanoseconds per call.
@@ -93,7 +93,7 @@ fn main() {
 fn pool_cycle(pool: &Arc<dyn MemoryResource>, kind: MemKind) {
     let ptr = black_box(pool.allocate(kind, 1024, DEFAULT_ALIGNMENT).unwrap());
     // SAFETY: freed once, with the arguments it was allocated with; nothing used it.
-    unsafe { pool.deallocate(ptr, kind, 1024, DEFAULT_ALIGNMENT, None) };
+    unsafe { pool.deallocate(ptr, kind, 1024, DEFAULT_ALIGNMENT, FreeAfter::Now) };
 }
 
 /// Pooled 1 KiB shared alloc+free through the OpenCL backend against OpenCL's own allocation.

@@ -404,8 +404,13 @@ impl Buffer {
     }
 
     /// Makes work enqueued on `queue` from now on wait for pending work on this allocation from
-    /// other queues (on the device where the runtime can, else by blocking).
+    /// other queues (on the device where the runtime can, else by blocking), and, once the memory
+    /// was handed out, for other libraries' work on the queues devbuf knows of
+    /// ([`Queue::untracked_foreign_work`]).
     pub fn order_on(&self, queue: &Arc<dyn Queue>) -> Result<()> {
+        if self.may_have_foreign_work() {
+            self.order_after_foreign_work(queue)?;
+        }
         if self.alloc.pending.is_empty() {
             return Ok(());
         }
@@ -478,8 +483,10 @@ impl Buffer {
         Ok(sync)
     }
 
-    /// Records that the memory was handed to another library, whose work on it devbuf cannot see:
-    /// when devbuf frees it, it first waits for all work on the device ([`Queue::wait_device`]).
+    /// Records that the memory was handed to another library, whose work on it devbuf does not
+    /// see: from now on devbuf orders its own use of the memory after other libraries' work on the
+    /// queues it knows of ([`Queue::untracked_foreign_work`]), and when devbuf frees it, it first
+    /// waits for all work on the device ([`Queue::wait_device`]).
     pub fn mark_exported(&self) {
         self.alloc.exported.store(true, Ordering::Relaxed);
     }
@@ -489,8 +496,21 @@ impl Buffer {
         !self.alloc.pending.is_empty()
     }
 
-    /// Blocks until all pending work on this allocation has completed.
+    /// Whether [`Buffer::synchronize`] may have to wait: work devbuf recorded may still be running,
+    /// or the memory was handed out and other libraries may have work on it on queues devbuf knows
+    /// of.
+    pub fn needs_synchronize(&self) -> bool {
+        self.has_pending_work() || self.may_have_foreign_work()
+    }
+
+    /// Blocks until all pending work on this allocation has completed, and, once the memory was
+    /// handed out, other libraries' work on the queues devbuf knows of.
     pub fn synchronize(&self) -> Result<()> {
+        if self.may_have_foreign_work()
+            && let Some(event) = self.alloc.queue.foreign_work_event()?
+        {
+            event.wait()?;
+        }
         if self.alloc.pending.is_empty() {
             return Ok(());
         }
@@ -510,6 +530,25 @@ impl Buffer {
             .take_completed(|w| events.iter().any(|event| event.same_as(&w.event)));
         drop(completed);
         Ok(())
+    }
+
+    /// Whether the memory was handed to other libraries that may enqueue work devbuf does not
+    /// track on queues devbuf knows of (one flag and, once exported, one question to the queue).
+    fn may_have_foreign_work(&self) -> bool {
+        self.alloc.exported.load(Ordering::Relaxed) && self.alloc.queue.untracked_foreign_work()
+    }
+
+    /// Makes work enqueued on `queue` from now on wait for other libraries' work on the queues the
+    /// memory's queue knows of: on that queue itself without an event where the runtime can.
+    fn order_after_foreign_work(&self, queue: &Arc<dyn Queue>) -> Result<()> {
+        let home = &self.alloc.queue;
+        if Arc::ptr_eq(queue, home) {
+            return home.order_after_foreign_work();
+        }
+        match home.foreign_work_event()? {
+            Some(event) => queue.wait_event(&event),
+            None => Ok(()),
+        }
     }
 
     fn check_copy_source(&self, src_len: usize, overlaps: impl FnOnce() -> bool) -> Result<()> {

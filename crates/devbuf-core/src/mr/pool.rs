@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use offset_allocator::{Allocation, Allocator};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
-use super::{MemoryResource, refused};
+use super::{FreeAfter, MemoryResource, refused};
 use crate::blocking::blocking;
 use crate::{DEFAULT_ALIGNMENT, Event, MemKind, Queue, Result};
 
@@ -42,7 +42,10 @@ pub struct PoolOptions {
 
 /// A pool that grows on demand and returns its blocks upstream on [`PoolResource::release`] and
 /// when dropped. A freed block whose work may still run (the `after` event of
-/// [`MemoryResource::deallocate`]) is handed out again only once that event has completed.
+/// [`MemoryResource::deallocate`]) is handed out again only once that event has completed; one
+/// other libraries may still use on queues devbuf cannot wait for ([`FreeAfter::ForeignWork`]) is
+/// never handed out again: its upstream block goes back upstream, whose free waits for that work,
+/// as soon as nothing else in it is handed out.
 #[derive(Debug)]
 pub struct PoolResource {
     upstream: Arc<dyn MemoryResource>,
@@ -60,14 +63,24 @@ struct Block {
     units: Allocator,
     /// Allocations handed out from it (deferred frees included) and not yet returned.
     live: usize,
+    /// Of `live`, those freed after [`FreeAfter::ForeignWork`]: never handed out again.
+    retired: usize,
+}
+
+impl Block {
+    /// Whether nothing in the block may be handed out again or is still in use by devbuf: it
+    /// goes back upstream.
+    fn is_done(&self) -> bool {
+        self.live == self.retired
+    }
 }
 
 impl std::fmt::Debug for Block {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "Block({:#x}, {} bytes, {} live)",
-            self.base, self.size, self.live
+            "Block({:#x}, {} bytes, {} live, {} retired)",
+            self.base, self.size, self.live, self.retired
         )
     }
 }
@@ -103,6 +116,9 @@ struct Arena {
     /// Small blocks freed with no work pending, still handed out as far as the allocator and the
     /// address map know, kept for the next request of the same size (see the module's notes).
     recent: Vec<RecentBlock>,
+    /// Blocks with retired allocations and nothing else in use, taken out of `blocks` to go back
+    /// upstream once the arena is unlocked (the runtime's free may wait for other libraries).
+    drained: Vec<Block>,
 }
 
 /// A freed block kept for reuse, with the request it was made for.
@@ -133,6 +149,7 @@ impl PoolResource {
                 handed_out: HashMap::default(),
                 deferred: Vec::new(),
                 recent: Vec::with_capacity(RECENT_BLOCKS),
+                drained: Vec::new(),
             })
         };
         Arc::new(PoolResource {
@@ -166,13 +183,18 @@ impl PoolResource {
             let mut arena = arena.lock();
             arena.sweep_completed();
             arena.free_recent();
-            let kind = arena.kind;
+            let mut done = std::mem::take(&mut arena.drained);
             for slot in &mut arena.blocks {
-                if slot.as_ref().is_some_and(|block| block.live == 0)
+                if slot.as_ref().is_some_and(Block::is_done)
                     && let Some(block) = slot.take()
                 {
-                    self.give_back(kind, block, None);
+                    done.push(block);
                 }
+            }
+            let kind = arena.kind;
+            drop(arena);
+            for block in done {
+                self.give_back(kind, block, None);
             }
         }
     }
@@ -210,6 +232,7 @@ impl PoolResource {
             size,
             units: Allocator::with_max_allocs(units, max_allocs),
             live: 0,
+            retired: 0,
         };
         match arena.blocks.iter_mut().find(|slot| slot.is_none()) {
             Some(slot) => *slot = Some(block),
@@ -218,16 +241,36 @@ impl PoolResource {
         Ok(())
     }
 
-    /// Frees an upstream block, after `after` when given.
+    /// Frees an upstream block, after `after` when given. A block with retired allocations goes
+    /// back for the runtime's free alone, which may block until other libraries' work is done.
     fn give_back(&self, kind: MemKind, block: Block, after: Option<Event>) {
         self.upstream_bytes.fetch_sub(block.size, Ordering::Relaxed);
-        if let Some(base) = NonNull::new(block.base as *mut u8) {
-            // SAFETY: the block came from `upstream.allocate(kind, size, UNIT)`, leaves the pool
-            // here once, and nothing in it is handed out (or its work completes with `after`).
-            unsafe {
-                self.upstream
-                    .deallocate(base, kind, block.size, UNIT, after)
-            }
+        let Some(base) = NonNull::new(block.base as *mut u8) else {
+            return;
+        };
+        // SAFETY: the block came from `upstream.allocate(kind, size, UNIT)`, leaves the pool here
+        // once, and nothing in it is handed out (or its work completes with `after`, or only the
+        // runtime's free waits for it).
+        let free = |after| unsafe {
+            self.upstream
+                .deallocate(base, kind, block.size, UNIT, after)
+        };
+        if block.retired > 0 {
+            blocking(|| free(FreeAfter::ForeignWork));
+        } else {
+            free(after.into());
+        }
+    }
+
+    /// Gives back the blocks `arena` drained, after unlocking it.
+    fn give_back_drained(&self, mut arena: MutexGuard<'_, Arena>) {
+        if arena.drained.is_empty() {
+            return;
+        }
+        let (kind, drained) = (arena.kind, std::mem::take(&mut arena.drained));
+        drop(arena);
+        for block in drained {
+            self.give_back(kind, block, None);
         }
     }
 
@@ -329,6 +372,30 @@ impl Arena {
         {
             block.units.free(allocation.0);
             block.live -= 1;
+            self.drain_if_done(slot);
+        }
+    }
+
+    /// Never hands out the block at `addr` again: other libraries may still use it (see
+    /// [`FreeAfter::ForeignWork`]).
+    fn retire(&mut self, addr: usize) {
+        if let Some((slot, _)) = self.handed_out.remove(&addr)
+            && let Some(Some(block)) = self.blocks.get_mut(slot)
+        {
+            block.retired += 1;
+            self.drain_if_done(slot);
+        }
+    }
+
+    /// Takes the block in `slot` out to go back upstream, when all that is left in it is retired.
+    fn drain_if_done(&mut self, slot: usize) {
+        if let Some(entry) = self.blocks.get_mut(slot)
+            && entry
+                .as_ref()
+                .is_some_and(|block| block.retired > 0 && block.is_done())
+            && let Some(block) = entry.take()
+        {
+            self.drained.push(block);
         }
     }
 }
@@ -361,6 +428,7 @@ impl MemoryResource for PoolResource {
         arena.sweep_completed();
         arena.free_recent();
         if let Some(ptr) = arena.try_allocate(units32, align) {
+            self.give_back_drained(arena);
             return Ok(ptr);
         }
         let mut growth = self.growth(units);
@@ -384,14 +452,17 @@ impl MemoryResource for PoolResource {
                 arena.free_or_forget(addr, done);
             }
             if let Some(ptr) = arena.try_allocate(units32, align) {
+                self.give_back_drained(arena);
                 return Ok(ptr);
             }
             self.grow(&mut arena, (units + units / 8 + 1) * UNIT)
                 .map_err(|_| err)?;
         }
-        arena
+        let allocated = arena
             .try_allocate(units32, align)
-            .ok_or_else(|| refused(self.queue(), kind, size, "no pool block fits it".into()))
+            .ok_or_else(|| refused(self.queue(), kind, size, "no pool block fits it".into()));
+        self.give_back_drained(arena);
+        allocated
     }
 
     unsafe fn deallocate(
@@ -400,19 +471,23 @@ impl MemoryResource for PoolResource {
         kind: MemKind,
         size: usize,
         align: usize,
-        after: Option<Event>,
+        after: FreeAfter,
     ) {
         let mut arena = self.arenas[slot_of(kind)].lock();
         let addr = ptr.as_ptr() as usize;
         match after {
-            Some(event) if !event.is_complete().unwrap_or(false) => {
+            FreeAfter::ForeignWork => arena.retire(addr),
+            FreeAfter::Event(event) if !event.is_complete().unwrap_or(false) => {
                 arena.deferred.push((addr, event))
             }
-            _ => match units_for(size, align).and_then(|units| u32::try_from(units).ok()) {
-                Some(units) => arena.free_now(addr, units, align),
-                None => arena.free(addr),
-            },
+            FreeAfter::Now | FreeAfter::Event(_) => {
+                match units_for(size, align).and_then(|units| u32::try_from(units).ok()) {
+                    Some(units) => arena.free_now(addr, units, align),
+                    None => arena.free(addr),
+                }
+            }
         }
+        self.give_back_drained(arena);
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -434,8 +509,9 @@ impl Drop for PoolResource {
             }
             arena.free_recent();
             // A block still in use by work whose wait failed is leaked: freeing it would be worse.
-            let free = arena.blocks.drain(..).flatten().filter(|b| b.live == 0);
-            blocks.extend(free.map(|block| (arena.kind, block, after.clone())));
+            let free = arena.blocks.drain(..).flatten().filter(Block::is_done);
+            let done = free.chain(std::mem::take(&mut arena.drained));
+            blocks.extend(done.map(|block| (arena.kind, block, after.clone())));
         }
         for (kind, block, after) in blocks {
             self.give_back(kind, block, after);
