@@ -8,7 +8,7 @@ mod common;
 use std::ffi::c_void;
 use std::ptr;
 
-use cudarc::driver::sys;
+use cudarc::driver::sys::{self, CUstream};
 use devbuf_core::conformance::{assert_check, pattern};
 use devbuf_core::{Buffer, MemKind, Owner};
 
@@ -150,4 +150,42 @@ child_test!(re_exported_foreign_memory_outlives_its_consumers [
     drop(imported);
     consumer.wait().unwrap();
     Buffer::alloc(&home, MemKind::Host, 64).expect("device 0 is still usable");
+});
+
+// Memory handed to other libraries: their work on the legacy default stream, or on a blocking
+// stream (whose earlier work the legacy stream follows: NVIDIA's "Stream synchronization
+// behavior"), comes before devbuf's next host view, copy and fill.
+child_test!(devbuf_follows_consumers_on_the_legacy_and_blocking_streams [
+    "DEVBUF_CUDA_TEST_DELAY_US" = "20000",
+] {
+    let home = shared(0);
+    let blocking = in_primary_context(0, || {
+        let mut stream = ptr::null_mut();
+        // SAFETY: a valid out-pointer; the stream is destroyed below.
+        check("cuStreamCreate", unsafe { sys::cuStreamCreate(&mut stream, 0) });
+        stream as usize
+    });
+    for stream in [1, blocking] {
+        let exported = Buffer::alloc(&home, MemKind::Host, LEN).unwrap();
+        exported.fill(0).unwrap();
+        exported.mark_exported();
+        foreign_fill(0, stream, exported.ptr(), 7, LEN);
+        exported.synchronize().unwrap();
+        // SAFETY: pinned memory, and the consumer's work on it is done.
+        let bytes = unsafe { std::slice::from_raw_parts(exported.ptr(), LEN) };
+        assert!(bytes.iter().all(|&b| b == 7), "a host view read before stream {stream:#x}");
+        foreign_fill(0, stream, exported.ptr(), 8, LEN);
+        assert_eq!(exported.to_vec().unwrap(), vec![8; LEN], "a copy before stream {stream:#x}");
+        foreign_fill(0, stream, exported.ptr(), 5, LEN);
+        exported.fill(9).unwrap();
+        in_primary_context(0, || {
+            // SAFETY: the stream is alive.
+            check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(stream as CUstream) });
+        });
+        assert_eq!(exported.to_vec().unwrap(), vec![9; LEN], "a fill under stream {stream:#x}");
+    }
+    in_primary_context(0, || {
+        // SAFETY: our stream, destroyed once.
+        check("cuStreamDestroy", unsafe { sys::cuStreamDestroy_v2(blocking as CUstream) });
+    });
 });

@@ -667,4 +667,6 @@ impl fmt::Debug for Buffer {
 }
 
 #[cfg(test)]
+mod foreign_work_tests;
+#[cfg(test)]
 mod tests;

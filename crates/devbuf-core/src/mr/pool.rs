@@ -119,6 +119,9 @@ struct Arena {
     /// Blocks with retired allocations and nothing else in use, taken out of `blocks` to go back
     /// upstream once the arena is unlocked (the runtime's free may wait for other libraries).
     drained: Vec<Block>,
+    /// How many blocks in `blocks` have retired allocations: while there are any, a freed block
+    /// is kept for reuse only when its upstream block has none (a kept one would hold it back).
+    retiring: usize,
 }
 
 /// A freed block kept for reuse, with the request it was made for.
@@ -150,6 +153,7 @@ impl PoolResource {
                 deferred: Vec::new(),
                 recent: Vec::with_capacity(RECENT_BLOCKS),
                 drained: Vec::new(),
+                retiring: 0,
             })
         };
         Arc::new(PoolResource {
@@ -191,6 +195,12 @@ impl PoolResource {
                     done.push(block);
                 }
             }
+            arena.retiring = arena
+                .blocks
+                .iter()
+                .flatten()
+                .filter(|b| b.retired > 0)
+                .count();
             let kind = arena.kind;
             drop(arena);
             for block in done {
@@ -344,11 +354,24 @@ impl Arena {
     /// Frees the block at `addr`, made for a request of `units` aligned to `align`, with no work
     /// pending on it: kept for reuse when it is small and there is room, else freed.
     fn free_now(&mut self, addr: usize, units: u32, align: usize) {
-        if units <= RECENT_MAX_UNITS && self.recent.len() < RECENT_BLOCKS {
+        if units <= RECENT_MAX_UNITS
+            && self.recent.len() < RECENT_BLOCKS
+            && !self.in_retiring_block(addr)
+        {
             self.recent.push(RecentBlock { addr, units, align });
         } else {
             self.free(addr);
         }
+    }
+
+    /// Whether the block at `addr` belongs to an upstream block with retired allocations.
+    fn in_retiring_block(&self, addr: usize) -> bool {
+        self.retiring > 0
+            && self
+                .handed_out
+                .get(&addr)
+                .and_then(|(slot, _)| self.blocks.get(*slot)?.as_ref())
+                .is_some_and(|block| block.retired > 0)
     }
 
     fn try_allocate(&mut self, units: u32, align: usize) -> Option<NonNull<u8>> {
@@ -383,6 +406,11 @@ impl Arena {
             && let Some(Some(block)) = self.blocks.get_mut(slot)
         {
             block.retired += 1;
+            if block.retired == 1 {
+                self.retiring += 1;
+                // Blocks kept for reuse must not hold this one back.
+                self.free_recent();
+            }
             self.drain_if_done(slot);
         }
     }
@@ -395,6 +423,7 @@ impl Arena {
                 .is_some_and(|block| block.retired > 0 && block.is_done())
             && let Some(block) = entry.take()
         {
+            self.retiring -= 1;
             self.drained.push(block);
         }
     }
