@@ -54,6 +54,10 @@ if sycl is not None:
     theirs = dm.MemoryUSMShared(1024)
     compare("SUAI getter", per_call_ns(lambda: ours.__sycl_usm_array_interface__),
             per_call_ns(lambda: theirs.__sycl_usm_array_interface__), "dpctl.memory's own", 1.0)
+    # Memory handed out (here through SUAI): a host view first waits for the work other libraries
+    # may have queued on devbuf's queue (a barrier).
+    compare("`np.asarray(x)` of SYCL shared USM handed to another library", per_call_ns(lambda: np.asarray(ours), 5000),
+            per_call_ns(lambda: np.asarray(memoryview(host_np))), "of a memoryview")
 
     class ThirdParty:
         """A producer neither library owns (dpctl short-cuts its own memory objects): USM from
@@ -77,6 +81,11 @@ if sycl is not None:
             per_call_ns(lambda: devbuf.alloc(1024, "shared", mr=pool), 5000),
             per_call_ns(lambda: dm.MemoryUSMShared(1024, queue=dpctl_queue), 5000),
             "`dpctl.memory.MemoryUSMShared(1024)`, explicit queue", 0.2)
+    exporting_pool = devbuf.mr.PoolMemoryResource(devbuf.mr.QueueMemoryResource())
+    compare("alloc+SUAI+free 1 KiB SYCL shared USM, pooled (a block another library was given: never reused)",
+            per_call_ns(lambda: devbuf.alloc(1024, "shared", mr=exporting_pool).__sycl_usm_array_interface__, 5000),
+            per_call_ns(lambda: dm.MemoryUSMShared(1024, queue=dpctl_queue), 5000),
+            "`dpctl.memory.MemoryUSMShared(1024)`, explicit queue")
     try:
         import dpnp
     except ImportError:

@@ -91,11 +91,11 @@ def exported_block_is_not_reused(device, kind, export, reused_once_let_go=True):
         assert ptr in {buffer.ptr for buffer in again}
         return
     # Where devbuf cannot wait for the consumer's queues, the block is never handed out again:
-    # its upstream block goes back to the runtime, whose free waits for them, once it is empty.
+    # its upstream block goes back to the runtime, whose free waits for them.
     assert ptr not in {buffer.ptr for buffer in again}
-    held = pool.pool_size()
     del again
-    assert pool.pool_size() < held
+    pool.release()
+    assert pool.pool_size() == 0
 
 
 def test_a_block_numpy_still_holds_is_not_handed_out_again():

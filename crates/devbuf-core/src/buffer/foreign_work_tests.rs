@@ -164,12 +164,21 @@ fn a_pool_never_hands_out_again_a_block_other_libraries_may_still_use() {
     assert_eq!(count(&a.device_waits), 0);
     let again: Vec<Buffer> = (0..2048).map(|_| alloc()).collect();
     assert!(again.iter().all(|buffer| buffer.ptr() != addr));
-    let held = pool.pool_size();
-    drop(again);
-    assert_eq!(pool.pool_size(), held, "the keeper's block is still in use");
-    drop(keeper);
-    assert!(
-        pool.pool_size() < held,
-        "the block went back upstream once empty"
+    drop((again, keeper));
+    pool.release();
+    assert_eq!(
+        pool.pool_size(),
+        0,
+        "the block with the retired allocation went back"
     );
+
+    // Once such blocks are at least half of an upstream block with nothing else in use, it goes
+    // back by itself.
+    let exported: Vec<Buffer> = (0..600).map(|_| alloc()).collect();
+    assert_eq!(pool.pool_size(), 1 << 20);
+    for buffer in &exported {
+        buffer.mark_exported();
+    }
+    drop(exported);
+    assert_eq!(pool.pool_size(), 0);
 }

@@ -75,7 +75,7 @@ pub(super) fn every_check_through_a_pool(queue: &Arc<dyn Queue>) -> Outcome {
 /// A block exported to a consumer and let go by devbuf while the consumer still holds it is not
 /// handed out again until the consumer lets go; where devbuf cannot wait for every queue the
 /// consumer may use ([`Queue::wait_device_covers_every_queue`]), never: its upstream block goes
-/// back to the runtime, whose free waits for them, once nothing else in it is in use.
+/// back to the runtime, whose free waits for them (here, on release).
 pub(super) fn exported_block_is_not_reused(queue: &Arc<dyn Queue>) -> Outcome {
     let reused_once_let_go = queue.wait_device_covers_every_queue();
     for_each_kind(queue, |kind| {
@@ -128,13 +128,12 @@ pub(super) fn exported_block_is_not_reused(queue: &Arc<dyn Queue>) -> Outcome {
                  prove nothing"
             ));
         }
-        let held = pool.pool_size();
-        drop(again);
-        drop(keeper);
-        if pool.pool_size() >= held {
+        drop((again, keeper));
+        pool.release();
+        if pool.pool_size() != 0 {
             return Err(format!(
-                "{kind}: the pool kept the block of {exported:p} once nothing else in it was in \
-                 use, instead of giving it back to the runtime"
+                "{kind}: the pool kept the block of {exported:p} on release, instead of giving it \
+                 back to the runtime"
             ));
         }
         Ok(())

@@ -45,7 +45,7 @@ pub struct PoolOptions {
 /// [`MemoryResource::deallocate`]) is handed out again only once that event has completed; one
 /// other libraries may still use on queues devbuf cannot wait for ([`FreeAfter::ForeignWork`]) is
 /// never handed out again: its upstream block goes back upstream, whose free waits for that work,
-/// as soon as nothing else in it is handed out.
+/// once nothing else in it is in use and such blocks are at least half of it, or on release.
 #[derive(Debug)]
 pub struct PoolResource {
     upstream: Arc<dyn MemoryResource>,
@@ -65,6 +65,8 @@ struct Block {
     live: usize,
     /// Of `live`, those freed after [`FreeAfter::ForeignWork`]: never handed out again.
     retired: usize,
+    /// The units they take.
+    retired_units: usize,
 }
 
 impl Block {
@@ -119,9 +121,6 @@ struct Arena {
     /// Blocks with retired allocations and nothing else in use, taken out of `blocks` to go back
     /// upstream once the arena is unlocked (the runtime's free may wait for other libraries).
     drained: Vec<Block>,
-    /// How many blocks in `blocks` have retired allocations: while there are any, a freed block
-    /// is kept for reuse only when its upstream block has none (a kept one would hold it back).
-    retiring: usize,
 }
 
 /// A freed block kept for reuse, with the request it was made for.
@@ -153,7 +152,6 @@ impl PoolResource {
                 deferred: Vec::new(),
                 recent: Vec::with_capacity(RECENT_BLOCKS),
                 drained: Vec::new(),
-                retiring: 0,
             })
         };
         Arc::new(PoolResource {
@@ -195,12 +193,6 @@ impl PoolResource {
                     done.push(block);
                 }
             }
-            arena.retiring = arena
-                .blocks
-                .iter()
-                .flatten()
-                .filter(|b| b.retired > 0)
-                .count();
             let kind = arena.kind;
             drop(arena);
             for block in done {
@@ -243,6 +235,7 @@ impl PoolResource {
             units: Allocator::with_max_allocs(units, max_allocs),
             live: 0,
             retired: 0,
+            retired_units: 0,
         };
         match arena.blocks.iter_mut().find(|slot| slot.is_none()) {
             Some(slot) => *slot = Some(block),
@@ -354,24 +347,11 @@ impl Arena {
     /// Frees the block at `addr`, made for a request of `units` aligned to `align`, with no work
     /// pending on it: kept for reuse when it is small and there is room, else freed.
     fn free_now(&mut self, addr: usize, units: u32, align: usize) {
-        if units <= RECENT_MAX_UNITS
-            && self.recent.len() < RECENT_BLOCKS
-            && !self.in_retiring_block(addr)
-        {
+        if units <= RECENT_MAX_UNITS && self.recent.len() < RECENT_BLOCKS {
             self.recent.push(RecentBlock { addr, units, align });
         } else {
             self.free(addr);
         }
-    }
-
-    /// Whether the block at `addr` belongs to an upstream block with retired allocations.
-    fn in_retiring_block(&self, addr: usize) -> bool {
-        self.retiring > 0
-            && self
-                .handed_out
-                .get(&addr)
-                .and_then(|(slot, _)| self.blocks.get(*slot)?.as_ref())
-                .is_some_and(|block| block.retired > 0)
     }
 
     fn try_allocate(&mut self, units: u32, align: usize) -> Option<NonNull<u8>> {
@@ -400,30 +380,28 @@ impl Arena {
     }
 
     /// Never hands out the block at `addr` again: other libraries may still use it (see
-    /// [`FreeAfter::ForeignWork`]).
+    /// [`FreeAfter::ForeignWork`]). Its units stay taken; the rest of its upstream block is used
+    /// as before.
     fn retire(&mut self, addr: usize) {
-        if let Some((slot, _)) = self.handed_out.remove(&addr)
+        if let Some((slot, allocation)) = self.handed_out.remove(&addr)
             && let Some(Some(block)) = self.blocks.get_mut(slot)
         {
             block.retired += 1;
-            if block.retired == 1 {
-                self.retiring += 1;
-                // Blocks kept for reuse must not hold this one back.
-                self.free_recent();
-            }
+            block.retired_units += block.units.allocation_size(allocation.0) as usize;
             self.drain_if_done(slot);
         }
     }
 
-    /// Takes the block in `slot` out to go back upstream, when all that is left in it is retired.
+    /// Takes the block in `slot` out to go back upstream when all that is left in it is retired
+    /// and that is at least half of it: giving back a block at every retirement would cost an
+    /// upstream free and allocation per exported block, more than the pool saves.
     fn drain_if_done(&mut self, slot: usize) {
         if let Some(entry) = self.blocks.get_mut(slot)
-            && entry
-                .as_ref()
-                .is_some_and(|block| block.retired > 0 && block.is_done())
+            && entry.as_ref().is_some_and(|block| {
+                block.retired > 0 && block.is_done() && 2 * block.retired_units * UNIT >= block.size
+            })
             && let Some(block) = entry.take()
         {
-            self.retiring -= 1;
             self.drained.push(block);
         }
     }
