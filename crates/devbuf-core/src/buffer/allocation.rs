@@ -161,6 +161,8 @@ pub(super) struct Allocation {
     /// Whether the memory was handed to another library (DLPack, CAI, SUAI), whose work on it is
     /// not ordered with ours.
     pub(super) exported: AtomicBool,
+    /// The queue's [`Queue::untracked_foreign_work`], asked once.
+    pub(super) foreign_work: bool,
 }
 
 impl Drop for Allocation {

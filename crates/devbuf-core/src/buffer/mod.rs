@@ -129,6 +129,7 @@ impl Buffer {
                 release,
                 pending: Pending::default(),
                 exported: AtomicBool::new(false),
+                foreign_work: queue.untracked_foreign_work(),
             }),
             offset: 0,
             len: nbytes,
@@ -155,6 +156,7 @@ impl Buffer {
         kind: MemKind,
         owner: Owner,
     ) -> Buffer {
+        let foreign_work = queue.untracked_foreign_work();
         Buffer {
             alloc: Arc::new(Allocation {
                 base: ptr as usize,
@@ -163,6 +165,7 @@ impl Buffer {
                 release: Release::Foreign(Mutex::new(Some(owner))),
                 pending: Pending::default(),
                 exported: AtomicBool::new(false),
+                foreign_work,
             }),
             offset: 0,
             len,
@@ -499,6 +502,7 @@ impl Buffer {
     /// Whether [`Buffer::synchronize`] may have to wait: work devbuf recorded may still be running,
     /// or the memory was handed out and other libraries may have work on it on queues devbuf knows
     /// of.
+    #[inline]
     pub fn needs_synchronize(&self) -> bool {
         self.has_pending_work() || self.may_have_foreign_work()
     }
@@ -533,9 +537,10 @@ impl Buffer {
     }
 
     /// Whether the memory was handed to other libraries that may enqueue work devbuf does not
-    /// track on queues devbuf knows of (one flag and, once exported, one question to the queue).
+    /// track on queues devbuf knows of (two flags: host views of exported memory are hot paths).
+    #[inline]
     fn may_have_foreign_work(&self) -> bool {
-        self.alloc.exported.load(Ordering::Relaxed) && self.alloc.queue.untracked_foreign_work()
+        self.alloc.foreign_work && self.alloc.exported.load(Ordering::Relaxed)
     }
 
     /// Makes work enqueued on `queue` from now on wait for other libraries' work on the queues the
