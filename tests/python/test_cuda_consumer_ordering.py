@@ -207,3 +207,24 @@ def test_an_exchange_table_consumer_on_its_work_stream_comes_before_host_views(c
         """,
         reader=reader,
     )
+
+
+@pytest.mark.parametrize("kind, reader", cases(["device", "host"], ["to_bytes", "np.asarray"]))
+def test_work_on_a_private_stream_is_handed_over_through_the_legacy_stream(cuda, kind, reader):
+    # A consumer's own non-blocking stream is out of devbuf's sight (the user's part, README): an
+    # event the legacy stream waits for hands the ordering over, without blocking the host.
+    scenario(
+        f"""
+        memory = devbuf.alloc(N, "{kind}", device="cuda:0")
+        memory.fill(0)
+        data = memory.__cuda_array_interface__["data"][0]
+        private = new_stream()  # CU_STREAM_NON_BLOCKING
+        busy(private)
+        memset(data, 7, N, private)
+        event = ctypes.c_void_p()
+        ok(cu.cuEventCreate(ctypes.byref(event), 2))
+        ok(cu.cuEventRecord(event, ctypes.c_void_p(private)))
+        ok(cu.cuStreamWaitEvent(ctypes.c_void_p(1), event, 0))  # the one line of the user's part
+        """,
+        reader=reader,
+    )

@@ -99,6 +99,21 @@ def filter_string(device):
     return device.selector.removeprefix("sycl:")
 
 
+def test_work_on_another_librarys_queue_is_handed_over_in_one_line(sycl):
+    # dpctl's own queue is out of devbuf's sight (the user's part, README): a barrier on devbuf's
+    # queue that waits for dpctl's event hands the ordering over, without blocking the host.
+    nbytes = N * 4
+    memory = devbuf.alloc(nbytes, "shared")
+    memory.fill(0)
+    theirs = dm.as_usm_memory(memory)
+    queue = dpctl.SyclQueue(filter_string(sycl))
+    ones = dm.MemoryUSMShared(nbytes, queue=queue)
+    ones.memset(1)
+    copy = queue.memcpy_async(theirs, ones, nbytes)
+    memory.sycl_queue.submit_barrier([copy])  # the one line of the user's part
+    assert np.asarray(memory)[-1] == 1
+
+
 @pytest.mark.parametrize("then", ["nothing", "another-devbuf-command"])
 def test_memory_dpnp_releases_from_its_host_task_is_freed_without_hanging(dpnp, then):
     # dpnp keeps the arrays of an operation alive until it is done, in a host task on the queue:
