@@ -7,7 +7,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
 
@@ -159,10 +159,19 @@ pub(super) struct Allocation {
     /// earlier work.
     pub(super) pending: Pending,
     /// Whether the memory was handed to another library (DLPack, CAI, SUAI), whose work on it is
-    /// not ordered with ours.
-    pub(super) exported: AtomicBool,
-    /// The queue's [`Queue::untracked_foreign_work`], asked once.
-    pub(super) foreign_work: bool,
+    /// not ordered with ours: one of the [`exported`] states.
+    pub(super) exported: AtomicU8,
+}
+
+/// The states of [`Allocation::exported`].
+pub(super) mod exported {
+    /// Never handed to another library.
+    pub const NO: u8 = 0;
+    /// Handed out; no other library can enqueue on the queues its queue knows of.
+    pub const YES: u8 = 1;
+    /// Handed out, and other libraries may enqueue work devbuf does not track on the queues its
+    /// queue knows of ([`crate::Queue::untracked_foreign_work`]).
+    pub const WITH_FOREIGN_WORK: u8 = 2;
 }
 
 impl Drop for Allocation {
@@ -170,7 +179,7 @@ impl Drop for Allocation {
         // The producer of imported memory is not waited for: its work is its own business, and
         // letting go of its memory does not free it under that work.
         let pending = std::mem::take(&mut self.pending.list.get_mut().work);
-        let exported = *self.exported.get_mut();
+        let exported = *self.exported.get_mut() != exported::NO;
         // Other libraries' work on exported memory is ordered with nothing of ours: the whole
         // device is waited for where that covers every queue they may use. Elsewhere (SYCL) only
         // the runtime's own free waits for their work, as it does for memory they allocated; a
@@ -302,6 +311,13 @@ pub(super) fn release_point(
     if exported && !foreign && blocking(|| queue.wait_device()).is_err() {
         return None;
     }
+    if pending.is_empty() {
+        return Some(if foreign {
+            FreeAfter::ForeignWork
+        } else {
+            FreeAfter::Now
+        });
+    }
     for work in pending.iter().filter(|w| !w.on(queue)) {
         if queue.wait_event(&work.event).is_err() && blocking(|| work.event.wait()).is_err() {
             return None;
@@ -310,9 +326,6 @@ pub(super) fn release_point(
     if foreign {
         // The runtime frees it after the queue's work, which now follows all of ours.
         return Some(FreeAfter::ForeignWork);
-    }
-    if pending.is_empty() {
-        return Some(FreeAfter::Now);
     }
     match queue.record_event() {
         Ok(after) => Some(FreeAfter::Event(after)),

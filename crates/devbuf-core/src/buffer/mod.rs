@@ -13,7 +13,7 @@ use std::ops::Range;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use parking_lot::Mutex;
 use smallvec::SmallVec;
@@ -22,6 +22,7 @@ use crate::mr::{self, MemoryResource};
 use crate::{DeviceInfo, Error, Event, ForeignQueue, MemKind, Queue, Result};
 use allocation::{
     Allocation, Pending, PendingGuard, PendingList, PendingWork, Release, check_allocation,
+    exported,
 };
 pub use owner::Owner;
 
@@ -128,8 +129,7 @@ impl Buffer {
                 queue: Arc::clone(queue),
                 release,
                 pending: Pending::default(),
-                exported: AtomicBool::new(false),
-                foreign_work: queue.untracked_foreign_work(),
+                exported: AtomicU8::new(exported::NO),
             }),
             offset: 0,
             len: nbytes,
@@ -156,7 +156,6 @@ impl Buffer {
         kind: MemKind,
         owner: Owner,
     ) -> Buffer {
-        let foreign_work = queue.untracked_foreign_work();
         Buffer {
             alloc: Arc::new(Allocation {
                 base: ptr as usize,
@@ -164,8 +163,7 @@ impl Buffer {
                 queue,
                 release: Release::Foreign(Mutex::new(Some(owner))),
                 pending: Pending::default(),
-                exported: AtomicBool::new(false),
-                foreign_work,
+                exported: AtomicU8::new(exported::NO),
             }),
             offset: 0,
             len,
@@ -491,7 +489,15 @@ impl Buffer {
     /// queues it knows of ([`Queue::untracked_foreign_work`]), and when devbuf frees it, it first
     /// waits for all work on the device ([`Queue::wait_device`]).
     pub fn mark_exported(&self) {
-        self.alloc.exported.store(true, Ordering::Relaxed);
+        // Exports are hot paths: the queue is asked once.
+        if self.alloc.exported.load(Ordering::Relaxed) == exported::NO {
+            let state = if self.alloc.queue.untracked_foreign_work() {
+                exported::WITH_FOREIGN_WORK
+            } else {
+                exported::YES
+            };
+            self.alloc.exported.store(state, Ordering::Relaxed);
+        }
     }
 
     /// Whether work devbuf recorded on this allocation may still be running.
@@ -537,10 +543,10 @@ impl Buffer {
     }
 
     /// Whether the memory was handed to other libraries that may enqueue work devbuf does not
-    /// track on queues devbuf knows of (two flags: host views of exported memory are hot paths).
+    /// track on queues devbuf knows of (one load: host views of exported memory are hot paths).
     #[inline]
     fn may_have_foreign_work(&self) -> bool {
-        self.alloc.foreign_work && self.alloc.exported.load(Ordering::Relaxed)
+        self.alloc.exported.load(Ordering::Relaxed) == exported::WITH_FOREIGN_WORK
     }
 
     /// Makes work enqueued on `queue` from now on wait for other libraries' work on the queues the

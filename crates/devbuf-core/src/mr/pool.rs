@@ -266,10 +266,15 @@ impl PoolResource {
     }
 
     /// Gives back the blocks `arena` drained, after unlocking it.
-    fn give_back_drained(&self, mut arena: MutexGuard<'_, Arena>) {
-        if arena.drained.is_empty() {
-            return;
+    #[inline]
+    fn give_back_drained(&self, arena: MutexGuard<'_, Arena>) {
+        if !arena.drained.is_empty() {
+            self.give_back_drained_now(arena);
         }
+    }
+
+    #[cold]
+    fn give_back_drained_now(&self, mut arena: MutexGuard<'_, Arena>) {
         let (kind, drained) = (arena.kind, std::mem::take(&mut arena.drained));
         drop(arena);
         for block in drained {
