@@ -112,6 +112,7 @@ pub(super) struct Pending {
 }
 
 impl Pending {
+    #[inline]
     pub(super) fn is_empty(&self) -> bool {
         !self.any.load(Ordering::Acquire)
     }

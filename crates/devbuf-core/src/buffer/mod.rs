@@ -488,19 +488,26 @@ impl Buffer {
     /// see: from now on devbuf orders its own use of the memory after other libraries' work on the
     /// queues it knows of ([`Queue::untracked_foreign_work`]), and when devbuf frees it, it first
     /// waits for all work on the device ([`Queue::wait_device`]).
+    #[inline]
     pub fn mark_exported(&self) {
         // Exports are hot paths: the queue is asked once.
         if self.alloc.exported.load(Ordering::Relaxed) == exported::NO {
-            let state = if self.alloc.queue.untracked_foreign_work() {
-                exported::WITH_FOREIGN_WORK
-            } else {
-                exported::YES
-            };
-            self.alloc.exported.store(state, Ordering::Relaxed);
+            self.mark_first_export();
         }
     }
 
+    #[cold]
+    fn mark_first_export(&self) {
+        let state = if self.alloc.queue.untracked_foreign_work() {
+            exported::WITH_FOREIGN_WORK
+        } else {
+            exported::YES
+        };
+        self.alloc.exported.store(state, Ordering::Relaxed);
+    }
+
     /// Whether work devbuf recorded on this allocation may still be running.
+    #[inline]
     pub fn has_pending_work(&self) -> bool {
         !self.alloc.pending.is_empty()
     }
