@@ -67,6 +67,11 @@ def sycl_cases(report, floors):
     report.compare_calls("`__sycl_usm_array_interface__` getter",
                          lambda: ours.__sycl_usm_array_interface__,
                          lambda: theirs.__sycl_usm_array_interface__, "dpctl.memory's own", 0.3)
+    # Memory handed out (here through SUAI): a host view first waits for the work other libraries
+    # may have queued on devbuf's queue (a barrier). No goal: the peer has no such wait.
+    report.compare_calls("`np.asarray(x)` of SYCL shared USM handed to another library",
+                         lambda: np.asarray(ours), lambda: np.asarray(memoryview(host_np)),
+                         "of a memoryview", None, number=5000)
 
     class ThirdParty:
         """A producer neither library owns (dpctl short-cuts its own memory objects): USM from
@@ -94,6 +99,11 @@ def sycl_cases(report, floors):
                          lambda: devbuf.alloc(1024, "shared", mr=pool),
                          lambda: dm.MemoryUSMShared(1024, queue=dpctl_queue),
                          "`dpctl.memory.MemoryUSMShared(1024)`, explicit queue", 0.2, number=5000)
+    exporting_pool = devbuf.mr.PoolMemoryResource(devbuf.mr.QueueMemoryResource())
+    report.compare_calls("alloc+SUAI+free 1 KiB SYCL shared USM, pooled (a block another library was given: never reused)",
+                         lambda: devbuf.alloc(1024, "shared", mr=exporting_pool).__sycl_usm_array_interface__,
+                         lambda: dm.MemoryUSMShared(1024, queue=dpctl_queue),
+                         "`dpctl.memory.MemoryUSMShared(1024)`, explicit queue", None, number=5000)
     try:
         import dpnp
     except ImportError:

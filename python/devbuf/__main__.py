@@ -83,27 +83,41 @@ def demo() -> int:
         dpnp = None
     device = devbuf.default_device()
     print(f"default device: {device.selector} ({device.name}), kinds: {', '.join(device.kinds)}\n")
+    wrong = []
+
+    def check(reader, seen, expected):
+        # Each side must read what the other wrote last: the ordering every hand-off relies on.
+        if not np.array_equal(seen, expected):
+            wrong.append(f"{kind} memory: {reader} read {seen}, not {expected}")
+
     for kind in device.kinds:
         array = devbuf.alloc(4 * 8, kind).view("float32")
-        array.copy_from(np.arange(8, dtype=np.float32))
+        expected = np.arange(8, dtype=np.float32)
+        array.copy_from(expected)
         print(f"{kind:>6} memory at {array.ptr:#x}: devbuf wrote {np.frombuffer(array.to_bytes(), np.float32)}")
         if dpctl_memory is not None and device.backend == "sycl":
             theirs = dpctl_memory.as_usm_memory(array)
             same = "the same pointer" if theirs._pointer == array.ptr else "A COPY"
             print(f"        dpctl sees {theirs.get_usm_type()} USM, {same}; dpctl writes 10..17")
-            theirs.copy_from_host(np.arange(10, 18, dtype=np.float32).tobytes())
+            expected = np.arange(10, 18, dtype=np.float32)
+            theirs.copy_from_host(expected.tobytes())
         if dpnp is not None and device.backend == "sycl":
             theirs = dpnp.asarray(array)
             same = "the same pointer" if theirs.data.ptr == array.ptr else "A COPY"
             print(f"        dpnp sees a {theirs.usm_type} array, {same}, on devbuf's queue: "
                   f"{theirs.sycl_queue == array.sycl_queue}; dpnp adds 1")
             theirs += 1
+            expected = expected + 1
         if kind in ("host", "shared") or device.backend == "host":
             view = np.asarray(array)
             same = "the same pointer" if view.ctypes.data == array.ptr else "A COPY"
             print(f"        NumPy reads {view} through {same}; NumPy doubles it")
+            check("NumPy", view.copy(), expected)
             view *= 2
-        print(f"        devbuf reads back {np.frombuffer(array.to_bytes(), np.float32)}")
+            expected = expected * 2
+        back = np.frombuffer(array.to_bytes(), np.float32)
+        print(f"        devbuf reads back {back}")
+        check("devbuf", back, expected)
     theirs = np.linspace(0, 1, 5)
     ours = devbuf.asarray(theirs)
     print(f"\nNumPy array imported zero-copy: {ours} (same pointer: {ours.ptr == theirs.ctypes.data})")
@@ -118,7 +132,9 @@ def demo() -> int:
         same = "the same pointer" if imported.ptr == mine.data.ptr else "A COPY"
         print(f"dpnp array imported zero-copy: {imported} ({same})")
     print()
-    return matrix()
+    for line in wrong:
+        print(f"WRONG: {line}")
+    return matrix() or (1 if wrong else 0)
 
 
 def main(argv=None) -> int:

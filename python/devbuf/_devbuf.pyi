@@ -198,7 +198,9 @@ class Buffer(Array):
     @property
     def nbytes(self) -> int: ...
     @property
-    def ptr(self) -> int: ...
+    def ptr(self) -> int:
+        """The address of the first byte. Not an export: work other code does through it is
+        ordered by that code, not by devbuf."""
     @property
     def owned(self) -> bool: ...
     def view(
@@ -209,7 +211,11 @@ class Buffer(Array):
         offset: int = 0,
     ) -> Array: ...
     def fill(self, value: int, *, blocking: bool = True) -> None: ...
-    def synchronize(self) -> None: ...
+    def synchronize(self) -> None:
+        """Blocks until the work pending on this memory is done: devbuf's, and once the memory was
+        handed out (any export), other libraries' on the queues devbuf knows of (its own queue or
+        stream; CUDA's legacy default stream). Host views and devbuf's commands order themselves
+        the same way; see README, "Ordering, both ways"."""
     def ipc_handle(self, *, readonly: bool = False) -> IpcHandle:
         """Opens this buffer's memory in another process; read-only when asked or when the buffer is."""
     def __getitem__(self, index: slice, /) -> Buffer: ...

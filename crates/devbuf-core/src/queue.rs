@@ -57,6 +57,17 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// this queue, the memory is released once, and no other queue has pending work on it.
     unsafe fn deallocate(&self, ptr: NonNull<u8>, kind: MemKind, size: usize, align: usize);
 
+    /// Releases memory from [`Queue::allocate`] that no work devbuf enqueued can still be using
+    /// (the caller knows: [`crate::Buffer`] tracks that work per allocation), without waiting for
+    /// the queue's other work. Defaults to [`Queue::deallocate`].
+    ///
+    /// # Safety
+    /// As for [`Queue::deallocate`], and no work devbuf enqueued on the memory is still running.
+    unsafe fn deallocate_unused(&self, ptr: NonNull<u8>, kind: MemKind, size: usize, align: usize) {
+        // SAFETY: the caller's guarantees are `deallocate`'s.
+        unsafe { self.deallocate(ptr, kind, size, align) }
+    }
+
     /// Enqueues a copy of `len` bytes, ordered after earlier work on this queue. The copy may still
     /// be running when this returns: call [`Queue::wait`] before the host reads `dst` or reuses `src`.
     ///
@@ -82,6 +93,15 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// ours. Defaults to [`Queue::wait`].
     fn wait_device(&self) -> Result<()> {
         self.wait()
+    }
+
+    /// Whether [`Queue::wait_device`] covers every queue other libraries may use this queue's
+    /// memory on, so that a pool may hand memory they were given out again after it. Where it
+    /// does not (SYCL: other libraries' own queues are out of its sight, and only the runtime's
+    /// own free waits for their work on the memory), a pool gives such memory back to the
+    /// runtime instead.
+    fn wait_device_covers_every_queue(&self) -> bool {
+        true
     }
 
     /// Records an event that completes when all work enqueued so far has completed.
@@ -167,10 +187,29 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
         None
     }
 
-    /// Whether other libraries may enqueue work on this very queue that devbuf does not track
-    /// (they were given its native stream): exports that wait then wait for the whole queue.
+    /// Exchange hook: whether other libraries may enqueue work devbuf does not track on queues
+    /// or streams this backend lets devbuf know of: this queue itself, once its handle was handed
+    /// out (CAI's `stream`, SUAI's `syclobj`, DLPack's work stream), and, on CUDA, the legacy
+    /// default stream, the ecosystem's default. Memory that was handed out is then ordered after
+    /// that work whenever devbuf touches it again ([`Queue::order_after_foreign_work`],
+    /// [`Queue::foreign_work_event`]).
     fn untracked_foreign_work(&self) -> bool {
         false
+    }
+
+    /// Exchange hook: makes work enqueued on this queue from now on wait for the work other
+    /// libraries have enqueued so far on the queues and streams of
+    /// [`Queue::untracked_foreign_work`], without blocking the host. Nothing to do for work they
+    /// enqueue on this very queue when it runs in order.
+    fn order_after_foreign_work(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Exchange hook: an event that completes once the work of
+    /// [`Queue::order_after_foreign_work`] and this queue's own work so far have, for the host and
+    /// other queues to wait for; `None` when none of it can still be running.
+    fn foreign_work_event(&self) -> Result<Option<Event>> {
+        Ok(None)
     }
 
     /// Orders later work on `buffer`, just imported through `protocol` onto this queue, after the

@@ -19,7 +19,7 @@ use crate::device::{self, DeviceCaps};
 use crate::driver::{self, BACKEND, DriverError, call};
 use crate::event::{self, CudaEvent, RawEvent};
 use crate::memory::{self, CudaKind, DeviceAllocator, NATIVE_ALIGNMENT};
-use crate::protocol::{self, ProtocolStream};
+use crate::protocol::{self, CU_STREAM_LEGACY, ProtocolStream};
 use crate::stream::Stream;
 
 /// A queue on one CUDA device: its primary context and one stream, on which every copy, fill and
@@ -27,6 +27,11 @@ use crate::stream::Stream;
 #[derive(Debug)]
 pub struct CudaQueue {
     device: DeviceInfo,
+    /// An event recorded on the legacy default stream each time our stream must follow the work
+    /// there ([`Queue::order_after_foreign_work`]); made on first use, and reused: a stream's wait
+    /// takes the state of the event's latest record when it is enqueued. Declared before the
+    /// stream, so destroyed while the stream still holds the context.
+    legacy_mark: Mutex<Option<RawEvent>>,
     stream: Stream,
     allocator: DeviceAllocator,
     can_map_host_memory: bool,
@@ -85,6 +90,7 @@ impl CudaQueue {
     fn with(caps: DeviceCaps, stream: Stream) -> Self {
         CudaQueue {
             device: caps.info,
+            legacy_mark: Mutex::new(None),
             stream,
             allocator: if caps.memory_pools {
                 DeviceAllocator::StreamOrdered
@@ -479,9 +485,35 @@ impl Queue for CudaQueue {
         unsafe { self.order_dlpack_export_to(buffer, device, stream) }
     }
 
-    /// Consumers were given the stream itself (CAI, DLPack) and enqueue work devbuf never sees.
+    /// Consumers were given the stream itself (CAI, DLPack, the exchange table's work stream),
+    /// and the ecosystem works on the legacy default stream by default (Numba's stream 0, CuPy's
+    /// and PyTorch's null stream, RMM's default, DLPack's `stream=None`).
     fn untracked_foreign_work(&self) -> bool {
         true
+    }
+
+    /// Our stream is non-blocking, so the legacy default stream's work is ordered before it
+    /// explicitly: an event recorded there, which our stream waits for. The legacy stream itself
+    /// waits for the work enqueued before on every blocking stream of the context (NVIDIA's
+    /// "Stream synchronization behavior"), so the event covers those streams too (Numba's
+    /// `cuda.stream()`, CuPy's streams unless non-blocking). Work on our own stream is in order.
+    fn order_after_foreign_work(&self) -> Result<()> {
+        if self.stream() == CU_STREAM_LEGACY {
+            return Ok(());
+        }
+        let mut mark = self.legacy_mark.lock();
+        let event = match &mut *mark {
+            Some(event) => event,
+            None => mark.insert(RawEvent::create(self.context().raw())?),
+        };
+        event.record(CU_STREAM_LEGACY as CUstream)?;
+        event::enqueue_wait(self.stream.raw(), self.context().raw(), event.raw())?;
+        Ok(())
+    }
+
+    fn foreign_work_event(&self) -> Result<Option<Event>> {
+        self.order_after_foreign_work()?;
+        Ok(Some(Queue::record_event(self)?))
     }
 
     unsafe fn order_after_producer_stream(

@@ -8,9 +8,11 @@ mod common;
 use std::ffi::c_void;
 use std::ptr;
 
-use cudarc::driver::sys;
+use cudarc::driver::sys::{self, CUstream};
 use devbuf_core::conformance::{assert_check, pattern};
-use devbuf_core::{Buffer, MemKind, Owner};
+use devbuf_core::{Buffer, MemKind, Owner, Queue};
+use devbuf_cuda::CudaQueue;
+use std::sync::Arc;
 
 use common::{check, cuda, foreign_fill, fresh, in_primary_context, shared};
 
@@ -150,4 +152,55 @@ child_test!(re_exported_foreign_memory_outlives_its_consumers [
     drop(imported);
     consumer.wait().unwrap();
     Buffer::alloc(&home, MemKind::Host, 64).expect("device 0 is still usable");
+});
+
+// Memory handed to other libraries: their work on the legacy default stream, or on a blocking
+// stream (whose earlier work the legacy stream follows: NVIDIA's "Stream synchronization
+// behavior"), comes before devbuf's next host view, copy and fill, through an event recorded on
+// the legacy stream. Also on a queue over a blocking stream: blocking streams follow the legacy
+// stream, but not one another, so that queue needs the event too.
+child_test!(devbuf_follows_consumers_on_the_legacy_and_blocking_streams [
+    "DEVBUF_CUDA_TEST_DELAY_US" = "20000",
+] {
+    let ours_by_default = shared(0); // initializes the driver
+    let blocking_stream = || {
+        in_primary_context(0, || {
+            let mut stream = ptr::null_mut();
+            // SAFETY: a valid out-pointer; the stream is destroyed below.
+            check("cuStreamCreate", unsafe { sys::cuStreamCreate(&mut stream, 0) });
+            stream as usize
+        })
+    };
+    let (consumers, ours) = (blocking_stream(), blocking_stream());
+    // SAFETY: the stream outlives the queue and its buffers (destroyed at the end).
+    let on_blocking: Arc<dyn Queue> = Arc::new(unsafe { CudaQueue::with_stream(0, ours) }.unwrap());
+    for home in [ours_by_default, on_blocking] {
+        for stream in [1, consumers] {
+            let exported = Buffer::alloc(&home, MemKind::Host, LEN).unwrap();
+            exported.fill(0).unwrap();
+            exported.mark_exported();
+            foreign_fill(0, stream, exported.ptr(), 7, LEN);
+            exported.synchronize().unwrap();
+            // SAFETY: pinned memory, and the consumer's work on it is done.
+            let bytes = unsafe { std::slice::from_raw_parts(exported.ptr(), LEN) };
+            assert!(bytes.iter().all(|&b| b == 7), "a host view read before stream {stream:#x}");
+            foreign_fill(0, stream, exported.ptr(), 8, LEN);
+            assert_eq!(exported.to_vec().unwrap(), vec![8; LEN], "a copy before {stream:#x}");
+            foreign_fill(0, stream, exported.ptr(), 5, LEN);
+            exported.fill(9).unwrap();
+            in_primary_context(0, || {
+                // SAFETY: the stream is alive.
+                check("cuStreamSynchronize", unsafe {
+                    sys::cuStreamSynchronize(stream as CUstream)
+                });
+            });
+            assert_eq!(exported.to_vec().unwrap(), vec![9; LEN], "a fill under {stream:#x}");
+        }
+    }
+    for stream in [consumers, ours] {
+        in_primary_context(0, || {
+            // SAFETY: our stream, destroyed once, after the queue on it.
+            check("cuStreamDestroy", unsafe { sys::cuStreamDestroy_v2(stream as CUstream) });
+        });
+    }
 });

@@ -29,8 +29,6 @@ pub(crate) struct DlpackExport {
     pub(crate) template: Result<DlpackTemplate, String>,
     /// Why a zero-copy export to its own device is refused, if it is.
     pub(crate) refusal: Option<String>,
-    /// Whether the memory is CUDA memory, whose exports follow the stream rules.
-    pub(crate) untracked_foreign_work: bool,
 }
 
 impl DlpackExport {
@@ -102,7 +100,6 @@ impl PyArray {
                 refusal: devbuf::dlpack::pointer_refusal(device)
                     .map(String::from)
                     .or_else(|| buffer.queue().dlpack_export_refusal()),
-                untracked_foreign_work: buffer.queue().untracked_foreign_work(),
             })
         })
     }

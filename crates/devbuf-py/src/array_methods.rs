@@ -391,7 +391,8 @@ impl PyBuffer {
         }
     }
 
-    /// Blocks until all pending work on this memory (from any queue) has completed.
+    /// Blocks until all pending work on this memory (from any queue) has completed, and once the
+    /// memory was handed out, other libraries' work on the queues devbuf knows of.
     fn synchronize(slf: &Bound<'_, Self>) -> PyResult<()> {
         let buffer = slf.as_super().get().array.buffer();
         slf.py().detach(|| buffer.synchronize()).py()

@@ -192,7 +192,7 @@ pub(crate) fn dlpack<'py>(
         ));
     }
     let (array, copied) = if zero_copy {
-        streams::prepare_dlpack_export(py, this, prepared.untracked_foreign_work, target, stream)?;
+        streams::prepare_dlpack_export(py, this, target, stream)?;
         this.array.buffer().mark_exported();
         (None, false)
     } else {
@@ -337,8 +337,9 @@ pub(crate) unsafe fn get_buffer(
     } else {
         std::ptr::null()
     };
-    // Device work still running on the memory must finish before the host reads it.
-    if buffer.has_pending_work() {
+    // Device work still running on the memory must finish before the host reads it: devbuf's,
+    // and once the memory was handed out, other libraries' on the queues devbuf knows of.
+    if buffer.needs_synchronize() {
         slf.py().detach(|| buffer.synchronize()).py()?;
     }
     let ndim = layout.ndim();

@@ -9,8 +9,8 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use devbuf::mr::MemoryResource;
-use devbuf::{Event, MemKind, Queue};
+use devbuf::mr::{FreeAfter, MemoryResource};
+use devbuf::{MemKind, Queue};
 use pyo3::exceptions::{PyRecursionError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -150,13 +150,19 @@ impl MemoryResource for PythonResource {
         kind: MemKind,
         size: usize,
         _align: usize,
-        after: Option<Event>,
+        after: FreeAfter,
     ) {
         // Python code may hand the memory out again at once: it gets it back only once the work
         // on it is done. Memory whose wait failed may still be in use, and is not given back.
-        if let Some(event) = after
-            && devbuf::blocking(|| event.wait()).is_err()
-        {
+        let done = match after {
+            FreeAfter::Now => Ok(()),
+            FreeAfter::Event(event) => devbuf::blocking(|| event.wait()),
+            // Python's `deallocate(ptr, nbytes, kind)` cannot carry "only the runtime's free may
+            // take it": wait for all the work devbuf can see on the device first. Other libraries'
+            // own queues stay the user's part (README, "Ordering, both ways").
+            FreeAfter::ForeignWork => devbuf::blocking(|| self.queue.wait_device()),
+        };
+        if done.is_err() {
             return;
         }
         // Past the interpreter's end nothing can be called: the memory goes with the process.

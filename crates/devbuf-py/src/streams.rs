@@ -48,11 +48,11 @@ pub(crate) fn cai_export_stream(this: &PyArray) -> devbuf::Result<Option<usize>>
 /// Readies memory for a zero-copy DLPack export to `device`, per the consumer's `stream`
 /// argument (the array API's rules). The memory's backend applies its own rule where it has one
 /// for `device` (CUDA streams; SYCL queues for kDLOneAPI); otherwise -1 means the consumer
-/// synchronizes itself, the CPU takes only None (or -1), and pending work is completed first.
+/// synchronizes itself, the CPU takes only None (or -1), and pending work is completed first
+/// (other libraries' too, once the memory was handed out: see `Buffer::synchronize`).
 pub(crate) fn prepare_dlpack_export(
     py: Python<'_>,
     this: &PyArray,
-    untracked_foreign_work: bool,
     device: DLDevice,
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
@@ -81,18 +81,10 @@ pub(crate) fn prepare_dlpack_export(
             stream.map(|s| s.to_string()).unwrap_or_default()
         )));
     }
-    if !untracked_foreign_work && !buffer.has_pending_work() {
+    if !buffer.needs_synchronize() {
         return Ok(());
     }
-    py.detach(|| {
-        buffer.synchronize()?;
-        if untracked_foreign_work {
-            home.wait()
-        } else {
-            Ok(())
-        }
-    })
-    .py()
+    py.detach(|| buffer.synchronize()).py()
 }
 
 /// The `stream` argument a consumer on `queue` passes to a producer's `__dlpack__`: its native

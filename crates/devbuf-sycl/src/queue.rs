@@ -472,6 +472,26 @@ impl Queue for SyclQueue {
         }
     }
 
+    /// No wait for the queue: this may run on a thread of one of its host tasks (dpnp releases the
+    /// arrays it kept alive from one), behind which devbuf's later commands are queued, so a wait
+    /// for them would never end. The runtime's free waits for the commands that use the memory
+    /// (measured on the Intel CPU runtime), as it does for memory other libraries allocated.
+    unsafe fn deallocate_unused(
+        &self,
+        ptr: NonNull<u8>,
+        _kind: MemKind,
+        _size: usize,
+        _align: usize,
+    ) {
+        // SAFETY: `ptr` is an allocation of this queue's context (the caller's contract) that no
+        // work of ours still uses, so the runtime frees it without throwing.
+        unsafe {
+            self.runtime()
+                .api()
+                .DPCTLfree_with_queue(ptr.as_ptr().cast(), self.queue.as_ptr())
+        }
+    }
+
     unsafe fn copy(&self, dst: *mut u8, src: *const u8, len: usize) -> Result<()> {
         if len == 0 {
             return Ok(());
@@ -517,6 +537,24 @@ impl Queue for SyclQueue {
     fn wait_device(&self) -> Result<()> {
         self.event(Arc::new(self.barrier()?)).wait()?;
         self.wait()
+    }
+
+    /// Other libraries enqueue on copies of this queue (SUAI's `syclobj`, dpctl's `sycl_queue`,
+    /// DLPack's `stream`): dpnp does for every operation on devbuf memory.
+    fn untracked_foreign_work(&self) -> bool {
+        true
+    }
+
+    /// The queue is in order, and their copies of it are the same queue: work enqueued here
+    /// already follows theirs. For the host and other queues, a barrier covers it.
+    fn foreign_work_event(&self) -> Result<Option<Event>> {
+        Ok(Some(Event::new(self.event(Arc::new(self.barrier()?)))))
+    }
+
+    /// Other libraries' own queues (dpctl's default ones) are out of [`Queue::wait_device`]'s
+    /// sight; the runtime's own free waits for their commands on the memory.
+    fn wait_device_covers_every_queue(&self) -> bool {
+        false
     }
 
     fn record_event(&self) -> Result<Event> {

@@ -15,7 +15,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Instant;
 
-use devbuf::mr::{MemoryResource, PoolOptions, PoolResource, QueueResource};
+use devbuf::mr::{FreeAfter, MemoryResource, PoolOptions, PoolResource, QueueResource};
 use devbuf::{Buffer, DEFAULT_ALIGNMENT, HostQueue, MemKind, Queue};
 
 const SECTION: &str = "host backend (Rust)";
@@ -169,7 +169,7 @@ fn pooled_buffer_cycle(pool: &Arc<dyn MemoryResource>) {
 fn pool_cycle(pool: &Arc<dyn MemoryResource>, kind: MemKind) {
     let ptr = black_box(pool.allocate(kind, 1024, DEFAULT_ALIGNMENT).unwrap());
     // SAFETY: freed once, with the arguments it was allocated with; nothing used it.
-    unsafe { pool.deallocate(ptr, kind, 1024, DEFAULT_ALIGNMENT, None) };
+    unsafe { pool.deallocate(ptr, kind, 1024, DEFAULT_ALIGNMENT, FreeAfter::Now) };
 }
 
 /// `--count CASE SIDE N`: N calls of one side of one case, nothing else timed or printed.

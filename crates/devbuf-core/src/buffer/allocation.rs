@@ -7,13 +7,13 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
 
 use super::{Buffer, Owner};
 use crate::blocking::blocking;
-use crate::mr::MemoryResource;
+use crate::mr::{FreeAfter, MemoryResource};
 use crate::{Error, Event, ForeignQueue, MemKind, Queue, Result};
 
 /// How an allocation is released when its last view is dropped.
@@ -112,6 +112,7 @@ pub(super) struct Pending {
 }
 
 impl Pending {
+    #[inline]
     pub(super) fn is_empty(&self) -> bool {
         !self.any.load(Ordering::Acquire)
     }
@@ -159,11 +160,22 @@ pub(super) struct Allocation {
     /// earlier work.
     pub(super) pending: Pending,
     /// Whether the memory was handed to another library (DLPack, CAI, SUAI), whose work on it is
-    /// not ordered with ours.
-    pub(super) exported: AtomicBool,
+    /// not ordered with ours: one of the [`exported`] states.
+    pub(super) exported: AtomicU8,
     /// Whether the memory may only be read (it is mapped read-only, e.g. from a read-only IPC
     /// handle): every write through a [`Buffer`] is refused.
     pub(super) read_only: bool,
+}
+
+/// The states of [`Allocation::exported`].
+pub(super) mod exported {
+    /// Never handed to another library.
+    pub const NO: u8 = 0;
+    /// Handed out; no other library can enqueue on the queues its queue knows of.
+    pub const YES: u8 = 1;
+    /// Handed out, and other libraries may enqueue work devbuf does not track on the queues its
+    /// queue knows of ([`crate::Queue::untracked_foreign_work`]).
+    pub const WITH_FOREIGN_WORK: u8 = 2;
 }
 
 impl Drop for Allocation {
@@ -171,7 +183,13 @@ impl Drop for Allocation {
         // The producer of imported memory is not waited for: its work is its own business, and
         // letting go of its memory does not free it under that work.
         let pending = std::mem::take(&mut self.pending.list.get_mut().work);
-        let exported = *self.exported.get_mut();
+        let exported = *self.exported.get_mut() != exported::NO;
+        // Other libraries' work on exported memory is ordered with nothing of ours: the whole
+        // device is waited for where that covers every queue they may use. Elsewhere (SYCL) only
+        // the runtime's own free waits for their work, as it does for memory they allocated; a
+        // wait for devbuf's queue there could also run on a thread of that queue's own host
+        // task (dpnp releases its arrays from one) and never end.
+        let wait_device = exported && self.queue.wait_device_covers_every_queue();
         // Memory that a command may still use is leaked when a wait fails: freeing it would be
         // worse.
         match &mut self.release {
@@ -179,9 +197,7 @@ impl Drop for Allocation {
                 let (queue, base, kind, size, align) =
                     (&self.queue, self.base, self.kind, *size, *align);
                 let release = || {
-                    // Other libraries' work on exported memory is ordered with nothing of ours:
-                    // wait for the whole device before the queue may hand the memory out again.
-                    if exported && queue.wait_device().is_err() {
+                    if wait_device && queue.wait_device().is_err() {
                         return;
                     }
                     // The queue releases memory after its own work; other queues' work must come
@@ -191,12 +207,21 @@ impl Drop for Allocation {
                             return;
                         }
                     }
-                    if let Some(ptr) = NonNull::new(base as *mut u8) {
-                        // SAFETY: this allocation came from `queue.allocate(kind, size, align)`
-                        // and Drop runs once, after the last Buffer referring to it is gone.
-                        unsafe { queue.deallocate(ptr, kind, size, align) };
+                    let Some(ptr) = NonNull::new(base as *mut u8) else {
+                        return;
+                    };
+                    // SAFETY: this allocation came from `queue.allocate(kind, size, align)` and
+                    // Drop runs once, after the last Buffer referring to it is gone; with nothing
+                    // pending, no work of ours is still running on it.
+                    unsafe {
+                        if pending.is_empty() {
+                            queue.deallocate_unused(ptr, kind, size, align);
+                        } else {
+                            queue.deallocate(ptr, kind, size, align);
+                        }
                     }
                 };
+                // A runtime's free of exported memory may wait for other libraries' work.
                 if exported || !pending.is_empty() {
                     blocking(release);
                 } else {
@@ -228,10 +253,10 @@ impl Drop for Allocation {
                         .iter()
                         .filter(|w| w.queue.is_some())
                         .all(|w| w.event.wait().is_ok())
-                        && (!exported || queue.wait_device().is_ok())
+                        && (!wait_device || queue.wait_device().is_ok())
                 };
                 let done =
-                    (pending.iter().all(|w| w.queue.is_none()) && !exported) || blocking(ours);
+                    (pending.iter().all(|w| w.queue.is_none()) && !wait_device) || blocking(ours);
                 let owner = owner.get_mut().take();
                 match owner {
                     Some(owner) if done => {
@@ -275,29 +300,39 @@ pub(super) fn check_allocation(queue: &Arc<dyn Queue>, kind: MemKind, align: usi
     Ok(())
 }
 
-/// Orders the release of memory from a resource: waits (blocking) for the whole device when the
-/// memory was exported, makes the home queue wait for other queues' work, and returns the event
-/// after which the memory is free of all work (`Some(None)`: free now). `None` when a wait failed:
-/// the memory may still be in use and must be leaked.
+/// Orders the release of memory from a resource: makes the home queue wait for other queues'
+/// work, and returns when the memory may be handed out again. Other libraries' work on exported
+/// memory is ordered with nothing of ours: the whole device is waited for (blocking) where that
+/// covers every queue they may use; elsewhere the memory is for the runtime's own free alone
+/// ([`FreeAfter::ForeignWork`]). `None` when a wait failed: the memory may still be in use and
+/// must be leaked.
 pub(super) fn release_point(
     queue: &Arc<dyn Queue>,
     pending: &[PendingWork],
     exported: bool,
-) -> Option<Option<Event>> {
-    // Other libraries' work on exported memory is ordered with nothing of ours.
-    if exported && blocking(|| queue.wait_device()).is_err() {
+) -> Option<FreeAfter> {
+    let foreign = exported && !queue.wait_device_covers_every_queue();
+    if exported && !foreign && blocking(|| queue.wait_device()).is_err() {
         return None;
     }
     if pending.is_empty() {
-        return Some(None);
+        return Some(if foreign {
+            FreeAfter::ForeignWork
+        } else {
+            FreeAfter::Now
+        });
     }
     for work in pending.iter().filter(|w| !w.on(queue)) {
         if queue.wait_event(&work.event).is_err() && blocking(|| work.event.wait()).is_err() {
             return None;
         }
     }
+    if foreign {
+        // The runtime frees it after the queue's work, which now follows all of ours.
+        return Some(FreeAfter::ForeignWork);
+    }
     match queue.record_event() {
-        Ok(after) => Some(Some(after)),
-        Err(_) => blocking(|| queue.wait()).is_ok().then_some(None),
+        Ok(after) => Some(FreeAfter::Event(after)),
+        Err(_) => blocking(|| queue.wait()).is_ok().then_some(FreeAfter::Now),
     }
 }

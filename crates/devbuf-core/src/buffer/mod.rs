@@ -13,7 +13,7 @@ use std::ops::Range;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use parking_lot::Mutex;
 use smallvec::SmallVec;
@@ -22,6 +22,7 @@ use crate::mr::{self, MemoryResource};
 use crate::{DeviceInfo, Error, Event, ForeignQueue, MemKind, Queue, Result};
 use allocation::{
     Allocation, Pending, PendingGuard, PendingList, PendingWork, Release, check_allocation,
+    exported,
 };
 pub use owner::Owner;
 
@@ -138,7 +139,7 @@ impl Buffer {
                 queue: Arc::clone(queue),
                 release,
                 pending: Pending::default(),
-                exported: AtomicBool::new(false),
+                exported: AtomicU8::new(exported::NO),
                 read_only: false,
             }),
             offset: 0,
@@ -203,7 +204,7 @@ impl Buffer {
                 queue,
                 release: Release::Foreign(Mutex::new(Some(owner))),
                 pending: Pending::default(),
-                exported: AtomicBool::new(false),
+                exported: AtomicU8::new(exported::NO),
                 read_only,
             }),
             offset: 0,
@@ -476,8 +477,13 @@ impl Buffer {
     }
 
     /// Makes work enqueued on `queue` from now on wait for pending work on this allocation from
-    /// other queues (on the device where the runtime can, else by blocking).
+    /// other queues (on the device where the runtime can, else by blocking), and, once the memory
+    /// was handed out, for other libraries' work on the queues devbuf knows of
+    /// ([`Queue::untracked_foreign_work`]).
     pub fn order_on(&self, queue: &Arc<dyn Queue>) -> Result<()> {
+        if self.may_have_foreign_work() {
+            self.order_after_foreign_work(queue)?;
+        }
         if self.alloc.pending.is_empty() {
             return Ok(());
         }
@@ -550,19 +556,50 @@ impl Buffer {
         Ok(sync)
     }
 
-    /// Records that the memory was handed to another library, whose work on it devbuf cannot see:
-    /// when devbuf frees it, it first waits for all work on the device ([`Queue::wait_device`]).
+    /// Records that the memory was handed to another library, whose work on it devbuf does not
+    /// see: from now on devbuf orders its own use of the memory after other libraries' work on the
+    /// queues it knows of ([`Queue::untracked_foreign_work`]), and when devbuf frees it, it first
+    /// waits for all work on the device ([`Queue::wait_device`]).
+    #[inline]
     pub fn mark_exported(&self) {
-        self.alloc.exported.store(true, Ordering::Relaxed);
+        // Exports are hot paths: the queue is asked once.
+        if self.alloc.exported.load(Ordering::Relaxed) == exported::NO {
+            self.mark_first_export();
+        }
+    }
+
+    #[cold]
+    fn mark_first_export(&self) {
+        let state = if self.alloc.queue.untracked_foreign_work() {
+            exported::WITH_FOREIGN_WORK
+        } else {
+            exported::YES
+        };
+        self.alloc.exported.store(state, Ordering::Relaxed);
     }
 
     /// Whether work devbuf recorded on this allocation may still be running.
+    #[inline]
     pub fn has_pending_work(&self) -> bool {
         !self.alloc.pending.is_empty()
     }
 
-    /// Blocks until all pending work on this allocation has completed.
+    /// Whether [`Buffer::synchronize`] may have to wait: work devbuf recorded may still be running,
+    /// or the memory was handed out and other libraries may have work on it on queues devbuf knows
+    /// of.
+    #[inline]
+    pub fn needs_synchronize(&self) -> bool {
+        self.has_pending_work() || self.may_have_foreign_work()
+    }
+
+    /// Blocks until all pending work on this allocation has completed, and, once the memory was
+    /// handed out, other libraries' work on the queues devbuf knows of.
     pub fn synchronize(&self) -> Result<()> {
+        if self.may_have_foreign_work()
+            && let Some(event) = self.alloc.queue.foreign_work_event()?
+        {
+            event.wait()?;
+        }
         if self.alloc.pending.is_empty() {
             return Ok(());
         }
@@ -596,6 +633,26 @@ impl Buffer {
             ));
         }
         Ok(())
+    }
+
+    /// Whether the memory was handed to other libraries that may enqueue work devbuf does not
+    /// track on queues devbuf knows of (one load: host views of exported memory are hot paths).
+    #[inline]
+    fn may_have_foreign_work(&self) -> bool {
+        self.alloc.exported.load(Ordering::Relaxed) == exported::WITH_FOREIGN_WORK
+    }
+
+    /// Makes work enqueued on `queue` from now on wait for other libraries' work on the queues the
+    /// memory's queue knows of: on that queue itself without an event where the runtime can.
+    fn order_after_foreign_work(&self, queue: &Arc<dyn Queue>) -> Result<()> {
+        let home = &self.alloc.queue;
+        if Arc::ptr_eq(queue, home) {
+            return home.order_after_foreign_work();
+        }
+        match home.foreign_work_event()? {
+            Some(event) => queue.wait_event(&event),
+            None => Ok(()),
+        }
     }
 
     fn check_copy_source(&self, src_len: usize, overlaps: impl FnOnce() -> bool) -> Result<()> {
@@ -713,5 +770,7 @@ impl fmt::Debug for Buffer {
     }
 }
 
+#[cfg(test)]
+mod foreign_work_tests;
 #[cfg(test)]
 mod tests;

@@ -380,6 +380,70 @@ pub(super) fn events_order_work(queue: &Arc<dyn Queue>) -> Outcome {
     })())
 }
 
+/// The reverse direction of ordering: once memory was handed out, work another library enqueued on
+/// a queue this backend hands out (this very queue, through the handle a consumer was given;
+/// here the queue's own fill, which the buffer does not record) comes before devbuf's next host
+/// view and its next copy on another queue (the host backend's). A queue that says no other
+/// library can enqueue on it must hand out no handle to it.
+pub(super) fn consumer_work_on_handed_out_memory_comes_first(queue: &Arc<dyn Queue>) -> Outcome {
+    if !queue.untracked_foreign_work() {
+        let handed_out = queue.native_stream().is_some()
+            || queue.dlpack_work_stream().is_some()
+            || queue.export_handle().is_some();
+        return match handed_out {
+            false => Outcome::Pass,
+            true => Outcome::Fail(
+                "the queue hands out a handle other libraries enqueue on, yet says none can \
+                 (untracked_foreign_work)"
+                    .into(),
+            ),
+        };
+    }
+    const LEN: usize = 32 << 20;
+    let kinds = match supported_kinds(queue) {
+        Ok(kinds) => kinds,
+        Err(skip) => return skip,
+    };
+    let host_views = kinds
+        .into_iter()
+        .filter(|&kind| queue.host_accessible(kind));
+    outcome(host_views.into_iter().try_for_each(|kind| {
+        let buffer = alloc(queue, kind, LEN)?;
+        ctx(buffer.fill(0), || format!("clearing {kind}"))?;
+        buffer.mark_exported();
+        for (round, byte) in [7u8, 9].into_iter().enumerate() {
+            // SAFETY: the buffer is alive and in range, and outlives the fill (its release waits
+            // for the device, or leaves the memory to the runtime's free).
+            ctx(unsafe { queue.fill(buffer.ptr(), byte, LEN) }, || {
+                format!("the consumer's fill of {kind}")
+            })?;
+            let seen = if round == 0 {
+                ctx(buffer.synchronize(), || format!("synchronizing {kind}"))?;
+                // SAFETY: host-accessible memory of LEN bytes, with no work left on it.
+                unsafe { std::slice::from_raw_parts(buffer.ptr(), LEN) }.to_vec()
+            } else {
+                let copy = ctx(
+                    Buffer::alloc(&HostQueue::shared(), MemKind::Host, LEN),
+                    || "allocating host-backend memory".into(),
+                )?;
+                ctx(copy.copy_from(&buffer), || {
+                    format!("copying {kind} to the host")
+                })?;
+                ctx(copy.to_vec(), || "reading the copy".into())?
+            };
+            if let Some(at) = seen.iter().position(|&b| b != byte) {
+                return Err(format!(
+                    "{kind}: {} read byte {at} as {}, before the consumer's fill of {byte} on \
+                     the queue it was handed",
+                    ["a host view", "a copy on the host backend's queue"][round],
+                    seen[at]
+                ));
+            }
+        }
+        Ok(())
+    }))
+}
+
 pub(super) fn copies_across_backends(queue: &Arc<dyn Queue>) -> Outcome {
     for_each_kind(queue, |kind| {
         let host = HostQueue::shared();

@@ -89,6 +89,10 @@ pub const CHECKS: &[Check] = &[
         run: checks::copies_across_backends,
     },
     Check {
+        name: "handed_out",
+        run: checks::consumer_work_on_handed_out_memory_comes_first,
+    },
+    Check {
         name: "pool_export",
         run: pooled::exported_block_is_not_reused,
     },
@@ -161,7 +165,7 @@ macro_rules! conformance_tests {
     ($backend:literal, $queue:expr) => {
         $crate::conformance_tests!(@tests $backend, $queue;
             alloc align copy fill busy_free kind_of foreign extent deleter subview threads oom events cross
-            pool_export pool_busy pooled);
+            handed_out pool_export pool_busy pooled);
     };
     (@tests $backend:literal, $queue:expr; $($name:ident)*) => {
         $(

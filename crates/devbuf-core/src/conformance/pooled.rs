@@ -73,19 +73,29 @@ pub(super) fn every_check_through_a_pool(queue: &Arc<dyn Queue>) -> Outcome {
 }
 
 /// A block exported to a consumer and let go by devbuf while the consumer still holds it is not
-/// handed out again until the consumer lets go.
+/// handed out again until the consumer lets go; where devbuf cannot wait for every queue the
+/// consumer may use ([`Queue::wait_device_covers_every_queue`]), never: its upstream block goes
+/// back to the runtime, whose free waits for them (here, on release).
 pub(super) fn exported_block_is_not_reused(queue: &Arc<dyn Queue>) -> Outcome {
+    let reused_once_let_go = queue.wait_device_covers_every_queue();
     for_each_kind(queue, |kind| {
-        let pool = pool(queue);
+        let pool = PoolResource::new(
+            QueueResource::new(Arc::clone(queue)),
+            PoolOptions::default(),
+        );
+        let resource: Arc<dyn MemoryResource> = pool.clone();
         const LEN: usize = 4096;
-        let ours = alloc_from(&pool, kind, LEN)?;
+        let ours = alloc_from(&resource, kind, LEN)?;
+        // In the same upstream block, kept until the end: the block cannot go back upstream, so
+        // a block handed out at the exported address would come from the pool, not the runtime.
+        let keeper = alloc_from(&resource, kind, LEN)?;
         // What an export (a DLPack capsule, a CAI/SUAI owner) keeps: a view of the allocation.
         let consumers = ctx(ours.slice(0..LEN), || "slicing".into())?;
         consumers.mark_exported();
         let exported = ours.ptr();
         drop(ours);
         let others = (0..8)
-            .map(|_| alloc_from(&pool, kind, LEN))
+            .map(|_| alloc_from(&resource, kind, LEN))
             .collect::<Result<Vec<_>, _>>()?;
         if others.iter().any(|other| other.ptr() == exported) {
             return Err(format!(
@@ -100,15 +110,33 @@ pub(super) fn exported_block_is_not_reused(queue: &Arc<dyn Queue>) -> Outcome {
         // stream-ordered queues): the pool hands it out before it has to grow.
         let mut again = Vec::new();
         while again.len() <= (1 << 20) / LEN {
-            again.push(alloc_from(&pool, kind, LEN)?);
+            again.push(alloc_from(&resource, kind, LEN)?);
             if again.last().is_some_and(|buffer| buffer.ptr() == exported) {
-                return Ok(());
+                return if reused_once_let_go {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{kind}: the pool handed out {exported:p} again, which another library \
+                         was given and may still use on a queue devbuf cannot wait for"
+                    ))
+                };
             }
         }
-        Err(format!(
-            "{kind}: the pool did not reuse {exported:p} once it was free: this check would \
-             prove nothing"
-        ))
+        if reused_once_let_go {
+            return Err(format!(
+                "{kind}: the pool did not reuse {exported:p} once it was free: this check would \
+                 prove nothing"
+            ));
+        }
+        drop((again, keeper));
+        pool.release();
+        if pool.pool_size() != 0 {
+            return Err(format!(
+                "{kind}: the pool kept the block of {exported:p} on release, instead of giving it \
+                 back to the runtime"
+            ));
+        }
+        Ok(())
     })
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::MemoryResource;
+use super::{FreeAfter, MemoryResource};
 use crate::{DEFAULT_ALIGNMENT, Error, MemKind, Result};
 
 /// Memory allocated from a resource and handed out by address. An address it did not hand out
@@ -106,7 +106,7 @@ impl Handouts {
             // work on it is still running.
             unsafe {
                 self.resource
-                    .deallocate(ptr, kind, size, DEFAULT_ALIGNMENT, None)
+                    .deallocate(ptr, kind, size, DEFAULT_ALIGNMENT, FreeAfter::Now)
             };
         }
         Ok(())
@@ -125,7 +125,7 @@ impl Drop for Handouts {
                 // SAFETY: as in `deallocate`: handed out by `allocate` and freed once, here.
                 unsafe {
                     self.resource
-                        .deallocate(ptr, kind, size, DEFAULT_ALIGNMENT, None)
+                        .deallocate(ptr, kind, size, DEFAULT_ALIGNMENT, FreeAfter::Now)
                 };
             }
         }

@@ -5,8 +5,8 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::{MemoryResource, refused};
-use crate::{Event, MemKind, Queue, Result};
+use super::{FreeAfter, MemoryResource, refused};
+use crate::{MemKind, Queue, Result};
 
 /// Passes allocations on to `upstream` while the bytes it has handed out stay within a limit.
 #[derive(Debug)]
@@ -77,7 +77,7 @@ impl MemoryResource for LimitingResource {
         kind: MemKind,
         size: usize,
         align: usize,
-        after: Option<Event>,
+        after: FreeAfter,
     ) {
         // SAFETY: forwarded from our caller, who got `ptr` from our `allocate`, i.e. upstream's.
         unsafe { self.upstream.deallocate(ptr, kind, size, align, after) };

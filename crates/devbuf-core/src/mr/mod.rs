@@ -56,23 +56,43 @@ pub trait MemoryResource: Send + Sync + fmt::Debug + 'static {
     fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>>;
 
     /// Frees memory from [`MemoryResource::allocate`]. Work on it may still be running only on
-    /// this resource's queue: `after`, when given, completes once all of it has, and the memory
-    /// must not be handed out again before then (a queue frees stream-ordered anyway).
+    /// this resource's queue, or, after [`FreeAfter::ForeignWork`], on other libraries' queues:
+    /// `after` says when the memory may be handed out again (a queue frees stream-ordered anyway).
     ///
     /// # Safety
     /// `ptr`, `kind`, `size` and `align` are exactly those of one earlier successful `allocate`
-    /// on this resource, the memory is freed once, and no other queue has pending work on it.
+    /// on this resource, the memory is freed once, and no other devbuf queue has pending work on
+    /// it.
     unsafe fn deallocate(
         &self,
         ptr: NonNull<u8>,
         kind: MemKind,
         size: usize,
         align: usize,
-        after: Option<Event>,
+        after: FreeAfter,
     );
 
     /// Downcasting, so that bindings can reach an adaptor's own methods.
     fn as_any(&self) -> &dyn Any;
+}
+
+/// What may still use memory given back to a resource, and so when it may be handed out again.
+#[derive(Debug, Clone)]
+pub enum FreeAfter {
+    /// Nothing: at once.
+    Now,
+    /// Work on the resource's queue, done once the event has completed.
+    Event(Event),
+    /// Work of other libraries that were given the memory, on queues devbuf cannot wait for
+    /// ([`Queue::wait_device_covers_every_queue`] is false): only the runtime's own free waits for
+    /// it, so the memory goes back to the runtime and is never handed out by devbuf again.
+    ForeignWork,
+}
+
+impl From<Option<Event>> for FreeAfter {
+    fn from(event: Option<Event>) -> Self {
+        event.map_or(FreeAfter::Now, FreeAfter::Event)
+    }
 }
 
 /// A queue as a memory resource: the bottom of every stack of adaptors.
@@ -101,10 +121,10 @@ impl MemoryResource for QueueResource {
         kind: MemKind,
         size: usize,
         align: usize,
-        _after: Option<Event>,
+        _after: FreeAfter,
     ) {
         // SAFETY: forwarded from our caller; the queue frees after its own work, which covers
-        // `after`.
+        // `after`, and the runtime's free waits for other libraries' work where it must.
         unsafe { self.0.deallocate(ptr, kind, size, align) }
     }
 

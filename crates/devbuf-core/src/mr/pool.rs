@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use offset_allocator::{Allocation, Allocator};
 use parking_lot::{Mutex, MutexGuard};
 
-use super::{MemoryResource, refused};
+use super::{FreeAfter, MemoryResource, refused};
 use crate::blocking::blocking;
 use crate::{DEFAULT_ALIGNMENT, Event, MemKind, Queue, Result};
 
@@ -42,7 +42,10 @@ pub struct PoolOptions {
 
 /// A pool that grows on demand and returns its blocks upstream on [`PoolResource::release`] and
 /// when dropped. A freed block whose work may still run (the `after` event of
-/// [`MemoryResource::deallocate`]) is handed out again only once that event has completed.
+/// [`MemoryResource::deallocate`]) is handed out again only once that event has completed; one
+/// other libraries may still use on queues devbuf cannot wait for ([`FreeAfter::ForeignWork`]) is
+/// never handed out again: its upstream block goes back upstream, whose free waits for that work,
+/// once nothing else in it is in use and such blocks are at least half of it, or on release.
 #[derive(Debug)]
 pub struct PoolResource {
     upstream: Arc<dyn MemoryResource>,
@@ -60,14 +63,26 @@ struct Block {
     units: Allocator,
     /// Allocations handed out from it (deferred frees included) and not yet returned.
     live: usize,
+    /// Of `live`, those freed after [`FreeAfter::ForeignWork`]: never handed out again.
+    retired: usize,
+    /// The units they take.
+    retired_units: usize,
+}
+
+impl Block {
+    /// Whether nothing in the block may be handed out again or is still in use by devbuf: it
+    /// goes back upstream.
+    fn is_done(&self) -> bool {
+        self.live == self.retired
+    }
 }
 
 impl std::fmt::Debug for Block {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "Block({:#x}, {} bytes, {} live)",
-            self.base, self.size, self.live
+            "Block({:#x}, {} bytes, {} live, {} retired)",
+            self.base, self.size, self.live, self.retired
         )
     }
 }
@@ -103,6 +118,9 @@ struct Arena {
     /// Small blocks freed with no work pending, still handed out as far as the allocator and the
     /// address map know, kept for the next request of the same size (see the module's notes).
     recent: Vec<RecentBlock>,
+    /// Blocks with retired allocations and nothing else in use, taken out of `blocks` to go back
+    /// upstream once the arena is unlocked (the runtime's free may wait for other libraries).
+    drained: Vec<Block>,
 }
 
 /// A freed block kept for reuse, with the request it was made for.
@@ -152,6 +170,7 @@ impl PoolResource {
                 handed_out: HashMap::default(),
                 deferred: Vec::new(),
                 recent: Vec::with_capacity(RECENT_BLOCKS),
+                drained: Vec::new(),
             })
         };
         Arc::new(PoolResource {
@@ -186,23 +205,24 @@ impl PoolResource {
 
     /// Returns every block with nothing handed out upstream (RMM's `release()`).
     pub fn release(&self) {
-        let mut unused = Vec::new();
         for arena in &self.arenas {
             let mut arena = arena.lock();
             arena.sweep_completed();
             arena.free_recent();
-            let kind = arena.kind;
+            let mut done = std::mem::take(&mut arena.drained);
             for slot in &mut arena.blocks {
-                if slot.as_ref().is_some_and(|block| block.live == 0)
+                if slot.as_ref().is_some_and(Block::is_done)
                     && let Some(block) = slot.take()
                 {
-                    unused.push((kind, block));
+                    done.push(block);
                 }
             }
-        }
-        // Given back unlocked, as `grow` takes them.
-        for (kind, block) in unused {
-            self.give_back(kind, block, None);
+            let kind = arena.kind;
+            // Given back unlocked, as `grow` takes them.
+            drop(arena);
+            for block in done {
+                self.give_back(kind, block, None);
+            }
         }
     }
 
@@ -257,6 +277,8 @@ impl PoolResource {
             size,
             units: Allocator::with_max_allocs(units, max_allocs),
             live: 0,
+            retired: 0,
+            retired_units: 0,
         };
         match arena.blocks.iter_mut().find(|slot| slot.is_none()) {
             Some(slot) => *slot = Some(block),
@@ -265,16 +287,41 @@ impl PoolResource {
         (arena, Ok(()))
     }
 
-    /// Frees an upstream block, after `after` when given.
+    /// Frees an upstream block, after `after` when given. A block with retired allocations goes
+    /// back for the runtime's free alone, which may block until other libraries' work is done.
     fn give_back(&self, kind: MemKind, block: Block, after: Option<Event>) {
         self.upstream_bytes.fetch_sub(block.size, Ordering::Relaxed);
-        if let Some(base) = NonNull::new(block.base as *mut u8) {
-            // SAFETY: the block came from `upstream.allocate(kind, size, UNIT)`, leaves the pool
-            // here once, and nothing in it is handed out (or its work completes with `after`).
-            unsafe {
-                self.upstream
-                    .deallocate(base, kind, block.size, UNIT, after)
-            }
+        let Some(base) = NonNull::new(block.base as *mut u8) else {
+            return;
+        };
+        // SAFETY: the block came from `upstream.allocate(kind, size, UNIT)`, leaves the pool here
+        // once, and nothing in it is handed out (or its work completes with `after`, or only the
+        // runtime's free waits for it).
+        let free = |after| unsafe {
+            self.upstream
+                .deallocate(base, kind, block.size, UNIT, after)
+        };
+        if block.retired > 0 {
+            blocking(|| free(FreeAfter::ForeignWork));
+        } else {
+            free(after.into());
+        }
+    }
+
+    /// Gives back the blocks `arena` drained, after unlocking it.
+    #[inline]
+    fn give_back_drained(&self, arena: MutexGuard<'_, Arena>) {
+        if !arena.drained.is_empty() {
+            self.give_back_drained_now(arena);
+        }
+    }
+
+    #[cold]
+    fn give_back_drained_now(&self, mut arena: MutexGuard<'_, Arena>) {
+        let (kind, drained) = (arena.kind, std::mem::take(&mut arena.drained));
+        drop(arena);
+        for block in drained {
+            self.give_back(kind, block, None);
         }
     }
 
@@ -376,6 +423,34 @@ impl Arena {
         {
             block.units.free(allocation.0);
             block.live -= 1;
+            self.drain_if_done(slot);
+        }
+    }
+
+    /// Never hands out the block at `addr` again: other libraries may still use it (see
+    /// [`FreeAfter::ForeignWork`]). Its units stay taken; the rest of its upstream block is used
+    /// as before.
+    fn retire(&mut self, addr: usize) {
+        if let Some((slot, allocation)) = self.handed_out.remove(&addr)
+            && let Some(Some(block)) = self.blocks.get_mut(slot)
+        {
+            block.retired += 1;
+            block.retired_units += block.units.allocation_size(allocation.0) as usize;
+            self.drain_if_done(slot);
+        }
+    }
+
+    /// Takes the block in `slot` out to go back upstream when all that is left in it is retired
+    /// and that is at least half of it: giving back a block at every retirement would cost an
+    /// upstream free and allocation per exported block, more than the pool saves.
+    fn drain_if_done(&mut self, slot: usize) {
+        if let Some(entry) = self.blocks.get_mut(slot)
+            && entry.as_ref().is_some_and(|block| {
+                block.retired > 0 && block.is_done() && 2 * block.retired_units * UNIT >= block.size
+            })
+            && let Some(block) = entry.take()
+        {
+            self.drained.push(block);
         }
     }
 }
@@ -408,6 +483,7 @@ impl MemoryResource for PoolResource {
         arena.sweep_completed();
         arena.free_recent();
         if let Some(ptr) = arena.try_allocate(units32, align) {
+            self.give_back_drained(arena);
             return Ok(ptr);
         }
         let mut growth = self.growth(units);
@@ -432,15 +508,18 @@ impl MemoryResource for PoolResource {
                 arena.free_or_forget(addr, done);
             }
             if let Some(ptr) = arena.try_allocate(units32, align) {
+                self.give_back_drained(arena);
                 return Ok(ptr);
             }
             let grown;
             (arena, grown) = self.grow(arena, (units + units / 8 + 1) * UNIT);
             grown.map_err(|_| err)?;
         }
-        arena
+        let allocated = arena
             .try_allocate(units32, align)
-            .ok_or_else(|| refused(self.queue(), kind, size, "no pool block fits it".into()))
+            .ok_or_else(|| refused(self.queue(), kind, size, "no pool block fits it".into()));
+        self.give_back_drained(arena);
+        allocated
     }
 
     unsafe fn deallocate(
@@ -449,19 +528,23 @@ impl MemoryResource for PoolResource {
         kind: MemKind,
         size: usize,
         align: usize,
-        after: Option<Event>,
+        after: FreeAfter,
     ) {
         let mut arena = self.arenas[slot_of(kind)].lock();
         let addr = ptr.as_ptr() as usize;
         match after {
-            Some(event) if !event.is_complete().unwrap_or(false) => {
+            FreeAfter::ForeignWork => arena.retire(addr),
+            FreeAfter::Event(event) if !event.is_complete().unwrap_or(false) => {
                 arena.deferred.push((addr, event))
             }
-            _ => match units_for(size, align).and_then(|units| u32::try_from(units).ok()) {
-                Some(units) => arena.free_now(addr, units, align),
-                None => arena.free(addr),
-            },
+            FreeAfter::Now | FreeAfter::Event(_) => {
+                match units_for(size, align).and_then(|units| u32::try_from(units).ok()) {
+                    Some(units) => arena.free_now(addr, units, align),
+                    None => arena.free(addr),
+                }
+            }
         }
+        self.give_back_drained(arena);
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -483,8 +566,9 @@ impl Drop for PoolResource {
             }
             arena.free_recent();
             // A block still in use by work whose wait failed is leaked: freeing it would be worse.
-            let free = arena.blocks.drain(..).flatten().filter(|b| b.live == 0);
-            blocks.extend(free.map(|block| (arena.kind, block, after.clone())));
+            let free = arena.blocks.drain(..).flatten().filter(Block::is_done);
+            let done = free.chain(std::mem::take(&mut arena.drained));
+            blocks.extend(done.map(|block| (arena.kind, block, after.clone())));
         }
         for (kind, block, after) in blocks {
             self.give_back(kind, block, after);

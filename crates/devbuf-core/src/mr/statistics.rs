@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::MemoryResource;
-use crate::{Event, MemKind, Queue, Result};
+use super::{FreeAfter, MemoryResource};
+use crate::{MemKind, Queue, Result};
 
 /// Counters of one statistics region (RMM's `Statistics`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -113,7 +113,7 @@ impl MemoryResource for StatisticsResource {
         kind: MemKind,
         size: usize,
         align: usize,
-        after: Option<Event>,
+        after: FreeAfter,
     ) {
         // SAFETY: forwarded from our caller, who got `ptr` from our `allocate`, i.e. upstream's.
         unsafe { self.upstream.deallocate(ptr, kind, size, align, after) };

@@ -270,7 +270,7 @@ impl MemoryResource for UsesThePoolWhileAllocating {
         kind: MemKind,
         size: usize,
         align: usize,
-        after: Option<crate::Event>,
+        after: FreeAfter,
     ) {
         // SAFETY: forwarded from our caller.
         unsafe { self.inner.deallocate(ptr, kind, size, align, after) }

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::MemoryResource;
-use crate::{Event, MemKind, Queue, Result};
+use super::{FreeAfter, MemoryResource};
+use crate::{MemKind, Queue, Result};
 
 /// One allocation made through a [`TrackingResource`] and not yet freed.
 #[derive(Debug)]
@@ -120,7 +120,7 @@ impl MemoryResource for TrackingResource {
         kind: MemKind,
         size: usize,
         align: usize,
-        after: Option<Event>,
+        after: FreeAfter,
     ) {
         self.live.lock().remove(&(ptr.as_ptr() as usize));
         // SAFETY: forwarded from our caller, who got `ptr` from our `allocate`, i.e. upstream's.

@@ -1,0 +1,184 @@
+//! The reverse direction of ordering, as plain state: once memory was handed out, devbuf's use of
+//! it asks its queue to order after other libraries' work; releases follow the backend's rule (a
+//! wait for the whole device, or the runtime's own free); pools never hand such memory out again
+//! where the device wait does not see every queue.
+
+use super::*;
+use crate::mr::{PoolOptions, PoolResource, QueueResource};
+use crate::{CompletedEvent, HostQueue};
+use std::any::Any;
+use std::sync::atomic::AtomicUsize;
+
+/// Host memory on a queue that says whether other libraries enqueue on it and whether its device
+/// wait sees every queue, counting what devbuf asks of it.
+#[derive(Debug, Default)]
+struct HandedOutQueue {
+    host: HostQueue,
+    foreign_work: bool,
+    covers_every_queue: bool,
+    orders: AtomicUsize,
+    fences: AtomicUsize,
+    event_waits: AtomicUsize,
+    device_waits: AtomicUsize,
+}
+
+impl Queue for HandedOutQueue {
+    fn device(&self) -> &DeviceInfo {
+        self.host.device()
+    }
+    fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {
+        self.host.allocate(kind, size, align)
+    }
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, kind: MemKind, size: usize, align: usize) {
+        // SAFETY: forwarded unchanged from the caller's contract.
+        unsafe { self.host.deallocate(ptr, kind, size, align) }
+    }
+    unsafe fn copy(&self, dst: *mut u8, src: *const u8, len: usize) -> Result<()> {
+        // SAFETY: forwarded unchanged from the caller's contract.
+        unsafe { self.host.copy(dst, src, len) }
+    }
+    unsafe fn fill(&self, dst: *mut u8, byte: u8, len: usize) -> Result<()> {
+        // SAFETY: forwarded unchanged from the caller's contract.
+        unsafe { self.host.fill(dst, byte, len) }
+    }
+    fn wait(&self) -> Result<()> {
+        Ok(())
+    }
+    fn wait_device(&self) -> Result<()> {
+        self.device_waits.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+    fn wait_device_covers_every_queue(&self) -> bool {
+        self.covers_every_queue
+    }
+    fn record_event(&self) -> Result<Event> {
+        Ok(Event::new(CompletedEvent))
+    }
+    fn wait_event(&self, _event: &Event) -> Result<()> {
+        self.event_waits.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+    fn untracked_foreign_work(&self) -> bool {
+        self.foreign_work
+    }
+    fn order_after_foreign_work(&self) -> Result<()> {
+        self.orders.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+    fn foreign_work_event(&self) -> Result<Option<Event>> {
+        self.fences.fetch_add(1, Ordering::SeqCst);
+        Ok(Some(Event::new(CompletedEvent)))
+    }
+    fn kind_of(&self, ptr: *const u8) -> MemKind {
+        self.host.kind_of(ptr)
+    }
+    fn dlpack_device(&self, kind: MemKind) -> dlpark::ffi::DLDevice {
+        self.host.dlpack_device(kind)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+fn queue(foreign_work: bool, covers_every_queue: bool) -> (Arc<HandedOutQueue>, Arc<dyn Queue>) {
+    let queue = Arc::new(HandedOutQueue {
+        foreign_work,
+        covers_every_queue,
+        ..HandedOutQueue::default()
+    });
+    (queue.clone(), queue)
+}
+
+fn count(counter: &AtomicUsize) -> usize {
+    counter.load(Ordering::SeqCst)
+}
+
+#[test]
+fn devbufs_use_of_exported_memory_follows_other_libraries_work() {
+    let ((a, qa), (b, qb)) = (queue(true, true), queue(true, true));
+    let buffer = Buffer::alloc(&qa, MemKind::Host, 64).unwrap();
+    buffer.fill(1).unwrap();
+    buffer.synchronize().unwrap();
+    assert!(!buffer.needs_synchronize());
+    assert_eq!(
+        (count(&a.orders), count(&a.fences)),
+        (0, 0),
+        "not handed out yet"
+    );
+
+    buffer.mark_exported();
+    assert!(buffer.needs_synchronize());
+    // A command on its own queue: ordered there, without an event.
+    buffer.fill(2).unwrap();
+    assert_eq!((count(&a.orders), count(&a.fences)), (1, 0));
+    // A host view: waits for an event that covers the foreign work.
+    buffer.synchronize().unwrap();
+    assert_eq!((count(&a.orders), count(&a.fences)), (1, 1));
+    // A copy on another queue: that queue waits for the event.
+    let other = Buffer::alloc(&qb, MemKind::Host, 64).unwrap();
+    other.copy_from(&buffer).unwrap();
+    assert_eq!(count(&a.fences), 2);
+    assert_eq!(count(&b.event_waits), 1);
+    assert_eq!(other.to_vec().unwrap(), vec![2; 64]);
+}
+
+#[test]
+fn a_queue_no_other_library_enqueues_on_is_not_asked() {
+    let (a, qa) = queue(false, true);
+    let buffer = Buffer::alloc(&qa, MemKind::Host, 64).unwrap();
+    buffer.mark_exported();
+    assert!(!buffer.needs_synchronize());
+    buffer.fill(1).unwrap();
+    buffer.synchronize().unwrap();
+    assert_eq!((count(&a.orders), count(&a.fences)), (0, 0));
+}
+
+#[test]
+fn exported_memory_waits_for_the_device_only_where_that_sees_every_queue() {
+    for covers in [true, false] {
+        let (a, qa) = queue(true, covers);
+        let exported = Buffer::alloc(&qa, MemKind::Device, 8).unwrap();
+        exported.mark_exported();
+        drop(exported);
+        // Elsewhere the runtime's own free waits for other libraries' work, as for theirs.
+        assert_eq!(
+            count(&a.device_waits),
+            usize::from(covers),
+            "covers: {covers}"
+        );
+    }
+}
+
+#[test]
+fn a_pool_never_hands_out_again_a_block_other_libraries_may_still_use() {
+    let (a, qa) = queue(true, false);
+    let pool = PoolResource::new(QueueResource::new(qa), PoolOptions::default());
+    let resource: Arc<dyn MemoryResource> = pool.clone();
+    let alloc = || Buffer::alloc_from(&resource, MemKind::Host, 1024, DEFAULT_ALIGNMENT).unwrap();
+    let exported = alloc();
+    // In the same upstream block: it cannot go back upstream while this lives.
+    let keeper = alloc();
+    let addr = exported.ptr();
+    exported.mark_exported();
+    drop(exported);
+    assert_eq!(count(&a.device_waits), 0);
+    let again: Vec<Buffer> = (0..2048).map(|_| alloc()).collect();
+    assert!(again.iter().all(|buffer| buffer.ptr() != addr));
+    drop((again, keeper));
+    pool.release();
+    assert_eq!(
+        pool.pool_size(),
+        0,
+        "the block with the retired allocation went back"
+    );
+
+    // Once such blocks are at least half of an upstream block with nothing else in use, it goes
+    // back by itself.
+    let exported: Vec<Buffer> = (0..600).map(|_| alloc()).collect();
+    assert_eq!(pool.pool_size(), 1 << 20);
+    for buffer in &exported {
+        buffer.mark_exported();
+    }
+    drop(exported);
+    assert_eq!(pool.pool_size(), 0);
+}
