@@ -3,42 +3,13 @@
 //! A descriptor names a pointer and a layout; [`crate::interface`] works out once which bytes its
 //! elements span (shape, strides, offset and item size, negative strides and empty arrays
 //! included: a [`ForeignLayout`]). Which allocation holds a pointer is the runtime's to say, an
-//! exchange-side question each backend answers through [`crate::Queue::holder_of`] as well as its
+//! exchange-side question each backend answers through [`crate::Interop::holder_of`] as well as its
 //! runtime allows. An import is refused unless every byte it claims lies in that one allocation,
 //! so that no copy, fill or host view of it reaches past memory that exists.
 
-use std::ops::Range;
-
 use crate::interface::ForeignLayout;
+use crate::interop::Holder;
 use crate::{Error, MemKind, Queue, Result};
-
-/// What a runtime can tell about the allocation holding a pointer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Holder {
-    /// The runtime does not know the pointer: it is no memory of this queue's.
-    Unknown,
-    /// An allocation of `kind` memory spanning `range`.
-    Allocation {
-        /// The kind of the allocation's memory.
-        kind: MemKind,
-        /// The addresses of its first byte and one past its last.
-        range: Range<usize>,
-    },
-    /// `kind` memory the runtime knows, though not how far its allocation reaches (dpctl's C API
-    /// tells a USM pointer's type and device, not its allocation's bounds). `place` names what it
-    /// does tell (the device holding the memory), so that the answers for the first and the last
-    /// byte of a span can be compared.
-    Unbounded {
-        /// The kind of the memory.
-        kind: MemKind,
-        /// What the runtime tells of where the memory is (the device holding it).
-        place: u64,
-    },
-    /// Memory the runtime cannot vouch for either way: the host backend, for which any address
-    /// of the process may be host memory. Its producer (a Python object in this process) is
-    /// trusted.
-    Unchecked,
-}
 
 /// The kind of memory `foreign` is, once its whole extent is known to lie in one allocation of
 /// `queue`'s runtime (as far as that runtime can tell: see [`Holder`]). Errors name the key at
@@ -72,7 +43,7 @@ pub fn check_extent(
             foreign.len
         )
     };
-    match queue.holder_of(element0 as *const u8)? {
+    match queue.interop().holder_of(element0 as *const u8)? {
         Holder::Unknown => Err(Error::invalid(
             pointer_key,
             format!(
@@ -106,7 +77,7 @@ pub fn check_extent(
             // The runtime cannot say where the allocation ends: the first and the last byte must
             // at least be the same memory on the same device.
             for (address, key) in [(first, "strides"), (end - 1, reach_key)] {
-                if address != element0 && queue.holder_of(address as *const u8)? != unbounded {
+                if address != element0 && queue.interop().holder_of(address as *const u8)? != unbounded {
                     return Err(Error::invalid(
                         key,
                         format!(

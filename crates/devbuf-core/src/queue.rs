@@ -1,23 +1,22 @@
-//! The traits every backend implements: [`Queue`] (one device and context) and [`Backend`]
-//! (discovery and availability).
+//! [`Queue`]: the device half of what a backend implements, one device and context with an
+//! in-order stream of work on it.
 //!
 //! The trait is deliberately small, in the spirit of RMM's `device_memory_resource` and wgpu-hal:
-//! raw allocation, ordered copies and fills, waits, and pointer classification. Ownership,
-//! sub-views and the exchange protocols are built once on top of it ([`crate::Buffer`],
-//! [`crate::interface`]).
+//! raw allocation, ordered copies and fills, waits, events and pointer classification. The
+//! exchange half, what the protocols ask of a backend, is a capability the queue hands out
+//! ([`Queue::interop`]). Ownership, sub-views and the exchange protocols are built once on top
+//! of both ([`crate::Buffer`], [`crate::interface`], [`crate::exchange`]).
 
 use std::any::Any;
-use std::ffi::{CStr, c_void};
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::Arc;
 
-use dlpark::ffi::DLDevice;
+use crate::interop::Interop;
+use crate::{DeviceInfo, Event, MemKind, Result};
 
-use crate::exchange::{ForeignObject, Protocol, ResolvedQueue};
-use crate::extent::Holder;
-use crate::ipc::{self, IpcSharing};
-use crate::{Buffer, DeviceInfo, MemKind, Result};
+/// The alignment [`crate::Buffer::alloc`] asks of [`Queue::allocate`]: DLPack's recommended data
+/// alignment, and CUDA's own.
+pub const DEFAULT_ALIGNMENT: usize = 256;
 
 /// A device and context with an in-order stream of work on it.
 ///
@@ -95,15 +94,6 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
         self.wait()
     }
 
-    /// Whether [`Queue::wait_device`] covers every queue other libraries may use this queue's
-    /// memory on, so that a pool may hand memory they were given out again after it. Where it
-    /// does not (SYCL: other libraries' own queues are out of its sight, and only the runtime's
-    /// own free waits for their work on the memory), a pool gives such memory back to the
-    /// runtime instead.
-    fn wait_device_covers_every_queue(&self) -> bool {
-        true
-    }
-
     /// Records an event that completes when all work enqueued so far has completed.
     fn record_event(&self) -> Result<Event>;
 
@@ -115,342 +105,9 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// everything else (another context's memory, stack, heap, garbage).
     fn kind_of(&self, ptr: *const u8) -> MemKind;
 
-    /// Which allocation holds `ptr`, as far as the runtime can tell: an exchange-side question
-    /// (imports check the whole extent a descriptor claims against the answer, see
-    /// [`crate::extent`]). Never dereferences `ptr`. The default knows only what
-    /// [`Queue::kind_of`] says: the kind, not the allocation's bounds.
-    fn holder_of(&self, ptr: *const u8) -> Result<Holder> {
-        Ok(match self.kind_of(ptr) {
-            MemKind::Unknown => Holder::Unknown,
-            kind => Holder::Unbounded { kind, place: 0 },
-        })
-    }
-
-    /// The DLPack device of memory of `kind` allocated by this queue.
-    fn dlpack_device(&self, kind: MemKind) -> DLDevice;
-
-    /// A fresh, owned copy of the runtime's handle to this queue, for protocols that pass queues
-    /// between libraries (SUAI's `syclobj`). `None` where the backend has no such handle.
-    fn export_handle(&self) -> Option<ExportedHandle> {
-        None
-    }
-
-    /// The native stream handle work is enqueued on (a `CUstream`), where the backend has one.
-    fn native_stream(&self) -> Option<usize> {
-        None
-    }
-
-    /// The handle DLPack's C exchange API names as this queue's current work stream: the native
-    /// stream, or the runtime's queue object (a `sycl::queue*` for kDLOneAPI).
-    fn dlpack_work_stream(&self) -> Option<usize> {
-        self.native_stream()
-    }
-
-    /// This queue as other libraries see it once they hold its handle (see
-    /// [`Queue::export_handle`]): its events then also cover work they enqueued on it. `None`
-    /// where no other library can enqueue on it.
-    fn as_foreign_queue(self: Arc<Self>) -> Option<Arc<dyn ForeignQueue>> {
-        None
-    }
-
-    /// How this queue shares memory with other processes on the machine, or why it cannot (an
-    /// [`crate::Error::Unsupported`] with the reason). See [`crate::ipc`].
-    fn ipc(&self) -> Result<&dyn IpcSharing> {
-        Err(ipc::unsupported(
-            self.device(),
-            format!(
-                "the {} backend cannot share memory between processes",
-                self.device().backend
-            ),
-        ))
-    }
-
-    /// Why memory of this queue cannot leave through DLPack zero-copy on its own device although
-    /// DLPack has a pointer form for it (SYCL memory outside the device's default context, the
-    /// only one DLPack consumers look in), if it cannot.
-    fn dlpack_export_refusal(&self) -> Option<String> {
-        None
-    }
-
-    /// Readies `buffer` (memory of this queue) for a zero-copy DLPack export to `device`, ordered
-    /// for the consumer's `stream` argument, where this backend has a rule for that device (CUDA
-    /// streams, SYCL queues); `None` leaves it to the generic rule (waiting for pending work).
-    ///
-    /// # Safety
-    /// A stream handle in `stream` names one of the consumer's live streams (DLPack's contract).
-    unsafe fn order_dlpack_export(
-        &self,
-        _buffer: &Buffer,
-        _device: DLDevice,
-        _stream: &ForeignObject<'_>,
-    ) -> Option<Result<()>> {
-        None
-    }
-
-    /// Exchange hook: whether other libraries may enqueue work devbuf does not track on queues
-    /// or streams this backend lets devbuf know of: this queue itself, once its handle was handed
-    /// out (CAI's `stream`, SUAI's `syclobj`, DLPack's work stream), and, on CUDA, the legacy
-    /// default stream, the ecosystem's default. Memory that was handed out is then ordered after
-    /// that work whenever devbuf touches it again ([`Queue::order_after_foreign_work`],
-    /// [`Queue::foreign_work_event`]).
-    fn untracked_foreign_work(&self) -> bool {
-        false
-    }
-
-    /// Exchange hook: makes work enqueued on this queue from now on wait for the work other
-    /// libraries have enqueued so far on the queues and streams of
-    /// [`Queue::untracked_foreign_work`], without blocking the host. Nothing to do for work they
-    /// enqueue on this very queue when it runs in order.
-    fn order_after_foreign_work(&self) -> Result<()> {
-        Ok(())
-    }
-
-    /// Exchange hook: an event that completes once the work of
-    /// [`Queue::order_after_foreign_work`] and this queue's own work so far have, for the host and
-    /// other queues to wait for; `None` when none of it can still be running.
-    fn foreign_work_event(&self) -> Result<Option<Event>> {
-        Ok(None)
-    }
-
-    /// Orders later work on `buffer`, just imported through `protocol` onto this queue, after the
-    /// producer's `stream` as that protocol names it (`None`: the producer named none), unless
-    /// `sync` is off; a stream value the protocol forbids is refused either way.
-    ///
-    /// # Safety
-    /// A stream handle in `stream` names one of the producer's live streams (the protocol's
-    /// contract), alive while the data is used.
-    unsafe fn order_after_producer_stream(
-        &self,
-        _buffer: &Buffer,
-        _protocol: Protocol,
-        _stream: Option<i64>,
-        _sync: bool,
-    ) -> Result<()> {
-        Ok(())
-    }
+    /// The exchange half of this queue: how its memory and work cross library boundaries.
+    fn interop(&self) -> &dyn Interop;
 
     /// Downcasting, for backend-specific protocol details.
     fn as_any(&self) -> &dyn Any;
-}
-
-/// A runtime handle given away to a foreign library (e.g. a "SyclQueueRef" capsule payload).
-/// Whoever receives it must call `destroy` once on `ptr`; dropping it unused destroys it.
-pub struct ExportedHandle {
-    /// The capsule name the protocol uses for this handle.
-    pub name: &'static CStr,
-    /// The handle itself.
-    pub ptr: NonNull<c_void>,
-    /// Releases the handle.
-    pub destroy: unsafe extern "C" fn(*mut c_void),
-}
-
-impl ExportedHandle {
-    /// Gives up ownership of the handle: the caller must call `destroy` on the returned pointer.
-    pub fn into_raw(self) -> (NonNull<c_void>, unsafe extern "C" fn(*mut c_void)) {
-        let parts = (self.ptr, self.destroy);
-        std::mem::forget(self);
-        parts
-    }
-}
-
-impl Drop for ExportedHandle {
-    fn drop(&mut self) {
-        // SAFETY: the handle is still owned here (into_raw forgets self), so it is released once.
-        unsafe { (self.destroy)(self.ptr.as_ptr()) }
-    }
-}
-
-impl fmt::Debug for ExportedHandle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ExportedHandle({:?} at {:p})", self.name, self.ptr)
-    }
-}
-
-// SAFETY: runtime handles (sycl::queue copies) are thread-safe reference-counted objects.
-unsafe impl Send for ExportedHandle {}
-
-/// Another library's queue or stream (a dpctl queue that produced imported memory, or the one a
-/// DLPack consumer passes as `stream`): devbuf orders work with it but never enqueues its own.
-pub trait ForeignQueue: Send + Sync + fmt::Debug {
-    /// Records an event that completes when all work enqueued on it so far has completed, without
-    /// blocking the host (a barrier on an out-of-order SYCL queue).
-    fn record_event(&self) -> Result<Event>;
-
-    /// Makes work enqueued on it from now on wait for `event`, without blocking the host where
-    /// the runtime allows it.
-    fn wait_event(&self, event: &Event) -> Result<()>;
-}
-
-/// A backend's event: a point in one queue's stream of work.
-pub trait QueueEvent: Send + Sync + fmt::Debug {
-    /// Blocks until the event has completed.
-    fn wait(&self) -> Result<()>;
-    /// Whether the event has completed, without blocking.
-    fn is_complete(&self) -> Result<bool>;
-    /// Downcasting, so a queue can wait on its own backend's events on the device.
-    fn as_any(&self) -> &dyn Any;
-}
-
-/// A shareable handle to a [`QueueEvent`].
-#[derive(Clone, Debug)]
-pub struct Event(Arc<dyn QueueEvent>);
-
-impl Event {
-    /// Wraps a backend event.
-    pub fn new(event: impl QueueEvent + 'static) -> Self {
-        Event(Arc::new(event))
-    }
-
-    /// Blocks until the event has completed.
-    pub fn wait(&self) -> Result<()> {
-        self.0.wait()
-    }
-
-    /// Whether the event has completed, without blocking.
-    pub fn is_complete(&self) -> Result<bool> {
-        self.0.is_complete()
-    }
-
-    /// Whether both handles name the same event.
-    pub fn same_as(&self, other: &Event) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-
-    /// The backend's own event, if it is of type `T`.
-    pub fn downcast_ref<T: 'static>(&self) -> Option<&T> {
-        self.0.as_any().downcast_ref()
-    }
-}
-
-/// An event that has already completed: what synchronous backends record.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct CompletedEvent;
-
-impl QueueEvent for CompletedEvent {
-    fn wait(&self) -> Result<()> {
-        Ok(())
-    }
-    fn is_complete(&self) -> Result<bool> {
-        Ok(true)
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
-
-/// Whether a backend's runtime can be used in this process, and if not, why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Availability {
-    /// The runtime loaded and has at least one usable device.
-    Available,
-    /// The runtime is missing or unusable; the reason says what was tried.
-    Unavailable(String),
-}
-
-impl Availability {
-    /// Whether the backend can be used.
-    pub fn is_available(&self) -> bool {
-        matches!(self, Availability::Available)
-    }
-}
-
-/// A family of devices behind one runtime: discovery, availability and opening queues.
-pub trait Backend: Send + Sync {
-    /// The backend's name, also the first part of its selectors ("host", "sycl", "cuda", "opencl").
-    fn name(&self) -> &'static str;
-
-    /// Whether the runtime is usable, with the reason when it is not. Never panics.
-    fn availability(&self) -> Availability;
-
-    /// All devices the runtime reports, usable or not (see [`DeviceInfo::unusable_reason`]).
-    fn devices(&self) -> Result<Vec<DeviceInfo>>;
-
-    /// Opens a queue. `spec` is the selector after "`name`:", or empty for the backend's default.
-    fn open(&self, spec: &str) -> Result<Arc<dyn Queue>>;
-
-    /// A queue on the device a DLPack producer named, if `device` belongs to this backend.
-    fn queue_for_dlpack_device(&self, device: DLDevice) -> Option<Result<Arc<dyn Queue>>>;
-
-    /// Whether memory of this backend's queues is described by `protocol`.
-    fn speaks(&self, _protocol: Protocol) -> bool {
-        false
-    }
-
-    /// The queue a SUAI `syclobj` names for memory at `data`, if the object is this backend's.
-    ///
-    /// # Safety
-    /// A [`ForeignObject::Handle`] is a live handle of the kind its name says, for the call.
-    unsafe fn queue_for_suai_context(
-        &self,
-        _syclobj: &ForeignObject<'_>,
-        _data: usize,
-    ) -> Option<Result<ResolvedQueue>> {
-        None
-    }
-
-    /// The queue of another library's queue handle given as a device, if it is this backend's.
-    ///
-    /// # Safety
-    /// As for [`Backend::queue_for_suai_context`].
-    unsafe fn queue_for_device_object(
-        &self,
-        _object: &ForeignObject<'_>,
-    ) -> Option<Result<Arc<dyn Queue>>> {
-        None
-    }
-
-    /// The queue for memory at `ptr` that `protocol` hands over as a bare pointer (CAI's `data`),
-    /// if `protocol` is this backend's; an error when the runtime does not know the pointer.
-    fn queue_for_pointer(
-        &self,
-        _protocol: Protocol,
-        _ptr: usize,
-    ) -> Option<Result<Arc<dyn Queue>>> {
-        None
-    }
-}
-
-/// Splits a device selector such as "sycl:opencl:cpu:0", "cuda:1" or "host" into the backend name
-/// and the backend-specific rest.
-pub fn split_selector(selector: &str) -> (&str, &str) {
-    match selector.split_once(':') {
-        Some((backend, rest)) => (backend, rest),
-        None => (selector, ""),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn selectors_split_at_the_first_colon() {
-        assert_eq!(split_selector("host"), ("host", ""));
-        assert_eq!(
-            split_selector("sycl:opencl:cpu:0"),
-            ("sycl", "opencl:cpu:0")
-        );
-        assert_eq!(split_selector("cuda:1"), ("cuda", "1"));
-    }
-
-    #[test]
-    fn exported_handle_is_destroyed_once_unless_taken() {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        static DESTROYED: AtomicUsize = AtomicUsize::new(0);
-        unsafe extern "C" fn destroy(_: *mut c_void) {
-            DESTROYED.fetch_add(1, Ordering::SeqCst);
-        }
-        let make = || ExportedHandle {
-            name: c"SyclQueueRef",
-            ptr: NonNull::dangling(),
-            destroy,
-        };
-        drop(make());
-        assert_eq!(DESTROYED.load(Ordering::SeqCst), 1);
-        let (ptr, release) = make().into_raw();
-        assert_eq!(DESTROYED.load(Ordering::SeqCst), 1);
-        // SAFETY: we own the handle taken out above.
-        unsafe { release(ptr.as_ptr()) };
-        assert_eq!(DESTROYED.load(Ordering::SeqCst), 2);
-    }
 }

@@ -19,15 +19,12 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use crate::mr::{self, MemoryResource};
-use crate::{DeviceInfo, Error, Event, ForeignQueue, MemKind, Queue, Result};
+use crate::{DEFAULT_ALIGNMENT, DeviceInfo, Error, Event, ForeignQueue, MemKind, Queue, Result};
 use allocation::{
     Allocation, Pending, PendingGuard, PendingList, PendingWork, Release, check_allocation,
     exported,
 };
 pub use owner::Owner;
-
-/// Alignment of [`Buffer::alloc`]: DLPack's recommended data alignment, and CUDA's own.
-pub const DEFAULT_ALIGNMENT: usize = 256;
 
 /// A contiguous range of bytes in one allocation; cheap to clone, and every clone or sub-view
 /// keeps the allocation alive.
@@ -479,7 +476,7 @@ impl Buffer {
     /// Makes work enqueued on `queue` from now on wait for pending work on this allocation from
     /// other queues (on the device where the runtime can, else by blocking), and, once the memory
     /// was handed out, for other libraries' work on the queues devbuf knows of
-    /// ([`Queue::untracked_foreign_work`]).
+    /// ([`crate::Interop::untracked_foreign_work`]).
     pub fn order_on(&self, queue: &Arc<dyn Queue>) -> Result<()> {
         if self.may_have_foreign_work() {
             self.order_after_foreign_work(queue)?;
@@ -558,7 +555,7 @@ impl Buffer {
 
     /// Records that the memory was handed to another library, whose work on it devbuf does not
     /// see: from now on devbuf orders its own use of the memory after other libraries' work on the
-    /// queues it knows of ([`Queue::untracked_foreign_work`]), and when devbuf frees it, it first
+    /// queues it knows of ([`crate::Interop::untracked_foreign_work`]), and when devbuf frees it, it first
     /// waits for all work on the device ([`Queue::wait_device`]).
     #[inline]
     pub fn mark_exported(&self) {
@@ -570,7 +567,7 @@ impl Buffer {
 
     #[cold]
     fn mark_first_export(&self) {
-        let state = if self.alloc.queue.untracked_foreign_work() {
+        let state = if self.alloc.queue.interop().untracked_foreign_work() {
             exported::WITH_FOREIGN_WORK
         } else {
             exported::YES
@@ -596,7 +593,7 @@ impl Buffer {
     /// handed out, other libraries' work on the queues devbuf knows of.
     pub fn synchronize(&self) -> Result<()> {
         if self.may_have_foreign_work()
-            && let Some(event) = self.alloc.queue.foreign_work_event()?
+            && let Some(event) = self.alloc.queue.interop().foreign_work_event()?
         {
             event.wait()?;
         }
@@ -647,9 +644,9 @@ impl Buffer {
     fn order_after_foreign_work(&self, queue: &Arc<dyn Queue>) -> Result<()> {
         let home = &self.alloc.queue;
         if Arc::ptr_eq(queue, home) {
-            return home.order_after_foreign_work();
+            return home.interop().order_after_foreign_work();
         }
-        match home.foreign_work_event()? {
+        match home.interop().foreign_work_event()? {
             Some(event) => queue.wait_event(&event),
             None => Ok(()),
         }
@@ -736,12 +733,12 @@ fn set_latest(
     match pending.work.iter_mut().find(|w| w.on(queue)) {
         Some(work) => {
             work.event = event;
-            work.sources.extend(source);
+            work.sources.extend(source.map(|source| source.alloc));
         }
         None => pending.work.push(PendingWork {
             queue: Some(Arc::clone(queue)),
             event,
-            sources: source.into_iter().collect(),
+            sources: source.map(|source| source.alloc).into_iter().collect(),
         }),
     }
 }

@@ -182,7 +182,7 @@ pub(super) fn bounds_own_allocations(queue: &Arc<dyn Queue>) -> Outcome {
         let buffer = alloc(queue, kind, 4096)?;
         let base = buffer.ptr() as usize;
         let holder = |address: usize| {
-            ctx(queue.holder_of(address as *const u8), || {
+            ctx(queue.interop().holder_of(address as *const u8), || {
                 format!("asking which allocation holds {address:#x}")
             })
         };
@@ -386,10 +386,11 @@ pub(super) fn events_order_work(queue: &Arc<dyn Queue>) -> Outcome {
 /// view and its next copy on another queue (the host backend's). A queue that says no other
 /// library can enqueue on it must hand out no handle to it.
 pub(super) fn consumer_work_on_handed_out_memory_comes_first(queue: &Arc<dyn Queue>) -> Outcome {
-    if !queue.untracked_foreign_work() {
-        let handed_out = queue.native_stream().is_some()
-            || queue.dlpack_work_stream().is_some()
-            || queue.export_handle().is_some();
+    let interop = queue.interop();
+    if !interop.untracked_foreign_work() {
+        let handed_out = interop.native_stream().is_some()
+            || interop.dlpack_work_stream().is_some()
+            || interop.export_handle().is_some();
         return match handed_out {
             false => Outcome::Pass,
             true => Outcome::Fail(

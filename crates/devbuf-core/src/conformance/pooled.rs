@@ -74,10 +74,10 @@ pub(super) fn every_check_through_a_pool(queue: &Arc<dyn Queue>) -> Outcome {
 
 /// A block exported to a consumer and let go by devbuf while the consumer still holds it is not
 /// handed out again until the consumer lets go; where devbuf cannot wait for every queue the
-/// consumer may use ([`Queue::wait_device_covers_every_queue`]), never: its upstream block goes
+/// consumer may use ([`crate::Interop::wait_device_covers_every_queue`]), never: its upstream block goes
 /// back to the runtime, whose free waits for them (here, on release).
 pub(super) fn exported_block_is_not_reused(queue: &Arc<dyn Queue>) -> Outcome {
-    let reused_once_let_go = queue.wait_device_covers_every_queue();
+    let reused_once_let_go = queue.interop().wait_device_covers_every_queue();
     for_each_kind(queue, |kind| {
         let pool = PoolResource::new(
             QueueResource::new(Arc::clone(queue)),
