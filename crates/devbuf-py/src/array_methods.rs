@@ -7,9 +7,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule, PyDict, PyInt, PySlice, PyTuple};
 
 use crate::errors::IntoPyResult;
-use crate::queues::{PyDevice, PyQueue};
+use crate::objects::queue::{PyDevice, PyQueue};
 
-use crate::array::{PyArray, PyBuffer};
+use crate::objects::array::{PyArray, PyBuffer};
 
 #[pymethods]
 impl PyArray {
@@ -167,49 +167,49 @@ impl PyArray {
     /// The SYCL USM array interface (version 1), for SYCL memory.
     #[getter]
     fn __sycl_usm_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        crate::export::suai(self, py)
+        crate::export::dlpack::suai(self, py)
     }
 
     /// The CUDA array interface (version 3), for CUDA memory.
     #[getter]
     fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        crate::export::cai(self, py)
+        crate::export::dlpack::cai(self, py)
     }
 
     /// The `dpctl.SyclQueue` of SYCL memory (dpnp and dpctl.tensor compute on it), where dpctl
     /// imports.
     #[getter]
     fn sycl_queue(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        crate::dpctl_attrs::sycl_queue(self, py)
+        crate::export::dpctl_attrs::sycl_queue(self, py)
     }
 
     /// The `dpctl.SyclDevice` of SYCL memory, where dpctl imports.
     #[getter]
     fn sycl_device(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        crate::dpctl_attrs::sycl_device(self, py)
+        crate::export::dpctl_attrs::sycl_device(self, py)
     }
 
     /// The `dpctl.SyclContext` SYCL memory is bound to, where dpctl imports.
     #[getter]
     fn sycl_context(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        crate::dpctl_attrs::sycl_context(self, py)
+        crate::export::dpctl_attrs::sycl_context(self, py)
     }
 
     /// "device", "shared" or "host" for SYCL USM, where dpctl imports.
     #[getter]
     fn usm_type(&self, py: Python<'_>) -> PyResult<&'static str> {
-        crate::dpctl_attrs::usm_type(self, py)
+        crate::export::dpctl_attrs::usm_type(self, py)
     }
 
     /// A `dpnp.tensor.usm_ndarray` viewing SYCL memory, where dpnp is imported.
     #[getter]
     fn __usm_ndarray__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        crate::dpctl_attrs::usm_ndarray(self, py)
+        crate::export::dpctl_attrs::usm_ndarray(self, py)
     }
 
     /// `(device type, device id)` of the memory, in DLPack's codes.
     fn __dlpack_device__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        crate::export::dlpack_device(self, py)
+        crate::export::dlpack::dlpack_device(self, py)
     }
 
     // `__dlpack__` is installed on the type by `dlpack_method` (a hand-written vectorcall).
@@ -217,13 +217,13 @@ impl PyArray {
     /// DLPack 1.3's C exchange table ("dlpack_exchange_api" capsule).
     #[classattr]
     fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Py<PyCapsule>> {
-        crate::exchange::capsule(py).map(Bound::unbind)
+        crate::export::dlpack_exchange_api::capsule(py).map(Bound::unbind)
     }
 
     /// The exchange table under the name of the proposal it came from.
     #[classattr]
     fn __c_dlpack_exchange_api__(py: Python<'_>) -> PyResult<Py<PyCapsule>> {
-        crate::exchange::capsule(py).map(Bound::unbind)
+        crate::export::dlpack_exchange_api::capsule(py).map(Bound::unbind)
     }
 
     unsafe fn __getbuffer__(
@@ -232,7 +232,7 @@ impl PyArray {
         flags: std::ffi::c_int,
     ) -> PyResult<()> {
         // SAFETY: CPython passes a writable view.
-        unsafe { crate::export::get_buffer(&slf, view, flags) }
+        unsafe { crate::export::dlpack::get_buffer(&slf, view, flags) }
     }
 
     unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {

@@ -18,9 +18,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
 use pyo3::{ffi, intern};
 
-use crate::array::PyArray;
 use crate::errors::IntoPyResult;
-use crate::streams;
+use crate::export::ordering;
+use crate::objects::array::PyArray;
 
 /// Memory of the backend `protocol` describes, else an AttributeError naming that backend.
 fn require_protocol(this: &PyArray, protocol: Protocol, attribute: &str) -> PyResult<()> {
@@ -112,7 +112,7 @@ pub(crate) fn cai<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, P
         build().map_err(|err| as_attribute_error(err, py, ATTRIBUTE))
     })?;
     let dict = cached.bind(py).copy()?;
-    if let Some(stream) = streams::cai_export_stream(this).py()? {
+    if let Some(stream) = ordering::cai_export_stream(this).py()? {
         dict.set_item(intern!(py, "stream"), stream)?;
     }
     Ok(dict)
@@ -192,7 +192,7 @@ pub(crate) fn dlpack<'py>(
         ));
     }
     let (array, copied) = if zero_copy {
-        streams::prepare_dlpack_export(py, this, target, stream)?;
+        ordering::prepare_dlpack_export(py, this, target, stream)?;
         this.array.buffer().mark_exported();
         (None, false)
     } else {

@@ -11,10 +11,10 @@ use devbuf::{Buffer, ForeignObject, Protocol};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::array::PyArray;
 use crate::errors::IntoPyResult;
-use crate::foreign;
-use crate::queues::PyQueue;
+use crate::objects::array::PyArray;
+use crate::objects::foreign_objects;
+use crate::objects::queue::PyQueue;
 
 /// CAI v3's producer-side option: when off, exports always say `stream: None` and the user takes
 /// over synchronization. On by default; `DEVBUF_CAI_EXPORT_STREAM=0` turns it off for the process.
@@ -66,7 +66,7 @@ pub(crate) fn prepare_dlpack_export(
     // No stream (the common case) needs no Python object read.
     let handled = match stream {
         None => order(&ForeignObject::Nothing),
-        Some(stream) => foreign::ask(stream, order)?,
+        Some(stream) => foreign_objects::ask(stream, order)?,
     };
     if let Some(done) = handled {
         return done.py();
@@ -106,7 +106,7 @@ pub(crate) fn consumer_stream_argument<'py>(
     if !sync {
         return Ok(None);
     }
-    Ok(foreign::dpctl_queue(py, queue)?.map(|queue| queue.into_bound(py)))
+    Ok(foreign_objects::dpctl_queue(py, queue)?.map(|queue| queue.into_bound(py)))
 }
 
 /// After a no-sync DLPack export (the C exchange table), orders later work on `buffer` (just

@@ -7,6 +7,11 @@
 //! Python values are converted there (a wrong type is a TypeError naming the key); what they mean
 //! is validated once, in `devbuf::interface`.
 
+pub(crate) mod buffer_protocol;
+pub(crate) mod dlpack;
+mod interface_dicts;
+mod wrap;
+
 use devbuf::MemKind;
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
@@ -15,13 +20,13 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCapsule, PyType};
 use pyo3::{ffi, intern};
 
-use crate::array::PyArray;
 use crate::errors::IntoPyResult;
-use crate::foreign::resolve_queue;
-use crate::import_buffer::import_buffer_protocol;
-use crate::import_dicts::{import_cai, import_suai};
-use crate::import_dlpack::{import_capsule, import_dlpack};
-use crate::queues::PyQueue;
+use crate::import::buffer_protocol::import_buffer_protocol;
+use crate::import::dlpack::{import_capsule, import_dlpack};
+use crate::import::interface_dicts::{import_cai, import_suai};
+use crate::objects::array::PyArray;
+use crate::objects::foreign_objects::resolve_queue;
+use crate::objects::queue::PyQueue;
 
 /// Imports any supported object zero-copy (or copies it when `copy`). With `sync`, later work
 /// on the array's queue is ordered after the producer's stream (CAI v3, DLPack); without, the

@@ -14,11 +14,11 @@ use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyTypeError, PyVal
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple, PyType};
 
-use crate::array::PyBuffer;
 use crate::errors::IntoPyResult;
-use crate::foreign::resolve_queue;
-use crate::mr_python::PythonResource;
-use crate::queues::{PyDevice, PyQueue};
+use crate::mr::python_resource::PythonResource;
+use crate::objects::array::PyBuffer;
+use crate::objects::foreign_objects::resolve_queue;
+use crate::objects::queue::{PyDevice, PyQueue};
 
 /// A memory resource: allocates and frees memory of the kinds its device has, RMM's
 /// `DeviceMemoryResource` in shape. `devbuf.alloc(..., mr=resource)` makes buffers of its memory,

@@ -12,7 +12,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::errors::IntoPyResult;
-use crate::queues::PyQueue;
+use crate::objects::queue::PyQueue;
 
 /// What the protocol getters build once and hand out copies of.
 pub(crate) struct ExportCache {

@@ -4,8 +4,10 @@
 
 use pyo3::prelude::*;
 
-use crate::foreign::resolve_queue;
-use crate::queues::{PyDevice, current_default, current_default_with_reason, set_process_default};
+use crate::objects::foreign_objects::resolve_queue;
+use crate::objects::queue::{
+    PyDevice, current_default, current_default_with_reason, set_process_default,
+};
 
 /// The default device: the device of the innermost `with devbuf.Device(...)` block on this
 /// thread, else the one `set_default_device()` set, else devbuf's choice: the device

@@ -7,11 +7,11 @@ use pyo3::exceptions::{PyAttributeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
-use crate::array::PyBuffer;
 use crate::errors::IntoPyResult;
+use crate::objects::array::PyBuffer;
 
-use crate::foreign::{resolve_queue, selector_of, sycl_queue_object};
-use crate::queues::{PyDevice, PyQueue, handle_capsule};
+use crate::objects::foreign_objects::{resolve_queue, selector_of, sycl_queue_object};
+use crate::objects::queue::{PyDevice, PyQueue, handle_capsule};
 
 #[pymethods]
 impl PyQueue {
@@ -26,7 +26,7 @@ impl PyQueue {
             return Ok(queue);
         }
         let selector = match device {
-            None => crate::queues::current_default(py)?
+            None => crate::objects::queue::current_default(py)?
                 .get()
                 .queue
                 .device()
@@ -53,7 +53,7 @@ impl PyQueue {
     /// This SYCL queue as a `dpctl.SyclQueue` (the same `sycl::queue`), where dpctl imports.
     #[getter]
     fn sycl_queue(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        crate::foreign::dpctl_queue(py, self)?.ok_or_else(|| {
+        crate::objects::foreign_objects::dpctl_queue(py, self)?.ok_or_else(|| {
             PyAttributeError::new_err(format!(
                 "sycl_queue: a {} queue has no dpctl queue (not SYCL, or dpctl cannot be imported)",
                 self.backend_name()
@@ -230,7 +230,7 @@ pub fn alloc(
     mr: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyBuffer>> {
     if let Some(mr) = mr {
-        let mr = crate::mr::resource_arg(mr)?;
+        let mr = crate::mr::memory_resource::resource_arg(mr)?;
         if ipc {
             return Err(PyValueError::new_err(
                 "ipc: memory for sharing is allocated by the device itself, not by a memory \
@@ -240,7 +240,7 @@ pub fn alloc(
         if let Some(device) = device {
             let asked = resolve_queue(py, Some(device))?;
             let asked = &asked.get().queue.device().selector;
-            let own = crate::mr::PyMemoryResource::selector(&mr)?;
+            let own = crate::mr::memory_resource::PyMemoryResource::selector(&mr)?;
             if *asked != own {
                 return Err(PyValueError::new_err(format!(
                     "device: {asked:?} is not the device of mr, a {} on {own:?}; allocate from a \
@@ -249,7 +249,7 @@ pub fn alloc(
                 )));
             }
         }
-        return crate::mr::PyMemoryResource::alloc(&mr, nbytes, kind);
+        return crate::mr::memory_resource::PyMemoryResource::alloc(&mr, nbytes, kind);
     }
     let queue = resolve_queue(py, device)?;
     PyQueue::alloc(queue.bind(py), nbytes, kind, ipc)
