@@ -3,6 +3,7 @@
 //! Rust crates.
 
 mod array_methods;
+mod buffer_methods;
 mod dtypes;
 mod errors;
 mod export;
@@ -72,7 +73,7 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<objects::array::PyArray>()?;
     export::dlpack_vectorcall::install(&m.py().get_type::<objects::array::PyArray>())?;
     m.add_class::<objects::array::PyBuffer>()?;
-    m.add_class::<objects::queue::PyDevice>()?;
+    m.add_class::<objects::device::PyDevice>()?;
     m.add_class::<objects::queue::PyQueue>()?;
     m.add_class::<objects::device::PyBackendInfo>()?;
     m.add_function(wrap_pyfunction!(objects::device::backends, m)?)?;
@@ -89,7 +90,7 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
         objects::default_device::_default_device_reason,
         m
     )?)?;
-    m.add_function(wrap_pyfunction!(objects::device::alloc, m)?)?;
+    m.add_function(wrap_pyfunction!(buffer_methods::alloc, m)?)?;
     m.add_function(wrap_pyfunction!(import::asarray, m)?)?;
     m.add_function(wrap_pyfunction!(import::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(

@@ -203,7 +203,7 @@ fn target_queue(py: Python<'_>, selector: &str, kind: MemKind) -> PyResult<Py<Py
         Ok(_) => format!("it has no {kind} memory"),
         Err(err) => err.value(py).to_string(),
     };
-    let fallback = match crate::objects::queue::current_default(py) {
+    let fallback = match crate::objects::default_device::current_default(py) {
         Ok(queue) if queue.get().queue.supports(kind) => queue,
         _ => shared_queue(py, devbuf::host::HOST)?,
     };

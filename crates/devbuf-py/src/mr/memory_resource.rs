@@ -17,8 +17,9 @@ use pyo3::types::{PyDict, PyTuple, PyType};
 use crate::errors::IntoPyResult;
 use crate::mr::python_resource::PythonResource;
 use crate::objects::array::PyBuffer;
+use crate::objects::device::PyDevice;
 use crate::objects::foreign_objects::resolve_queue;
-use crate::objects::queue::{PyDevice, PyQueue};
+use crate::objects::queue::PyQueue;
 
 /// A memory resource: allocates and frees memory of the kinds its device has, RMM's
 /// `DeviceMemoryResource` in shape. `devbuf.alloc(..., mr=resource)` makes buffers of its memory,

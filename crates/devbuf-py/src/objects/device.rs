@@ -1,139 +1,143 @@
-//! `Queue`'s methods, `BackendInfo`, `backends()`, `devices()` and `alloc()`.
+//! `Device` (a device of one backend) with its methods, and what `devbuf.backends()` and
+//! `devbuf.devices()` list.
 
-use std::sync::Arc;
-
-use devbuf::{Availability, Buffer, MemKind, Protocol};
-use pyo3::exceptions::{PyAttributeError, PyValueError};
+use devbuf::{Availability, DeviceInfo};
 use pyo3::prelude::*;
-use pyo3::types::PyCapsule;
 
 use crate::errors::IntoPyResult;
-use crate::objects::array::PyBuffer;
+use crate::objects::default_device::{current_default, enter_default, exit_default};
+use crate::objects::queue::{PyQueue, shared_queue};
 
-use crate::objects::foreign_objects::{resolve_queue, selector_of, sycl_queue_object};
-use crate::objects::queue::{PyDevice, PyQueue, handle_capsule};
+/// A device of one backend, usable or not.
+#[pyclass(frozen, module = "devbuf", name = "Device")]
+pub struct PyDevice {
+    pub(crate) info: DeviceInfo,
+}
 
 #[pymethods]
-impl PyQueue {
-    /// A new queue on `device` (a selector string, a Device, or None for the default device), or
-    /// the queue of a `dpctl.SyclQueue` (the same `sycl::queue` when it is in order).
+impl PyDevice {
+    /// The device a selector names: "host", "sycl", "sycl:<filter string>", "cuda", "cuda:N",
+    /// "opencl", "opencl:P:D", or nothing for the default device.
     #[new]
-    #[pyo3(signature = (device = None))]
-    fn new(py: Python<'_>, device: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyQueue>> {
-        if let Some(device) = device
-            && let Some(queue) = sycl_queue_object(py, device)?
-        {
-            return Ok(queue);
-        }
-        let selector = match device {
-            None => crate::objects::queue::current_default(py)?
-                .get()
-                .queue
-                .device()
-                .selector
-                .clone(),
-            Some(device) => selector_of(device)?,
+    #[pyo3(signature = (selector = None))]
+    fn new(py: Python<'_>, selector: Option<&str>) -> PyResult<Py<PyDevice>> {
+        let queue = match selector {
+            None | Some("") => current_default(py)?,
+            Some(selector) => shared_queue(py, selector)?,
         };
-        let queue = py.detach(|| devbuf::open(&selector)).py()?;
-        PyQueue::wrap(py, queue)
+        Ok(queue.get().device.clone_ref(py))
     }
 
-    /// The device this queue runs on.
-    #[getter]
-    fn device(&self, py: Python<'_>) -> Py<PyDevice> {
-        self.device.clone_ref(py)
+    /// `with device:` makes this device the default of the current thread until the block ends
+    /// (as `with cupy.cuda.Device(n):` does); blocks nest.
+    fn __enter__(slf: &Bound<'_, Self>) -> PyResult<Py<PyDevice>> {
+        enter_default(slf.py(), slf.get())?;
+        Ok(slf.clone().unbind())
     }
 
-    /// The backend's name: "host", "sycl", "cuda" or "opencl".
+    /// Ends the `with` block: the default goes back to what it was before it.
+    #[pyo3(signature = (*_exc_info))]
+    fn __exit__(&self, _exc_info: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        exit_default(self)?;
+        Ok(false)
+    }
+
+    /// Backend name: "host", "sycl", "cuda", "opencl".
     #[getter]
     fn backend(&self) -> &'static str {
-        self.backend_name()
+        self.info.backend
     }
 
-    /// This SYCL queue as a `dpctl.SyclQueue` (the same `sycl::queue`), where dpctl imports.
+    /// Index within the backend (dpctl's device index, the CUDA ordinal).
     #[getter]
-    fn sycl_queue(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        crate::objects::foreign_objects::dpctl_queue(py, self)?.ok_or_else(|| {
-            PyAttributeError::new_err(format!(
-                "sycl_queue: a {} queue has no dpctl queue (not SYCL, or dpctl cannot be imported)",
-                self.backend_name()
-            ))
-        })
+    fn index(&self) -> u32 {
+        self.info.index
     }
 
-    /// The native stream handle (a CUstream as an int) for backends that have one, else None.
+    /// The device's own name, as its runtime reports it.
     #[getter]
-    fn stream(&self) -> Option<usize> {
-        self.queue.native_stream()
+    fn name(&self) -> &str {
+        &self.info.name
     }
 
-    /// Blocks until all work enqueued on this queue has completed.
-    fn wait(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| self.queue.wait()).py()
+    /// The vendor's name, as the runtime reports it.
+    #[getter]
+    fn vendor(&self) -> &str {
+        &self.info.vendor
     }
 
-    /// Allocates `nbytes` of `kind` memory ("host", "device" or "shared") on this queue. With
-    /// `ipc=True` the memory can be opened by other processes (`Buffer.ipc_handle()`), where the
-    /// backend can share memory (host, CUDA device memory); else ValueError says why not.
-    #[pyo3(signature = (nbytes, kind = "shared", *, ipc = false))]
-    fn alloc(
-        slf: &Bound<'_, Self>,
-        nbytes: usize,
-        kind: &str,
-        ipc: bool,
-    ) -> PyResult<Py<PyBuffer>> {
-        let kind: MemKind = kind.parse().py()?;
-        let queue = &slf.get().queue;
-        let buffer = if ipc {
-            slf.py()
-                .detach(|| devbuf::ipc::alloc_shareable(queue, kind, nbytes))
-        // Host allocations take tens of nanoseconds: releasing the GIL would cost more.
-        } else if queue.device().backend == devbuf::host::HOST {
-            Buffer::alloc(queue, kind, nbytes)
-        } else {
-            slf.py().detach(|| Buffer::alloc(queue, kind, nbytes))
-        }
-        .py()?;
-        PyBuffer::wrap(slf.py(), buffer, slf.clone().unbind())
+    /// The driver's (or runtime's) version.
+    #[getter]
+    fn driver(&self) -> &str {
+        &self.info.driver
     }
 
-    /// A new "SyclQueueRef" capsule holding a copy of this SYCL queue (what dpctl expects of a
-    /// `syclobj`). Only SYCL queues have one.
-    fn _get_capsule<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyCapsule>> {
-        match self.queue.export_handle() {
-            Some(handle) => handle_capsule(py, handle),
-            None => Err(PyAttributeError::new_err(format!(
-                "{} queues have no SYCL queue capsule",
-                self.backend_name()
-            ))),
-        }
+    /// What stands in for the hardware when a test double of its runtime does (the CUDA driver
+    /// double); `None` for real hardware.
+    #[getter]
+    fn test_double(&self) -> Option<&str> {
+        self.info.test_double.as_deref()
     }
 
-    /// The CUDA stream protocol (cuda.core, CuPy): `(0, stream handle)`.
-    fn __cuda_stream__(&self) -> PyResult<(u32, usize)> {
-        let cuda = devbuf::speaks(self.queue.device(), Protocol::Cai);
-        match (cuda, self.queue.native_stream()) {
-            (true, Some(stream)) => Ok((0, stream)),
-            _ => Err(PyAttributeError::new_err(format!(
-                "{} queues have no CUDA stream",
-                self.backend_name()
-            ))),
-        }
+    /// The selector that opens this device.
+    #[getter]
+    fn selector(&self) -> &str {
+        &self.info.selector
+    }
+
+    /// Global memory in bytes (0 when unknown).
+    #[getter]
+    fn global_mem_size(&self) -> u64 {
+        self.info.global_mem_bytes
+    }
+
+    /// The kinds of memory devbuf can allocate here.
+    #[getter]
+    fn kinds(&self) -> Vec<&'static str> {
+        self.info.kinds.iter().map(|k| k.as_str()).collect()
+    }
+
+    /// Whether devbuf can allocate memory on this device.
+    #[getter]
+    fn usable(&self) -> bool {
+        self.info.unusable_reason.is_none()
+    }
+
+    /// Why devbuf cannot use this device, or None.
+    #[getter]
+    fn reason(&self) -> Option<&str> {
+        self.info.unusable_reason.as_deref()
+    }
+
+    /// The shared queue of this device (what `alloc(device=...)` uses).
+    #[getter]
+    fn queue(&self, py: Python<'_>) -> PyResult<Py<PyQueue>> {
+        shared_queue(py, &self.info.selector)
     }
 
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
         other
-            .cast::<PyQueue>()
-            .is_ok_and(|other| Arc::ptr_eq(&other.get().queue, &self.queue))
+            .cast::<PyDevice>()
+            .is_ok_and(|other| other.get().info.selector == self.info.selector)
     }
 
-    fn __hash__(&self) -> usize {
-        Arc::as_ptr(&self.queue).cast::<u8>() as usize
+    fn __hash__(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.info.selector.hash(&mut hasher);
+        hasher.finish()
     }
 
     fn __repr__(&self) -> String {
-        let device = self.queue.device();
-        format!("<devbuf.Queue on {:?} {:?}>", device.selector, device.name)
+        let mut repr = format!(
+            "<devbuf.Device {:?} {:?}",
+            self.info.selector, self.info.name
+        );
+        match &self.info.unusable_reason {
+            Some(reason) => repr += &format!(" unusable: {reason}"),
+            None => repr += &format!(" kinds={:?}", self.kinds()),
+        }
+        repr + ">"
     }
 }
 
@@ -212,45 +216,4 @@ pub fn devices(py: Python<'_>, backend: Option<&str>) -> PyResult<Vec<Py<PyDevic
         devbuf::backend(name).py()?;
     }
     Ok(all)
-}
-
-/// Allocates `nbytes` of `kind` memory ("host", "device" or "shared") on `device` (a selector,
-/// a Device, a Queue, or None for the default device); `ipc=True` makes it shareable with other
-/// processes (see `Queue.alloc`); `mr=` allocates from that memory resource, on its own device:
-/// a `device` other than the resource's is a ValueError naming both, and so is `ipc=True` (memory
-/// for sharing comes from the device, not from a resource).
-#[pyfunction]
-#[pyo3(signature = (nbytes, kind = "shared", device = None, *, ipc = false, mr = None))]
-pub fn alloc(
-    py: Python<'_>,
-    nbytes: usize,
-    kind: &str,
-    device: Option<&Bound<'_, PyAny>>,
-    ipc: bool,
-    mr: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Py<PyBuffer>> {
-    if let Some(mr) = mr {
-        let mr = crate::mr::memory_resource::resource_arg(mr)?;
-        if ipc {
-            return Err(PyValueError::new_err(
-                "ipc: memory for sharing is allocated by the device itself, not by a memory \
-                 resource; leave out mr= or ipc=True",
-            ));
-        }
-        if let Some(device) = device {
-            let asked = resolve_queue(py, Some(device))?;
-            let asked = &asked.get().queue.device().selector;
-            let own = crate::mr::memory_resource::PyMemoryResource::selector(&mr)?;
-            if *asked != own {
-                return Err(PyValueError::new_err(format!(
-                    "device: {asked:?} is not the device of mr, a {} on {own:?}; allocate from a \
-                     resource of {asked:?}, or leave device out",
-                    mr.get_type().name()?
-                )));
-            }
-        }
-        return crate::mr::memory_resource::PyMemoryResource::alloc(&mr, nbytes, kind);
-    }
-    let queue = resolve_queue(py, device)?;
-    PyQueue::alloc(queue.bind(py), nbytes, kind, ipc)
 }

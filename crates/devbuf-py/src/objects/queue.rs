@@ -1,155 +1,24 @@
-//! `Device` and `Queue` as Python objects, the shared queue of each device, and the default device
-//! (its choice, `set_default_device` and `with devbuf.Device(...)`): what every other
-//! module of the crate builds on.
+//! `Queue` (an ordered stream of work on one device and context) with its methods, the queue each
+//! device shares, and the capsules that carry a queue's runtime handle to other libraries.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Arc;
 
 use devbuf::dlpark::ffi::DLDevice;
-use devbuf::{DeviceInfo, ExportedHandle, Queue};
+use devbuf::{Buffer, ExportedHandle, MemKind, Protocol, Queue};
 use parking_lot::Mutex;
-use pyo3::exceptions::PyRuntimeError;
+use pyo3::exceptions::PyAttributeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyCapsule;
 
 use crate::errors::IntoPyResult;
-
-/// A device of one backend, usable or not.
-#[pyclass(frozen, module = "devbuf", name = "Device")]
-pub struct PyDevice {
-    pub(crate) info: DeviceInfo,
-}
-
-#[pymethods]
-impl PyDevice {
-    /// The device a selector names: "host", "sycl", "sycl:<filter string>", "cuda", "cuda:N",
-    /// "opencl", "opencl:P:D", or nothing for the default device.
-    #[new]
-    #[pyo3(signature = (selector = None))]
-    fn new(py: Python<'_>, selector: Option<&str>) -> PyResult<Py<PyDevice>> {
-        let queue = match selector {
-            None | Some("") => current_default(py)?,
-            Some(selector) => shared_queue(py, selector)?,
-        };
-        Ok(queue.get().device.clone_ref(py))
-    }
-
-    /// `with device:` makes this device the default of the current thread until the block ends
-    /// (as `with cupy.cuda.Device(n):` does); blocks nest.
-    fn __enter__(slf: &Bound<'_, Self>) -> PyResult<Py<PyDevice>> {
-        enter_default(slf.py(), slf.get())?;
-        Ok(slf.clone().unbind())
-    }
-
-    /// Ends the `with` block: the default goes back to what it was before it.
-    #[pyo3(signature = (*_exc_info))]
-    fn __exit__(&self, _exc_info: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
-        exit_default(self)?;
-        Ok(false)
-    }
-
-    /// Backend name: "host", "sycl", "cuda", "opencl".
-    #[getter]
-    fn backend(&self) -> &'static str {
-        self.info.backend
-    }
-
-    /// Index within the backend (dpctl's device index, the CUDA ordinal).
-    #[getter]
-    fn index(&self) -> u32 {
-        self.info.index
-    }
-
-    /// The device's own name, as its runtime reports it.
-    #[getter]
-    fn name(&self) -> &str {
-        &self.info.name
-    }
-
-    /// The vendor's name, as the runtime reports it.
-    #[getter]
-    fn vendor(&self) -> &str {
-        &self.info.vendor
-    }
-
-    /// The driver's (or runtime's) version.
-    #[getter]
-    fn driver(&self) -> &str {
-        &self.info.driver
-    }
-
-    /// What stands in for the hardware when a test double of its runtime does (the CUDA driver
-    /// double); `None` for real hardware.
-    #[getter]
-    fn test_double(&self) -> Option<&str> {
-        self.info.test_double.as_deref()
-    }
-
-    /// The selector that opens this device.
-    #[getter]
-    fn selector(&self) -> &str {
-        &self.info.selector
-    }
-
-    /// Global memory in bytes (0 when unknown).
-    #[getter]
-    fn global_mem_size(&self) -> u64 {
-        self.info.global_mem_bytes
-    }
-
-    /// The kinds of memory devbuf can allocate here.
-    #[getter]
-    fn kinds(&self) -> Vec<&'static str> {
-        self.info.kinds.iter().map(|k| k.as_str()).collect()
-    }
-
-    /// Whether devbuf can allocate memory on this device.
-    #[getter]
-    fn usable(&self) -> bool {
-        self.info.unusable_reason.is_none()
-    }
-
-    /// Why devbuf cannot use this device, or None.
-    #[getter]
-    fn reason(&self) -> Option<&str> {
-        self.info.unusable_reason.as_deref()
-    }
-
-    /// The shared queue of this device (what `alloc(device=...)` uses).
-    #[getter]
-    fn queue(&self, py: Python<'_>) -> PyResult<Py<PyQueue>> {
-        shared_queue(py, &self.info.selector)
-    }
-
-    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
-        other
-            .cast::<PyDevice>()
-            .is_ok_and(|other| other.get().info.selector == self.info.selector)
-    }
-
-    fn __hash__(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        self.info.selector.hash(&mut hasher);
-        hasher.finish()
-    }
-
-    fn __repr__(&self) -> String {
-        let mut repr = format!(
-            "<devbuf.Device {:?} {:?}",
-            self.info.selector, self.info.name
-        );
-        match &self.info.unusable_reason {
-            Some(reason) => repr += &format!(" unusable: {reason}"),
-            None => repr += &format!(" kinds={:?}", self.kinds()),
-        }
-        repr + ">"
-    }
-}
+use crate::objects::array::PyBuffer;
+use crate::objects::default_device::current_default;
+use crate::objects::device::PyDevice;
+use crate::objects::foreign_objects::{dpctl_queue, selector_of, sycl_queue_object};
 
 /// An ordered stream of work on one device and context.
 #[pyclass(frozen, module = "devbuf", name = "Queue")]
@@ -181,6 +50,125 @@ impl PyQueue {
 
     pub(crate) fn backend_name(&self) -> &'static str {
         self.queue.device().backend
+    }
+}
+
+#[pymethods]
+impl PyQueue {
+    /// A new queue on `device` (a selector string, a Device, or None for the default device), or
+    /// the queue of a `dpctl.SyclQueue` (the same `sycl::queue` when it is in order).
+    #[new]
+    #[pyo3(signature = (device = None))]
+    fn new(py: Python<'_>, device: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyQueue>> {
+        if let Some(device) = device
+            && let Some(queue) = sycl_queue_object(py, device)?
+        {
+            return Ok(queue);
+        }
+        let selector = match device {
+            None => current_default(py)?.get().queue.device().selector.clone(),
+            Some(device) => selector_of(device)?,
+        };
+        let queue = py.detach(|| devbuf::open(&selector)).py()?;
+        PyQueue::wrap(py, queue)
+    }
+
+    /// The device this queue runs on.
+    #[getter]
+    fn device(&self, py: Python<'_>) -> Py<PyDevice> {
+        self.device.clone_ref(py)
+    }
+
+    /// The backend's name: "host", "sycl", "cuda" or "opencl".
+    #[getter]
+    fn backend(&self) -> &'static str {
+        self.backend_name()
+    }
+
+    /// This SYCL queue as a `dpctl.SyclQueue` (the same `sycl::queue`), where dpctl imports.
+    #[getter]
+    fn sycl_queue(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        dpctl_queue(py, self)?.ok_or_else(|| {
+            PyAttributeError::new_err(format!(
+                "sycl_queue: a {} queue has no dpctl queue (not SYCL, or dpctl cannot be imported)",
+                self.backend_name()
+            ))
+        })
+    }
+
+    /// The native stream handle (a CUstream as an int) for backends that have one, else None.
+    #[getter]
+    fn stream(&self) -> Option<usize> {
+        self.queue.native_stream()
+    }
+
+    /// Blocks until all work enqueued on this queue has completed.
+    fn wait(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.queue.wait()).py()
+    }
+
+    /// Allocates `nbytes` of `kind` memory ("host", "device" or "shared") on this queue. With
+    /// `ipc=True` the memory can be opened by other processes (`Buffer.ipc_handle()`), where the
+    /// backend can share memory (host, CUDA device memory); else ValueError says why not.
+    #[pyo3(signature = (nbytes, kind = "shared", *, ipc = false))]
+    pub(crate) fn alloc(
+        slf: &Bound<'_, Self>,
+        nbytes: usize,
+        kind: &str,
+        ipc: bool,
+    ) -> PyResult<Py<PyBuffer>> {
+        let kind: MemKind = kind.parse().py()?;
+        let queue = &slf.get().queue;
+        let buffer = if ipc {
+            slf.py()
+                .detach(|| devbuf::ipc::alloc_shareable(queue, kind, nbytes))
+        // Host allocations take tens of nanoseconds: releasing the GIL would cost more.
+        } else if queue.device().backend == devbuf::host::HOST {
+            Buffer::alloc(queue, kind, nbytes)
+        } else {
+            slf.py().detach(|| Buffer::alloc(queue, kind, nbytes))
+        }
+        .py()?;
+        PyBuffer::wrap(slf.py(), buffer, slf.clone().unbind())
+    }
+
+    /// A new "SyclQueueRef" capsule holding a copy of this SYCL queue (what dpctl expects of a
+    /// `syclobj`). Only SYCL queues have one.
+    fn _get_capsule<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyCapsule>> {
+        match self.queue.export_handle() {
+            Some(handle) => handle_capsule(py, handle),
+            None => Err(PyAttributeError::new_err(format!(
+                "{} queues have no SYCL queue capsule",
+                self.backend_name()
+            ))),
+        }
+    }
+
+    /// The CUDA stream protocol (cuda.core, CuPy): `(0, stream handle)`.
+    fn __cuda_stream__(&self) -> PyResult<(u32, usize)> {
+        let cuda = devbuf::speaks(self.queue.device(), Protocol::Cai);
+        match (cuda, self.queue.native_stream()) {
+            (true, Some(stream)) => Ok((0, stream)),
+            _ => Err(PyAttributeError::new_err(format!(
+                "{} queues have no CUDA stream",
+                self.backend_name()
+            ))),
+        }
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other
+            .cast::<PyQueue>()
+            .is_ok_and(|other| Arc::ptr_eq(&other.get().queue, &self.queue))
+    }
+
+    fn __hash__(&self) -> usize {
+        Arc::as_ptr(&self.queue).cast::<u8>() as usize
+    }
+
+    fn __repr__(&self) -> String {
+        let device = self.queue.device();
+        format!("<devbuf.Queue on {:?} {:?}>", device.selector, device.name)
     }
 }
 
@@ -272,90 +260,4 @@ pub(crate) fn shared_queue_for_dlpack(py: Python<'_>, device: DLDevice) -> PyRes
     let displaced = cache.lock().insert(key, shared.clone_ref(py));
     drop(displaced);
     Ok(shared)
-}
-
-// The default device of `device=None`: the policy's choice (`devbuf::default_device`: the
-// `DEVBUF_DEVICE` variable, else the first of cuda, sycl, opencl, host that allocates every kind),
-// replaced for the whole process by `set_default_device()` (as `torch.set_default_device`) and for
-// one thread inside a `with devbuf.Device(...)` block (as `with cupy.cuda.Device(n)`).
-
-/// A default device's queue and why it is the default.
-type Choice = (Py<PyQueue>, String);
-
-/// The policy's choice, once made (an error is not kept: the next call retries).
-static CHOSEN: PyOnceLock<Mutex<Option<Choice>>> = PyOnceLock::new();
-/// What `set_default_device` set, if anything.
-static SET_FOR_PROCESS: PyOnceLock<Mutex<Option<Py<PyQueue>>>> = PyOnceLock::new();
-
-thread_local! {
-    /// The devices of this thread's open `with devbuf.Device(...)` blocks, innermost last.
-    static ENTERED: RefCell<Vec<Py<PyQueue>>> = const { RefCell::new(Vec::new()) };
-}
-
-/// The queue `device=None` means here and now, and why.
-pub(crate) fn current_default_with_reason(py: Python<'_>) -> PyResult<Choice> {
-    if let Some(queue) = ENTERED.with_borrow(|entered| entered.last().map(|q| q.clone_ref(py))) {
-        return Ok((
-            queue,
-            "entered with `with devbuf.Device(...)` on this thread".into(),
-        ));
-    }
-    let set = SET_FOR_PROCESS.get_or_init(py, Default::default);
-    if let Some(queue) = set.lock().as_ref().map(|q| q.clone_ref(py)) {
-        return Ok((queue, "set by devbuf.set_default_device()".into()));
-    }
-    let chosen = CHOSEN.get_or_init(py, Default::default);
-    if let Some((queue, reason)) = chosen.lock().as_ref() {
-        return Ok((queue.clone_ref(py), reason.clone()));
-    }
-    let choice = py.detach(devbuf::default_device).py()?;
-    let queue = shared_queue(py, &choice.queue.device().selector)?;
-    let mut chosen = chosen.lock();
-    let (queue, reason) = chosen.get_or_insert((queue, choice.reason));
-    Ok((queue.clone_ref(py), reason.clone()))
-}
-
-/// The queue `device=None` means here and now.
-pub(crate) fn current_default(py: Python<'_>) -> PyResult<Py<PyQueue>> {
-    current_default_with_reason(py).map(|(queue, _)| queue)
-}
-
-/// Sets (or with `None` clears) the default device of every thread; returns the previous one.
-pub(crate) fn set_process_default(
-    py: Python<'_>,
-    queue: Option<Py<PyQueue>>,
-) -> Option<Py<PyQueue>> {
-    let set = SET_FOR_PROCESS.get_or_init(py, Default::default);
-    std::mem::replace(&mut *set.lock(), queue)
-}
-
-/// `with device:` makes `device` this thread's default until the block ends.
-fn enter_default(py: Python<'_>, device: &PyDevice) -> PyResult<()> {
-    let queue = shared_queue(py, &device.info.selector)?;
-    ENTERED.with_borrow_mut(|entered| entered.push(queue));
-    Ok(())
-}
-
-/// The end of the innermost `with device:` block of this thread.
-fn exit_default(device: &PyDevice) -> PyResult<()> {
-    let left = ENTERED.with_borrow_mut(|entered| entered.pop());
-    match left {
-        Some(queue) if queue.get().device.get().info.selector == device.info.selector => {
-            drop(queue);
-            Ok(())
-        }
-        Some(queue) => {
-            let entered = queue.get().device.get().info.selector.clone();
-            ENTERED.with_borrow_mut(|entered| entered.push(queue));
-            Err(PyRuntimeError::new_err(format!(
-                "leaving a `with devbuf.Device({:?})` block while the innermost block on this \
-                 thread is for {entered:?}: blocks must nest",
-                device.info.selector
-            )))
-        }
-        None => Err(PyRuntimeError::new_err(format!(
-            "leaving a `with devbuf.Device({:?})` block that this thread never entered",
-            device.info.selector
-        ))),
-    }
 }
