@@ -168,13 +168,13 @@ impl PyArray {
     /// The SYCL USM array interface (version 1), for SYCL memory.
     #[getter]
     fn __sycl_usm_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        crate::export::dlpack::suai(self, py)
+        crate::export::interface_dicts::suai(self, py)
     }
 
     /// The CUDA array interface (version 3), for CUDA memory.
     #[getter]
     fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        crate::export::dlpack::cai(self, py)
+        crate::export::interface_dicts::cai(self, py)
     }
 
     /// The `dpctl.SyclQueue` of SYCL memory (dpnp and dpctl.tensor compute on it), where dpctl
@@ -233,7 +233,7 @@ impl PyArray {
         flags: std::ffi::c_int,
     ) -> PyResult<()> {
         // SAFETY: CPython passes a writable view.
-        unsafe { crate::export::dlpack::get_buffer(&slf, view, flags) }
+        unsafe { crate::export::buffer_protocol::get_buffer(&slf, view, flags) }
     }
 
     unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {

@@ -1,122 +1,20 @@
-//! The export side of every protocol, for `Array` (and so `Buffer`):
-//! `__sycl_usm_array_interface__`, `__cuda_array_interface__`, `__dlpack__` /
-//! `__dlpack_device__`, and the buffer protocol.
-//!
-//! Getters build their dictionary once and hand out copies: a fresh dict per access (consumers
-//! may mutate it) at the cost of one `PyDict_Copy`. A protocol the memory cannot honour raises
-//! AttributeError, so that `hasattr` probes answer correctly.
+//! `__dlpack__` (the work behind `dlpack_vectorcall`'s method) and `__dlpack_device__` of an
+//! `Array` (and so a `Buffer`): capsules of either DLPack ABI, zero-copy or copied.
 
-use std::ffi::c_int;
 use std::ptr::NonNull;
 
 use devbuf::dlpack::{self, DlpackTemplate, ManagedTensorAbi};
 use devbuf::dlpark::DlpackFlags;
 use devbuf::dlpark::ffi::{DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned};
-use devbuf::{Array, HostQueue, MemKind, Protocol};
-use pyo3::exceptions::{PyAttributeError, PyBufferError, PyTypeError};
+use devbuf::{Array, HostQueue, MemKind};
+use pyo3::exceptions::{PyBufferError, PyTypeError};
+use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyDict, PyTuple};
-use pyo3::{ffi, intern};
+use pyo3::types::{PyCapsule, PyTuple};
 
 use crate::errors::IntoPyResult;
 use crate::export::ordering;
 use crate::objects::array::PyArray;
-
-/// Memory of the backend `protocol` describes, else an AttributeError naming that backend.
-fn require_protocol(this: &PyArray, protocol: Protocol, attribute: &str) -> PyResult<()> {
-    let device = this.array.buffer().device();
-    if devbuf::speaks(device, protocol) {
-        return Ok(());
-    }
-    let speaker = devbuf::backend_for(protocol).map_or("another backend's", |b| b.name());
-    Err(PyAttributeError::new_err(format!(
-        "{attribute}: {} memory on {:?} is not {speaker} memory",
-        this.array.buffer().kind(),
-        device.selector
-    )))
-}
-
-/// Exports that cannot describe this array are missing attributes, not errors.
-fn as_attribute_error(err: PyErr, py: Python<'_>, attribute: &str) -> PyErr {
-    if err.is_instance_of::<PyBufferError>(py) {
-        PyAttributeError::new_err(format!("{attribute}: {}", err.value(py)))
-    } else {
-        err
-    }
-}
-
-fn strides_value<'py>(py: Python<'py>, strides: Option<Vec<i64>>) -> PyResult<Bound<'py, PyAny>> {
-    match strides {
-        None => Ok(py.None().into_bound(py)),
-        Some(strides) => Ok(PyTuple::new(py, strides)?.into_any()),
-    }
-}
-
-pub(crate) fn suai<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-    const ATTRIBUTE: &str = "__sycl_usm_array_interface__";
-    let cached = this.cache.suai.get_or_try_init(py, || {
-        require_protocol(this, Protocol::Suai, ATTRIBUTE)?;
-        this.array.buffer().mark_exported();
-        let build = || -> PyResult<Py<PyDict>> {
-            let layout = this.array.layout();
-            let fields = this.array.suai_fields().py()?;
-            let dict = PyDict::new(py);
-            dict.set_item(intern!(py, "data"), (fields.data, this.array.readonly()))?;
-            dict.set_item(intern!(py, "shape"), PyTuple::new(py, layout.shape())?)?;
-            dict.set_item(intern!(py, "strides"), strides_value(py, fields.strides)?)?;
-            dict.set_item(intern!(py, "offset"), fields.offset)?;
-            dict.set_item(intern!(py, "typestr"), layout.dtype().typestr().py()?)?;
-            dict.set_item(intern!(py, "version"), devbuf::interface::SUAI_VERSION)?;
-            dict.set_item(intern!(py, "syclobj"), this.queue.clone_ref(py))?;
-            Ok(dict.unbind())
-        };
-        build().map_err(|err| as_attribute_error(err, py, ATTRIBUTE))
-    })?;
-    order_pending_work_on_own_queue(this, py)?;
-    cached.bind(py).copy()
-}
-
-/// A SYCL consumer orders its work on our queue (SUAI's `syclobj`, `sycl_queue`): pending work
-/// elsewhere (another library's queue, when this memory was imported) must come first there.
-pub(crate) fn order_pending_work_on_own_queue(this: &PyArray, py: Python<'_>) -> PyResult<()> {
-    let buffer = this.array.buffer();
-    if buffer.has_pending_work() {
-        py.detach(|| buffer.order_on(buffer.queue())).py()?;
-    }
-    Ok(())
-}
-
-pub(crate) fn cai<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-    const ATTRIBUTE: &str = "__cuda_array_interface__";
-    let cached = this.cache.cai.get_or_try_init(py, || {
-        require_protocol(this, Protocol::Cai, ATTRIBUTE)?;
-        this.array.buffer().mark_exported();
-        let build = || -> PyResult<Py<PyDict>> {
-            let layout = this.array.layout();
-            let strides = this
-                .array
-                .cai_strides()
-                .map(|s| s.iter().map(|&b| b as i64).collect());
-            let dict = PyDict::new(py);
-            dict.set_item(
-                intern!(py, "data"),
-                (this.array.cai_data(), this.array.readonly()),
-            )?;
-            dict.set_item(intern!(py, "shape"), PyTuple::new(py, layout.shape())?)?;
-            dict.set_item(intern!(py, "strides"), strides_value(py, strides)?)?;
-            dict.set_item(intern!(py, "typestr"), layout.dtype().typestr().py()?)?;
-            dict.set_item(intern!(py, "version"), 3)?;
-            dict.set_item(intern!(py, "stream"), py.None())?;
-            Ok(dict.unbind())
-        };
-        build().map_err(|err| as_attribute_error(err, py, ATTRIBUTE))
-    })?;
-    let dict = cached.bind(py).copy()?;
-    if let Some(stream) = ordering::cai_export_stream(this).py()? {
-        dict.set_item(intern!(py, "stream"), stream)?;
-    }
-    Ok(dict)
-}
 
 fn own_dlpack_device(this: &PyArray) -> DLDevice {
     let buffer = this.array.buffer();
@@ -286,90 +184,4 @@ unsafe extern "C" fn capsule_destructor<T: ManagedTensorAbi>(capsule: *mut ffi::
         ffi::PyErr_Clear();
         ffi::PyErr_Restore(kind, value, traceback);
     }
-}
-
-/// The buffer protocol, for host-accessible memory.
-///
-/// # Safety
-/// `view` is a writable `Py_buffer` from CPython's `PyObject_GetBuffer`.
-pub(crate) unsafe fn get_buffer(
-    slf: &Bound<'_, PyArray>,
-    view: *mut ffi::Py_buffer,
-    flags: c_int,
-) -> PyResult<()> {
-    let this = slf.get();
-    let buffer = this.array.buffer();
-    let layout = this.array.layout();
-    if !buffer.is_host_accessible() {
-        return Err(PyBufferError::new_err(format!(
-            "{} memory on {:?} is not host-accessible: use to_bytes(), or DLPack with a device-aware consumer",
-            buffer.kind(),
-            buffer.device().selector
-        )));
-    }
-    if flags & ffi::PyBUF_WRITABLE != 0 && this.array.readonly() {
-        return Err(PyBufferError::new_err("the array is read-only"));
-    }
-    let (c, f) = (layout.is_c_contiguous(), layout.is_f_contiguous());
-    let contiguity_ok = if flags & ffi::PyBUF_ANY_CONTIGUOUS == ffi::PyBUF_ANY_CONTIGUOUS {
-        c || f
-    } else if flags & ffi::PyBUF_C_CONTIGUOUS == ffi::PyBUF_C_CONTIGUOUS {
-        c
-    } else if flags & ffi::PyBUF_F_CONTIGUOUS == ffi::PyBUF_F_CONTIGUOUS {
-        f
-    } else {
-        c || flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES
-    };
-    if !contiguity_ok {
-        return Err(PyBufferError::new_err(format!(
-            "the requested contiguity does not hold for byte strides {:?}",
-            layout.strides()
-        )));
-    }
-    let format = if flags & ffi::PyBUF_FORMAT != 0 {
-        layout
-            .dtype()
-            .buffer_format()
-            .ok_or_else(|| {
-                PyBufferError::new_err(format!("{} has no buffer-protocol format", layout.dtype()))
-            })?
-            .as_ptr()
-    } else {
-        std::ptr::null()
-    };
-    // Device work still running on the memory must finish before the host reads it: devbuf's,
-    // and once the memory was handed out, other libraries' on the queues devbuf knows of.
-    if buffer.needs_synchronize() {
-        slf.py().detach(|| buffer.synchronize()).py()?;
-    }
-    let ndim = layout.ndim();
-    // SAFETY: `view` is valid (caller), and shape/strides point into the layout, which lives as
-    // long as `view.obj` (a new reference to this array) keeps the array alive; usize and isize
-    // have the same layout as Py_ssize_t.
-    unsafe {
-        (*view).buf = this.array.data_ptr() as *mut _;
-        (*view).obj = slf.clone().into_any().into_ptr();
-        (*view).len = layout.nbytes() as ffi::Py_ssize_t;
-        (*view).readonly = this.array.readonly() as c_int;
-        (*view).itemsize = layout.dtype().itemsize() as ffi::Py_ssize_t;
-        (*view).format = format.cast_mut();
-        (*view).ndim = ndim as c_int;
-        (*view).shape = if flags & ffi::PyBUF_ND == ffi::PyBUF_ND {
-            layout.shape().as_ptr().cast::<ffi::Py_ssize_t>().cast_mut()
-        } else {
-            std::ptr::null_mut()
-        };
-        (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
-            layout
-                .strides()
-                .as_ptr()
-                .cast::<ffi::Py_ssize_t>()
-                .cast_mut()
-        } else {
-            std::ptr::null_mut()
-        };
-        (*view).suboffsets = std::ptr::null_mut();
-        (*view).internal = std::ptr::null_mut();
-    }
-    Ok(())
 }

@@ -122,7 +122,7 @@ pub(crate) fn usm_ndarray(this: &PyArray, py: Python<'_>) -> PyResult<Py<PyAny>>
             .getattr(intern!(py, "flags"))?
             .set_item(intern!(py, "W"), false)?;
     }
-    crate::export::dlpack::order_pending_work_on_own_queue(this, py)?;
+    crate::export::interface_dicts::order_pending_work_on_own_queue(this, py)?;
     Ok(array.unbind())
 }
 
