@@ -1,20 +1,18 @@
-//! Synchronization at the protocol boundary: which stream a CAI export names, and what a DLPack
-//! export does with the consumer's `stream` argument. Pending work is tracked per allocation in
-//! `devbuf-core`; this module only applies each protocol's rule.
+//! Ordering at the export boundary, for the consumer: which stream a CAI export names, and what a
+//! DLPack export does with the consumer's `stream` argument. Pending work is tracked per
+//! allocation in `devbuf-core`; this module only applies each protocol's rule.
 
-use std::ffi::{c_int, c_void};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use devbuf::ForeignObject;
 use devbuf::dlpark::ffi::{DLDevice, DLDeviceType};
-use devbuf::{Buffer, ForeignObject, Protocol};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::errors::IntoPyResult;
 use crate::objects::array::PyArray;
 use crate::objects::foreign_objects;
-use crate::objects::queue::PyQueue;
 
 /// CAI v3's producer-side option: when off, exports always say `stream: None` and the user takes
 /// over synchronization. On by default; `DEVBUF_CAI_EXPORT_STREAM=0` turns it off for the process.
@@ -85,65 +83,4 @@ pub(crate) fn prepare_dlpack_export(
         return Ok(());
     }
     py.detach(|| buffer.synchronize()).py()
-}
-
-/// The `stream` argument a consumer on `queue` passes to a producer's `__dlpack__`: its native
-/// stream (never 0: the legacy default stream is 1; -1, no ordering, without `sync`), its SYCL
-/// queue as a `dpctl.SyclQueue` (None without `sync`), or None for queues with neither.
-pub(crate) fn consumer_stream_argument<'py>(
-    py: Python<'py>,
-    queue: &PyQueue,
-    sync: bool,
-) -> PyResult<Option<Bound<'py, PyAny>>> {
-    if let Some(stream) = queue.queue.native_stream() {
-        let stream = match stream {
-            _ if !sync => -1,
-            0 => 1,
-            stream => stream as i64,
-        };
-        return Ok(Some(stream.into_pyobject(py)?.into_any()));
-    }
-    if !sync {
-        return Ok(None);
-    }
-    Ok(foreign_objects::dpctl_queue(py, queue)?.map(|queue| queue.into_bound(py)))
-}
-
-/// After a no-sync DLPack export (the C exchange table), orders later work on `buffer` (just
-/// imported) after the producer's current work stream, which `current_work_stream` writes out.
-/// Only queues with native streams need it; the handle has CAI's meaning.
-pub(crate) fn order_after_producer(
-    py: Python<'_>,
-    buffer: &Buffer,
-    current_work_stream: impl FnOnce(*mut *mut c_void) -> c_int,
-) -> PyResult<()> {
-    if buffer.queue().native_stream().is_none() {
-        return Ok(());
-    }
-    let mut stream: *mut c_void = std::ptr::null_mut();
-    if current_work_stream(&mut stream) != 0 {
-        return Err(PyErr::fetch(py));
-    }
-    // A NULL current stream is the legacy default stream, which the protocols call 1.
-    let stream = if stream.is_null() { 1 } else { stream as i64 };
-    order_after_producer_stream(buffer, Protocol::Cai, Some(stream), true)
-}
-
-/// The consumer's rule of `protocol` for `buffer`, just imported: when the producer names a
-/// stream (or none: `None`), later work on the buffer waits for it without blocking the host,
-/// unless `sync` is off; the memory's backend applies it (releasing the GIL if it waits).
-pub(crate) fn order_after_producer_stream(
-    buffer: &Buffer,
-    protocol: Protocol,
-    stream: Option<i64>,
-    sync: bool,
-) -> PyResult<()> {
-    // SAFETY: a producer's `stream` names one of its live streams, alive while the data is used
-    // (the protocol's contract).
-    let ordered = unsafe {
-        buffer
-            .queue()
-            .order_after_producer_stream(buffer, protocol, stream, sync)
-    };
-    ordered.py()
 }

@@ -17,7 +17,7 @@ use pyo3::types::{PyCapsule, PyDict};
 use pyo3::{ffi, intern};
 
 use crate::errors::IntoPyResult;
-use crate::export::ordering;
+use crate::import::ordering;
 use crate::import::wrap::{foreign_kind, wrap_classified};
 use crate::objects::array::PyArray;
 use crate::objects::foreign_objects::{self, capsule_name};

@@ -8,8 +8,8 @@ use pyo3::types::{PyDict, PyString};
 use pyo3::{ffi, intern};
 
 use crate::errors::IntoPyResult;
-use crate::export::ordering;
 use crate::import::buffer_protocol::import_buffer_protocol;
+use crate::import::ordering;
 use crate::import::wrap::wrap_foreign;
 use crate::objects::array::PyArray;
 use crate::objects::foreign_objects;

@@ -10,6 +10,7 @@
 pub(crate) mod buffer_protocol;
 pub(crate) mod dlpack;
 mod interface_dicts;
+mod ordering;
 mod wrap;
 
 use devbuf::MemKind;
