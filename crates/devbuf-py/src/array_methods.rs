@@ -213,7 +213,7 @@ impl PyArray {
         crate::export::dlpack::dlpack_device(self, py)
     }
 
-    // `__dlpack__` is installed on the type by `dlpack_method` (a hand-written vectorcall).
+    // `__dlpack__` is installed on the type by `export::dlpack_vectorcall` (hand-written).
 
     /// DLPack 1.3's C exchange table ("dlpack_exchange_api" capsule).
     #[classattr]

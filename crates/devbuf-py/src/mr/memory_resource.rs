@@ -1,7 +1,7 @@
 //! `devbuf.mr.MemoryResource`, the base of every memory resource: what each holds (a
 //! `devbuf::mr` resource with the Python queue its buffers report, or, for a subclass written in
-//! Python, the `mr_python` resource that calls it), allocation, and memory by address. devbuf's
-//! own resources and the current resource are in `mr_resources`.
+//! Python, the `python_resource` that calls it), allocation, and memory by address. devbuf's
+//! own resources and the current resource are in `resources`.
 
 use std::sync::{Arc, OnceLock, Weak};
 
