@@ -31,7 +31,8 @@ pub fn set_cai_export_stream(enabled: bool) {
 }
 
 /// The `stream` entry of a CAI export: the stream a consumer must synchronize with to see all
-/// pending work on the memory, or None. The legacy default stream is exported as 1, never 0.
+/// pending work on the memory, or None. The backend numbers it as the protocols do
+/// (`Queue::native_stream`).
 pub(crate) fn cai_export_stream(this: &PyArray) -> devbuf::Result<Option<usize>> {
     if !cai_export_stream_flag().load(Ordering::Relaxed) {
         return Ok(None);
@@ -39,8 +40,7 @@ pub(crate) fn cai_export_stream(this: &PyArray) -> devbuf::Result<Option<usize>>
     let buffer = this.array.buffer();
     Ok(buffer
         .sync_queue(buffer.queue())?
-        .and_then(|queue| queue.native_stream())
-        .map(|stream| if stream == 0 { 1 } else { stream }))
+        .and_then(|queue| queue.native_stream()))
 }
 
 /// Readies memory for a zero-copy DLPack export to `device`, per the consumer's `stream`

@@ -12,19 +12,16 @@ use crate::objects::foreign_objects;
 use crate::objects::queue::PyQueue;
 
 /// The `stream` argument a consumer on `queue` passes to a producer's `__dlpack__`: its native
-/// stream (never 0: the legacy default stream is 1; -1, no ordering, without `sync`), its SYCL
-/// queue as a `dpctl.SyclQueue` (None without `sync`), or None for queues with neither.
+/// stream, numbered as the protocols do (`Queue::native_stream`; -1, no ordering, without
+/// `sync`), its SYCL queue as a `dpctl.SyclQueue` (None without `sync`), or None for queues with
+/// neither.
 pub(crate) fn consumer_stream_argument<'py>(
     py: Python<'py>,
     queue: &PyQueue,
     sync: bool,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
     if let Some(stream) = queue.queue.native_stream() {
-        let stream = match stream {
-            _ if !sync => -1,
-            0 => 1,
-            stream => stream as i64,
-        };
+        let stream = if sync { stream as i64 } else { -1 };
         return Ok(Some(stream.into_pyobject(py)?.into_any()));
     }
     if !sync {
