@@ -135,7 +135,10 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
         None
     }
 
-    /// The native stream handle work is enqueued on (a `CUstream`), where the backend has one.
+    /// The native stream handle work is enqueued on (a `CUstream`), where the backend has one, as
+    /// the exchange protocols number it (CAI's `stream`, DLPack's `stream` argument,
+    /// `__cuda_stream__`): never 0, which they reserve, so a runtime whose default stream is 0
+    /// answers with the protocols' number for it. Callers pass it on unchanged.
     fn native_stream(&self) -> Option<usize> {
         None
     }
