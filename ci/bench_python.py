@@ -64,6 +64,7 @@ def sycl_cases(report, floors):
 
     ours = devbuf.alloc(1024, "shared")
     theirs = dm.MemoryUSMShared(1024)
+    host_np = np.zeros(256, dtype=np.float32)
     report.compare_calls("`__sycl_usm_array_interface__` getter",
                          lambda: ours.__sycl_usm_array_interface__,
                          lambda: theirs.__sycl_usm_array_interface__, "dpctl.memory's own", 0.3)

@@ -1,15 +1,16 @@
-//! The Python methods of `Array` and `Buffer`: plain attributes here, each protocol's export and
-//! import through its own module. Nothing in the crate depends on this module.
+//! The Python methods of `Array`: plain attributes here, each protocol's export and import
+//! through its own module (what an Array holds is `objects::array`). Nothing in the crate
+//! depends on this module.
 
-use devbuf::{Array, Buffer, DType, Layout};
-use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+use devbuf::Layout;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyCapsule, PyDict, PyInt, PySlice, PyTuple};
+use pyo3::types::{PyBytes, PyCapsule, PyDict, PyTuple};
 
 use crate::errors::IntoPyResult;
-use crate::queues::{PyDevice, PyQueue};
-
-use crate::array::{PyArray, PyBuffer};
+use crate::objects::array::{PyArray, PyBuffer};
+use crate::objects::device::PyDevice;
+use crate::objects::queue::PyQueue;
 
 #[pymethods]
 impl PyArray {
@@ -167,63 +168,63 @@ impl PyArray {
     /// The SYCL USM array interface (version 1), for SYCL memory.
     #[getter]
     fn __sycl_usm_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        crate::export::suai(self, py)
+        crate::export::interface_dicts::suai(self, py)
     }
 
     /// The CUDA array interface (version 3), for CUDA memory.
     #[getter]
     fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        crate::export::cai(self, py)
+        crate::export::interface_dicts::cai(self, py)
     }
 
     /// The `dpctl.SyclQueue` of SYCL memory (dpnp and dpctl.tensor compute on it), where dpctl
     /// imports.
     #[getter]
     fn sycl_queue(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        crate::dpctl_attrs::sycl_queue(self, py)
+        crate::export::dpctl_attrs::sycl_queue(self, py)
     }
 
     /// The `dpctl.SyclDevice` of SYCL memory, where dpctl imports.
     #[getter]
     fn sycl_device(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        crate::dpctl_attrs::sycl_device(self, py)
+        crate::export::dpctl_attrs::sycl_device(self, py)
     }
 
     /// The `dpctl.SyclContext` SYCL memory is bound to, where dpctl imports.
     #[getter]
     fn sycl_context(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        crate::dpctl_attrs::sycl_context(self, py)
+        crate::export::dpctl_attrs::sycl_context(self, py)
     }
 
     /// "device", "shared" or "host" for SYCL USM, where dpctl imports.
     #[getter]
     fn usm_type(&self, py: Python<'_>) -> PyResult<&'static str> {
-        crate::dpctl_attrs::usm_type(self, py)
+        crate::export::dpctl_attrs::usm_type(self, py)
     }
 
     /// A `dpnp.tensor.usm_ndarray` viewing SYCL memory, where dpnp is imported.
     #[getter]
     fn __usm_ndarray__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        crate::dpctl_attrs::usm_ndarray(self, py)
+        crate::export::dpctl_attrs::usm_ndarray(self, py)
     }
 
     /// `(device type, device id)` of the memory, in DLPack's codes.
     fn __dlpack_device__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        crate::export::dlpack_device(self, py)
+        crate::export::dlpack::dlpack_device(self, py)
     }
 
-    // `__dlpack__` is installed on the type by `dlpack_method` (a hand-written vectorcall).
+    // `__dlpack__` is installed on the type by `export::dlpack_vectorcall` (hand-written).
 
     /// DLPack 1.3's C exchange table ("dlpack_exchange_api" capsule).
     #[classattr]
     fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Py<PyCapsule>> {
-        crate::exchange::capsule(py).map(Bound::unbind)
+        crate::export::dlpack_exchange_api::capsule(py).map(Bound::unbind)
     }
 
     /// The exchange table under the name of the proposal it came from.
     #[classattr]
     fn __c_dlpack_exchange_api__(py: Python<'_>) -> PyResult<Py<PyCapsule>> {
-        crate::exchange::capsule(py).map(Bound::unbind)
+        crate::export::dlpack_exchange_api::capsule(py).map(Bound::unbind)
     }
 
     unsafe fn __getbuffer__(
@@ -232,7 +233,7 @@ impl PyArray {
         flags: std::ffi::c_int,
     ) -> PyResult<()> {
         // SAFETY: CPython passes a writable view.
-        unsafe { crate::export::get_buffer(&slf, view, flags) }
+        unsafe { crate::export::buffer_protocol::get_buffer(&slf, view, flags) }
     }
 
     unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {
@@ -303,179 +304,4 @@ fn python_tuple(values: &[usize]) -> String {
                 .join(", ")
         ),
     }
-}
-
-#[pymethods]
-impl PyBuffer {
-    /// Number of bytes.
-    #[getter]
-    fn nbytes(slf: &Bound<'_, Self>) -> usize {
-        slf.as_super().get().array.buffer().len()
-    }
-
-    /// Address of the first byte.
-    #[getter]
-    fn ptr(slf: &Bound<'_, Self>) -> usize {
-        slf.as_super().get().array.buffer().ptr() as usize
-    }
-
-    /// Whether devbuf allocated this memory (False for imported, foreign memory).
-    #[getter]
-    fn owned(slf: &Bound<'_, Self>) -> bool {
-        is_owned(slf.as_super().get().array.buffer())
-    }
-
-    /// A handle that opens this buffer's memory in another process on this machine
-    /// (`devbuf.open_ipc`). Only buffers allocated with `ipc=True` have one (else BufferError).
-    /// With `readonly=True` (or for a read-only buffer) it opens read-only; host memory is then
-    /// sealed so that no other process can map it writable again, while this one keeps writing.
-    #[pyo3(signature = (*, readonly = false))]
-    fn ipc_handle(slf: &Bound<'_, Self>, readonly: bool) -> PyResult<crate::ipc::PyIpcHandle> {
-        crate::ipc::export(slf.as_super().get(), slf.py(), readonly)
-    }
-
-    /// A typed view: `dtype` anything `numpy.dtype()` takes (np.float32, "float32", "<f4"),
-    /// `shape` (an int or a sequence), `strides` and `offset` in bytes, as in NumPy. Without
-    /// `shape` the view holds every element after `offset`, and the bytes there must be a whole
-    /// number of elements (as `numpy.frombuffer` requires): a 10-byte buffer viewed as float32 is
-    /// a ValueError, while `shape=2` views 8 of its bytes.
-    #[pyo3(signature = (dtype, shape = None, strides = None, offset = 0))]
-    fn view(
-        slf: &Bound<'_, Self>,
-        dtype: &Bound<'_, PyAny>,
-        shape: Option<&Bound<'_, PyAny>>,
-        strides: Option<Vec<isize>>,
-        offset: usize,
-    ) -> PyResult<Py<PyArray>> {
-        let py = slf.py();
-        let this = slf.as_super().get();
-        let dtype = crate::dtypes::from_python(dtype)?;
-        let buffer = this.array.buffer();
-        let shape = match shape {
-            Some(length) if length.is_instance_of::<PyInt>() => {
-                vec![length.extract::<usize>().map_err(|_| {
-                    PyValueError::new_err(format!("shape: {length} is not a length"))
-                })?]
-            }
-            Some(shape) => shape.extract()?,
-            None => vec![whole_elements(buffer.len(), offset, dtype)?],
-        };
-        let layout = Layout::new(
-            dtype,
-            &shape,
-            strides.as_deref(),
-            offset,
-            this.array.readonly(),
-        )
-        .py()?;
-        let array = Array::new(buffer.clone(), layout).py()?;
-        PyArray::wrap(py, array, this.queue.clone_ref(py))
-    }
-
-    /// Sets every byte to `value` (an int, 0-255); with `blocking=False` the fill is only
-    /// enqueued.
-    #[pyo3(signature = (value, *, blocking = true))]
-    fn fill(slf: &Bound<'_, Self>, value: &Bound<'_, PyAny>, blocking: bool) -> PyResult<()> {
-        let value = byte_value(value)?;
-        let this = slf.as_super().get();
-        if this.array.readonly() {
-            return Err(PyValueError::new_err("fill: this buffer is read-only"));
-        }
-        let buffer = this.array.buffer();
-        if blocking {
-            slf.py().detach(|| buffer.fill(value)).py()
-        } else {
-            slf.py()
-                .detach(|| buffer.enqueue_fill(value).map(drop))
-                .py()
-        }
-    }
-
-    /// Blocks until all pending work on this memory (from any queue) has completed, and once the
-    /// memory was handed out, other libraries' work on the queues devbuf knows of.
-    fn synchronize(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let buffer = slf.as_super().get().array.buffer();
-        slf.py().detach(|| buffer.synchronize()).py()
-    }
-
-    /// `buffer[start:stop]`: a sub-buffer sharing ownership of the allocation.
-    fn __getitem__(slf: &Bound<'_, Self>, index: &Bound<'_, PySlice>) -> PyResult<Py<PyBuffer>> {
-        let this = slf.as_super().get();
-        let buffer = this.array.buffer();
-        let indices = index.indices(buffer.len() as isize)?;
-        if indices.step != 1 {
-            return Err(PyIndexError::new_err(
-                "Buffer slices must be contiguous (step 1)",
-            ));
-        }
-        let (start, stop) = (
-            indices.start as usize,
-            indices.stop.max(indices.start) as usize,
-        );
-        let part = buffer.slice(start..stop).py()?;
-        PyBuffer::wrap_readonly(
-            slf.py(),
-            part,
-            this.queue.clone_ref(slf.py()),
-            this.array.readonly(),
-        )
-    }
-
-    fn __repr__(slf: &Bound<'_, Self>) -> String {
-        let this = slf.as_super().get();
-        let buffer = this.array.buffer();
-        format!(
-            "<devbuf.Buffer {} bytes of {} memory at {:#x} on {:?}{}{}>",
-            buffer.len(),
-            buffer.kind(),
-            buffer.ptr() as usize,
-            buffer.device().selector,
-            if is_owned(buffer) { "" } else { " (foreign)" },
-            if this.array.readonly() {
-                " read-only"
-            } else {
-                ""
-            }
-        )
-    }
-}
-
-/// How many `dtype` elements the `nbytes` of a buffer hold after `offset`, when they hold a whole
-/// number of them: a view never drops a tail of bytes unasked.
-fn whole_elements(nbytes: usize, offset: usize, dtype: DType) -> PyResult<usize> {
-    let Some(available) = nbytes.checked_sub(offset) else {
-        return Err(PyValueError::new_err(format!(
-            "offset: {offset} is past the end of the buffer's {nbytes} bytes"
-        )));
-    };
-    if !available.is_multiple_of(dtype.itemsize()) {
-        return Err(PyValueError::new_err(format!(
-            "shape: the buffer's {available} bytes after offset {offset} are not a whole number of \
-             {dtype} elements ({} bytes each); pass shape= to view fewer",
-            dtype.itemsize()
-        )));
-    }
-    Ok(available / dtype.itemsize())
-}
-
-/// `fill`'s value as a byte: an int outside 0-255 is a ValueError naming the range, anything
-/// else a TypeError.
-fn byte_value(value: &Bound<'_, PyAny>) -> PyResult<u8> {
-    if let Ok(byte) = value.extract::<u8>() {
-        return Ok(byte);
-    }
-    if value.is_instance_of::<PyInt>() {
-        return Err(PyValueError::new_err(format!(
-            "value: {value} is out of range: fill sets bytes, 0 to 255"
-        )));
-    }
-    Err(PyTypeError::new_err(format!(
-        "value: expected an int from 0 to 255, got {}",
-        value.get_type()
-    )))
-}
-
-/// Whether devbuf allocated the memory: its queue's own allocation, or a shareable one.
-fn is_owned(buffer: &Buffer) -> bool {
-    buffer.is_owned() || devbuf::ipc::is_shareable(buffer)
 }

@@ -8,9 +8,9 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyTuple};
 
-use crate::array::{PyArray, PyBuffer};
 use crate::errors::IntoPyResult;
-use crate::queues::shared_queue;
+use crate::objects::array::{PyArray, PyBuffer};
+use crate::objects::queue::shared_queue;
 
 /// What another process on this machine needs to open a view of a shared buffer: small and
 /// picklable; `bytes(handle)` and `IpcHandle.from_bytes` carry it through any pipe.

@@ -2,29 +2,16 @@
 //! dictionaries in and out, while the model, the backends and the descriptor parsing live in the
 //! Rust crates.
 
-mod array;
 mod array_methods;
-mod default_device;
-mod device;
-mod dlpack_method;
-mod dpctl_attrs;
+mod buffer_methods;
 mod dtypes;
 mod errors;
-mod exchange;
 mod export;
-mod foreign;
 mod import;
-mod import_buffer;
-mod import_dicts;
-mod import_dlpack;
-mod imported;
 mod ipc;
 mod mr;
-mod mr_python;
-mod mr_resources;
+mod objects;
 mod pickle;
-mod queues;
-mod streams;
 
 use devbuf::conformance::Outcome;
 use pyo3::prelude::*;
@@ -83,27 +70,39 @@ fn release_gil_while(wait: &mut dyn FnMut()) {
 fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     devbuf::set_blocking_hook(release_gil_while);
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add_class::<array::PyArray>()?;
-    dlpack_method::install(&m.py().get_type::<array::PyArray>())?;
-    m.add_class::<array::PyBuffer>()?;
-    m.add_class::<queues::PyDevice>()?;
-    m.add_class::<queues::PyQueue>()?;
-    m.add_class::<device::PyBackendInfo>()?;
-    m.add_function(wrap_pyfunction!(device::backends, m)?)?;
-    m.add_function(wrap_pyfunction!(device::devices, m)?)?;
-    m.add_function(wrap_pyfunction!(default_device::default_device, m)?)?;
-    m.add_function(wrap_pyfunction!(default_device::set_default_device, m)?)?;
-    m.add_function(wrap_pyfunction!(default_device::_default_device_reason, m)?)?;
-    m.add_function(wrap_pyfunction!(device::alloc, m)?)?;
+    m.add_class::<objects::array::PyArray>()?;
+    export::dlpack_vectorcall::install(&m.py().get_type::<objects::array::PyArray>())?;
+    m.add_class::<objects::array::PyBuffer>()?;
+    m.add_class::<objects::device::PyDevice>()?;
+    m.add_class::<objects::queue::PyQueue>()?;
+    m.add_class::<objects::device::PyBackendInfo>()?;
+    m.add_function(wrap_pyfunction!(objects::device::backends, m)?)?;
+    m.add_function(wrap_pyfunction!(objects::device::devices, m)?)?;
+    m.add_function(wrap_pyfunction!(
+        objects::default_device::default_device,
+        m
+    )?)?;
+    m.add_function(wrap_pyfunction!(
+        objects::default_device::set_default_device,
+        m
+    )?)?;
+    m.add_function(wrap_pyfunction!(
+        objects::default_device::_default_device_reason,
+        m
+    )?)?;
+    m.add_function(wrap_pyfunction!(buffer_methods::alloc, m)?)?;
     m.add_function(wrap_pyfunction!(import::asarray, m)?)?;
     m.add_function(wrap_pyfunction!(import::from_dlpack, m)?)?;
-    m.add_function(wrap_pyfunction!(streams::set_cai_export_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(
+        export::ordering::set_cai_export_stream,
+        m
+    )?)?;
     m.add_function(wrap_pyfunction!(conformance_matrix, m)?)?;
     m.add_class::<ipc::PyIpcHandle>()?;
     m.add_function(wrap_pyfunction!(ipc::open_ipc, m)?)?;
     m.add_function(wrap_pyfunction!(ipc::_ipc_handle_from_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(pickle::_rebuild, m)?)?;
-    mr_resources::register(m)?;
+    mr::resources::register(m)?;
     m.add(
         "DeviceFallbackWarning",
         m.py().get_type::<pickle::DeviceFallbackWarning>(),

@@ -17,10 +17,10 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyTuple};
 use pyo3::{create_exception, ffi};
 
-use crate::array::{PyArray, PyBuffer};
 use crate::errors::IntoPyResult;
-use crate::import_buffer::HeldBuffer;
-use crate::queues::{PyQueue, shared_queue};
+use crate::import::buffer_protocol::HeldBuffer;
+use crate::objects::array::{PyArray, PyBuffer};
+use crate::objects::queue::{PyQueue, shared_queue};
 
 create_exception!(
     devbuf,
@@ -203,7 +203,7 @@ fn target_queue(py: Python<'_>, selector: &str, kind: MemKind) -> PyResult<Py<Py
         Ok(_) => format!("it has no {kind} memory"),
         Err(err) => err.value(py).to_string(),
     };
-    let fallback = match crate::queues::current_default(py) {
+    let fallback = match crate::objects::default_device::current_default(py) {
         Ok(queue) if queue.get().queue.supports(kind) => queue,
         _ => shared_queue(py, devbuf::host::HOST)?,
     };

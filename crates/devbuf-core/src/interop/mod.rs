@@ -46,7 +46,9 @@ pub trait Interop: Send + Sync {
     // -- The handles other libraries are given, by which they reach this queue's work.
 
     /// The native stream work is enqueued on, as the stream protocols name it (CAI's `stream`,
-    /// the `stream` argument of a DLPack producer, `__cuda_stream__`), where the backend has one.
+    /// the `stream` argument of a DLPack producer, `__cuda_stream__`), where the backend has one,
+    /// numbered as they number it: never 0, which they reserve, so a runtime whose default stream
+    /// is 0 answers with the protocols' number for it. Callers pass it on unchanged.
     fn native_stream(&self) -> Option<StreamHandle>;
 
     /// The handle DLPack's C exchange API names as this queue's current work stream: the native

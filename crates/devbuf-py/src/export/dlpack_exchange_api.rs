@@ -21,9 +21,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 use pyo3::{Borrowed, ffi};
 
-use crate::array::PyArray;
 use crate::errors::IntoPyResult;
-use crate::queues::shared_queue_for_dlpack;
+use crate::objects::array::PyArray;
+use crate::objects::queue::shared_queue_for_dlpack;
 
 /// The table; it lives for the whole process, as the protocol requires.
 struct Table(DLPackExchangeAPI);
@@ -183,7 +183,7 @@ unsafe extern "C" fn managed_tensor_to_py_object(
     guarded(|py| {
         let tensor = NonNull::new(tensor).ok_or_else(|| PyTypeError::new_err("tensor: NULL"))?;
         let array =
-            crate::import_dlpack::import_owned_tensor(py, ManagedTensor::Versioned(tensor))?;
+            crate::import::dlpack::import_owned_tensor(py, ManagedTensor::Versioned(tensor))?;
         // SAFETY: `out_py_object` is writable (caller); it receives a new reference.
         unsafe { *out_py_object = array.into_ptr().cast() };
         Ok(())

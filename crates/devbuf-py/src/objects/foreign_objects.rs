@@ -15,7 +15,8 @@ use pyo3::types::{PyCapsule, PyInt, PyString};
 use pyo3::{ffi, intern};
 
 use crate::errors::IntoPyResult;
-use crate::queues::{PyDevice, PyQueue, handle_capsule, shared_queue};
+use crate::objects::device::PyDevice;
+use crate::objects::queue::{PyQueue, handle_capsule, shared_queue};
 
 /// The name of a capsule (empty when it has none).
 pub(crate) fn capsule_name<'a>(capsule: &'a Bound<'_, PyCapsule>) -> &'a std::ffi::CStr {
@@ -297,7 +298,7 @@ pub(crate) fn resolve_queue(
     device: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyQueue>> {
     match device {
-        None => crate::queues::current_default(py),
+        None => crate::objects::default_device::current_default(py),
         Some(device) => {
             if let Ok(queue) = device.cast::<PyQueue>() {
                 return Ok(queue.clone().unbind());
@@ -306,7 +307,7 @@ pub(crate) fn resolve_queue(
                 return Ok(queue);
             }
             match selector_of(device)?.as_str() {
-                "" => crate::queues::current_default(py),
+                "" => crate::objects::default_device::current_default(py),
                 selector => shared_queue(py, selector),
             }
         }

@@ -5,7 +5,7 @@
 //! argument parsing (keyword names converted to UTF-8 and compared as strings, then its call
 //! trampoline) cost about a tenth of the call: here a keyword is first matched by identity with
 //! the interned name, which is what every call site passes. The work itself is
-//! [`crate::export::dlpack`], as before.
+//! [`crate::export::dlpack::dlpack`], as before.
 
 use std::ffi::CStr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyString, PyTuple, PyType};
 use pyo3::{ffi, intern};
 
-use crate::array::PyArray;
+use crate::objects::array::PyArray;
 
 const DOC: &CStr =
     c"__dlpack__($self, /, *, max_version=None, dl_device=None, copy=None, stream=None)
@@ -133,7 +133,7 @@ fn call<'py>(
         }
     }
     let versioned = match arguments.max_version {
-        Some(version) if !version.is_none() => crate::export::major_version(&version)? >= 1,
+        Some(version) if !version.is_none() => crate::export::dlpack::major_version(&version)? >= 1,
         _ => false,
     };
     let dl_device = optional::<(i32, i32)>(
@@ -143,7 +143,7 @@ fn call<'py>(
     )?;
     let copy = optional::<bool>(arguments.copy, "copy", "None or a bool")?;
     let stream = arguments.stream.as_deref();
-    crate::export::dlpack(this.get(), py, stream, versioned, dl_device, copy)
+    crate::export::dlpack::dlpack(this.get(), py, stream, versioned, dl_device, copy)
 }
 
 unsafe extern "C" fn dlpack_vectorcall(

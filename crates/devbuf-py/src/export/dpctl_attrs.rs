@@ -18,7 +18,7 @@ use pyo3::types::{PyDict, PyTuple};
 
 use devbuf::MemKind;
 
-use crate::array::{DpctlView, PyArray};
+use crate::objects::array::{DpctlView, PyArray};
 
 /// SYCL memory of a kind dpctl names, with dpctl importable: the devbuf queue as a
 /// `dpctl.SyclQueue`.
@@ -31,13 +31,13 @@ fn dpctl_queue_of(this: &PyArray, py: Python<'_>, attribute: &str) -> PyResult<P
             buffer.device().selector
         ))
     };
-    if !crate::foreign::speaks_suai(buffer.queue()) {
+    if !crate::objects::foreign_objects::speaks_suai(buffer.queue()) {
         return Err(missing("is not SYCL memory"));
     }
     if buffer.kind() == MemKind::Unknown {
         return Err(missing("is not USM its context knows"));
     }
-    crate::foreign::dpctl_queue(py, this.queue.get())?
+    crate::objects::foreign_objects::dpctl_queue(py, this.queue.get())?
         .ok_or_else(|| missing("has no dpctl queue (dpctl cannot be imported)"))
 }
 
@@ -122,7 +122,7 @@ pub(crate) fn usm_ndarray(this: &PyArray, py: Python<'_>) -> PyResult<Py<PyAny>>
             .getattr(intern!(py, "flags"))?
             .set_item(intern!(py, "W"), false)?;
     }
-    crate::export::order_pending_work_on_own_queue(this, py)?;
+    crate::export::interface_dicts::order_pending_work_on_own_queue(this, py)?;
     Ok(array.unbind())
 }
 

@@ -16,12 +16,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
 use pyo3::{ffi, intern};
 
-use crate::array::PyArray;
 use crate::errors::IntoPyResult;
-use crate::foreign::{self, capsule_name};
-use crate::imported::{foreign_kind, wrap_classified};
-use crate::queues::{PyQueue, shared_queue_for_dlpack};
-use crate::streams;
+use crate::import::ordering;
+use crate::import::wrap::{foreign_kind, wrap_classified};
+use crate::objects::array::PyArray;
+use crate::objects::foreign_objects::{self, capsule_name};
+use crate::objects::queue::{PyQueue, shared_queue_for_dlpack};
 
 /// DLPack through the producer type's C exchange table, else `__dlpack__`. `None` when the object
 /// speaks no DLPack. With `sync`, our queue's later work is ordered after the producer's stream.
@@ -48,7 +48,7 @@ pub(crate) fn import_dlpack<'py>(
         let array = import_managed(py, ManagedTensor::Versioned(tensor), None, None)?;
         // The no-sync export leaves ordering to us: order after the producer's current stream.
         if sync && let Some(current_work_stream) = api.current_work_stream {
-            streams::order_after_producer(py, array.get().array.buffer(), |stream_out| {
+            ordering::order_after_producer(py, array.get().array.buffer(), |stream_out| {
                 // SAFETY: the producer's table; `stream_out` is a valid out-pointer.
                 unsafe { current_work_stream(device.device_type, device.device_id, stream_out) }
             })?;
@@ -66,13 +66,16 @@ pub(crate) fn import_dlpack<'py>(
                 device_id,
             };
             let queue = reachable_queue(py, device, "__dlpack_device__")?;
-            Some((device, foreign::dlpack_producer_queue(py, obj, queue)?))
+            Some((
+                device,
+                foreign_objects::dlpack_producer_queue(py, obj, queue)?,
+            ))
         }
         None => None,
     };
     // Our stream (a CUDA stream, a dpctl queue), which the producer makes wait for its work.
     let stream = match &announced {
-        Some((_, queue)) => streams::consumer_stream_argument(py, queue.get(), sync)?,
+        Some((_, queue)) => ordering::consumer_stream_argument(py, queue.get(), sync)?,
         None => None,
     };
     // When the producer ordered our queue after its work, host views must wait for it too.

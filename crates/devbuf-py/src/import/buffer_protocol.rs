@@ -7,10 +7,10 @@ use devbuf::{DType, Owner};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use crate::array::PyArray;
 use crate::errors::IntoPyResult;
-use crate::imported::wrap_foreign;
-use crate::queues::shared_queue;
+use crate::import::wrap::wrap_foreign;
+use crate::objects::array::PyArray;
+use crate::objects::queue::shared_queue;
 
 /// A Py_buffer held until the last view of its memory is gone, released under the GIL.
 pub(crate) struct HeldBuffer(pub(crate) Box<ffi::Py_buffer>);

@@ -1,11 +1,17 @@
 //! The import side: `devbuf.asarray` and `devbuf.from_dlpack` take DLPack (the producer's C
 //! exchange table when its type has one, else `__dlpack__`, or a capsule), SUAI, CAI, or the
 //! buffer protocol, zero-copy. The producer stays alive as long as any view of its memory. This
-//! module picks the protocol; each has its own module (`import_dlpack`, `import_dicts`,
-//! `import_buffer`), and `imported` wraps what they validated.
+//! module picks the protocol; each has its own module (`dlpack`, `interface_dicts`,
+//! `buffer_protocol`), and `wrap` wraps what they validated.
 //!
 //! Python values are converted there (a wrong type is a TypeError naming the key); what they mean
 //! is validated once, in `devbuf::interface`.
+
+pub(crate) mod buffer_protocol;
+pub(crate) mod dlpack;
+mod interface_dicts;
+mod ordering;
+mod wrap;
 
 use devbuf::MemKind;
 use parking_lot::Mutex;
@@ -15,13 +21,13 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCapsule, PyType};
 use pyo3::{ffi, intern};
 
-use crate::array::PyArray;
 use crate::errors::IntoPyResult;
-use crate::foreign::resolve_queue;
-use crate::import_buffer::import_buffer_protocol;
-use crate::import_dicts::{import_cai, import_suai};
-use crate::import_dlpack::{import_capsule, import_dlpack};
-use crate::queues::PyQueue;
+use crate::import::buffer_protocol::import_buffer_protocol;
+use crate::import::dlpack::{import_capsule, import_dlpack};
+use crate::import::interface_dicts::{import_cai, import_suai};
+use crate::objects::array::PyArray;
+use crate::objects::foreign_objects::resolve_queue;
+use crate::objects::queue::PyQueue;
 
 /// Imports any supported object zero-copy (or copies it when `copy`). With `sync`, later work
 /// on the array's queue is ordered after the producer's stream (CAI v3, DLPack); without, the
@@ -63,27 +69,28 @@ fn copy_of<'py>(
     Ok(PyArray::wrap(py, copy, queue)?.into_bound(py))
 }
 
-/// The protocols an object can be imported through, in the order they are tried.
+/// The ways in: the protocols an object can be imported through (not `devbuf::Protocol`, the
+/// protocols that belong to one backend), in the order they are tried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Protocol {
+enum Route {
     Dlpack,
     Suai,
     Cai,
-    Buffer,
+    BufferProtocol,
 }
 
-const PROTOCOLS: [Protocol; 4] = [
-    Protocol::Dlpack,
-    Protocol::Suai,
-    Protocol::Cai,
-    Protocol::Buffer,
+const ROUTES: [Route; 4] = [
+    Route::Dlpack,
+    Route::Suai,
+    Route::Cai,
+    Route::BufferProtocol,
 ];
 
-/// The protocol each producer type last imported through, so that the next import of the same
+/// The route each producer type last imported through, so that the next import of the same
 /// type goes straight to it instead of probing attributes it lacks (each miss costs an exception
 /// inside CPython). A hint only: if the type's instance does not speak it, probing starts over.
-type TypeProtocols = Mutex<Vec<(Py<PyType>, Protocol)>>;
-static TYPE_PROTOCOLS: PyOnceLock<TypeProtocols> = PyOnceLock::new();
+type TypeRoutes = Mutex<Vec<(Py<PyType>, Route)>>;
+static TYPE_ROUTES: PyOnceLock<TypeRoutes> = PyOnceLock::new();
 const TYPE_CACHE_SIZE: usize = 32;
 
 fn import_foreign<'py>(
@@ -95,22 +102,22 @@ fn import_foreign<'py>(
         return import_capsule(py, capsule, None);
     }
     let ty = obj.get_type();
-    let cache = TYPE_PROTOCOLS.get_or_init(py, Default::default);
+    let cache = TYPE_ROUTES.get_or_init(py, Default::default);
     let hint = cache
         .lock()
         .iter()
         .find(|(known, _)| known.is(&ty))
-        .map(|&(_, protocol)| protocol);
-    if let Some(protocol) = hint
-        && let Some(array) = import_through(py, obj, protocol, sync)?
+        .map(|&(_, route)| route);
+    if let Some(route) = hint
+        && let Some(array) = import_through(py, obj, route, sync)?
     {
         return Ok(array);
     }
     // A producer that cannot describe its data through one protocol (BufferError) may still
     // through another; every other error is the user's to see.
     let mut unexportable = None;
-    for protocol in PROTOCOLS.into_iter().filter(|&p| Some(p) != hint) {
-        match import_through(py, obj, protocol, sync) {
+    for route in ROUTES.into_iter().filter(|&r| Some(r) != hint) {
+        match import_through(py, obj, route, sync) {
             Ok(Some(array)) => {
                 let evicted = {
                     let mut cache = cache.lock();
@@ -120,7 +127,7 @@ fn import_foreign<'py>(
                         None if cache.len() == TYPE_CACHE_SIZE => Some(cache.remove(0)),
                         None => None,
                     };
-                    cache.push((ty.unbind(), protocol));
+                    cache.push((ty.unbind(), route));
                     evicted
                 };
                 // Dropped unlocked: a type's finalizer may run Python code that imports again.
@@ -143,25 +150,25 @@ fn import_foreign<'py>(
     }))
 }
 
-/// Imports `obj` through `protocol`; `None` when the object does not speak it.
+/// Imports `obj` through `route`; `None` when the object does not speak it.
 fn import_through<'py>(
     py: Python<'py>,
     obj: &Bound<'py, PyAny>,
-    protocol: Protocol,
+    route: Route,
     sync: bool,
 ) -> PyResult<Option<Bound<'py, PyArray>>> {
-    match protocol {
-        Protocol::Dlpack => import_dlpack(py, obj, sync),
-        Protocol::Suai => match obj.getattr_opt(intern!(py, "__sycl_usm_array_interface__"))? {
+    match route {
+        Route::Dlpack => import_dlpack(py, obj, sync),
+        Route::Suai => match obj.getattr_opt(intern!(py, "__sycl_usm_array_interface__"))? {
             Some(dict) => import_suai(py, obj, &dict).map(Some),
             None => Ok(None),
         },
-        Protocol::Cai => match obj.getattr_opt(intern!(py, "__cuda_array_interface__"))? {
+        Route::Cai => match obj.getattr_opt(intern!(py, "__cuda_array_interface__"))? {
             Some(dict) => import_cai(py, obj, &dict, sync).map(Some),
             None => Ok(None),
         },
         // SAFETY: `obj` is a live object.
-        Protocol::Buffer => match unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } {
+        Route::BufferProtocol => match unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } {
             0 => Ok(None),
             _ => import_buffer_protocol(py, obj).map(Some),
         },

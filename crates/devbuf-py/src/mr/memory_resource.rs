@@ -1,7 +1,7 @@
 //! `devbuf.mr.MemoryResource`, the base of every memory resource: what each holds (a
 //! `devbuf::mr` resource with the Python queue its buffers report, or, for a subclass written in
-//! Python, the `mr_python` resource that calls it), allocation, and memory by address. devbuf's
-//! own resources and the current resource are in `mr_resources`.
+//! Python, the `python_resource` that calls it), allocation, and memory by address. devbuf's
+//! own resources and the current resource are in `resources`.
 
 use std::sync::{Arc, OnceLock, Weak};
 
@@ -14,11 +14,12 @@ use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyTypeError, PyVal
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple, PyType};
 
-use crate::array::PyBuffer;
 use crate::errors::IntoPyResult;
-use crate::foreign::resolve_queue;
-use crate::mr_python::PythonResource;
-use crate::queues::{PyDevice, PyQueue};
+use crate::mr::python_resource::PythonResource;
+use crate::objects::array::PyBuffer;
+use crate::objects::device::PyDevice;
+use crate::objects::foreign_objects::resolve_queue;
+use crate::objects::queue::PyQueue;
 
 /// A memory resource: allocates and frees memory of the kinds its device has, RMM's
 /// `DeviceMemoryResource` in shape. `devbuf.alloc(..., mr=resource)` makes buffers of its memory,

@@ -17,9 +17,9 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::PyDict;
 
 use crate::errors::IntoPyResult;
-use crate::foreign::resolve_queue;
-use crate::mr::{PyMemoryResource, resource_of};
-use crate::queues::PyQueue;
+use crate::mr::memory_resource::{PyMemoryResource, resource_of};
+use crate::objects::foreign_objects::resolve_queue;
+use crate::objects::queue::PyQueue;
 
 /// The bottom resource: the queue's own allocator (RMM's `CudaMemoryResource` and kin).
 #[pyclass(frozen, extends = PyMemoryResource, module = "devbuf.mr", name = "QueueMemoryResource")]

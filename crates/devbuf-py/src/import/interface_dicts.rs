@@ -7,13 +7,13 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use pyo3::{ffi, intern};
 
-use crate::array::PyArray;
 use crate::errors::IntoPyResult;
-use crate::foreign;
-use crate::import_buffer::import_buffer_protocol;
-use crate::imported::wrap_foreign;
-use crate::queues::shared_queue;
-use crate::streams;
+use crate::import::buffer_protocol::import_buffer_protocol;
+use crate::import::ordering;
+use crate::import::wrap::wrap_foreign;
+use crate::objects::array::PyArray;
+use crate::objects::foreign_objects;
+use crate::objects::queue::shared_queue;
 
 /// Reads the keys CAI and SUAI share; a wrong Python type is a TypeError naming the key.
 fn read_interface_dict<'py>(
@@ -115,7 +115,7 @@ pub(crate) fn import_suai<'py>(
         PyValueError::new_err("syclobj: missing from __sycl_usm_array_interface__")
     })?;
     let foreign = interface::import_suai(&parsed).py()?;
-    let resolved = foreign::queue_from_syclobj(py, &syclobj, foreign.base)?;
+    let resolved = foreign_objects::queue_from_syclobj(py, &syclobj, foreign.base)?;
     let key = if parsed.offset == 0 { "data" } else { "offset" };
     let array = wrap_foreign(
         py,
@@ -178,7 +178,7 @@ pub(crate) fn import_cai<'py>(
         Owner::keep_alive(obj.clone().unbind()),
         "data",
     )?;
-    streams::order_after_producer_stream(
+    ordering::order_after_producer_stream(
         array.get().array.buffer(),
         devbuf::Protocol::Cai,
         stream,

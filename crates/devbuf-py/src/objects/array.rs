@@ -1,6 +1,6 @@
 //! `Array` (a typed, strided view) and `Buffer` (its byte-array subclass): the objects every
-//! protocol exports. The protocol methods live in `export.rs`; this file holds the objects and
-//! their plain attributes.
+//! protocol exports. This file holds what they hold; their Python methods are in
+//! `array_methods` and `buffer_methods`, each protocol's export in `export`.
 
 use std::sync::OnceLock;
 
@@ -12,7 +12,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::errors::IntoPyResult;
-use crate::queues::PyQueue;
+use crate::objects::queue::PyQueue;
 
 /// What the protocol getters build once and hand out copies of.
 pub(crate) struct ExportCache {
@@ -44,7 +44,7 @@ impl DlpackExport {
     }
 }
 
-/// An array as dpctl memory, and how to make dpnp.tensor arrays of it (see `dpctl_attrs`).
+/// An array as dpctl memory, and how to make dpnp.tensor arrays of it (see `export::dpctl_attrs`).
 pub(crate) struct DpctlView {
     pub(crate) memory: Py<PyAny>,
     /// `usm_ndarray`, its positional and keyword arguments: made on the first `__usm_ndarray__`
@@ -65,8 +65,8 @@ pub struct PyArray {
     /// most arrays never need them, and every allocation moves and zeroes this struct.
     dlpack: OnceLock<Box<DlpackExport>>,
     pub(crate) cache: ExportCache,
-    /// This array as dpctl memory, behind its dpctl attributes (see `dpctl_attrs`); `None` where
-    /// dpctl cannot view it.
+    /// This array as dpctl memory, behind its dpctl attributes (see `export::dpctl_attrs`); `None`
+    /// where dpctl cannot view it.
     pub(crate) dpctl_view: PyOnceLock<Option<Box<DpctlView>>>,
 }
 

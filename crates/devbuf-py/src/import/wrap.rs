@@ -6,9 +6,9 @@ use devbuf::interface::ForeignLayout;
 use devbuf::{Array, Buffer, MemKind, Owner, extent};
 use pyo3::prelude::*;
 
-use crate::array::PyArray;
 use crate::errors::IntoPyResult;
-use crate::queues::PyQueue;
+use crate::objects::array::PyArray;
+use crate::objects::queue::PyQueue;
 
 /// Wraps validated foreign memory reachable by `queue` in an Array.
 pub(crate) fn wrap_foreign<'py>(

@@ -1,0 +1,228 @@
+//! The Python methods of `Buffer` (what it holds is `objects::array`), and `devbuf.alloc`, which
+//! makes Buffers. Nothing in the crate depends on this module.
+
+use devbuf::{Array, Buffer, DType, Layout};
+use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyInt, PySlice};
+
+use crate::errors::IntoPyResult;
+use crate::objects::array::{PyArray, PyBuffer};
+use crate::objects::foreign_objects::resolve_queue;
+use crate::objects::queue::PyQueue;
+
+#[pymethods]
+impl PyBuffer {
+    /// Number of bytes.
+    #[getter]
+    fn nbytes(slf: &Bound<'_, Self>) -> usize {
+        slf.as_super().get().array.buffer().len()
+    }
+
+    /// Address of the first byte.
+    #[getter]
+    fn ptr(slf: &Bound<'_, Self>) -> usize {
+        slf.as_super().get().array.buffer().ptr() as usize
+    }
+
+    /// Whether devbuf allocated this memory (False for imported, foreign memory).
+    #[getter]
+    fn owned(slf: &Bound<'_, Self>) -> bool {
+        is_owned(slf.as_super().get().array.buffer())
+    }
+
+    /// A handle that opens this buffer's memory in another process on this machine
+    /// (`devbuf.open_ipc`). Only buffers allocated with `ipc=True` have one (else BufferError).
+    /// With `readonly=True` (or for a read-only buffer) it opens read-only; host memory is then
+    /// sealed so that no other process can map it writable again, while this one keeps writing.
+    #[pyo3(signature = (*, readonly = false))]
+    fn ipc_handle(slf: &Bound<'_, Self>, readonly: bool) -> PyResult<crate::ipc::PyIpcHandle> {
+        crate::ipc::export(slf.as_super().get(), slf.py(), readonly)
+    }
+
+    /// A typed view: `dtype` anything `numpy.dtype()` takes (np.float32, "float32", "<f4"),
+    /// `shape` (an int or a sequence), `strides` and `offset` in bytes, as in NumPy. Without
+    /// `shape` the view holds every element after `offset`, and the bytes there must be a whole
+    /// number of elements (as `numpy.frombuffer` requires): a 10-byte buffer viewed as float32 is
+    /// a ValueError, while `shape=2` views 8 of its bytes.
+    #[pyo3(signature = (dtype, shape = None, strides = None, offset = 0))]
+    fn view(
+        slf: &Bound<'_, Self>,
+        dtype: &Bound<'_, PyAny>,
+        shape: Option<&Bound<'_, PyAny>>,
+        strides: Option<Vec<isize>>,
+        offset: usize,
+    ) -> PyResult<Py<PyArray>> {
+        let py = slf.py();
+        let this = slf.as_super().get();
+        let dtype = crate::dtypes::from_python(dtype)?;
+        let buffer = this.array.buffer();
+        let shape = match shape {
+            Some(length) if length.is_instance_of::<PyInt>() => {
+                vec![length.extract::<usize>().map_err(|_| {
+                    PyValueError::new_err(format!("shape: {length} is not a length"))
+                })?]
+            }
+            Some(shape) => shape.extract()?,
+            None => vec![whole_elements(buffer.len(), offset, dtype)?],
+        };
+        let layout = Layout::new(
+            dtype,
+            &shape,
+            strides.as_deref(),
+            offset,
+            this.array.readonly(),
+        )
+        .py()?;
+        let array = Array::new(buffer.clone(), layout).py()?;
+        PyArray::wrap(py, array, this.queue.clone_ref(py))
+    }
+
+    /// Sets every byte to `value` (an int, 0-255); with `blocking=False` the fill is only
+    /// enqueued.
+    #[pyo3(signature = (value, *, blocking = true))]
+    fn fill(slf: &Bound<'_, Self>, value: &Bound<'_, PyAny>, blocking: bool) -> PyResult<()> {
+        let value = byte_value(value)?;
+        let this = slf.as_super().get();
+        if this.array.readonly() {
+            return Err(PyValueError::new_err("fill: this buffer is read-only"));
+        }
+        let buffer = this.array.buffer();
+        if blocking {
+            slf.py().detach(|| buffer.fill(value)).py()
+        } else {
+            slf.py()
+                .detach(|| buffer.enqueue_fill(value).map(drop))
+                .py()
+        }
+    }
+
+    /// Blocks until all pending work on this memory (from any queue) has completed, and once the
+    /// memory was handed out, other libraries' work on the queues devbuf knows of.
+    fn synchronize(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let buffer = slf.as_super().get().array.buffer();
+        slf.py().detach(|| buffer.synchronize()).py()
+    }
+
+    /// `buffer[start:stop]`: a sub-buffer sharing ownership of the allocation.
+    fn __getitem__(slf: &Bound<'_, Self>, index: &Bound<'_, PySlice>) -> PyResult<Py<PyBuffer>> {
+        let this = slf.as_super().get();
+        let buffer = this.array.buffer();
+        let indices = index.indices(buffer.len() as isize)?;
+        if indices.step != 1 {
+            return Err(PyIndexError::new_err(
+                "Buffer slices must be contiguous (step 1)",
+            ));
+        }
+        let (start, stop) = (
+            indices.start as usize,
+            indices.stop.max(indices.start) as usize,
+        );
+        let part = buffer.slice(start..stop).py()?;
+        PyBuffer::wrap_readonly(
+            slf.py(),
+            part,
+            this.queue.clone_ref(slf.py()),
+            this.array.readonly(),
+        )
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> String {
+        let this = slf.as_super().get();
+        let buffer = this.array.buffer();
+        format!(
+            "<devbuf.Buffer {} bytes of {} memory at {:#x} on {:?}{}{}>",
+            buffer.len(),
+            buffer.kind(),
+            buffer.ptr() as usize,
+            buffer.device().selector,
+            if is_owned(buffer) { "" } else { " (foreign)" },
+            if this.array.readonly() {
+                " read-only"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+/// How many `dtype` elements the `nbytes` of a buffer hold after `offset`, when they hold a whole
+/// number of them: a view never drops a tail of bytes unasked.
+fn whole_elements(nbytes: usize, offset: usize, dtype: DType) -> PyResult<usize> {
+    let Some(available) = nbytes.checked_sub(offset) else {
+        return Err(PyValueError::new_err(format!(
+            "offset: {offset} is past the end of the buffer's {nbytes} bytes"
+        )));
+    };
+    if !available.is_multiple_of(dtype.itemsize()) {
+        return Err(PyValueError::new_err(format!(
+            "shape: the buffer's {available} bytes after offset {offset} are not a whole number of \
+             {dtype} elements ({} bytes each); pass shape= to view fewer",
+            dtype.itemsize()
+        )));
+    }
+    Ok(available / dtype.itemsize())
+}
+
+/// `fill`'s value as a byte: an int outside 0-255 is a ValueError naming the range, anything
+/// else a TypeError.
+fn byte_value(value: &Bound<'_, PyAny>) -> PyResult<u8> {
+    if let Ok(byte) = value.extract::<u8>() {
+        return Ok(byte);
+    }
+    if value.is_instance_of::<PyInt>() {
+        return Err(PyValueError::new_err(format!(
+            "value: {value} is out of range: fill sets bytes, 0 to 255"
+        )));
+    }
+    Err(PyTypeError::new_err(format!(
+        "value: expected an int from 0 to 255, got {}",
+        value.get_type()
+    )))
+}
+
+/// Whether devbuf allocated the memory: its queue's own allocation, or a shareable one.
+fn is_owned(buffer: &Buffer) -> bool {
+    buffer.is_owned() || devbuf::ipc::is_shareable(buffer)
+}
+
+/// Allocates `nbytes` of `kind` memory ("host", "device" or "shared") on `device` (a selector,
+/// a Device, a Queue, or None for the default device); `ipc=True` makes it shareable with other
+/// processes (see `Queue.alloc`); `mr=` allocates from that memory resource, on its own device:
+/// a `device` other than the resource's is a ValueError naming both, and so is `ipc=True` (memory
+/// for sharing comes from the device, not from a resource).
+#[pyfunction]
+#[pyo3(signature = (nbytes, kind = "shared", device = None, *, ipc = false, mr = None))]
+pub fn alloc(
+    py: Python<'_>,
+    nbytes: usize,
+    kind: &str,
+    device: Option<&Bound<'_, PyAny>>,
+    ipc: bool,
+    mr: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Py<PyBuffer>> {
+    if let Some(mr) = mr {
+        let mr = crate::mr::memory_resource::resource_arg(mr)?;
+        if ipc {
+            return Err(PyValueError::new_err(
+                "ipc: memory for sharing is allocated by the device itself, not by a memory \
+                 resource; leave out mr= or ipc=True",
+            ));
+        }
+        if let Some(device) = device {
+            let asked = resolve_queue(py, Some(device))?;
+            let asked = &asked.get().queue.device().selector;
+            let own = crate::mr::memory_resource::PyMemoryResource::selector(&mr)?;
+            if *asked != own {
+                return Err(PyValueError::new_err(format!(
+                    "device: {asked:?} is not the device of mr, a {} on {own:?}; allocate from a \
+                     resource of {asked:?}, or leave device out",
+                    mr.get_type().name()?
+                )));
+            }
+        }
+        return crate::mr::memory_resource::PyMemoryResource::alloc(&mr, nbytes, kind);
+    }
+    let queue = resolve_queue(py, device)?;
+    PyQueue::alloc(queue.bind(py), nbytes, kind, ipc)
+}

@@ -1,0 +1,187 @@
+//! `__dlpack__` (the work behind `dlpack_vectorcall`'s method) and `__dlpack_device__` of an
+//! `Array` (and so a `Buffer`): capsules of either DLPack ABI, zero-copy or copied.
+
+use std::ptr::NonNull;
+
+use devbuf::dlpack::{self, DlpackTemplate, ManagedTensorAbi};
+use devbuf::dlpark::DlpackFlags;
+use devbuf::dlpark::ffi::{DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned};
+use devbuf::{Array, HostQueue, MemKind};
+use pyo3::exceptions::{PyBufferError, PyTypeError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyTuple};
+
+use crate::errors::IntoPyResult;
+use crate::export::ordering;
+use crate::objects::array::PyArray;
+
+fn own_dlpack_device(this: &PyArray) -> DLDevice {
+    let buffer = this.array.buffer();
+    buffer.queue().dlpack_device(buffer.kind())
+}
+
+pub(crate) fn dlpack_device<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+    let cached = this.cache.dlpack_device.get_or_try_init(py, || {
+        let device = own_dlpack_device(this);
+        PyTuple::new(py, [device.device_type.0 as i32, device.device_id]).map(Bound::unbind)
+    })?;
+    Ok(cached.bind(py).clone())
+}
+
+const CPU: DLDevice = DLDevice {
+    device_type: DLDeviceType::CPU,
+    device_id: 0,
+};
+
+/// The major version of `__dlpack__`'s `max_version=(major, minor)`; read directly, since this is
+/// on every consumer's hot path.
+pub(crate) fn major_version(max_version: &Bound<'_, PyAny>) -> PyResult<u32> {
+    let major = match max_version.cast::<PyTuple>() {
+        Ok(tuple) if tuple.len() == 2 => tuple.get_item(0)?.extract::<u32>().ok(),
+        _ => None,
+    };
+    major.ok_or_else(|| {
+        PyTypeError::new_err(format!(
+            "max_version: expected a (major, minor) tuple of ints, got {}",
+            max_version
+                .repr()
+                .map_or_else(|_| "?".into(), |r| r.to_string())
+        ))
+    })
+}
+
+/// `__dlpack__`, per the array API and DLPack 1.3: a versioned capsule when the consumer's
+/// `max_version` is at least 1.0 (`versioned`), the legacy one otherwise; `dl_device` and `copy`
+/// decide between a zero-copy export (also to the CPU for host-accessible memory) and a copy.
+pub(crate) fn dlpack<'py>(
+    this: &PyArray,
+    py: Python<'py>,
+    stream: Option<&Bound<'py, PyAny>>,
+    versioned: bool,
+    dl_device: Option<(i32, i32)>,
+    copy: Option<bool>,
+) -> PyResult<Bound<'py, PyCapsule>> {
+    let prepared = this.dlpack();
+    let own = match &prepared.template {
+        Ok(template) => template.device(),
+        Err(_) => own_dlpack_device(this),
+    };
+    let target = match dl_device {
+        None => own,
+        Some((device_type, device_id)) => DLDevice {
+            device_type: DLDeviceType(device_type as _),
+            device_id,
+        },
+    };
+    let zero_copy = copy != Some(true)
+        && (target == own || (target == CPU && this.array.buffer().is_host_accessible()));
+    if zero_copy
+        && target == own
+        && let Some(refusal) = &prepared.refusal
+    {
+        return Err(PyBufferError::new_err(format!("__dlpack__: {refusal}")));
+    }
+    // The legacy capsule has no read-only flag: its consumer would take the memory as writable.
+    if zero_copy && !versioned && this.array.readonly() {
+        return Err(PyBufferError::new_err(
+            "__dlpack__: the array is read-only and a legacy (unversioned) DLPack capsule cannot \
+             say so; pass max_version=(1, 0) or later, or copy=True",
+        ));
+    }
+    let (array, copied) = if zero_copy {
+        ordering::prepare_dlpack_export(py, this, target, stream)?;
+        this.array.buffer().mark_exported();
+        (None, false)
+    } else {
+        if copy == Some(false) {
+            return Err(PyBufferError::new_err(format!(
+                "dl_device: {:?} memory on DLPack device {:?} cannot be exported to {:?} without a copy, and copy=False",
+                this.array.buffer().kind(),
+                (own.device_type.0, own.device_id),
+                (target.device_type.0, target.device_id),
+            )));
+        }
+        let copy = if target == CPU {
+            let host = HostQueue::shared();
+            py.detach(|| this.array.copy_to(&host, MemKind::Host))
+                .py()?
+        } else if target == own {
+            let queue = this.array.buffer().queue();
+            let kind = this.array.buffer().kind();
+            py.detach(|| this.array.copy_to(queue, kind)).py()?
+        } else {
+            return Err(PyBufferError::new_err(format!(
+                "dl_device: devbuf copies to the CPU (1, 0) or to the array's own device {:?}, not to {:?}",
+                (own.device_type.0, own.device_id),
+                (target.device_type.0, target.device_id),
+            )));
+        };
+        (Some(copy), true)
+    };
+    let flags = if copied {
+        DlpackFlags::IS_COPIED
+    } else {
+        DlpackFlags::empty()
+    };
+    let (array, template) = match &array {
+        Some(copy) => (copy, DlpackTemplate::new(copy, target).py()?),
+        None => match &prepared.template {
+            Ok(template) => (&this.array, template.clone().on_device(target)),
+            Err(reason) => return Err(PyBufferError::new_err(reason.clone())),
+        },
+    };
+    Ok(if versioned {
+        export_capsule::<DLManagedTensorVersioned>(py, array, template, flags)?
+    } else {
+        export_capsule::<DLManagedTensor>(py, array, template, flags)?
+    })
+}
+
+fn export_capsule<'py, T: ManagedTensorAbi>(
+    py: Python<'py>,
+    array: &Array,
+    template: DlpackTemplate,
+    flags: DlpackFlags,
+) -> PyResult<Bound<'py, PyCapsule>> {
+    let tensor = dlpack::export::<T>(array, template, flags, true);
+    // SAFETY: the name is a static C string, the destructor matches the tensor's ABI, and the
+    // capsule takes the capsule-side reference of the export.
+    let capsule = unsafe {
+        ffi::PyCapsule_New(
+            tensor.as_ptr().cast(),
+            T::CAPSULE_NAME.as_ptr(),
+            Some(capsule_destructor::<T>),
+        )
+    };
+    if capsule.is_null() {
+        // SAFETY: the tensor never left us: as for a capsule that died unconsumed, this releases
+        // the memory and frees the export, both references included (once: the block is gone).
+        unsafe { dlpack::release_capsule(tensor, false) };
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: PyCapsule_New returned a new reference to a capsule.
+    Ok(unsafe { Bound::from_owned_ptr(py, capsule).cast_into_unchecked() })
+}
+
+/// Releases the capsule's reference of an export. A consumer that took the tensor renamed the
+/// capsule ("used_dltensor..."); otherwise the memory is released here.
+unsafe extern "C" fn capsule_destructor<T: ManagedTensorAbi>(capsule: *mut ffi::PyObject) {
+    // SAFETY: CPython calls this with our live capsule; the error indicator is saved and restored
+    // around the calls, which may only fail by setting it.
+    unsafe {
+        let (mut kind, mut value, mut traceback) = (
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        );
+        ffi::PyErr_Fetch(&mut kind, &mut value, &mut traceback);
+        let consumed = ffi::PyCapsule_IsValid(capsule, T::CAPSULE_NAME.as_ptr()) == 0;
+        let name = ffi::PyCapsule_GetName(capsule);
+        if let Some(tensor) = NonNull::new(ffi::PyCapsule_GetPointer(capsule, name).cast::<T>()) {
+            dlpack::release_capsule(tensor, consumed);
+        }
+        ffi::PyErr_Clear();
+        ffi::PyErr_Restore(kind, value, traceback);
+    }
+}

@@ -1,0 +1,112 @@
+//! `__sycl_usm_array_interface__` and `__cuda_array_interface__` of an `Array` (and so a
+//! `Buffer`).
+//!
+//! Getters build their dictionary once and hand out copies: a fresh dict per access (consumers
+//! may mutate it) at the cost of one `PyDict_Copy`. A protocol the memory cannot honour raises
+//! AttributeError, so that `hasattr` probes answer correctly.
+
+use devbuf::Protocol;
+use pyo3::exceptions::{PyAttributeError, PyBufferError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use crate::errors::IntoPyResult;
+use crate::export::ordering;
+use crate::objects::array::PyArray;
+
+/// Memory of the backend `protocol` describes, else an AttributeError naming that backend.
+fn require_protocol(this: &PyArray, protocol: Protocol, attribute: &str) -> PyResult<()> {
+    let device = this.array.buffer().device();
+    if devbuf::speaks(device, protocol) {
+        return Ok(());
+    }
+    let speaker = devbuf::backend_for(protocol).map_or("another backend's", |b| b.name());
+    Err(PyAttributeError::new_err(format!(
+        "{attribute}: {} memory on {:?} is not {speaker} memory",
+        this.array.buffer().kind(),
+        device.selector
+    )))
+}
+
+/// Exports that cannot describe this array are missing attributes, not errors.
+fn as_attribute_error(err: PyErr, py: Python<'_>, attribute: &str) -> PyErr {
+    if err.is_instance_of::<PyBufferError>(py) {
+        PyAttributeError::new_err(format!("{attribute}: {}", err.value(py)))
+    } else {
+        err
+    }
+}
+
+fn strides_value<'py>(py: Python<'py>, strides: Option<Vec<i64>>) -> PyResult<Bound<'py, PyAny>> {
+    match strides {
+        None => Ok(py.None().into_bound(py)),
+        Some(strides) => Ok(PyTuple::new(py, strides)?.into_any()),
+    }
+}
+
+pub(crate) fn suai<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    const ATTRIBUTE: &str = "__sycl_usm_array_interface__";
+    let cached = this.cache.suai.get_or_try_init(py, || {
+        require_protocol(this, Protocol::Suai, ATTRIBUTE)?;
+        this.array.buffer().mark_exported();
+        let build = || -> PyResult<Py<PyDict>> {
+            let layout = this.array.layout();
+            let fields = this.array.suai_fields().py()?;
+            let dict = PyDict::new(py);
+            dict.set_item(intern!(py, "data"), (fields.data, this.array.readonly()))?;
+            dict.set_item(intern!(py, "shape"), PyTuple::new(py, layout.shape())?)?;
+            dict.set_item(intern!(py, "strides"), strides_value(py, fields.strides)?)?;
+            dict.set_item(intern!(py, "offset"), fields.offset)?;
+            dict.set_item(intern!(py, "typestr"), layout.dtype().typestr().py()?)?;
+            dict.set_item(intern!(py, "version"), devbuf::interface::SUAI_VERSION)?;
+            dict.set_item(intern!(py, "syclobj"), this.queue.clone_ref(py))?;
+            Ok(dict.unbind())
+        };
+        build().map_err(|err| as_attribute_error(err, py, ATTRIBUTE))
+    })?;
+    order_pending_work_on_own_queue(this, py)?;
+    cached.bind(py).copy()
+}
+
+/// A SYCL consumer orders its work on our queue (SUAI's `syclobj`, `sycl_queue`): pending work
+/// elsewhere (another library's queue, when this memory was imported) must come first there.
+pub(crate) fn order_pending_work_on_own_queue(this: &PyArray, py: Python<'_>) -> PyResult<()> {
+    let buffer = this.array.buffer();
+    if buffer.has_pending_work() {
+        py.detach(|| buffer.order_on(buffer.queue())).py()?;
+    }
+    Ok(())
+}
+
+pub(crate) fn cai<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    const ATTRIBUTE: &str = "__cuda_array_interface__";
+    let cached = this.cache.cai.get_or_try_init(py, || {
+        require_protocol(this, Protocol::Cai, ATTRIBUTE)?;
+        this.array.buffer().mark_exported();
+        let build = || -> PyResult<Py<PyDict>> {
+            let layout = this.array.layout();
+            let strides = this
+                .array
+                .cai_strides()
+                .map(|s| s.iter().map(|&b| b as i64).collect());
+            let dict = PyDict::new(py);
+            dict.set_item(
+                intern!(py, "data"),
+                (this.array.cai_data(), this.array.readonly()),
+            )?;
+            dict.set_item(intern!(py, "shape"), PyTuple::new(py, layout.shape())?)?;
+            dict.set_item(intern!(py, "strides"), strides_value(py, strides)?)?;
+            dict.set_item(intern!(py, "typestr"), layout.dtype().typestr().py()?)?;
+            dict.set_item(intern!(py, "version"), 3)?;
+            dict.set_item(intern!(py, "stream"), py.None())?;
+            Ok(dict.unbind())
+        };
+        build().map_err(|err| as_attribute_error(err, py, ATTRIBUTE))
+    })?;
+    let dict = cached.bind(py).copy()?;
+    if let Some(stream) = ordering::cai_export_stream(this).py()? {
+        dict.set_item(intern!(py, "stream"), stream)?;
+    }
+    Ok(dict)
+}

@@ -1,0 +1,5 @@
+//! `devbuf.mr`: memory resources with RMM's names.
+
+pub(crate) mod memory_resource;
+mod python_resource;
+pub(crate) mod resources;
