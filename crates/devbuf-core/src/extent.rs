@@ -77,7 +77,9 @@ pub fn check_extent(
             // The runtime cannot say where the allocation ends: the first and the last byte must
             // at least be the same memory on the same device.
             for (address, key) in [(first, "strides"), (end - 1, reach_key)] {
-                if address != element0 && queue.interop().holder_of(address as *const u8)? != unbounded {
+                if address != element0
+                    && queue.interop().holder_of(address as *const u8)? != unbounded
+                {
                     return Err(Error::invalid(
                         key,
                         format!(
@@ -99,7 +101,13 @@ mod tests {
 
     use super::*;
     use crate::interface::{InterfaceDict, import_cai};
+    use crate::interop::{
+        ConsumerOrder, ExportedHandle, ForeignObject, Interop, ProducerStream, ProducerWork,
+        StreamHandle,
+    };
+    use crate::ipc::IpcSharing;
     use crate::{Buffer, HostQueue, host};
+    use dlpark::ffi::DLDevice;
 
     /// A host queue whose runtime knows the bounds of its allocations, or only the kind.
     #[derive(Debug)]
@@ -159,6 +167,22 @@ mod tests {
         fn kind_of(&self, ptr: *const u8) -> MemKind {
             self.inner.kind_of(ptr)
         }
+        fn interop(&self) -> &dyn Interop {
+            self
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+
+    /// The host queue's answers, but for what the runtime knows of an allocation's bounds.
+    impl Interop for Answering {
+        fn dlpack_device(&self, kind: MemKind) -> DLDevice {
+            self.inner.dlpack_device(kind)
+        }
+        fn dlpack_export_refusal(&self) -> Option<String> {
+            None
+        }
         fn holder_of(&self, ptr: *const u8) -> Result<Holder> {
             Ok(match (self.inner.holder_of(ptr)?, self.bounded) {
                 (Holder::Unchecked, _) => Holder::Unknown,
@@ -166,11 +190,46 @@ mod tests {
                 (answer, _) => answer,
             })
         }
-        fn dlpack_device(&self, kind: MemKind) -> dlpark::ffi::DLDevice {
-            self.inner.dlpack_device(kind)
+        fn native_stream(&self) -> Option<StreamHandle> {
+            None
         }
-        fn as_any(&self) -> &dyn std::any::Any {
-            self
+        fn dlpack_work_stream(&self) -> Option<usize> {
+            None
+        }
+        fn export_handle(&self) -> Option<ExportedHandle> {
+            None
+        }
+        fn untracked_foreign_work(&self) -> bool {
+            false
+        }
+        fn order_after_foreign_work(&self) -> Result<()> {
+            Ok(())
+        }
+        fn foreign_work_event(&self) -> Result<Option<crate::Event>> {
+            Ok(None)
+        }
+        fn handed_out_event(&self) -> Result<crate::Event> {
+            self.inner.handed_out_event()
+        }
+        fn wait_device_covers_every_queue(&self) -> bool {
+            true
+        }
+        unsafe fn dlpack_consumer(
+            &self,
+            _device: DLDevice,
+            _stream: &ForeignObject<'_>,
+        ) -> Option<Result<ConsumerOrder>> {
+            None
+        }
+        unsafe fn order_after_producer(
+            &self,
+            _stream: ProducerStream<'_>,
+            _sync: bool,
+        ) -> Result<ProducerWork> {
+            Ok(ProducerWork::default())
+        }
+        fn ipc(&self) -> Result<&dyn IpcSharing> {
+            self.inner.ipc()
         }
     }
 

@@ -124,8 +124,9 @@ impl Queue for DeferredQueue {
     fn kind_of(&self, ptr: *const u8) -> MemKind {
         self.host.kind_of(ptr)
     }
-    fn dlpack_device(&self, kind: MemKind) -> dlpark::ffi::DLDevice {
-        self.host.dlpack_device(kind)
+    /// The host queue's: nothing here is handed to other libraries.
+    fn interop(&self) -> &dyn crate::Interop {
+        &self.host
     }
     fn as_any(&self) -> &dyn Any {
         self

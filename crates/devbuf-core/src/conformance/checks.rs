@@ -9,8 +9,9 @@ use super::{
     CheckResult, Outcome, alloc, ctx, expect_bytes, for_each_kind, outcome, pattern, pooled,
     supported_kinds,
 };
-use crate::extent::{Holder, check_extent};
+use crate::extent::check_extent;
 use crate::interface::ForeignLayout;
+use crate::interop::Holder;
 use crate::{Buffer, DEFAULT_ALIGNMENT, DType, Error, HostQueue, Layout, MemKind, Owner, Queue};
 
 pub(super) fn alloc_each_kind(queue: &Arc<dyn Queue>) -> Outcome {

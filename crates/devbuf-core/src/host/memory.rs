@@ -108,7 +108,13 @@ impl HostMemory {
     /// # Safety
     /// `ptr`, `kind`, `size` and `align` are exactly those of one earlier `allocate`, freed once.
     #[inline]
-    pub(super) unsafe fn deallocate(&self, ptr: NonNull<u8>, kind: MemKind, size: usize, align: usize) {
+    pub(super) unsafe fn deallocate(
+        &self,
+        ptr: NonNull<u8>,
+        kind: MemKind,
+        size: usize,
+        align: usize,
+    ) {
         let addr = ptr.as_ptr() as usize;
         if size <= RECENT_MAX_SIZE {
             let mut recent = self.recent.lock();

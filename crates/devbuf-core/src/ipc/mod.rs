@@ -154,4 +154,3 @@ pub fn open(queue: &Arc<dyn Queue>, handle: &IpcHandle) -> Result<Buffer> {
     };
     whole.slice(handle.offset..handle.offset + handle.len)
 }
-
