@@ -42,7 +42,13 @@ pub fn as_foreign_queue(queue: &Arc<dyn Queue>) -> Option<Arc<dyn ForeignQueue>>
     queue
         .interop()
         .untracked_foreign_work()
-        .then(|| Arc::new(HandedOut(Arc::clone(queue))) as Arc<dyn ForeignQueue>)
+        .then(|| handed_out(Arc::clone(queue)))
+}
+
+/// `queue` as another library that holds its handle sees it, for a backend that knows one does
+/// (a SYCL queue adopted from its producer's in-order queue, which is that very queue).
+pub fn handed_out(queue: Arc<dyn Queue>) -> Arc<dyn ForeignQueue> {
+    Arc::new(HandedOut(queue))
 }
 
 /// One of devbuf's queues as another library that holds its handle sees it.

@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUcontext, CUresult, CUstream};
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
-use devbuf_core::extent::Holder;
+use devbuf_core::interop::{ConsumerOrder, Holder, ProducerStream, ProducerWork};
 use devbuf_core::{
-    Buffer, DeviceInfo, Error, Event, ForeignObject, ForeignQueue, MemKind, Protocol, Queue,
-    Result, blocking,
+    DeviceInfo, Error, Event, ExportedHandle, ForeignObject, Interop, MemKind, Queue, Result,
+    StreamHandle, blocking,
 };
 use parking_lot::Mutex;
 
@@ -429,6 +429,17 @@ impl Queue for CudaQueue {
         }
     }
 
+    fn interop(&self) -> &dyn Interop {
+        self
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// The exchange half: CUDA memory, handed to other libraries with the stream it is ordered on.
+impl Interop for CudaQueue {
     /// The allocation `cuMemGetAddressRange` names. The driver documents it for allocations made
     /// by its allocators; where it bounds none (pinned memory on some drivers), the kind and
     /// device are what it tells. A stream-ordered pool may report the pool's mapped chunk rather
@@ -467,22 +478,45 @@ impl Queue for CudaQueue {
         Ok(self)
     }
 
-    fn native_stream(&self) -> Option<usize> {
+    /// The stream itself: never 0 ([`CudaQueue::stream`]).
+    fn native_stream(&self) -> Option<StreamHandle> {
+        StreamHandle::new(self.stream())
+    }
+
+    /// The stream, as DLPack's exchange API names CUDA's work streams.
+    fn dlpack_work_stream(&self) -> Option<usize> {
         Some(self.stream())
     }
 
-    fn as_foreign_queue(self: Arc<Self>) -> Option<Arc<dyn ForeignQueue>> {
-        Some(self)
+    fn export_handle(&self) -> Option<ExportedHandle> {
+        None
     }
 
-    unsafe fn order_dlpack_export(
+    fn dlpack_export_refusal(&self) -> Option<String> {
+        None
+    }
+
+    /// Other libraries work on the stream itself once they hold it: its events cover their work.
+    fn handed_out_event(&self) -> Result<Event> {
+        Queue::record_event(self)
+    }
+
+    /// Every stream other libraries use devbuf memory on is in this queue's context, which
+    /// [`Queue::wait_device`] synchronizes.
+    fn wait_device_covers_every_queue(&self) -> bool {
+        true
+    }
+
+    /// For a CUDA device, the consumer's `stream` (None or an int, DLPack's encoding) waits for
+    /// an event recorded after all pending work on the memory, without blocking the host;
+    /// nothing for -1, and 0 is refused.
+    unsafe fn dlpack_consumer(
         &self,
-        buffer: &Buffer,
         device: DLDevice,
         stream: &ForeignObject<'_>,
-    ) -> Option<Result<()>> {
+    ) -> Option<Result<ConsumerOrder>> {
         // SAFETY: the caller's promise about `stream`.
-        unsafe { self.order_dlpack_export_to(buffer, device, stream) }
+        unsafe { self.dlpack_consumer_stream(device, stream) }
     }
 
     /// Consumers were given the stream itself (CAI, DLPack, the exchange table's work stream),
@@ -516,18 +550,14 @@ impl Queue for CudaQueue {
         Ok(Some(Queue::record_event(self)?))
     }
 
-    unsafe fn order_after_producer_stream(
+    /// CAI's rule ([`CudaQueue::producer_work`]), for a CAI's `stream` entry and for the work
+    /// stream DLPack's exchange API reports (where NULL is the legacy default stream).
+    unsafe fn order_after_producer(
         &self,
-        buffer: &Buffer,
-        protocol: Protocol,
-        stream: Option<i64>,
+        stream: ProducerStream<'_>,
         sync: bool,
-    ) -> Result<()> {
+    ) -> Result<ProducerWork> {
         // SAFETY: the caller's promise about `stream`.
-        unsafe { self.order_after_cai_stream(buffer, protocol, stream, sync) }
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
+        unsafe { self.producer_work(stream, sync) }
     }
 }

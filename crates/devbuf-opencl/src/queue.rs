@@ -10,9 +10,10 @@ use std::sync::Arc;
 
 use cl3::error_codes::error_text;
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
-use devbuf_core::extent::Holder;
+use devbuf_core::interop::{ConsumerOrder, Holder, ProducerStream, ProducerWork};
 use devbuf_core::{
-    CompletedEvent, DeviceInfo, Error, Event, LastCommand, MemKind, Queue, QueueEvent, Result,
+    CompletedEvent, DeviceInfo, Error, Event, ExportedHandle, ForeignObject, Interop, LastCommand,
+    MemKind, Queue, QueueEvent, Result, StreamHandle,
 };
 use opencl3::command_queue::CommandQueue;
 use opencl3::context::Context;
@@ -479,6 +480,18 @@ impl Queue for OpenClQueue {
         }
     }
 
+    fn interop(&self) -> &dyn Interop {
+        self
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// The exchange half: kDLOpenCL memory, which no exchange protocol hands over with a queue or
+/// stream, so no other library enqueues work on this queue.
+impl Interop for OpenClQueue {
     /// Intel USM names the allocation holding any pointer into it (`clGetMemAllocInfoINTEL`'s
     /// base pointer and size); SVM pointers carry nothing the runtime can be asked, so only
     /// devbuf's own SVM allocations are known, by its own table.
@@ -530,8 +543,60 @@ impl Queue for OpenClQueue {
         ))
     }
 
-    fn as_any(&self) -> &dyn Any {
-        self
+    fn dlpack_export_refusal(&self) -> Option<String> {
+        None
+    }
+
+    fn native_stream(&self) -> Option<StreamHandle> {
+        None
+    }
+
+    fn dlpack_work_stream(&self) -> Option<usize> {
+        None
+    }
+
+    fn export_handle(&self) -> Option<ExportedHandle> {
+        None
+    }
+
+    /// No handle of this queue is handed out.
+    fn untracked_foreign_work(&self) -> bool {
+        false
+    }
+
+    fn order_after_foreign_work(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn foreign_work_event(&self) -> Result<Option<Event>> {
+        Ok(None)
+    }
+
+    fn handed_out_event(&self) -> Result<Event> {
+        Queue::record_event(self)
+    }
+
+    /// Nothing but this queue works on its memory.
+    fn wait_device_covers_every_queue(&self) -> bool {
+        true
+    }
+
+    /// kDLOpenCL has no consumer streams: the generic rule applies.
+    unsafe fn dlpack_consumer(
+        &self,
+        _device: DLDevice,
+        _stream: &ForeignObject<'_>,
+    ) -> Option<Result<ConsumerOrder>> {
+        None
+    }
+
+    /// No protocol carries an OpenCL producer's queue.
+    unsafe fn order_after_producer(
+        &self,
+        _stream: ProducerStream<'_>,
+        _sync: bool,
+    ) -> Result<ProducerWork> {
+        Ok(ProducerWork::default())
     }
 }
 

@@ -5,12 +5,9 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
-use devbuf_core::{
-    Buffer, Error, ForeignObject, ForeignQueue, Queue, ResolvedQueue, Result, blocking,
-};
+use devbuf_core::{Error, ForeignObject, ForeignQueue, Queue, ResolvedQueue, Result};
 
-use crate::queue::{ForeignSyclQueue, SyclQueue};
+use crate::queue::SyclQueue;
 use crate::runtime::Runtime;
 
 /// The runtime a `syclobj` handle belongs to (dpctl's capsule payloads are live handles of the
@@ -104,7 +101,7 @@ pub(crate) unsafe fn queue_for_device_object(
 }
 
 impl SyclQueue {
-    /// [`Queue::dlpack_export_refusal`]: DLPack consumers look SYCL memory up in its device's
+    /// [`devbuf_core::Interop::dlpack_export_refusal`]: DLPack consumers look SYCL memory up in its device's
     /// default context, by dpctl's device index.
     pub(crate) fn dlpack_refusal(&self) -> Option<String> {
         if !self.is_default_context() {
@@ -120,40 +117,5 @@ impl SyclQueue {
             );
         }
         None
-    }
-
-    /// [`Queue::order_dlpack_export`]: a kDLOneAPI consumer's `stream` is its SYCL queue (a
-    /// devbuf queue or a "SyclQueueRef"), made to wait for all pending work on `buffer` without
-    /// blocking the host; anything else is a wrong type.
-    ///
-    /// # Safety
-    /// A [`ForeignObject::Handle`] is a live handle of the kind its name says, for the call.
-    pub(crate) unsafe fn order_dlpack_export_on(
-        &self,
-        buffer: &Buffer,
-        device: DLDevice,
-        stream: &ForeignObject<'_>,
-    ) -> Option<Result<()>> {
-        if device.device_type != DLDeviceType::ONEAPI || matches!(stream, ForeignObject::Nothing) {
-            return None;
-        }
-        let consumer: Option<Arc<dyn ForeignQueue>> = match stream {
-            ForeignObject::Queue(queue) => Arc::clone(queue).as_foreign_queue(),
-            ForeignObject::Handle { name, ptr } if name.to_bytes() == b"SyclQueueRef" => {
-                // SAFETY: a live "SyclQueueRef" payload (the caller's promise).
-                match unsafe { ForeignSyclQueue::from_queue_ref(self.runtime(), *ptr as *mut _) } {
-                    Ok(queue) => Some(Arc::new(queue)),
-                    Err(err) => return Some(Err(err)),
-                }
-            }
-            _ => None,
-        };
-        Some(match consumer {
-            Some(consumer) => blocking(|| buffer.order_on_foreign(consumer.as_ref())),
-            None => Err(Error::wrong_type(
-                "stream",
-                format!("a kDLOneAPI export takes None or a dpctl.SyclQueue, not {stream:?}"),
-            )),
-        })
     }
 }

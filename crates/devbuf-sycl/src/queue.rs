@@ -8,10 +8,10 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Weak};
 
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
-use devbuf_core::extent::Holder;
+use devbuf_core::interop::{ConsumerOrder, Holder, ProducerStream, ProducerWork};
 use devbuf_core::{
-    Buffer, DeviceInfo, Error, Event, ExportedHandle, ForeignObject, ForeignQueue, LastCommand,
-    MemKind, Queue, QueueEvent, Result,
+    DeviceInfo, Error, Event, ExportedHandle, ForeignObject, ForeignQueue, Interop, LastCommand,
+    MemKind, Queue, QueueEvent, Result, StreamHandle,
 };
 use devbuf_sycl_sys as sys;
 use parking_lot::Mutex;
@@ -250,7 +250,7 @@ impl SyclQueue {
         let queue = unsafe { SyclQueue::from_queue_ref(rt, queue_ref) }?;
         // SAFETY: a live queue (checked non-null above); the call reads a queue property.
         if unsafe { rt.api().DPCTLQueue_IsInOrder(queue_ref.cast()) } {
-            let producer = Arc::clone(&queue) as Arc<dyn ForeignQueue>;
+            let producer = devbuf_core::exchange::handed_out(Arc::clone(&queue) as Arc<dyn Queue>);
             return Ok((queue, producer));
         }
         // SAFETY: the caller's guarantee.
@@ -539,24 +539,6 @@ impl Queue for SyclQueue {
         self.wait()
     }
 
-    /// Other libraries enqueue on copies of this queue (SUAI's `syclobj`, dpctl's `sycl_queue`,
-    /// DLPack's `stream`): dpnp does for every operation on devbuf memory.
-    fn untracked_foreign_work(&self) -> bool {
-        true
-    }
-
-    /// The queue is in order, and their copies of it are the same queue: work enqueued here
-    /// already follows theirs. For the host and other queues, a barrier covers it.
-    fn foreign_work_event(&self) -> Result<Option<Event>> {
-        Ok(Some(Event::new(self.event(Arc::new(self.barrier()?)))))
-    }
-
-    /// Other libraries' own queues (dpctl's default ones) are out of [`Queue::wait_device`]'s
-    /// sight; the runtime's own free waits for their commands on the memory.
-    fn wait_device_covers_every_queue(&self) -> bool {
-        false
-    }
-
     fn record_event(&self) -> Result<Event> {
         let event = match self.last.get() {
             Some(last) => last,
@@ -592,6 +574,36 @@ impl Queue for SyclQueue {
 
     fn kind_of(&self, ptr: *const u8) -> MemKind {
         classify(&self.context, self.knows_usm, ptr)
+    }
+
+    fn interop(&self) -> &dyn Interop {
+        self
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// The exchange half: kDLOneAPI memory, handed to other libraries as copies of this very
+/// `sycl::queue`, which they enqueue on.
+impl Interop for SyclQueue {
+    /// Other libraries enqueue on copies of this queue (SUAI's `syclobj`, dpctl's `sycl_queue`,
+    /// DLPack's `stream`): dpnp does for every operation on devbuf memory.
+    fn untracked_foreign_work(&self) -> bool {
+        true
+    }
+
+    /// The queue is in order, and their copies of it are the same queue: work enqueued here
+    /// already follows theirs. For the host and other queues, a barrier covers it.
+    fn foreign_work_event(&self) -> Result<Option<Event>> {
+        Ok(Some(Event::new(self.event(Arc::new(self.barrier()?)))))
+    }
+
+    /// Other libraries' own queues (dpctl's default ones) are out of [`Queue::wait_device`]'s
+    /// sight; the runtime's own free waits for their commands on the memory.
+    fn wait_device_covers_every_queue(&self) -> bool {
+        false
     }
 
     /// dpctl's C API tells a USM pointer's type and device in a context, not the bounds of its
@@ -646,10 +658,6 @@ impl Queue for SyclQueue {
         Some(self.queue.as_ptr() as usize)
     }
 
-    fn as_foreign_queue(self: Arc<Self>) -> Option<Arc<dyn ForeignQueue>> {
-        Some(self)
-    }
-
     fn ipc(&self) -> Result<&dyn devbuf_core::IpcSharing> {
         Err(devbuf_core::ipc::unsupported(
             &self.info,
@@ -663,30 +671,66 @@ impl Queue for SyclQueue {
         self.dlpack_refusal()
     }
 
-    unsafe fn order_dlpack_export(
+    /// A kDLOneAPI consumer's `stream` is its SYCL queue (a devbuf queue or a "SyclQueueRef"),
+    /// made to wait for all pending work on the memory without blocking the host; anything else
+    /// is a wrong type.
+    unsafe fn dlpack_consumer(
         &self,
-        buffer: &Buffer,
         device: DLDevice,
         stream: &ForeignObject<'_>,
-    ) -> Option<Result<()>> {
-        // SAFETY: the caller's promise about handles.
-        unsafe { self.order_dlpack_export_on(buffer, device, stream) }
+    ) -> Option<Result<ConsumerOrder>> {
+        if device.device_type != DLDeviceType::ONEAPI || matches!(stream, ForeignObject::Nothing) {
+            return None;
+        }
+        let consumer: Arc<dyn ForeignQueue> = match stream {
+            ForeignObject::Queue {
+                foreign: Some(queue),
+                ..
+            } => Arc::clone(queue),
+            ForeignObject::Handle { name, ptr } if name.to_bytes() == b"SyclQueueRef" => {
+                // SAFETY: a live "SyclQueueRef" payload (the caller's promise).
+                match unsafe { ForeignSyclQueue::from_queue_ref(self.runtime(), *ptr as *mut _) } {
+                    Ok(queue) => Arc::new(queue),
+                    Err(err) => return Some(Err(err)),
+                }
+            }
+            _ => {
+                return Some(Err(Error::wrong_type(
+                    "stream",
+                    format!("a kDLOneAPI export takes None or a dpctl.SyclQueue, not {stream:?}"),
+                )));
+            }
+        };
+        Some(Ok(ConsumerOrder::AfterPendingWork(consumer)))
     }
 
-    fn as_any(&self) -> &dyn Any {
-        self
+    /// SUAI has no stream: its producer's queue comes with the `syclobj` that names the memory's
+    /// queue ([`devbuf_core::ResolvedQueue::producer`]), and CAI and the exchange API's work
+    /// streams are not SYCL's.
+    unsafe fn order_after_producer(
+        &self,
+        _stream: ProducerStream<'_>,
+        _sync: bool,
+    ) -> Result<ProducerWork> {
+        Ok(ProducerWork::default())
     }
-}
 
-/// This queue as other libraries holding a copy of it see it: its events must cover their work
-/// too, so they are barriers, never devbuf's last command.
-impl ForeignQueue for SyclQueue {
-    fn record_event(&self) -> Result<Event> {
+    /// Their copies of this queue are this queue: a barrier covers their work too, which
+    /// devbuf's last command does not.
+    fn handed_out_event(&self) -> Result<Event> {
         Ok(Event::new(self.event(Arc::new(self.barrier()?))))
     }
 
-    fn wait_event(&self, event: &Event) -> Result<()> {
-        Queue::wait_event(self, event)
+    /// No native stream: SYCL's queue is the handle ([`Interop::dlpack_work_stream`],
+    /// [`Interop::export_handle`]).
+    fn native_stream(&self) -> Option<StreamHandle> {
+        None
+    }
+
+    /// Nothing of theirs on this queue's other copies can run before work enqueued here: the
+    /// queue is in order.
+    fn order_after_foreign_work(&self) -> Result<()> {
+        Ok(())
     }
 }
 

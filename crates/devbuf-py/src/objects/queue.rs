@@ -6,7 +6,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use devbuf::dlpark::ffi::DLDevice;
-use devbuf::{Buffer, ExportedHandle, MemKind, Protocol, Queue};
+use devbuf::{Buffer, ExportedHandle, MemKind, Protocol, Queue, StreamHandle};
 use parking_lot::Mutex;
 use pyo3::exceptions::PyAttributeError;
 use pyo3::ffi;
@@ -99,7 +99,7 @@ impl PyQueue {
     /// The native stream handle (a CUstream as an int) for backends that have one, else None.
     #[getter]
     fn stream(&self) -> Option<usize> {
-        self.queue.native_stream()
+        self.queue.interop().native_stream().map(StreamHandle::get)
     }
 
     /// Blocks until all work enqueued on this queue has completed.
@@ -135,7 +135,7 @@ impl PyQueue {
     /// A new "SyclQueueRef" capsule holding a copy of this SYCL queue (what dpctl expects of a
     /// `syclobj`). Only SYCL queues have one.
     fn _get_capsule<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyCapsule>> {
-        match self.queue.export_handle() {
+        match self.queue.interop().export_handle() {
             Some(handle) => handle_capsule(py, handle),
             None => Err(PyAttributeError::new_err(format!(
                 "{} queues have no SYCL queue capsule",
@@ -147,8 +147,8 @@ impl PyQueue {
     /// The CUDA stream protocol (cuda.core, CuPy): `(0, stream handle)`.
     fn __cuda_stream__(&self) -> PyResult<(u32, usize)> {
         let cuda = devbuf::speaks(self.queue.device(), Protocol::Cai);
-        match (cuda, self.queue.native_stream()) {
-            (true, Some(stream)) => Ok((0, stream)),
+        match (cuda, self.queue.interop().native_stream()) {
+            (true, Some(stream)) => Ok((0, stream.get())),
             _ => Err(PyAttributeError::new_err(format!(
                 "{} queues have no CUDA stream",
                 self.backend_name()
