@@ -301,16 +301,6 @@ pub unsafe fn release_capsule<T: ManagedTensorAbi>(tensor: NonNull<T>, consumed:
     }));
 }
 
-/// The consumer's side of an export from [`export`]: what its deleter does, for code that holds
-/// the tensor as `T` (e.g. an export that could not be handed out after all).
-///
-/// # Safety
-/// The caller owns the consumer reference of a tensor from [`export::<T>`] and gives it up.
-pub unsafe fn release_consumer<T: ManagedTensorAbi>(tensor: NonNull<T>) {
-    // SAFETY: forwarded from the caller's contract; the deleter accepts exactly this.
-    unsafe { delete_export(tensor.as_ptr()) }
-}
-
 fn empty_tensor(device: DLDevice) -> DLTensor {
     DLTensor {
         data: std::ptr::null_mut(),

@@ -127,11 +127,6 @@ impl DType {
         self.itemsize as usize
     }
 
-    /// The byte order of the elements.
-    pub fn byte_order(self) -> ByteOrder {
-        self.order
-    }
-
     /// The alignment an element needs: its size, or its component's size for complex types.
     pub fn alignment(self) -> usize {
         match self.kind {

@@ -82,6 +82,10 @@ pub enum Error {
         backend: &'static str,
         /// The runtime call that failed.
         operation: &'static str,
+        /// The code the runtime returned, as its API numbers it (a `CUresult`, an OpenCL
+        /// `cl_int`), so that callers can match it; `None` where the call returned none (the
+        /// runtime could not be called, or it reports failures otherwise).
+        code: Option<i64>,
         /// The runtime's error code and message.
         message: String,
     },
@@ -113,6 +117,7 @@ impl Error {
         Error::Runtime {
             backend,
             operation,
+            code: None,
             message: message.into(),
         }
     }

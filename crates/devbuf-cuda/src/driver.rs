@@ -91,10 +91,29 @@ impl fmt::Display for DriverError {
 
 impl std::error::Error for DriverError {}
 
+/// Keeps the driver's code: callers match it as `Error::Runtime { code: Some(c), .. }` with
+/// `c == CUresult::... as i64`, or ask [`returned`].
 impl From<DriverError> for Error {
     fn from(err: DriverError) -> Self {
-        Error::runtime(BACKEND, err.operation, err.message)
+        Error::Runtime {
+            backend: BACKEND,
+            operation: err.operation,
+            code: err.code.map(|code| code as i64),
+            message: err.message,
+        }
     }
+}
+
+/// Whether `err` is a failed driver call that returned `code`.
+pub fn returned(err: &Error, code: CUresult) -> bool {
+    matches!(
+        err,
+        Error::Runtime {
+            backend: BACKEND,
+            code: Some(returned),
+            ..
+        } if *returned == code as i64
+    )
 }
 
 /// Runs one driver call. `entry` is the `unsafe` call itself; a failure code and a cudarc panic
@@ -277,9 +296,14 @@ mod tests {
             Error::Runtime {
                 backend: BACKEND,
                 operation: "cuTest",
+                code: Some(code),
                 ..
-            }
+            } if code == CUresult::CUDA_ERROR_INVALID_VALUE as i64
         ));
+        assert!(returned(&err, CUresult::CUDA_ERROR_INVALID_VALUE));
+        assert!(!returned(&err, CUresult::CUDA_ERROR_NOT_FOUND));
+        let panicked = Error::from(call("cuTest", || panic!("no driver")).unwrap_err());
+        assert!(!returned(&panicked, CUresult::CUDA_ERROR_INVALID_VALUE));
     }
 
     #[test]

@@ -36,7 +36,9 @@ mod queue;
 mod stream;
 
 pub use backend::{CudaBackend, classify, default_queue, queue_for_pointer};
-pub use driver::BACKEND;
+/// The driver's result codes, as [`returned`] takes them.
+pub use cudarc::driver::sys::CUresult;
+pub use driver::{BACKEND, returned};
 pub use event::CudaEvent;
 pub use protocol::ProtocolStream;
 pub use queue::CudaQueue;

@@ -3,7 +3,7 @@
 //! Python package) loaded at run time.
 //!
 //! - [`Runtime`]: finding and loading the library ([`Runtime::load`] for an explicit path,
-//!   [`Runtime::find`] for `DEVBUF_SYCL_LIBRARY`, the loader's path and [`set_dpctl_dir`]).
+//!   [`Runtime::find`] for `DEVBUF_SYCL_LIBRARY`, then the loader's path).
 //! - [`SyclBackend`]: availability, devices (by dpctl filter string), default queue.
 //! - [`SyclQueue`]: an in-order queue in a device's default context, or one imported from a
 //!   "SyclQueueRef"/"SyclContextRef" payload; implements [`devbuf_core::Queue`].
@@ -52,7 +52,7 @@ use devbuf_core::Queue;
 
 pub use backend::SyclBackend;
 pub use queue::{ForeignSyclQueue, SyclEvent, SyclQueue};
-pub use runtime::{LIBRARY_ENV, Runtime, set_dpctl_dir};
+pub use runtime::{LIBRARY_ENV, Runtime};
 
 /// The backend's name and the first part of its selectors ("sycl:opencl:cpu:0").
 pub const SYCL: &str = "sycl";
