@@ -10,10 +10,11 @@ use devbuf_core::{
 };
 
 use crate::SYCL;
-use crate::exchange;
+use crate::device::all_devices;
+use crate::foreign;
+use crate::loader::Runtime;
 use crate::queue::SyclQueue;
-use crate::raw::{Device, all_devices};
-use crate::runtime::Runtime;
+use crate::raw::Device;
 
 /// The SYCL backend: dpctl's SYCL C API, if it can be loaded.
 #[derive(Debug, Clone)]
@@ -166,7 +167,7 @@ impl Backend for SyclBackend {
         data: usize,
     ) -> Option<Result<ResolvedQueue>> {
         // SAFETY: the caller's promise about handles.
-        Some(unsafe { exchange::queue_for_syclobj(self.runtime(), syclobj, data) })
+        Some(unsafe { foreign::queue_for_syclobj(self.runtime(), syclobj, data) })
     }
 
     unsafe fn queue_for_device_object(
@@ -174,6 +175,6 @@ impl Backend for SyclBackend {
         object: &ForeignObject<'_>,
     ) -> Option<Result<Arc<dyn Queue>>> {
         // SAFETY: the caller's promise about handles.
-        unsafe { exchange::queue_for_device_object(self.runtime(), object) }
+        unsafe { foreign::queue_for_device_object(self.runtime(), object) }
     }
 }

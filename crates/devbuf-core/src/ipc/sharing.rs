@@ -10,7 +10,7 @@ use super::handle::IpcHandle;
 use crate::{DeviceInfo, Error, MemKind, Owner, Result};
 
 /// An allocation other processes on this machine can open. It is released when dropped (after
-/// the last [`Buffer`] viewing it).
+/// the last [`crate::Buffer`] viewing it).
 pub trait SharedAllocation: Send + Sync + fmt::Debug {
     /// Address of the first byte.
     fn ptr(&self) -> NonNull<u8>;
