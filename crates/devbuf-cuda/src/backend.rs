@@ -9,7 +9,7 @@ use devbuf_core::{Availability, Backend, DeviceInfo, Error, MemKind, Protocol, Q
 use parking_lot::Mutex;
 
 use crate::device;
-use crate::driver::{self, BACKEND};
+use crate::loader::{self, BACKEND};
 use crate::memory;
 use crate::queue::CudaQueue;
 
@@ -38,14 +38,14 @@ impl Backend for CudaBackend {
     }
 
     fn availability(&self) -> Availability {
-        match driver::driver() {
+        match loader::driver() {
             Ok(_) => Availability::Available,
             Err(reason) => Availability::Unavailable(reason.into()),
         }
     }
 
     fn devices(&self) -> Result<Vec<DeviceInfo>> {
-        let driver = driver::loaded()?;
+        let driver = loader::loaded()?;
         (0..driver.device_count)
             .map(|ordinal| Ok(device::query(driver, ordinal)?.info))
             .collect()
@@ -97,7 +97,7 @@ impl Backend for CudaBackend {
 /// device (for pinned and managed memory, the device current when it was allocated) and its kind;
 /// `Ok(None)` for memory CUDA does not know, such as pageable host memory.
 pub fn classify(ptr: usize) -> Result<Option<(u32, MemKind)>> {
-    let driver = driver::loaded()?;
+    let driver = loader::loaded()?;
     // Pointer attributes are process-wide under unified addressing and the ones asked for need no
     // current context, so classifying memory opens no device: importing device 1's memory never
     // depends on device 0.

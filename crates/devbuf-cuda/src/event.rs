@@ -8,7 +8,7 @@ use cudarc::driver::sys::{self, CUcontext, CUevent, CUevent_flags, CUresult, CUs
 use devbuf_core::{QueueEvent, Result};
 
 use crate::context::{self, PrimaryContext};
-use crate::driver::{DriverError, call};
+use crate::loader::{DriverError, call};
 
 /// An event in some context, destroyed on drop. Timing is off: we only order work with it.
 #[derive(Debug)]

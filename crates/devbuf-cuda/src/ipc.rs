@@ -19,7 +19,7 @@ use devbuf_core::ipc::{self, IpcHandle, IpcSharing, OpenedAllocation, SharedAllo
 use devbuf_core::{Error, MemKind, Owner, Queue, Result};
 
 use crate::context::PrimaryContext;
-use crate::driver::{BACKEND, call};
+use crate::loader::{BACKEND, call};
 use crate::memory;
 use crate::queue::CudaQueue;
 

@@ -26,10 +26,11 @@
 mod backend;
 mod context;
 mod device;
-mod driver;
 mod event;
 mod foreign;
+mod interop;
 mod ipc;
+mod loader;
 mod memory;
 pub mod protocol;
 mod queue;
@@ -38,7 +39,7 @@ mod stream;
 pub use backend::{CudaBackend, classify, default_queue, queue_for_pointer};
 /// The driver's result codes, as [`returned`] takes them.
 pub use cudarc::driver::sys::CUresult;
-pub use driver::{BACKEND, returned};
 pub use event::CudaEvent;
+pub use loader::{BACKEND, returned};
 pub use protocol::ProtocolStream;
 pub use queue::CudaQueue;

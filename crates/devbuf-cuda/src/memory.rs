@@ -18,7 +18,7 @@ use cudarc::driver::sys::{
 };
 use devbuf_core::MemKind;
 
-use crate::driver::{DriverError, call};
+use crate::loader::{DriverError, call};
 
 /// The alignment every CUDA allocation has at least.
 pub(crate) const NATIVE_ALIGNMENT: usize = 256;

@@ -6,20 +6,15 @@ use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUcontext, CUresult, CUstream};
-use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
-use devbuf_core::interop::{ConsumerOrder, Holder, ProducerStream, ProducerWork};
-use devbuf_core::{
-    DeviceInfo, Error, Event, ExportedHandle, ForeignObject, Interop, MemKind, Queue, Result,
-    StreamHandle, blocking,
-};
+use devbuf_core::{DeviceInfo, Error, Event, Interop, MemKind, Queue, Result, blocking};
 use parking_lot::Mutex;
 
 use crate::context::PrimaryContext;
 use crate::device::{self, DeviceCaps};
-use crate::driver::{self, BACKEND, DriverError, call};
 use crate::event::{self, CudaEvent, RawEvent};
+use crate::loader::{self, BACKEND, DriverError, call};
 use crate::memory::{self, CudaKind, DeviceAllocator, NATIVE_ALIGNMENT};
-use crate::protocol::{self, CU_STREAM_LEGACY, ProtocolStream};
+use crate::protocol::{self, ProtocolStream};
 use crate::stream::Stream;
 
 /// A queue on one CUDA device: its primary context and one stream, on which every copy, fill and
@@ -31,8 +26,8 @@ pub struct CudaQueue {
     /// there ([`Queue::order_after_foreign_work`]); made on first use, and reused: a stream's wait
     /// takes the state of the event's latest record when it is enqueued. Declared before the
     /// stream, so destroyed while the stream still holds the context.
-    legacy_mark: Mutex<Option<RawEvent>>,
-    stream: Stream,
+    pub(crate) legacy_mark: Mutex<Option<RawEvent>>,
+    pub(crate) stream: Stream,
     allocator: DeviceAllocator,
     can_map_host_memory: bool,
     /// Whether the host may touch managed memory while work runs on the device.
@@ -228,7 +223,7 @@ pub(crate) fn stream_context(
 
 /// Checks that device `ordinal` exists and is usable, and retains its primary context.
 fn open_device(ordinal: u32) -> Result<(DeviceCaps, Arc<PrimaryContext>)> {
-    let driver = driver::loaded()?;
+    let driver = loader::loaded()?;
     if ordinal >= driver.device_count {
         return Err(Error::DeviceNotFound {
             selector: format!("{BACKEND}:{ordinal}"),
@@ -382,7 +377,7 @@ impl Queue for CudaQueue {
     /// Every stream of every active primary context (the contexts CuPy, torch and Numba use
     /// too): consumers of exported memory may work on it from any device.
     fn wait_device(&self) -> Result<()> {
-        let device_count = driver::loaded()?.device_count;
+        let device_count = loader::loaded()?.device_count;
         Ok(crate::context::synchronize_active_primary_contexts(
             device_count,
         )?)
@@ -435,129 +430,5 @@ impl Queue for CudaQueue {
 
     fn as_any(&self) -> &dyn Any {
         self
-    }
-}
-
-/// The exchange half: CUDA memory, handed to other libraries with the stream it is ordered on.
-impl Interop for CudaQueue {
-    /// The allocation `cuMemGetAddressRange` names. The driver documents it for allocations made
-    /// by its allocators; where it bounds none (pinned memory on some drivers), the kind and
-    /// device are what it tells. A stream-ordered pool may report the pool's mapped chunk rather
-    /// than the block: a claim past the block but inside that chunk is not caught (it reaches
-    /// other blocks of the pool, never unmapped memory).
-    fn holder_of(&self, ptr: *const u8) -> Result<Holder> {
-        let _current = self.stream.context().enter()?;
-        let kind = match memory::pointer_info(ptr as usize)? {
-            Some((ordinal, kind)) if kind != MemKind::Device || ordinal == self.ordinal() => kind,
-            _ => return Ok(Holder::Unknown),
-        };
-        Ok(match memory::address_range(ptr as usize)? {
-            Some(range) if range.contains(&(ptr as usize)) => Holder::Allocation { kind, range },
-            _ => Holder::Unbounded {
-                kind,
-                place: u64::from(self.ordinal()),
-            },
-        })
-    }
-
-    fn dlpack_device(&self, kind: MemKind) -> DLDevice {
-        let (device_type, device_id) = match kind {
-            MemKind::Device => (DLDeviceType::CUDA, self.ordinal() as i32),
-            MemKind::Host => (DLDeviceType::CUDAHOST, 0),
-            MemKind::Shared => (DLDeviceType::CUDAMANAGED, 0),
-            // Memory the driver does not know is plain host memory, if anything.
-            MemKind::Unknown => (DLDeviceType::CPU, 0),
-        };
-        DLDevice {
-            device_type,
-            device_id,
-        }
-    }
-
-    fn ipc(&self) -> Result<&dyn devbuf_core::IpcSharing> {
-        Ok(self)
-    }
-
-    /// The stream itself: never 0 ([`CudaQueue::stream`]).
-    fn native_stream(&self) -> Option<StreamHandle> {
-        StreamHandle::new(self.stream())
-    }
-
-    /// The stream, as DLPack's exchange API names CUDA's work streams.
-    fn dlpack_work_stream(&self) -> Option<usize> {
-        Some(self.stream())
-    }
-
-    fn export_handle(&self) -> Option<ExportedHandle> {
-        None
-    }
-
-    fn dlpack_export_refusal(&self) -> Option<String> {
-        None
-    }
-
-    /// Other libraries work on the stream itself once they hold it: its events cover their work.
-    fn handed_out_event(&self) -> Result<Event> {
-        Queue::record_event(self)
-    }
-
-    /// Every stream other libraries use devbuf memory on is in this queue's context, which
-    /// [`Queue::wait_device`] synchronizes.
-    fn wait_device_covers_every_queue(&self) -> bool {
-        true
-    }
-
-    /// For a CUDA device, the consumer's `stream` (None or an int, DLPack's encoding) waits for
-    /// an event recorded after all pending work on the memory, without blocking the host;
-    /// nothing for -1, and 0 is refused.
-    unsafe fn dlpack_consumer(
-        &self,
-        device: DLDevice,
-        stream: &ForeignObject<'_>,
-    ) -> Option<Result<ConsumerOrder>> {
-        // SAFETY: the caller's promise about `stream`.
-        unsafe { self.dlpack_consumer_stream(device, stream) }
-    }
-
-    /// Consumers were given the stream itself (CAI, DLPack, the exchange table's work stream),
-    /// and the ecosystem works on the legacy default stream by default (Numba's stream 0, CuPy's
-    /// and PyTorch's null stream, RMM's default, DLPack's `stream=None`).
-    fn untracked_foreign_work(&self) -> bool {
-        true
-    }
-
-    /// Our stream is non-blocking, so the legacy default stream's work is ordered before it
-    /// explicitly: an event recorded there, which our stream waits for. The legacy stream itself
-    /// waits for the work enqueued before on every blocking stream of the context (NVIDIA's
-    /// "Stream synchronization behavior"), so the event covers those streams too (Numba's
-    /// `cuda.stream()`, CuPy's streams unless non-blocking). Work on our own stream is in order.
-    fn order_after_foreign_work(&self) -> Result<()> {
-        if self.stream() == CU_STREAM_LEGACY {
-            return Ok(());
-        }
-        let mut mark = self.legacy_mark.lock();
-        let event = match &mut *mark {
-            Some(event) => event,
-            None => mark.insert(RawEvent::create(self.context().raw())?),
-        };
-        event.record(CU_STREAM_LEGACY as CUstream)?;
-        event::enqueue_wait(self.stream.raw(), self.context().raw(), event.raw())?;
-        Ok(())
-    }
-
-    fn foreign_work_event(&self) -> Result<Option<Event>> {
-        self.order_after_foreign_work()?;
-        Ok(Some(Queue::record_event(self)?))
-    }
-
-    /// CAI's rule ([`CudaQueue::producer_work`]), for a CAI's `stream` entry and for the work
-    /// stream DLPack's exchange API reports (where NULL is the legacy default stream).
-    unsafe fn order_after_producer(
-        &self,
-        stream: ProducerStream<'_>,
-        sync: bool,
-    ) -> Result<ProducerWork> {
-        // SAFETY: the caller's promise about `stream`.
-        unsafe { self.producer_work(stream, sync) }
     }
 }

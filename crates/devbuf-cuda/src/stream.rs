@@ -6,7 +6,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::{self, CUresult, CUstream, CUstream_flags};
 
 use crate::context::PrimaryContext;
-use crate::driver::{DriverError, call};
+use crate::loader::{DriverError, call};
 
 /// A stream in a primary context.
 #[derive(Debug)]

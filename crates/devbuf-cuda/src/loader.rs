@@ -342,7 +342,7 @@ mod tests {
     #[test]
     fn every_driver_entry_point_called_is_probed() {
         let sources = [
-            include_str!("driver.rs"),
+            include_str!("loader.rs"),
             include_str!("context.rs"),
             include_str!("device.rs"),
             include_str!("event.rs"),
