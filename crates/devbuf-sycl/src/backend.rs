@@ -9,10 +9,10 @@ use devbuf_core::{
     ResolvedQueue, Result,
 };
 
-use crate::SYCL;
 use crate::device::all_devices;
 use crate::foreign;
 use crate::loader::Runtime;
+use crate::loader::SYCL;
 use crate::queue::SyclQueue;
 use crate::raw::Device;
 

@@ -6,9 +6,9 @@ use std::ffi::CString;
 use devbuf_core::{DeviceInfo, Error, MemKind, Result};
 use devbuf_sycl_sys as sys;
 
-use crate::SYCL;
 use crate::loader::Runtime;
-use crate::raw::Device;
+use crate::loader::SYCL;
+use crate::raw::{Device, take_devices};
 
 /// The USM aspect that says whether a device can allocate each kind.
 pub(crate) const USM_ASPECTS: [(MemKind, sys::DPCTLSyclAspectType, &str); 3] = [
@@ -33,29 +33,6 @@ pub(crate) const USM_ASPECTS: [(MemKind, sys::DPCTLSyclAspectType, &str); 3] = [
 /// dpctl's device indices.
 const ALL_DEVICES: i32 =
     (sys::DPCTLSyclBackendType_DPCTL_ALL_BACKENDS | sys::DPCTLSyclDeviceType_DPCTL_ALL) as i32;
-
-/// Takes the elements out of a device vector the C API gave, and frees the vector.
-///
-/// # Safety
-/// `vector` is null or a device vector from `rt` that the caller owns.
-pub(crate) unsafe fn take_devices(
-    rt: &'static Runtime,
-    vector: sys::DPCTLDeviceVectorRef,
-) -> Vec<Device> {
-    if vector.is_null() {
-        return Vec::new();
-    }
-    let api = rt.api();
-    // SAFETY: `vector` is a live device vector.
-    let len = unsafe { api.DPCTLDeviceVector_Size(vector) };
-    let devices = (0..len)
-        // SAFETY: in range; GetAt returns a new copy of the element, which we own.
-        .filter_map(|i| unsafe { Device::from_raw(rt, api.DPCTLDeviceVector_GetAt(vector, i)) })
-        .collect();
-    // SAFETY: owned by the caller, released once; our copies stay valid.
-    unsafe { api.DPCTLDeviceVector_Delete(vector) };
-    devices
-}
 
 /// Every root device dpctl lists, in dpctl's order (so a device's position is its index).
 pub(crate) fn all_devices(rt: &'static Runtime) -> Vec<Device> {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use devbuf_core::{Error, QueueEvent, Result};
 use devbuf_sycl_sys as sys;
 
-use crate::SYCL;
+use crate::loader::SYCL;
 use crate::raw::{RawEvent, RawQueue};
 
 /// Submits a barrier on `queue`: its event completes after all work enqueued there so far.

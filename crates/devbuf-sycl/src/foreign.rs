@@ -12,9 +12,9 @@ use devbuf_core::{
     Error, Event, ForeignObject, ForeignQueue, MemKind, Queue, ResolvedQueue, Result,
 };
 
-use crate::SYCL;
 use crate::event::{SyclEvent, barrier, barrier_for};
 use crate::loader::Runtime;
+use crate::loader::SYCL;
 use crate::memory::classify;
 use crate::queue::{SyclQueue, queues_of};
 use crate::raw::{Context, Device, RawQueue};

@@ -2,8 +2,6 @@
 //! other libraries as copies of the queue itself (SUAI's `syclobj`, dpctl's `sycl_queue`,
 //! DLPack's work stream), which they enqueue on.
 
-use std::ffi::{CStr, c_void};
-use std::ptr::NonNull;
 use std::sync::Arc;
 
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
@@ -13,10 +11,10 @@ use devbuf_core::{
     StreamHandle,
 };
 
-use crate::SYCL;
 use crate::foreign::ForeignSyclQueue;
+use crate::loader::SYCL;
 use crate::queue::SyclQueue;
-use crate::raw::Device;
+use crate::raw::{Device, owned_handle};
 
 /// The exchange half: kDLOneAPI memory, handed to other libraries as copies of this very
 /// `sycl::queue`, which they enqueue on.
@@ -163,23 +161,4 @@ impl Interop for SyclQueue {
     fn order_after_foreign_work(&self) -> Result<()> {
         Ok(())
     }
-}
-
-/// A handle we own (a fresh copy, or null when the copy failed) given away as `name`, released
-/// with the C API's `delete` for its type.
-pub(crate) fn owned_handle<T>(
-    name: &'static CStr,
-    handle: *mut T,
-    delete: unsafe extern "C" fn(*mut T),
-) -> Option<ExportedHandle> {
-    Some(ExportedHandle {
-        name,
-        ptr: NonNull::new(handle)?.cast(),
-        // SAFETY: same ABI (one pointer argument, no result); the library is never unloaded.
-        destroy: unsafe {
-            std::mem::transmute::<unsafe extern "C" fn(*mut T), unsafe extern "C" fn(*mut c_void)>(
-                delete,
-            )
-        },
-    })
 }

@@ -58,11 +58,8 @@ use devbuf_core::Queue;
 pub use backend::SyclBackend;
 pub use event::SyclEvent;
 pub use foreign::ForeignSyclQueue;
-pub use loader::{LIBRARY_ENV, Runtime};
+pub use loader::{LIBRARY_ENV, Runtime, SYCL};
 pub use queue::SyclQueue;
-
-/// The backend's name and the first part of its selectors ("sycl:opencl:cpu:0").
-pub const SYCL: &str = "sycl";
 
 /// The default SYCL queue ([`SyclBackend::default_queue`]), or why there is none: what the
 /// conformance kit and tools take.

@@ -10,6 +10,9 @@ use std::ffi::{CStr, OsStr, OsString, c_char};
 use devbuf_sycl_sys::{DpctlSyclInterface, LIBRARY_NAME};
 use parking_lot::Mutex;
 
+/// The backend's name and the first part of its selectors ("sycl:opencl:cpu:0").
+pub const SYCL: &str = "sycl";
+
 /// Environment variable naming the library to load (`ci/env.sh` sets it).
 pub const LIBRARY_ENV: &str = "DEVBUF_SYCL_LIBRARY";
 

@@ -14,12 +14,11 @@ use devbuf_core::{
 use devbuf_sycl_sys as sys;
 use parking_lot::Mutex;
 
-use crate::SYCL;
 use crate::event::{SyclEvent, barrier};
-use crate::interop::owned_handle;
 use crate::loader::Runtime;
+use crate::loader::SYCL;
 use crate::memory::classify;
-use crate::raw::{Context, Device, RawEvent, RawQueue};
+use crate::raw::{Context, Device, RawEvent, RawQueue, owned_handle};
 
 /// Receives SYCL's asynchronous errors. Without a handler the SYCL runtime terminates the process
 /// when it reports one (e.g. while destroying a queue); here it is reported and devbuf goes on.

@@ -5,12 +5,14 @@
 //! dpctl's C API catches most C++ exceptions, but not all (see the crate docs): the few calls here
 //! that do not catch them are only made after checking that they cannot throw.
 
-use devbuf_core::{Error, Result};
+use std::ffi::{CStr, c_void};
+use std::ptr::NonNull;
+
+use devbuf_core::{Error, ExportedHandle, Result};
 use devbuf_sycl_sys as sys;
 
-use crate::SYCL;
-use crate::device::take_devices;
 use crate::loader::Runtime;
+use crate::loader::SYCL;
 
 macro_rules! owned_handle {
     ($(#[$doc:meta])* $name:ident, $ptr:ty, $delete:ident) => {
@@ -124,4 +126,46 @@ impl Context {
         // SAFETY: both are live; the call compares them.
         unsafe { self.rt.api().DPCTLContext_AreEq(self.ptr, other.ptr) }
     }
+}
+
+/// Takes the elements out of a device vector the C API gave, and frees the vector.
+///
+/// # Safety
+/// `vector` is null or a device vector from `rt` that the caller owns.
+pub(crate) unsafe fn take_devices(
+    rt: &'static Runtime,
+    vector: sys::DPCTLDeviceVectorRef,
+) -> Vec<Device> {
+    if vector.is_null() {
+        return Vec::new();
+    }
+    let api = rt.api();
+    // SAFETY: `vector` is a live device vector.
+    let len = unsafe { api.DPCTLDeviceVector_Size(vector) };
+    let devices = (0..len)
+        // SAFETY: in range; GetAt returns a new copy of the element, which we own.
+        .filter_map(|i| unsafe { Device::from_raw(rt, api.DPCTLDeviceVector_GetAt(vector, i)) })
+        .collect();
+    // SAFETY: owned by the caller, released once; our copies stay valid.
+    unsafe { api.DPCTLDeviceVector_Delete(vector) };
+    devices
+}
+
+/// A handle we own (a fresh copy, or null when the copy failed) given away as `name`, released
+/// with the C API's `delete` for its type.
+pub(crate) fn owned_handle<T>(
+    name: &'static CStr,
+    handle: *mut T,
+    delete: unsafe extern "C" fn(*mut T),
+) -> Option<ExportedHandle> {
+    Some(ExportedHandle {
+        name,
+        ptr: NonNull::new(handle)?.cast(),
+        // SAFETY: same ABI (one pointer argument, no result); the library is never unloaded.
+        destroy: unsafe {
+            std::mem::transmute::<unsafe extern "C" fn(*mut T), unsafe extern "C" fn(*mut c_void)>(
+                delete,
+            )
+        },
+    })
 }
