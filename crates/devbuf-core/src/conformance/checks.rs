@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::{
-    CheckResult, Outcome, alloc, ctx, expect_bytes, for_each_kind, outcome, pattern, pooled,
-    supported_kinds,
+use super::kit::{
+    Check, CheckResult, Outcome, alloc, allocate, ctx, expect_bytes, for_each_kind, outcome,
+    pattern, supported_kinds,
 };
 use crate::extent::check_extent;
 use crate::interface::ForeignLayout;
@@ -20,7 +20,7 @@ pub(super) fn alloc_each_kind(queue: &Arc<dyn Queue>) -> Outcome {
         .filter(|&kind| !queue.supports(kind))
         .collect();
     for kind in unsupported {
-        if pooled::alloc(queue, kind, 64, DEFAULT_ALIGNMENT).is_ok() {
+        if allocate(queue, kind, 64, DEFAULT_ALIGNMENT).is_ok() {
             return Outcome::Fail(format!(
                 "{kind} is not supported, yet allocating it succeeded"
             ));
@@ -41,7 +41,7 @@ pub(super) fn alignment_honoured(queue: &Arc<dyn Queue>) -> Outcome {
     for_each_kind(queue, |kind| {
         for align in [1, 8, 64, 256, 4096] {
             for len in [1, 100, 4097] {
-                let buffer = ctx(pooled::alloc(queue, kind, len, align), || {
+                let buffer = ctx(allocate(queue, kind, len, align), || {
                     format!("allocating {len} bytes of {kind} aligned to {align}")
                 })?;
                 if !(buffer.ptr() as usize).is_multiple_of(align) {
@@ -343,7 +343,7 @@ pub(super) fn threads_allocate_copy_free(queue: &Arc<dyn Queue>) -> Outcome {
 
 pub(super) fn impossible_allocation_fails(queue: &Arc<dyn Queue>) -> Outcome {
     for_each_kind(queue, |kind| {
-        match pooled::alloc(queue, kind, 1 << 60, DEFAULT_ALIGNMENT) {
+        match allocate(queue, kind, 1 << 60, DEFAULT_ALIGNMENT) {
             Ok(_) => Err(format!("a 2^60-byte {kind} allocation succeeded")),
             Err(Error::OutOfMemory { .. }) => Ok(()),
             Err(other) => Err(format!(
@@ -469,3 +469,67 @@ pub(super) fn copies_across_backends(queue: &Arc<dyn Queue>) -> Outcome {
         )
     })
 }
+
+/// The device operations' checks.
+pub(super) const DEVICE: &[Check] = &[
+    Check {
+        name: "alloc",
+        run: alloc_each_kind,
+    },
+    Check {
+        name: "align",
+        run: alignment_honoured,
+    },
+    Check {
+        name: "copy",
+        run: copy_round_trips,
+    },
+    Check {
+        name: "fill",
+        run: fill_patterns,
+    },
+    Check {
+        name: "busy_free",
+        run: release_waits_for_enqueued_work,
+    },
+    Check {
+        name: "kind_of",
+        run: classifies_own_pointers,
+    },
+    Check {
+        name: "foreign",
+        run: classifies_foreign_pointers,
+    },
+    Check {
+        name: "extent",
+        run: bounds_own_allocations,
+    },
+    Check {
+        name: "deleter",
+        run: deleter_runs_once,
+    },
+    Check {
+        name: "subview",
+        run: subview_keeps_parent_alive,
+    },
+    Check {
+        name: "threads",
+        run: threads_allocate_copy_free,
+    },
+    Check {
+        name: "oom",
+        run: impossible_allocation_fails,
+    },
+    Check {
+        name: "events",
+        run: events_order_work,
+    },
+    Check {
+        name: "cross",
+        run: copies_across_backends,
+    },
+    Check {
+        name: "handed_out",
+        run: consumer_work_on_handed_out_memory_comes_first,
+    },
+];
