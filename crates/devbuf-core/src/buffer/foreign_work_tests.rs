@@ -4,6 +4,7 @@
 //! where the device wait does not see every queue.
 
 use super::*;
+use crate::Event;
 use crate::interop::{
     ConsumerOrder, ExportedHandle, ForeignObject, Holder, Interop, ProducerStream, ProducerWork,
     StreamHandle,
@@ -14,6 +15,7 @@ use crate::{CompletedEvent, HostQueue};
 use dlpark::ffi::DLDevice;
 use std::any::Any;
 use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering;
 
 /// Host memory on a queue that says whether other libraries enqueue on it and whether its device
 /// wait sees every queue, counting what devbuf asks of it.

@@ -1,6 +1,7 @@
 //! Pending-work tracking is plain state: these tests drive it with a queue whose events only
 //! complete when the queue is waited on, standing in for an asynchronous runtime.
 use super::*;
+use crate::{Event, ForeignQueue};
 use crate::{HostQueue, QueueEvent};
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
