@@ -351,7 +351,11 @@ mod tests {
                 sources.push(std::fs::read_to_string(&path).unwrap());
             }
         }
-        assert!(sources.len() >= 10, "found only {} files in {folder}", sources.len());
+        assert!(
+            sources.len() >= 10,
+            "found only {} files in {folder}",
+            sources.len()
+        );
         let mut called = vec![];
         for source in &sources {
             for (at, _) in source.match_indices("sys::cu") {

@@ -10,6 +10,7 @@ use std::sync::{Arc, LazyLock};
 
 mod adaptors;
 mod checks;
+mod imports;
 mod interop;
 mod kit;
 
