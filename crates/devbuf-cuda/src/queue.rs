@@ -23,7 +23,7 @@ use crate::stream::Stream;
 pub struct CudaQueue {
     device: DeviceInfo,
     /// An event recorded on the legacy default stream each time our stream must follow the work
-    /// there ([`Queue::order_after_foreign_work`]); made on first use, and reused: a stream's wait
+    /// there ([`devbuf_core::Interop::order_after_foreign_work`]); made on first use, and reused: a stream's wait
     /// takes the state of the event's latest record when it is enqueued. Declared before the
     /// stream, so destroyed while the stream still holds the context.
     pub(crate) legacy_mark: Mutex<Option<RawEvent>>,
