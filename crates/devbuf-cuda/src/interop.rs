@@ -93,8 +93,29 @@ impl Interop for CudaQueue {
         device: DLDevice,
         stream: &ForeignObject<'_>,
     ) -> Option<Result<ConsumerOrder>> {
-        // SAFETY: the caller's promise about `stream`.
-        unsafe { self.dlpack_consumer_stream(device, stream) }
+        let cuda_device = matches!(
+            device.device_type,
+            DLDeviceType::CUDA | DLDeviceType::CUDAHOST | DLDeviceType::CUDAMANAGED
+        );
+        if !cuda_device {
+            return None;
+        }
+        let stream = match stream {
+            ForeignObject::Nothing => None,
+            ForeignObject::Int(value) => Some(*value),
+            _ => {
+                return Some(Err(Error::wrong_type(
+                    "stream",
+                    "expected None or an int (a CUDA stream)",
+                )));
+            }
+        };
+        Some(protocol::decode_dlpack_stream(stream).and_then(|consumer| {
+            Ok(match consumer.handle() {
+                None => ConsumerOrder::Nothing,
+                Some(handle) => ConsumerOrder::AfterQueue(self.foreign_stream(handle)?),
+            })
+        }))
     }
 
     /// Consumers were given the stream itself (CAI, DLPack, the exchange table's work stream),
@@ -128,62 +149,10 @@ impl Interop for CudaQueue {
         Ok(Some(Queue::record_event(self)?))
     }
 
-    /// CAI's rule ([`CudaQueue::producer_work`]), for a CAI's `stream` entry and for the work
-    /// stream DLPack's exchange API reports (where NULL is the legacy default stream).
+    /// CAI's rule, where a producer that names no stream is taken to work on
+    /// [`protocol::implied_cai_stream`], for a CAI's `stream` entry and for the work stream
+    /// DLPack's exchange API reports (where NULL, 0, is the legacy default stream).
     unsafe fn order_after_producer(
-        &self,
-        stream: ProducerStream<'_>,
-        sync: bool,
-    ) -> Result<ProducerWork> {
-        // SAFETY: the caller's promise about `stream`.
-        unsafe { self.producer_work(stream, sync) }
-    }
-}
-
-impl CudaQueue {
-    /// [`devbuf_core::Interop::dlpack_consumer`] for memory of this queue: for a CUDA device, the consumer's
-    /// `stream` (None or an int, DLPack's encoding) is the stream that waits.
-    ///
-    /// # Safety
-    /// A stream handle in `stream`, unless -1, 1 or 2, is a live `CUstream` (the DLPack
-    /// consumer's promise).
-    pub(crate) unsafe fn dlpack_consumer_stream(
-        &self,
-        device: DLDevice,
-        stream: &ForeignObject<'_>,
-    ) -> Option<Result<ConsumerOrder>> {
-        let cuda_device = matches!(
-            device.device_type,
-            DLDeviceType::CUDA | DLDeviceType::CUDAHOST | DLDeviceType::CUDAMANAGED
-        );
-        if !cuda_device {
-            return None;
-        }
-        let stream = match stream {
-            ForeignObject::Nothing => None,
-            ForeignObject::Int(value) => Some(*value),
-            _ => {
-                return Some(Err(Error::wrong_type(
-                    "stream",
-                    "expected None or an int (a CUDA stream)",
-                )));
-            }
-        };
-        Some(protocol::decode_dlpack_stream(stream).and_then(|consumer| {
-            Ok(match consumer.handle() {
-                None => ConsumerOrder::Nothing,
-                Some(handle) => ConsumerOrder::AfterQueue(self.foreign_stream(handle)?),
-            })
-        }))
-    }
-
-    /// [`devbuf_core::Interop::order_after_producer`]: CAI's rule, where a producer that names no stream is
-    /// taken to work on [`protocol::implied_cai_stream`]; the exchange API's work stream is
-    /// read the same way, its NULL being the legacy default stream.
-    ///
-    /// # Safety
-    /// As for [`CudaQueue::sync_cai_import`].
-    pub(crate) unsafe fn producer_work(
         &self,
         stream: ProducerStream<'_>,
         sync: bool,
@@ -207,7 +176,9 @@ impl CudaQueue {
         // SAFETY: the caller's promise about `stream`.
         blocking(|| unsafe { self.follow_producer(producer) })
     }
+}
 
+impl CudaQueue {
     /// Unless [`protocol::CAI_SYNC_ENV`] turned it off, orders this queue's work after the
     /// producer's (an event on the producer's stream that ours waits for: the host does not
     /// block), recorded as pending work on the memory, so that host views and re-exports wait for
