@@ -87,10 +87,13 @@ fn read_interface_dict<'py>(
     Ok((parsed, present))
 }
 
+/// With `sync`, our later work on the memory is ordered after the producer's queue (`syclobj`);
+/// without, the caller takes that over (as for DLPack and CAI).
 pub(crate) fn import_suai<'py>(
     py: Python<'py>,
     obj: &Bound<'py, PyAny>,
     dict: &Bound<'py, PyAny>,
+    sync: bool,
 ) -> PyResult<Bound<'py, PyArray>> {
     let (mut parsed, with_data) = read_interface_dict(dict, "__sycl_usm_array_interface__")?;
     let Some(dict) = with_data else {
@@ -125,7 +128,7 @@ pub(crate) fn import_suai<'py>(
         key,
     )?;
     // The producer may still have work on the memory in its queue: ours is ordered after it.
-    if let Some(producer) = resolved.producer {
+    if sync && let Some(producer) = resolved.producer {
         array.get().array.buffer().record_producer(producer).py()?;
     }
     Ok(array)
