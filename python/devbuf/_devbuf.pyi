@@ -263,7 +263,9 @@ def _rebuild(data: Any, state: Any) -> Any: ...
 def asarray(
     obj: Any, copy: bool | None = None, device: str | Device | Queue | Any | None = None, sync: bool = True
 ) -> Array:
-    """Imports obj zero-copy (DLPack, SUAI, CAI or the buffer protocol); copies when `copy` is
+    """Imports obj zero-copy (SUAI, DLPack, CAI or the buffer protocol, tried in that order);
+    with `sync` (the default), devbuf's later work on the memory waits for the producer's queue
+    or stream, and sync=False leaves that to the caller. Copies when `copy` is
     True, or when it is None and `device` is another device; copy=False where the data would
     have to move is a ValueError. A DLPack tensor is taken where its own device says it is: one
     on another device than __dlpack_device__() said, or on a device devbuf cannot reach, is a

@@ -145,15 +145,17 @@ impl DType {
         self.order != ByteOrder::opposite_of_native()
     }
 
-    /// Parses a NumPy array-interface typestr such as `"<f4"`, `"|b1"` or `">i8"`.
+    /// Parses a NumPy array-interface typestr such as `"<f4"`, `"|b1"` or `">i8"` (`"|f4"`, as
+    /// NumPy reads it, is native order).
     pub fn from_typestr(typestr: &str) -> Result<DType> {
         let bad = |why: &str| Error::invalid("typestr", format!("{typestr:?} {why}"));
         let mut chars = typestr.chars();
         let order = match chars.next() {
             Some('<') => ByteOrder::Little,
             Some('>') => ByteOrder::Big,
-            Some('|') => ByteOrder::NotApplicable,
-            Some('=') => ByteOrder::NATIVE,
+            // '|' ("not applicable") on a multi-byte type is read as native order, as NumPy
+            // reads it: dpctl and dpnp write '|' for every type (`"|f4"`).
+            Some('|' | '=') => ByteOrder::NATIVE,
             _ => {
                 return Err(bad(
                     "does not start with a byte order ('<', '>', '|' or '=')",
@@ -176,12 +178,8 @@ impl DType {
             .as_str()
             .parse()
             .map_err(|_| bad("has no valid item size"))?;
-        let dtype = DType::new(kind, itemsize, order)
-            .ok_or_else(|| bad("is not a supported size for its type code"))?;
-        if order == ByteOrder::NotApplicable && itemsize != 1 {
-            return Err(bad("uses '|' for a multi-byte type"));
-        }
-        Ok(dtype)
+        DType::new(kind, itemsize, order)
+            .ok_or_else(|| bad("is not a supported size for its type code"))
     }
 
     /// The NumPy typestr. bfloat16 has none.
@@ -441,6 +439,9 @@ mod tests {
         assert_eq!(swapped.typestr().unwrap(), ">f8");
         assert!(swapped.to_dlpack().is_err());
         assert_eq!(DType::from_typestr("<u1").unwrap(), DType::UINT8);
+        // dpctl's and dpnp's typestrs: '|' on a multi-byte type is native order, as in NumPy.
+        assert_eq!(DType::from_typestr("|f4").unwrap(), DType::FLOAT32);
+        assert_eq!(DType::from_typestr("|i8").unwrap(), DType::INT64);
         assert_eq!(DType::parse("f4").unwrap(), DType::FLOAT32);
     }
 
@@ -460,7 +461,7 @@ mod tests {
 
     #[test]
     fn bad_types_name_their_key() {
-        for bad in ["f4", "<x4", "<f3", "<f", "|i4", "<c4", "<b2", ""] {
+        for bad in ["f4", "<x4", "<f3", "<f", "|f3", "<c4", "<b2", "|b2", ""] {
             let err = DType::from_typestr(bad).unwrap_err();
             assert!(err.to_string().starts_with("typestr: "), "{bad}: {err}");
         }

@@ -236,9 +236,8 @@ impl PyArray {
         unsafe { crate::export::buffer_protocol::get_buffer(&slf, view, flags) }
     }
 
-    unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {
-        // Nothing to free: shape and strides point into the array, which the view keeps alive.
-    }
+    // No `__releasebuffer__`: there is nothing to free (shape and strides point into the array,
+    // which the view keeps alive), and CPython skips a release slot that is not there.
 
     /// Pickling (protocol 5: host-accessible memory out-of-band, zero-copy); see `pickle.rs`.
     fn __reduce_ex__<'py>(slf: &Bound<'py, Self>, protocol: i64) -> PyResult<Bound<'py, PyTuple>> {

@@ -70,7 +70,7 @@ fn copy_of<'py>(
 }
 
 /// The ways in: the protocols an object can be imported through (not `devbuf::Protocol`, the
-/// protocols that belong to one backend), in the order they are tried.
+/// protocols that belong to one backend).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
     Dlpack,
@@ -79,9 +79,16 @@ enum Route {
     BufferProtocol,
 }
 
+/// The order they are tried in. SUAI before DLPack: an object that speaks both (dpctl's and dpnp's
+/// arrays) describes its memory and queue in one getter, while its `__dlpack__` with our queue as
+/// `stream` orders that queue after its own (barriers on both queues) and `__dlpack_device__`
+/// may build device objects: dpnp's import through SUAI measured a fifth of the DLPack one
+/// (BENCHMARKS.md). The ordering is kept either way: SUAI records the producer's queue and our
+/// work waits for it. An object without SUAI pays one failed attribute lookup on its type's
+/// first import only (the per-type hint below).
 const ROUTES: [Route; 4] = [
-    Route::Dlpack,
     Route::Suai,
+    Route::Dlpack,
     Route::Cai,
     Route::BufferProtocol,
 ];
@@ -160,7 +167,7 @@ fn import_through<'py>(
     match route {
         Route::Dlpack => import_dlpack(py, obj, sync),
         Route::Suai => match obj.getattr_opt(intern!(py, "__sycl_usm_array_interface__"))? {
-            Some(dict) => import_suai(py, obj, &dict).map(Some),
+            Some(dict) => import_suai(py, obj, &dict, sync).map(Some),
             None => Ok(None),
         },
         Route::Cai => match obj.getattr_opt(intern!(py, "__cuda_array_interface__"))? {
@@ -176,10 +183,11 @@ fn import_through<'py>(
 }
 
 /// `devbuf.asarray(obj, copy=None, device=None, sync=True)`: a devbuf Array viewing `obj`'s
-/// memory (DLPack, SUAI, CAI or the buffer protocol). `copy`, as in NumPy 2 and the array API:
-/// None copies only when it must (`device` names another device), True always copies, and False
-/// never does: where the data would have to move, it is a ValueError. `sync=False` skips ordering
-/// our later work after the producer's stream (CAI v3's consumer opt-out; also
+/// memory (SUAI, DLPack, CAI or the buffer protocol, tried in that order). `copy`, as in NumPy 2
+/// and the array API: None copies only when it must (`device` names another device), True always
+/// copies, and False never does: where the data would have to move, it is a ValueError.
+/// `sync=False` skips ordering our later work after the producer's queue or stream (CAI v3's
+/// consumer opt-out, applied to every protocol; also
 /// `DEVBUF_CUDA_ARRAY_INTERFACE_SYNC=0` for the process).
 #[pyfunction]
 #[pyo3(signature = (obj, copy = None, device = None, sync = true))]
