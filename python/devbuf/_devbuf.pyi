@@ -188,6 +188,14 @@ class Array:
         ValueError), or, into a Buffer, any source of its size; with ``blocking=False`` the copy
         is only enqueued, and the pending copy keeps ``source`` alive until it completes."""
     def to_bytes(self) -> bytes: ...
+    def get(self, stream: Queue | None = None, out: np.ndarray[Any, Any] | None = None) -> np.ndarray[Any, Any]:
+        """The elements copied to the host as a NumPy array (CuPy's name), or into ``out``; the
+        copy runs on ``stream`` (default: the array's queue) and is done when this returns."""
+    def copy_to_host(self, out: np.ndarray[Any, Any] | None = None, stream: Queue | None = None) -> np.ndarray[Any, Any]:
+        """``get()`` under Numba's name and argument order."""
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
+        """NumPy's view of host-readable memory; TypeError (naming ``get()``) for memory the host
+        cannot read."""
     def __reduce_ex__(self, protocol: SupportsIndex, /) -> tuple[Any, ...]: ...
     def __len__(self) -> int: ...
 
@@ -261,11 +269,17 @@ def open_ipc(handle: IpcHandle | bytes) -> Buffer: ...
 def _ipc_handle_from_bytes(data: bytes) -> IpcHandle: ...
 def _rebuild(data: Any, state: Any) -> Any: ...
 def asarray(
-    obj: Any, copy: bool | None = None, device: str | Device | Queue | Any | None = None, sync: bool = True
+    obj: Any,
+    copy: bool | None = None,
+    device: str | Device | Queue | Any | None = None,
+    sync: bool = True,
+    *,
+    kind: _Kind | None = None,
 ) -> Array:
     """Imports obj zero-copy (DLPack, SUAI, CAI or the buffer protocol); copies when `copy` is
     True, or when it is None and `device` is another device; copy=False where the data would
-    have to move is a ValueError. A DLPack tensor is taken where its own device says it is: one
+    have to move is a ValueError. A copy onto a named device is device memory unless `kind` asks
+    for another kind. A DLPack tensor is taken where its own device says it is: one
     on another device than __dlpack_device__() said, or on a device devbuf cannot reach, is a
     BufferError; more than 64 dimensions is a ValueError."""
 def from_dlpack(x: Any, /, *, device: str | Device | Queue | Any | None = None, copy: bool | None = None) -> Array: ...

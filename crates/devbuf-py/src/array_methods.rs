@@ -165,6 +165,41 @@ impl PyArray {
         Ok(PyBytes::new(py, &data))
     }
 
+    /// The elements copied to the host as a NumPy array, once the copy is done: CuPy's
+    /// `ndarray.get(stream=None, out=None)`. `out` is a writable C-contiguous NumPy array of the
+    /// same shape and dtype to copy into (it is returned); `stream` (a `devbuf.Stream` of the
+    /// array's device) runs the copy, by default the array's own queue. Works for every kind of
+    /// memory; NumPy's implicit conversion (`np.asarray`) works only for memory the host can read.
+    #[pyo3(signature = (stream = None, out = None))]
+    fn get<'py>(
+        slf: &Bound<'py, Self>,
+        stream: Option<&Bound<'py, PyQueue>>,
+        out: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        crate::host_transfer::to_numpy(slf, out, stream)
+    }
+
+    /// `get()` under Numba's name, with its argument order: `copy_to_host(out=None, stream=None)`.
+    #[pyo3(signature = (out = None, stream = None))]
+    fn copy_to_host<'py>(
+        slf: &Bound<'py, Self>,
+        out: Option<&Bound<'py, PyAny>>,
+        stream: Option<&Bound<'py, PyQueue>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        crate::host_transfer::to_numpy(slf, out, stream)
+    }
+
+    /// NumPy's conversion (`np.asarray(arr)`): a view of host-accessible memory; memory the host
+    /// cannot read is a TypeError naming `get()`, as CuPy and PyTorch refuse it.
+    #[pyo3(signature = (dtype = None, copy = None))]
+    fn __array__<'py>(
+        slf: &Bound<'py, Self>,
+        dtype: Option<&Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        crate::host_transfer::numpy_view(slf, dtype, copy)
+    }
+
     /// The SYCL USM array interface (version 1), for SYCL memory.
     #[getter]
     fn __sycl_usm_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

@@ -7,6 +7,7 @@ mod buffer_methods;
 mod dtypes;
 mod errors;
 mod export;
+mod host_transfer;
 mod import;
 mod ipc;
 mod mr;
