@@ -15,6 +15,8 @@ __all__ = [
     "Array",
     "Buffer",
     "Device",
+    "Stream",
+    "Event",
     "Queue",
     "BackendInfo",
     "backends",
@@ -75,16 +77,27 @@ class Device:
     def reason(self) -> str | None: ...
     @property
     def queue(self) -> Queue: ...
+    @property
+    def default_stream(self) -> Stream:
+        """The device's shared queue, where devbuf's work runs when no ``stream=`` is given."""
+    def create_stream(self, *, non_blocking: bool = True, priority: int | None = None) -> Stream: ...
     def __enter__(self) -> Device:
         """`with device:` makes this device the current thread's default until the block ends."""
     def __exit__(self, *exc_info: object) -> bool: ...
 
 @final
-class Queue:
-    """An ordered stream of work on one device and context."""
+class Stream:
+    """An ordered stream of work on one device and context: a CUDA stream, an in-order SYCL
+    queue. ``Queue`` is the same class under its earlier name."""
 
-    # `device` may also be a dpctl.SyclQueue: the same sycl::queue when it is in order.
-    def __new__(cls, device: str | Device | Any | None = None) -> Queue: ...
+    # `device` may also be another library's stream: anything with __cuda_stream__, or a
+    # dpctl.SyclQueue (the same sycl::queue when it is in order); a Stream is returned as is.
+    def __new__(
+        cls, device: str | Device | Any | None = None, *, non_blocking: bool = True, priority: int | None = None
+    ) -> Stream: ...
+    @staticmethod
+    def from_handle(handle: int, device: str | Device | Stream | None = None, *, owner: Any = None) -> Stream:
+        """Adopts a CUstream handle; ``owner`` (kept alive while devbuf uses it) keeps it alive."""
     @property
     def device(self) -> Device: ...
     @property
@@ -94,10 +107,31 @@ class Queue:
     @property
     def sycl_queue(self) -> Any:
         """This SYCL queue as a dpctl.SyclQueue; AttributeError off SYCL or without dpctl."""
-    def wait(self) -> None: ...
+    def record(self) -> Event:
+        """An Event that completes once the work enqueued on this stream so far has."""
+    def wait(self, event_or_stream: Event | Stream | None = None) -> None:
+        """With an Event or a Stream: later work here waits for it on the device. Without: blocks
+        the host until this stream's work is done (``synchronize()``)."""
+    def synchronize(self) -> None: ...
+    def query(self) -> bool:
+        """Whether all work enqueued so far has completed, without waiting."""
     def alloc(self, nbytes: int, kind: _Kind = "shared", *, ipc: bool = False) -> Buffer: ...
     def _get_capsule(self) -> Any: ...
     def __cuda_stream__(self) -> tuple[int, int]: ...
+
+Queue = Stream
+
+@final
+class Event:
+    """A point in a stream's work (``Stream.record()``)."""
+
+    def synchronize(self) -> None: ...
+    def wait(self) -> None: ...
+    @property
+    def done(self) -> bool: ...
+    def query(self) -> bool: ...
+    @property
+    def stream(self) -> Stream: ...
 
 @final
 class BackendInfo:
@@ -183,7 +217,7 @@ class Array:
         for pending work without blocking the host, or None (pending work is completed first); any
         other value is a TypeError. Exports to the CPU take None or -1."""
     def __dlpack_device__(self) -> tuple[int, int]: ...
-    def copy_from(self, source: Any, *, blocking: bool = True) -> None:
+    def copy_from(self, source: Any, *, blocking: bool = True, stream: Stream | None = None) -> None:
         """Copies ``source`` in: of this array's dtype (else TypeError) and shape (else
         ValueError), or, into a Buffer, any source of its size; with ``blocking=False`` the copy
         is only enqueued, and the pending copy keeps ``source`` alive until it completes."""
@@ -218,7 +252,7 @@ class Buffer(Array):
         strides: Sequence[int] | None = None,
         offset: int = 0,
     ) -> Array: ...
-    def fill(self, value: int, *, blocking: bool = True) -> None: ...
+    def fill(self, value: int, *, blocking: bool = True, stream: Stream | None = None) -> None: ...
     def synchronize(self) -> None:
         """Blocks until the work pending on this memory is done: devbuf's, and once the memory was
         handed out (any export), other libraries' on the queues devbuf knows of (its own queue or
@@ -264,6 +298,7 @@ def alloc(
     *,
     ipc: bool = False,
     mr: MemoryResource | None = None,
+    stream: Stream | None = None,
 ) -> Buffer: ...
 def open_ipc(handle: IpcHandle | bytes) -> Buffer: ...
 def _ipc_handle_from_bytes(data: bytes) -> IpcHandle: ...

@@ -34,6 +34,7 @@ mod last_command;
 mod memfd;
 pub mod mr;
 mod queue;
+mod stream;
 
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
@@ -53,3 +54,4 @@ pub use queue::{
     Availability, Backend, CompletedEvent, Event, ExportedHandle, ForeignQueue, Queue, QueueEvent,
     split_selector,
 };
+pub use stream::{StreamOptions, StreamOwner};

@@ -37,6 +37,7 @@ pub(crate) const REQUIRED_ENTRY_POINTS: &[&str] = &[
     "cuCtxPopCurrent_v2",
     "cuCtxSynchronize",
     "cuStreamCreate",
+    "cuStreamCreateWithPriority",
     "cuStreamDestroy_v2",
     "cuStreamGetCtx",
     "cuStreamSynchronize",

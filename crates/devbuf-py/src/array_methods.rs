@@ -135,9 +135,16 @@ impl PyArray {
     /// its size, a raw copy as CuPy's `MemoryPointer.copy_from` and dpctl.memory's
     /// `copy_from_device` make. Both must be C-contiguous.
     /// With `blocking=False` the copy is only enqueued on this array's queue: it is pending work
-    /// that the protocols then report (CAI's `stream`) or wait for.
-    #[pyo3(signature = (source, *, blocking = true))]
-    fn copy_from(slf: &Bound<'_, Self>, source: &Bound<'_, PyAny>, blocking: bool) -> PyResult<()> {
+    /// that the protocols then report (CAI's `stream`) or wait for. `stream` (a `devbuf.Stream`
+    /// that reaches both sides) runs the copy instead: the pending work is then that stream's,
+    /// which other streams, host views and exports wait for.
+    #[pyo3(signature = (source, *, blocking = true, stream = None))]
+    fn copy_from(
+        slf: &Bound<'_, Self>,
+        source: &Bound<'_, PyAny>,
+        blocking: bool,
+        stream: Option<&Bound<'_, PyQueue>>,
+    ) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
         if this.array.readonly() {
@@ -149,12 +156,21 @@ impl PyArray {
         }
         let source = imported.get().contiguous_bytes("copy_from's source")?;
         let destination = this.contiguous_bytes("copy_from")?;
-        if blocking {
-            py.detach(|| destination.copy_from(&source)).py()
-        } else {
-            let queue = destination.queue().clone();
-            py.detach(|| destination.enqueue_copy_from(&source, &queue).map(drop))
+        match (stream, blocking) {
+            (None, true) => py.detach(|| destination.copy_from(&source)).py(),
+            (None, false) => {
+                let queue = destination.queue().clone();
+                py.detach(|| destination.enqueue_copy_from(&source, &queue).map(drop))
+                    .py()
+            }
+            (Some(stream), blocking) => {
+                let queue = &stream.get().queue;
+                py.detach(|| {
+                    let copied = destination.enqueue_copy_from(&source, queue)?;
+                    if blocking { copied.wait() } else { Ok(()) }
+                })
                 .py()
+            }
         }
     }
 

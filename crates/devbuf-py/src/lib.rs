@@ -76,6 +76,9 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<objects::array::PyBuffer>()?;
     m.add_class::<objects::device::PyDevice>()?;
     m.add_class::<objects::queue::PyQueue>()?;
+    m.add_class::<objects::event::PyEvent>()?;
+    // The class's earlier name.
+    m.add("Queue", m.py().get_type::<objects::queue::PyQueue>())?;
     m.add_class::<objects::device::PyBackendInfo>()?;
     m.add_function(wrap_pyfunction!(objects::device::backends, m)?)?;
     m.add_function(wrap_pyfunction!(objects::device::devices, m)?)?;

@@ -7,5 +7,7 @@
 pub(crate) mod array;
 pub(crate) mod default_device;
 pub(crate) mod device;
+pub(crate) mod event;
 pub(crate) mod foreign_objects;
 pub(crate) mod queue;
+pub(crate) mod streams;
