@@ -25,6 +25,7 @@ __all__ = [
     "set_default_device",
     "_default_device_reason",
     "alloc",
+    "get_elapsed_time",
     "asarray",
     "from_dlpack",
     "set_cai_export_stream",
@@ -107,8 +108,9 @@ class Stream:
     @property
     def sycl_queue(self) -> Any:
         """This SYCL queue as a dpctl.SyclQueue; AttributeError off SYCL or without dpctl."""
-    def record(self) -> Event:
-        """An Event that completes once the work enqueued on this stream so far has."""
+    def record(self, *, timing: bool = False) -> Event:
+        """An Event that completes once the work enqueued on this stream so far has; with
+        ``timing=True`` (CUDA, host) it also keeps when, for ``end - start``."""
     def wait(self, event_or_stream: Event | Stream | None = None) -> None:
         """With an Event or a Stream: later work here waits for it on the device. Without: blocks
         the host until this stream's work is done (``synchronize()``)."""
@@ -130,6 +132,9 @@ class Event:
     @property
     def done(self) -> bool: ...
     def query(self) -> bool: ...
+    def __sub__(self, start: Event, /) -> float:
+        """Milliseconds from ``start`` to this event (both recorded with ``timing=True``)."""
+    def __rsub__(self, end: Event, /) -> float: ...
     @property
     def stream(self) -> Stream: ...
 
@@ -300,6 +305,8 @@ def alloc(
     mr: MemoryResource | None = None,
     stream: Stream | None = None,
 ) -> Buffer: ...
+def get_elapsed_time(start: Event, end: Event) -> float:
+    """Milliseconds from ``start`` to ``end`` (CuPy's form of ``end - start``)."""
 def open_ipc(handle: IpcHandle | bytes) -> Buffer: ...
 def _ipc_handle_from_bytes(data: bytes) -> IpcHandle: ...
 def _rebuild(data: Any, state: Any) -> Any: ...

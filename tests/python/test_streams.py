@@ -5,6 +5,7 @@ run in a fresh process with the CUDA test driver's per-operation delay on (see
 test_cuda_ordering.py), so that a missing or misplaced wait reads wrong bytes."""
 
 import gc
+import time
 import weakref
 
 import numpy as np
@@ -71,6 +72,25 @@ def test_fill_and_events_on_a_stream(device):
         stream.wait(1)
 
 
+def test_timed_events_give_the_time_between(device):
+    stream = device.create_stream()
+    if device.backend == "sycl":
+        with pytest.raises(ValueError, match="timing"):
+            stream.record(timing=True)
+        return
+    start = stream.record(timing=True)
+    buffer = devbuf.alloc(N, "device", device=device)
+    buffer.fill(2, stream=stream, blocking=False)
+    time.sleep(0.01)  # host time, which the host's events see; CUDA's see the fill's delay
+    end = stream.record(timing=True)
+    elapsed = end - start
+    assert elapsed >= 0 and devbuf.get_elapsed_time(start, end) == elapsed
+    if device.backend == "host":
+        assert elapsed >= 10
+    with pytest.raises(ValueError, match="timing"):
+        end - stream.record()
+
+
 def test_alloc_on_a_stream_of_another_device_is_refused(device):
     stream = device.create_stream()
     other = "host" if device.backend != "host" else "sycl"
@@ -120,6 +140,13 @@ def test_cuda_stream_options_reach_the_driver(cuda):
         assert flags(device.create_stream(non_blocking=False)) == 0
         assert priority(device.create_stream(priority=greatest.value)) == greatest.value
         assert priority(device.create_stream()) == 0
+
+        # Timed events: the driver's delay on each stream operation is time between them.
+        stream = device.create_stream()
+        start = stream.record(timing=True)
+        devbuf.alloc(N, "device", device=device).fill(1, stream=stream, blocking=False)
+        end = stream.record(timing=True)
+        assert end - start >= 20, end - start  # DEVBUF_CUDA_TEST_DELAY_US=20000 per operation
         """
     )
 

@@ -35,6 +35,7 @@ mod memfd;
 pub mod mr;
 mod queue;
 mod stream;
+mod timing;
 
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
@@ -55,3 +56,4 @@ pub use queue::{
     split_selector,
 };
 pub use stream::{StreamOptions, StreamOwner};
+pub use timing::InstantEvent;

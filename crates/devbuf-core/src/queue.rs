@@ -107,6 +107,20 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// Records an event that completes when all work enqueued so far has completed.
     fn record_event(&self) -> Result<Event>;
 
+    /// Records an event like [`Queue::record_event`] that also carries when it completed, for
+    /// [`Event::elapsed_ms_since`]; an [`crate::Error::Unsupported`] where the runtime keeps no
+    /// such time for this queue.
+    fn record_timed_event(&self) -> Result<Event> {
+        Err(crate::Error::Unsupported {
+            device: self.device().selector.clone(),
+            what: "a timed event".into(),
+            reason: format!(
+                "the {} backend's events carry no timing",
+                self.device().backend
+            ),
+        })
+    }
+
     /// Makes work enqueued on this queue from now on wait for `event`, without blocking the host
     /// where the runtime allows it.
     fn wait_event(&self, event: &Event) -> Result<()>;
@@ -297,6 +311,11 @@ pub trait QueueEvent: Send + Sync + fmt::Debug {
     fn wait(&self) -> Result<()>;
     /// Whether the event has completed, without blocking.
     fn is_complete(&self) -> Result<bool>;
+    /// Milliseconds from `start` to this event, both recorded with timing on one backend
+    /// ([`Queue::record_timed_event`]); `None` where either has no timing.
+    fn elapsed_ms_since(&self, _start: &Event) -> Option<Result<f32>> {
+        None
+    }
     /// Downcasting, so a queue can wait on its own backend's events on the device.
     fn as_any(&self) -> &dyn Any;
 }
@@ -319,6 +338,12 @@ impl Event {
     /// Whether the event has completed, without blocking.
     pub fn is_complete(&self) -> Result<bool> {
         self.0.is_complete()
+    }
+
+    /// Milliseconds from `start` to this event, where both were recorded with timing
+    /// ([`Queue::record_timed_event`]); `None` where either has none.
+    pub fn elapsed_ms_since(&self, start: &Event) -> Option<Result<f32>> {
+        self.0.elapsed_ms_since(start)
     }
 
     /// Whether both handles name the same event.

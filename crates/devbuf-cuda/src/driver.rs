@@ -47,6 +47,7 @@ pub(crate) const REQUIRED_ENTRY_POINTS: &[&str] = &[
     "cuEventRecord",
     "cuEventQuery",
     "cuEventSynchronize",
+    "cuEventElapsedTime",
     "cuEventDestroy_v2",
     "cuMemAlloc_v2",
     "cuMemFree_v2",

@@ -423,6 +423,13 @@ impl Queue for CudaQueue {
         )?))
     }
 
+    fn record_timed_event(&self) -> Result<Event> {
+        Ok(Event::new(crate::timing::record_timed(
+            self.stream.context(),
+            self.stream.raw(),
+        )?))
+    }
+
     fn is_idle(&self) -> Result<bool> {
         Ok(self.stream.is_idle()?)
     }

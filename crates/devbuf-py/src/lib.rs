@@ -95,6 +95,7 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m
     )?)?;
     m.add_function(wrap_pyfunction!(buffer_methods::alloc, m)?)?;
+    m.add_function(wrap_pyfunction!(objects::event::get_elapsed_time, m)?)?;
     m.add_function(wrap_pyfunction!(import::asarray, m)?)?;
     m.add_function(wrap_pyfunction!(import::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(

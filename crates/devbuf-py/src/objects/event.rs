@@ -2,6 +2,7 @@
 //! host can wait for and other streams can be made to wait for.
 
 use devbuf::Event;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::errors::IntoPyResult;
@@ -40,6 +41,13 @@ impl PyEvent {
         self.done()
     }
 
+    /// `end - start`: milliseconds from `start` to this event (cuda.core's form), once both have
+    /// completed (this waits for them). Both must come from `Stream.record(timing=True)` on one
+    /// backend (CUDA, host); else a ValueError says why.
+    fn __sub__(&self, py: Python<'_>, start: &Bound<'_, PyEvent>) -> PyResult<f32> {
+        elapsed_time(py, start.get(), self)
+    }
+
     /// The stream the event was recorded on.
     #[getter]
     fn stream(&self, py: Python<'_>) -> Py<PyQueue> {
@@ -58,4 +66,33 @@ impl PyEvent {
             device.selector
         )
     }
+}
+
+/// Milliseconds from `start` to `end`, waiting for both first.
+fn elapsed_time(py: Python<'_>, start: &PyEvent, end: &PyEvent) -> PyResult<f32> {
+    let measured = py.detach(|| {
+        start.event.wait()?;
+        end.event.wait()?;
+        Ok(end.event.elapsed_ms_since(&start.event))
+    });
+    measured.py()?.map_or_else(
+        || {
+            Err(PyValueError::new_err(
+                "start, end: the events carry no timing: record both with \
+                 Stream.record(timing=True), on one backend",
+            ))
+        },
+        IntoPyResult::py,
+    )
+}
+
+/// `devbuf.get_elapsed_time(start, end)`: milliseconds from `start` to `end` (CuPy's form of
+/// `end - start`).
+#[pyfunction]
+pub fn get_elapsed_time(
+    py: Python<'_>,
+    start: &Bound<'_, PyEvent>,
+    end: &Bound<'_, PyEvent>,
+) -> PyResult<f32> {
+    elapsed_time(py, start.get(), end.get())
 }

@@ -109,10 +109,22 @@ impl PyQueue {
         crate::objects::streams::adopt_handle(py, handle, device, owner)
     }
 
-    /// Records an Event that completes once all work enqueued on this stream so far has.
-    fn record(slf: &Bound<'_, Self>) -> PyResult<Py<PyEvent>> {
+    /// Records an Event that completes once all work enqueued on this stream so far has. With
+    /// `timing=True` the event also keeps when it completed, for `end - start` (CUDA, host; a
+    /// ValueError on backends whose events have no timing).
+    #[pyo3(signature = (*, timing = false))]
+    fn record(slf: &Bound<'_, Self>, timing: bool) -> PyResult<Py<PyEvent>> {
         let queue = &slf.get().queue;
-        let event = slf.py().detach(|| queue.record_event()).py()?;
+        let event = slf
+            .py()
+            .detach(|| {
+                if timing {
+                    queue.record_timed_event()
+                } else {
+                    queue.record_event()
+                }
+            })
+            .py()?;
         Py::new(
             slf.py(),
             PyEvent {
