@@ -226,7 +226,7 @@ class Array:
         """Copies ``source`` in: of this array's dtype (else TypeError) and shape (else
         ValueError), or, into a Buffer, any source of its size; with ``blocking=False`` the copy
         is only enqueued, and the pending copy keeps ``source`` alive until it completes."""
-    def to_bytes(self) -> bytes: ...
+    def to_bytes(self, stream: Stream | None = None) -> bytes: ...
     def get(self, stream: Queue | None = None, out: np.ndarray[Any, Any] | None = None) -> np.ndarray[Any, Any]:
         """The elements copied to the host as a NumPy array (CuPy's name), or into ``out``; the
         copy runs on ``stream`` (default: the array's queue) and is done when this returns."""

@@ -68,6 +68,8 @@ def test_fill_and_events_on_a_stream(device):
     assert bytes(buffer.get(stream=stream)) == bytes([9]) * N
     buffer.fill(1, stream=stream)
     assert buffer.to_bytes() == bytes([1]) * N
+    buffer.fill(4, stream=stream, blocking=False)
+    assert buffer.to_bytes(stream=stream) == bytes([4]) * N
     with pytest.raises(TypeError, match="event_or_stream"):
         stream.wait(1)
 

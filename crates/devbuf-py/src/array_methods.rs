@@ -174,10 +174,28 @@ impl PyArray {
         }
     }
 
-    /// The bytes of a C-contiguous array, copied to the host.
-    fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+    /// The bytes of a C-contiguous array, copied to the host (on `stream`, a `devbuf.Stream` that
+    /// reaches the memory, when given).
+    #[pyo3(signature = (stream = None))]
+    fn to_bytes<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<&Bound<'py, PyQueue>>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
         let bytes = self.contiguous_bytes("to_bytes")?;
-        let data = py.detach(|| bytes.to_vec()).py()?;
+        let data = match stream {
+            None => py.detach(|| bytes.to_vec()).py()?,
+            Some(stream) => {
+                let queue = &stream.get().queue;
+                let mut data = vec![0; bytes.len()];
+                if let Err(err) = py.detach(|| bytes.copy_to_host_on(&mut data, queue)) {
+                    // The copy may still be writing into the vector.
+                    std::mem::forget(data);
+                    return Err(crate::errors::to_py(err));
+                }
+                data
+            }
+        };
         Ok(PyBytes::new(py, &data))
     }
 

@@ -115,15 +115,17 @@ fn copy_into(
         ));
     }
     let (ptr, len) = (view.buf_ptr() as usize, view.len_bytes());
-    py.detach(|| {
+    let copied = py.detach(|| {
         // SAFETY: the view holds the target's writable, contiguous `len` bytes for as long as we
         // hold `view`, which outlives the copy (copy_to_host_on waits for it).
         let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
         source.copy_to_host_on(dst, queue)
-    })
-    .py()?;
-    drop(view);
-    Ok(())
+    });
+    if copied.is_err() {
+        // The copy may still be writing into the target: it stays alive.
+        std::mem::forget(view);
+    }
+    copied.py()
 }
 
 /// `Array.__array__(dtype=None, copy=None)`: NumPy's view of host-accessible memory (through the
