@@ -190,6 +190,27 @@ def test_a_wait_on_an_adopted_streams_event_orders_foreign_work(cuda):
     )
 
 
+def test_pending_work_follows_the_stream_that_did_it(cuda):
+    # No wait of the user's: devbuf records each command with its stream, so a read on another
+    # stream (the default one, a third) and an export wait for it.
+    run(
+        """
+        device = devbuf.Device("cuda")
+        first, second = device.create_stream(), device.create_stream()
+        memory = devbuf.alloc(N, "device", device=device)
+        memory.fill(1)
+        memory.fill(2, stream=first, blocking=False)
+        assert memory.to_bytes() == bytes([2]) * N
+        memory.fill(3, stream=first, blocking=False)
+        assert bytes(memory.get(stream=second)) == bytes([3]) * N
+        copy = devbuf.alloc(N, "device", stream=second)
+        copy.copy_from(memory, stream=first, blocking=False)
+        assert copy.__cuda_array_interface__["stream"] in (first.stream, second.stream)
+        assert copy.to_bytes() == bytes([3]) * N
+        """
+    )
+
+
 def test_from_handle_adopts_a_raw_stream_on_its_device(cuda):
     run(
         """
