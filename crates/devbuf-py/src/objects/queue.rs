@@ -1,5 +1,6 @@
-//! `Queue` (an ordered stream of work on one device and context) with its methods, the queue each
-//! device shares, and the capsules that carry a queue's runtime handle to other libraries.
+//! `Stream` (an ordered stream of work on one device and context; `Queue` is its earlier name)
+//! with its methods, the queue each device shares, and the capsules that carry a queue's runtime
+//! handle to other libraries.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
