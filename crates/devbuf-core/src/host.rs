@@ -177,6 +177,10 @@ impl Queue for HostQueue {
         Ok(Event::new(CompletedEvent))
     }
 
+    fn record_timed_event(&self) -> Result<Event> {
+        Ok(Event::new(crate::InstantEvent(std::time::Instant::now())))
+    }
+
     fn wait_event(&self, event: &Event) -> Result<()> {
         event.wait()
     }
@@ -273,6 +277,12 @@ impl Backend for HostBackend {
                 reason: "the host backend has one device, \"host\"".into(),
             }),
         }
+    }
+
+    /// The host runs every command on the calling thread before it returns, so any stream of
+    /// its work is already in order with every other: its one queue serves as each.
+    fn open_stream(&self, spec: &str, _options: crate::StreamOptions) -> Result<Arc<dyn Queue>> {
+        self.open(spec)
     }
 
     fn queue_for_dlpack_device(&self, device: DLDevice) -> Option<Result<Arc<dyn Queue>>> {

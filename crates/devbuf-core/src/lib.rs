@@ -34,6 +34,8 @@ mod last_command;
 mod memfd;
 pub mod mr;
 mod queue;
+mod stream;
+mod timing;
 
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
@@ -53,3 +55,5 @@ pub use queue::{
     Availability, Backend, CompletedEvent, Event, ExportedHandle, ForeignQueue, Queue, QueueEvent,
     split_selector,
 };
+pub use stream::{StreamOptions, StreamOwner};
+pub use timing::InstantEvent;

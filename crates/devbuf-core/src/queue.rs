@@ -17,7 +17,7 @@ use dlpark::ffi::DLDevice;
 use crate::exchange::{ForeignObject, Protocol, ResolvedQueue};
 use crate::extent::Holder;
 use crate::ipc::{self, IpcSharing};
-use crate::{Buffer, DeviceInfo, MemKind, Result};
+use crate::{Buffer, DeviceInfo, MemKind, Result, StreamOptions, StreamOwner};
 
 /// A device and context with an in-order stream of work on it.
 ///
@@ -107,9 +107,30 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// Records an event that completes when all work enqueued so far has completed.
     fn record_event(&self) -> Result<Event>;
 
+    /// Records an event like [`Queue::record_event`] that also carries when it completed, for
+    /// [`Event::elapsed_ms_since`]; an [`crate::Error::Unsupported`] where the runtime keeps no
+    /// such time for this queue.
+    fn record_timed_event(&self) -> Result<Event> {
+        Err(crate::Error::Unsupported {
+            device: self.device().selector.clone(),
+            what: "a timed event".into(),
+            reason: format!(
+                "the {} backend's events carry no timing",
+                self.device().backend
+            ),
+        })
+    }
+
     /// Makes work enqueued on this queue from now on wait for `event`, without blocking the host
     /// where the runtime allows it.
     fn wait_event(&self, event: &Event) -> Result<()>;
+
+    /// Whether all work enqueued so far has completed, without blocking. The default asks an
+    /// event recorded now, which a runtime whose records are work of their own may not have
+    /// completed yet: such a backend asks its runtime instead.
+    fn is_idle(&self) -> Result<bool> {
+        self.record_event()?.is_complete()
+    }
 
     /// Classifies a pointer: the kind of this queue's own allocations, [`MemKind::Unknown`] for
     /// everything else (another context's memory, stack, heap, garbage).
@@ -290,6 +311,11 @@ pub trait QueueEvent: Send + Sync + fmt::Debug {
     fn wait(&self) -> Result<()>;
     /// Whether the event has completed, without blocking.
     fn is_complete(&self) -> Result<bool>;
+    /// Milliseconds from `start` to this event, both recorded with timing on one backend
+    /// ([`Queue::record_timed_event`]); `None` where either has no timing.
+    fn elapsed_ms_since(&self, _start: &Event) -> Option<Result<f32>> {
+        None
+    }
     /// Downcasting, so a queue can wait on its own backend's events on the device.
     fn as_any(&self) -> &dyn Any;
 }
@@ -312,6 +338,12 @@ impl Event {
     /// Whether the event has completed, without blocking.
     pub fn is_complete(&self) -> Result<bool> {
         self.0.is_complete()
+    }
+
+    /// Milliseconds from `start` to this event, where both were recorded with timing
+    /// ([`Queue::record_timed_event`]); `None` where either has none.
+    pub fn elapsed_ms_since(&self, start: &Event) -> Option<Result<f32>> {
+        self.0.elapsed_ms_since(start)
     }
 
     /// Whether both handles name the same event.
@@ -370,6 +402,34 @@ pub trait Backend: Send + Sync {
 
     /// Opens a queue. `spec` is the selector after "`name`:", or empty for the backend's default.
     fn open(&self, spec: &str) -> Result<Arc<dyn Queue>>;
+
+    /// A new queue with a stream of its own on the device `spec` names (as in [`Backend::open`]),
+    /// sharing the device's context with the queue `open` returns (so that each reaches the
+    /// other's memory): what a user's `Stream` is. Where the backend cannot make one, an
+    /// [`crate::Error::Unsupported`] says why.
+    fn open_stream(&self, spec: &str, _options: StreamOptions) -> Result<Arc<dyn Queue>> {
+        Err(crate::Error::Unsupported {
+            device: format!("{}:{spec}", self.name()),
+            what: "a new stream".into(),
+            reason: format!("the {} backend cannot make streams", self.name()),
+        })
+    }
+
+    /// A queue that enqueues its work on another library's stream, `handle` as the exchange
+    /// protocols number it (a `CUstream`, `__cuda_stream__`'s second item), on the device `spec`
+    /// names (`None`: the device the stream belongs to); `owner` keeps the stream alive while the
+    /// queue or any memory it allocated lives. `None` where the backend has no such handles.
+    ///
+    /// # Safety
+    /// `handle` names a live stream for as long as `owner` is alive.
+    unsafe fn adopt_stream(
+        &self,
+        _spec: Option<&str>,
+        _handle: usize,
+        _owner: StreamOwner,
+    ) -> Option<Result<Arc<dyn Queue>>> {
+        None
+    }
 
     /// A queue on the device a DLPack producer named, if `device` belongs to this backend.
     fn queue_for_dlpack_device(&self, device: DLDevice) -> Option<Result<Arc<dyn Queue>>>;

@@ -45,6 +45,7 @@ mod exchange;
 mod queue;
 mod raw;
 mod runtime;
+mod user_streams;
 
 use std::sync::Arc;
 

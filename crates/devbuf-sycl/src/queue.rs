@@ -81,7 +81,7 @@ pub struct SyclQueue {
 
 impl SyclQueue {
     /// A new in-order queue on `device` in `context`.
-    fn create(context: Context, device: Device) -> Result<SyclQueue> {
+    pub(crate) fn create(context: Context, device: Device) -> Result<SyclQueue> {
         let rt = device.rt;
         // SAFETY: both handles are live; the call catches the runtime's exceptions and returns a
         // new queue we own, or null.
