@@ -15,6 +15,8 @@ __all__ = [
     "Array",
     "Buffer",
     "Device",
+    "Stream",
+    "Event",
     "Queue",
     "BackendInfo",
     "backends",
@@ -23,6 +25,7 @@ __all__ = [
     "set_default_device",
     "_default_device_reason",
     "alloc",
+    "get_elapsed_time",
     "asarray",
     "from_dlpack",
     "set_cai_export_stream",
@@ -75,16 +78,27 @@ class Device:
     def reason(self) -> str | None: ...
     @property
     def queue(self) -> Queue: ...
+    @property
+    def default_stream(self) -> Stream:
+        """The device's shared queue, where devbuf's work runs when no ``stream=`` is given."""
+    def create_stream(self, *, non_blocking: bool = True, priority: int | None = None) -> Stream: ...
     def __enter__(self) -> Device:
         """`with device:` makes this device the current thread's default until the block ends."""
     def __exit__(self, *exc_info: object) -> bool: ...
 
 @final
-class Queue:
-    """An ordered stream of work on one device and context."""
+class Stream:
+    """An ordered stream of work on one device and context: a CUDA stream, an in-order SYCL
+    queue. ``Queue`` is the same class under its earlier name."""
 
-    # `device` may also be a dpctl.SyclQueue: the same sycl::queue when it is in order.
-    def __new__(cls, device: str | Device | Any | None = None) -> Queue: ...
+    # `device` may also be another library's stream: anything with __cuda_stream__, or a
+    # dpctl.SyclQueue (the same sycl::queue when it is in order); a Stream is returned as is.
+    def __new__(
+        cls, device: str | Device | Any | None = None, *, non_blocking: bool = True, priority: int | None = None
+    ) -> Stream: ...
+    @staticmethod
+    def from_handle(handle: int, device: str | Device | Stream | None = None, *, owner: Any = None) -> Stream:
+        """Adopts a CUstream handle; ``owner`` (kept alive while devbuf uses it) keeps it alive."""
     @property
     def device(self) -> Device: ...
     @property
@@ -94,10 +108,35 @@ class Queue:
     @property
     def sycl_queue(self) -> Any:
         """This SYCL queue as a dpctl.SyclQueue; AttributeError off SYCL or without dpctl."""
-    def wait(self) -> None: ...
+    def record(self, *, timing: bool = False) -> Event:
+        """An Event that completes once the work enqueued on this stream so far has; with
+        ``timing=True`` (CUDA, host) it also keeps when, for ``end - start``."""
+    def wait(self, event_or_stream: Event | Stream | None = None) -> None:
+        """With an Event or a Stream: later work here waits for it on the device. Without: blocks
+        the host until this stream's work is done (``synchronize()``)."""
+    def synchronize(self) -> None: ...
+    def query(self) -> bool:
+        """Whether all work enqueued so far has completed, without waiting."""
     def alloc(self, nbytes: int, kind: _Kind = "shared", *, ipc: bool = False) -> Buffer: ...
     def _get_capsule(self) -> Any: ...
     def __cuda_stream__(self) -> tuple[int, int]: ...
+
+Queue = Stream
+
+@final
+class Event:
+    """A point in a stream's work (``Stream.record()``)."""
+
+    def synchronize(self) -> None: ...
+    def wait(self) -> None: ...
+    @property
+    def done(self) -> bool: ...
+    def query(self) -> bool: ...
+    def __sub__(self, start: Event, /) -> float:
+        """Milliseconds from ``start`` to this event (both recorded with ``timing=True``)."""
+    def __rsub__(self, end: Event, /) -> float: ...
+    @property
+    def stream(self) -> Stream: ...
 
 @final
 class BackendInfo:
@@ -183,11 +222,19 @@ class Array:
         for pending work without blocking the host, or None (pending work is completed first); any
         other value is a TypeError. Exports to the CPU take None or -1."""
     def __dlpack_device__(self) -> tuple[int, int]: ...
-    def copy_from(self, source: Any, *, blocking: bool = True) -> None:
+    def copy_from(self, source: Any, *, blocking: bool = True, stream: Stream | None = None) -> None:
         """Copies ``source`` in: of this array's dtype (else TypeError) and shape (else
         ValueError), or, into a Buffer, any source of its size; with ``blocking=False`` the copy
         is only enqueued, and the pending copy keeps ``source`` alive until it completes."""
-    def to_bytes(self) -> bytes: ...
+    def to_bytes(self, stream: Stream | None = None) -> bytes: ...
+    def get(self, stream: Queue | None = None, out: np.ndarray[Any, Any] | None = None) -> np.ndarray[Any, Any]:
+        """The elements copied to the host as a NumPy array (CuPy's name), or into ``out``; the
+        copy runs on ``stream`` (default: the array's queue) and is done when this returns."""
+    def copy_to_host(self, out: np.ndarray[Any, Any] | None = None, stream: Queue | None = None) -> np.ndarray[Any, Any]:
+        """``get()`` under Numba's name and argument order."""
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
+        """NumPy's view of host-readable memory; TypeError (naming ``get()``) for memory the host
+        cannot read."""
     def __reduce_ex__(self, protocol: SupportsIndex, /) -> tuple[Any, ...]: ...
     def __len__(self) -> int: ...
 
@@ -210,7 +257,7 @@ class Buffer(Array):
         strides: Sequence[int] | None = None,
         offset: int = 0,
     ) -> Array: ...
-    def fill(self, value: int, *, blocking: bool = True) -> None: ...
+    def fill(self, value: int, *, blocking: bool = True, stream: Stream | None = None) -> None: ...
     def synchronize(self) -> None:
         """Blocks until the work pending on this memory is done: devbuf's, and once the memory was
         handed out (any export), other libraries' on the queues devbuf knows of (its own queue or
@@ -256,16 +303,27 @@ def alloc(
     *,
     ipc: bool = False,
     mr: MemoryResource | None = None,
+    stream: Stream | None = None,
 ) -> Buffer: ...
+def get_elapsed_time(start: Event, end: Event) -> float:
+    """Milliseconds from ``start`` to ``end`` (CuPy's form of ``end - start``)."""
 def open_ipc(handle: IpcHandle | bytes) -> Buffer: ...
 def _ipc_handle_from_bytes(data: bytes) -> IpcHandle: ...
 def _rebuild(data: Any, state: Any) -> Any: ...
 def asarray(
-    obj: Any, copy: bool | None = None, device: str | Device | Queue | Any | None = None, sync: bool = True
+    obj: Any,
+    copy: bool | None = None,
+    device: str | Device | Queue | Any | None = None,
+    sync: bool = True,
+    *,
+    kind: _Kind | None = None,
 ) -> Array:
-    """Imports obj zero-copy (DLPack, SUAI, CAI or the buffer protocol); copies when `copy` is
+    """Imports obj zero-copy (SUAI, DLPack, CAI or the buffer protocol, tried in that order);
+    with `sync` (the default), devbuf's later work on the memory waits for the producer's queue
+    or stream, and sync=False leaves that to the caller. Copies when `copy` is
     True, or when it is None and `device` is another device; copy=False where the data would
-    have to move is a ValueError. A DLPack tensor is taken where its own device says it is: one
+    have to move is a ValueError. A copy onto a named device is device memory unless `kind` asks
+    for another kind. A DLPack tensor is taken where its own device says it is: one
     on another device than __dlpack_device__() said, or on a device devbuf cannot reach, is a
     BufferError; more than 64 dimensions is a ValueError."""
 def from_dlpack(x: Any, /, *, device: str | Device | Queue | Any | None = None, copy: bool | None = None) -> Array: ...
@@ -285,8 +343,8 @@ class MemoryResource:
     @property
     def upstream_mr(self) -> MemoryResource | None: ...
     def get_upstream(self) -> MemoryResource | None: ...
-    def allocate(self, nbytes: int, kind: _Kind = "shared") -> int: ...
-    def deallocate(self, ptr: int, nbytes: int, kind: _Kind = "shared") -> None: ...
+    def allocate(self, nbytes: int, kind: _Kind = "shared", *, stream: Stream | None = None) -> int: ...
+    def deallocate(self, ptr: int, nbytes: int, kind: _Kind = "shared", *, stream: Stream | None = None) -> None: ...
 
 @final
 class QueueMemoryResource(MemoryResource):

@@ -41,7 +41,7 @@ def library(name):
 def test_cuda_is_listed_with_its_kinds(cuda):
     assert cuda.usable and cuda.selector == "cuda:0"
     assert set(cuda.kinds) == {"host", "device", "shared"}
-    assert devbuf.Queue("cuda").stream not in (None, 0)
+    assert devbuf.Device("cuda").queue.stream not in (None, 0)
 
 
 @pytest.mark.parametrize("kind,dlpack", [("device", (2, 0)), ("host", (3, 0)), ("shared", (13, 0))])
@@ -120,7 +120,7 @@ def test_a_test_double_says_so_everywhere(cuda):
 
 def test_dlpack_stream_argument_rules(cuda):
     buffer = devbuf.alloc(1024, "device", device="cuda")
-    for stream in (None, -1, 1, 2, devbuf.Queue("cuda").stream):
+    for stream in (None, -1, 1, 2, devbuf.Device("cuda").queue.stream):
         buffer.__dlpack__(stream=stream, max_version=(1, 0))
     with pytest.raises(ValueError, match="stream"):
         buffer.__dlpack__(stream=0, max_version=(1, 0))
@@ -195,7 +195,7 @@ def test_cuda_core_strided_memory_view(cuda):
     if utils is None or not hasattr(utils, "StridedMemoryView"):
         pytest.skip("cuda.core with StridedMemoryView is not installed")
     a = devbuf.alloc(4096, "device", device="cuda").view("float32", shape=(32, 32))
-    stream = devbuf.Queue("cuda").stream
+    stream = devbuf.Device("cuda").queue.stream
     if hasattr(utils.StridedMemoryView, "from_dlpack"):
         view = utils.StridedMemoryView.from_dlpack(a, stream_ptr=stream)
     else:

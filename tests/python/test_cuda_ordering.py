@@ -86,7 +86,7 @@ def test_a_cai_import_is_pending_work_for_host_views_and_re_exports(cuda, kind):
         producer = new_stream()
         memset(memory.ptr, 7, N, producer)
         imported = devbuf.asarray(Cai(memory.ptr, N, producer))
-        assert imported.__cuda_array_interface__["stream"] == devbuf.Queue("cuda:0").stream, \\
+        assert imported.__cuda_array_interface__["stream"] == devbuf.Device("cuda:0").queue.stream, \\
             "a re-export must name the stream that waits for the producer"
         assert (np.asarray(imported) == 7).all(), "the host view read before the producer's work"
         """

@@ -116,6 +116,32 @@ def test_dpnp_arrays_are_imported_zero_copy(sycl):
     assert dpnp.asnumpy(theirs).tolist() == [0] * 16
 
 
+def test_arrays_with_suai_and_dlpack_are_imported_through_suai(sycl):
+    # dpnp's __dlpack__ with our queue as stream puts barriers on both queues: SUAI goes first.
+    # dpctl and dpnp write "|f4" for float32, which is native order (as NumPy reads it).
+    class Both:
+        def __init__(self, array):
+            self.array, self.dlpack_calls = array, 0
+
+        @property
+        def __sycl_usm_array_interface__(self):
+            return self.array.__sycl_usm_array_interface__
+
+        def __dlpack_device__(self):
+            return self.array.__dlpack_device__()
+
+        def __dlpack__(self, **kwargs):
+            self.dlpack_calls += 1
+            return self.array.__dlpack__(**kwargs)
+
+    theirs = Both(dpnp.arange(8, dtype=dpnp.float32))
+    assert theirs.__sycl_usm_array_interface__["typestr"] == "|f4"
+    ours = devbuf.asarray(theirs)
+    assert ours.dtype == np.float32 and ours.ptr == theirs.array.data.ptr
+    assert np.frombuffer(ours.to_bytes(), np.float32).tolist() == list(range(8))
+    assert theirs.dlpack_calls == 0
+
+
 def test_round_trips_keep_one_queue(sycl):
     array = float_array("device", range(4))
     back = devbuf.asarray(dpnp.asarray(array))

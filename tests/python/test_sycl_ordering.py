@@ -70,6 +70,14 @@ def test_our_reads_of_an_import_wait_for_an_out_of_order_producer(sycl, kind):
     assert last_byte(devbuf.asarray(target)) == b"\x01"
 
 
+def test_an_import_with_sync_false_leaves_the_producer_queue_to_the_caller(sycl):
+    queue = dpctl.SyclQueue(filter_string(sycl), property="in_order")
+    target, keep = pending_copy(queue, "shared")
+    # Nothing waits: the copy (tens of milliseconds) has not reached the last byte yet.
+    assert np.asarray(devbuf.asarray(target, sync=False))[-1] == 0
+    queue.wait()
+
+
 def test_an_import_from_an_idle_producer_waits_for_nothing(sycl):
     queue = dpctl.SyclQueue(filter_string(sycl))
     memory = dm.MemoryUSMShared(64, queue=queue)

@@ -8,7 +8,7 @@ use dlpark::ffi::DLDevice;
 
 use crate::exchange::{Protocol, ResolvedQueue};
 use crate::interop::ForeignObject;
-use crate::{DeviceInfo, Queue, Result};
+use crate::{DeviceInfo, Queue, Result, StreamOptions, StreamOwner};
 
 /// Whether a backend's runtime can be used in this process, and if not, why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +32,34 @@ pub trait Backend: Send + Sync {
 
     /// Opens a queue. `spec` is the selector after "`name`:", or empty for the backend's default.
     fn open(&self, spec: &str) -> Result<Arc<dyn Queue>>;
+
+    /// A new queue with a stream of its own on the device `spec` names (as in [`Backend::open`]),
+    /// sharing the device's context with the queue `open` returns (so that each reaches the
+    /// other's memory): what a user's `Stream` is. Where the backend cannot make one, an
+    /// [`crate::Error::Unsupported`] says why.
+    fn open_stream(&self, spec: &str, _options: StreamOptions) -> Result<Arc<dyn Queue>> {
+        Err(crate::Error::Unsupported {
+            device: format!("{}:{spec}", self.name()),
+            what: "a new stream".into(),
+            reason: format!("the {} backend cannot make streams", self.name()),
+        })
+    }
+
+    /// A queue that enqueues its work on another library's stream, `handle` as the exchange
+    /// protocols number it (a `CUstream`, `__cuda_stream__`'s second item), on the device `spec`
+    /// names (`None`: the device the stream belongs to); `owner` keeps the stream alive while the
+    /// queue or any memory it allocated lives. `None` where the backend has no such handles.
+    ///
+    /// # Safety
+    /// `handle` names a live stream for as long as `owner` is alive.
+    unsafe fn adopt_stream(
+        &self,
+        _spec: Option<&str>,
+        _handle: usize,
+        _owner: StreamOwner,
+    ) -> Option<Result<Arc<dyn Queue>>> {
+        None
+    }
 
     /// A queue on the device a DLPack producer named, if `device` belongs to this backend.
     fn queue_for_dlpack_device(&self, device: DLDevice) -> Option<Result<Arc<dyn Queue>>>;

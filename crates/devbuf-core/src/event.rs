@@ -26,6 +26,11 @@ pub trait QueueEvent: Send + Sync + fmt::Debug {
     fn wait(&self) -> Result<()>;
     /// Whether the event has completed, without blocking.
     fn is_complete(&self) -> Result<bool>;
+    /// Milliseconds from `start` to this event, both recorded with timing on one backend
+    /// ([`crate::Queue::record_timed_event`]); `None` where either has no timing.
+    fn elapsed_ms_since(&self, _start: &Event) -> Option<Result<f32>> {
+        None
+    }
     /// Downcasting, so a queue can wait on its own backend's events on the device.
     fn as_any(&self) -> &dyn Any;
 }
@@ -48,6 +53,12 @@ impl Event {
     /// Whether the event has completed, without blocking.
     pub fn is_complete(&self) -> Result<bool> {
         self.0.is_complete()
+    }
+
+    /// Milliseconds from `start` to this event, where both were recorded with timing
+    /// ([`crate::Queue::record_timed_event`]); `None` where either has none.
+    pub fn elapsed_ms_since(&self, start: &Event) -> Option<Result<f32>> {
+        self.0.elapsed_ms_since(start)
     }
 
     /// Whether both handles name the same event.

@@ -38,6 +38,8 @@ mod kind;
 mod last_command;
 pub mod mr;
 mod queue;
+mod stream;
+mod timing;
 
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
@@ -57,3 +59,5 @@ pub use ipc::{IpcHandle, IpcSharing};
 pub use kind::{DeviceInfo, MemKind};
 pub use last_command::LastCommand;
 pub use queue::{DEFAULT_ALIGNMENT, Queue};
+pub use stream::{StreamOptions, StreamOwner};
+pub use timing::InstantEvent;

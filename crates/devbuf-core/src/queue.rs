@@ -97,9 +97,30 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// Records an event that completes when all work enqueued so far has completed.
     fn record_event(&self) -> Result<Event>;
 
+    /// Records an event like [`Queue::record_event`] that also carries when it completed, for
+    /// [`Event::elapsed_ms_since`]; an [`crate::Error::Unsupported`] where the runtime keeps no
+    /// such time for this queue.
+    fn record_timed_event(&self) -> Result<Event> {
+        Err(crate::Error::Unsupported {
+            device: self.device().selector.clone(),
+            what: "a timed event".into(),
+            reason: format!(
+                "the {} backend's events carry no timing",
+                self.device().backend
+            ),
+        })
+    }
+
     /// Makes work enqueued on this queue from now on wait for `event`, without blocking the host
     /// where the runtime allows it.
     fn wait_event(&self, event: &Event) -> Result<()>;
+
+    /// Whether all work enqueued so far has completed, without blocking. The default asks an
+    /// event recorded now, which a runtime whose records are work of their own may not have
+    /// completed yet: such a backend asks its runtime instead.
+    fn is_idle(&self) -> Result<bool> {
+        self.record_event()?.is_complete()
+    }
 
     /// Classifies a pointer: the kind of this queue's own allocations, [`MemKind::Unknown`] for
     /// everything else (another context's memory, stack, heap, garbage).

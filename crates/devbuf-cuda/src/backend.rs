@@ -5,13 +5,17 @@ use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::{CUcontext, CUresult};
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
-use devbuf_core::{Availability, Backend, DeviceInfo, Error, MemKind, Protocol, Queue, Result};
+use devbuf_core::{
+    Availability, Backend, DeviceInfo, Error, MemKind, Protocol, Queue, Result, StreamOptions,
+    StreamOwner,
+};
 use parking_lot::Mutex;
 
 use crate::device;
 use crate::loader::{self, BACKEND};
 use crate::memory;
 use crate::queue::CudaQueue;
+use crate::user_streams;
 
 /// The CUDA backend: selectors "cuda" (device 0) and "cuda:N".
 #[derive(Debug, Default, Clone, Copy)]
@@ -52,14 +56,25 @@ impl Backend for CudaBackend {
     }
 
     fn open(&self, spec: &str) -> Result<Arc<dyn Queue>> {
-        let ordinal = match spec {
-            "" => 0,
-            spec => spec.parse().map_err(|_| Error::DeviceNotFound {
-                selector: format!("{BACKEND}:{spec}"),
-                reason: "a CUDA selector is \"cuda\" or \"cuda:N\" with N a device ordinal".into(),
-            })?,
+        Ok(Self::shared_queue(user_streams::ordinal_of(spec)?)?)
+    }
+
+    fn open_stream(&self, spec: &str, options: StreamOptions) -> Result<Arc<dyn Queue>> {
+        user_streams::open_stream(user_streams::ordinal_of(spec)?, options)
+    }
+
+    unsafe fn adopt_stream(
+        &self,
+        spec: Option<&str>,
+        handle: usize,
+        owner: StreamOwner,
+    ) -> Option<Result<Arc<dyn Queue>>> {
+        let ordinal = match spec.map(user_streams::ordinal_of).transpose() {
+            Ok(ordinal) => ordinal,
+            Err(err) => return Some(Err(err)),
         };
-        Ok(Self::shared_queue(ordinal)?)
+        // SAFETY: the caller's promise.
+        Some(unsafe { user_streams::adopt_stream(ordinal, handle, owner) })
     }
 
     fn queue_for_dlpack_device(&self, device: DLDevice) -> Option<Result<Arc<dyn Queue>>> {

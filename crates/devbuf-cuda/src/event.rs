@@ -20,11 +20,16 @@ pub(crate) struct RawEvent {
 impl RawEvent {
     /// Creates an event in `context`, which the caller keeps alive while the event lives.
     pub fn create(context: CUcontext) -> Result<Self, DriverError> {
+        Self::create_with(context, CUevent_flags::CU_EVENT_DISABLE_TIMING)
+    }
+
+    /// Creates an event in `context` with `flags` (timing on with `CU_EVENT_DEFAULT`).
+    pub fn create_with(context: CUcontext, flags: CUevent_flags) -> Result<Self, DriverError> {
         let _current = context::enter(context)?;
         let mut raw = ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer and `context` is current.
         call("cuEventCreate", || unsafe {
-            sys::cuEventCreate(&mut raw, CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
+            sys::cuEventCreate(&mut raw, flags as u32)
         })?;
         Ok(RawEvent { raw, context })
     }
@@ -42,6 +47,10 @@ impl RawEvent {
 
     pub fn raw(&self) -> CUevent {
         self.raw
+    }
+
+    pub fn context(&self) -> CUcontext {
+        self.context
     }
 }
 
@@ -66,9 +75,11 @@ unsafe impl Sync for RawEvent {}
 /// An event a [`crate::CudaQueue`] recorded on its stream; what its `record_event` returns.
 #[derive(Debug)]
 pub struct CudaEvent {
-    event: RawEvent,
+    pub(crate) event: RawEvent,
+    /// Whether the event was made with timing (see `timing`).
+    pub(crate) timed: bool,
     // Keeps the context alive while the event lives; dropped after `event`.
-    _context: Arc<PrimaryContext>,
+    pub(crate) _context: Arc<PrimaryContext>,
 }
 
 impl CudaEvent {
@@ -91,6 +102,7 @@ impl CudaEvent {
         event.record(stream)?;
         Ok(CudaEvent {
             event,
+            timed: false,
             _context: Arc::clone(context),
         })
     }
@@ -125,6 +137,10 @@ impl QueueEvent for CudaEvent {
             Err(err) if err.is(CUresult::CUDA_ERROR_NOT_READY) => Ok(false),
             Err(err) => Err(err.into()),
         }
+    }
+
+    fn elapsed_ms_since(&self, start: &devbuf_core::Event) -> Option<Result<f32>> {
+        crate::timing::elapsed_ms_since(self, start)
     }
 
     fn as_any(&self) -> &dyn Any {

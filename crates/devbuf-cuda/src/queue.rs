@@ -6,7 +6,9 @@ use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUcontext, CUresult, CUstream};
-use devbuf_core::{DeviceInfo, Error, Event, Interop, MemKind, Queue, Result, blocking};
+use devbuf_core::{
+    DeviceInfo, Error, Event, Interop, MemKind, Queue, Result, StreamOwner, blocking,
+};
 use parking_lot::Mutex;
 
 use crate::context::PrimaryContext;
@@ -55,6 +57,20 @@ impl CudaQueue {
     /// # Safety
     /// `stream` stays alive for as long as the queue and every buffer allocated from it.
     pub unsafe fn with_stream(ordinal: u32, stream: usize) -> Result<Self> {
+        // SAFETY: the caller's promise.
+        unsafe { Self::with_borrowed_stream(ordinal, stream, None) }
+    }
+
+    /// [`CudaQueue::with_stream`], holding `owner` (which keeps the stream alive) while it lives.
+    ///
+    /// # Safety
+    /// `stream` stays alive for as long as `owner` (or, without one, as the queue and every buffer
+    /// allocated from it).
+    pub(crate) unsafe fn with_borrowed_stream(
+        ordinal: u32,
+        stream: usize,
+        owner: Option<StreamOwner>,
+    ) -> Result<Self> {
         let (caps, context) = open_device(ordinal)?;
         match ProtocolStream::from_handle(stream)? {
             ProtocolStream::Legacy => {}
@@ -78,11 +94,14 @@ impl CudaQueue {
                 ));
             }
         }
-        let stream = Stream::borrow(&context, stream as CUstream);
+        let stream = match owner {
+            Some(owner) => Stream::borrow_owned_by(&context, stream as CUstream, owner),
+            None => Stream::borrow(&context, stream as CUstream),
+        };
         Ok(Self::with(caps, stream))
     }
 
-    fn with(caps: DeviceCaps, stream: Stream) -> Self {
+    pub(crate) fn with(caps: DeviceCaps, stream: Stream) -> Self {
         CudaQueue {
             device: caps.info,
             legacy_mark: Mutex::new(None),
@@ -222,7 +241,7 @@ pub(crate) fn stream_context(
 }
 
 /// Checks that device `ordinal` exists and is usable, and retains its primary context.
-fn open_device(ordinal: u32) -> Result<(DeviceCaps, Arc<PrimaryContext>)> {
+pub(crate) fn open_device(ordinal: u32) -> Result<(DeviceCaps, Arc<PrimaryContext>)> {
     let driver = loader::loaded()?;
     if ordinal >= driver.device_count {
         return Err(Error::DeviceNotFound {
@@ -399,6 +418,17 @@ impl Queue for CudaQueue {
             self.stream.context(),
             self.stream.raw(),
         )?))
+    }
+
+    fn record_timed_event(&self) -> Result<Event> {
+        Ok(Event::new(crate::timing::record_timed(
+            self.stream.context(),
+            self.stream.raw(),
+        )?))
+    }
+
+    fn is_idle(&self) -> Result<bool> {
+        Ok(self.stream.is_idle()?)
     }
 
     fn wait_event(&self, event: &Event) -> Result<()> {

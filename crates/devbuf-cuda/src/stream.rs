@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUresult, CUstream, CUstream_flags};
 
+use devbuf_core::{StreamOptions, StreamOwner};
+
 use crate::context::PrimaryContext;
 use crate::loader::{DriverError, call};
 
@@ -14,6 +16,8 @@ pub(crate) struct Stream {
     raw: CUstream,
     owned: bool,
     context: Arc<PrimaryContext>,
+    /// What keeps a borrowed stream alive (another library's stream object), if we hold it.
+    _owner: Option<StreamOwner>,
 }
 
 // SAFETY: a CUstream is a driver handle usable from any thread; the driver serialises the work
@@ -36,6 +40,35 @@ impl Stream {
             raw,
             owned: true,
             context: Arc::clone(context),
+            _owner: None,
+        })
+    }
+
+    /// A new stream made as `options` ask: blocking or not with the legacy default stream, at a
+    /// priority (cuda.core's and CuPy's user streams).
+    pub fn create_with(
+        context: &Arc<PrimaryContext>,
+        options: StreamOptions,
+    ) -> Result<Self, DriverError> {
+        let _current = context.enter()?;
+        let flags = if options.non_blocking {
+            CUstream_flags::CU_STREAM_NON_BLOCKING
+        } else {
+            CUstream_flags::CU_STREAM_DEFAULT
+        };
+        let mut raw = ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer and the context is current. A priority outside the
+        // device's range is valid: "If the specified priority is outside the numerical range
+        // returned by cuCtxGetStreamPriorityRange, it will automatically be clamped to the lowest
+        // or the highest number in the range" (CUDA Driver API, cuStreamCreateWithPriority).
+        call("cuStreamCreateWithPriority", || unsafe {
+            sys::cuStreamCreateWithPriority(&mut raw, flags as u32, options.priority.unwrap_or(0))
+        })?;
+        Ok(Stream {
+            raw,
+            owned: true,
+            context: Arc::clone(context),
+            _owner: None,
         })
     }
 
@@ -46,6 +79,22 @@ impl Stream {
             raw,
             owned: false,
             context: Arc::clone(context),
+            _owner: None,
+        }
+    }
+
+    /// Borrows `raw` as [`Stream::borrow`] does, holding `owner`, which keeps it alive, until the
+    /// stream is dropped.
+    pub fn borrow_owned_by(
+        context: &Arc<PrimaryContext>,
+        raw: CUstream,
+        owner: StreamOwner,
+    ) -> Self {
+        Stream {
+            raw,
+            owned: false,
+            context: Arc::clone(context),
+            _owner: Some(owner),
         }
     }
 

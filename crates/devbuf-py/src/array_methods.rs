@@ -135,9 +135,16 @@ impl PyArray {
     /// its size, a raw copy as CuPy's `MemoryPointer.copy_from` and dpctl.memory's
     /// `copy_from_device` make. Both must be C-contiguous.
     /// With `blocking=False` the copy is only enqueued on this array's queue: it is pending work
-    /// that the protocols then report (CAI's `stream`) or wait for.
-    #[pyo3(signature = (source, *, blocking = true))]
-    fn copy_from(slf: &Bound<'_, Self>, source: &Bound<'_, PyAny>, blocking: bool) -> PyResult<()> {
+    /// that the protocols then report (CAI's `stream`) or wait for. `stream` (a `devbuf.Stream`
+    /// that reaches both sides) runs the copy instead: the pending work is then that stream's,
+    /// which other streams, host views and exports wait for.
+    #[pyo3(signature = (source, *, blocking = true, stream = None))]
+    fn copy_from(
+        slf: &Bound<'_, Self>,
+        source: &Bound<'_, PyAny>,
+        blocking: bool,
+        stream: Option<&Bound<'_, PyQueue>>,
+    ) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
         if this.array.readonly() {
@@ -149,20 +156,82 @@ impl PyArray {
         }
         let source = imported.get().contiguous_bytes("copy_from's source")?;
         let destination = this.contiguous_bytes("copy_from")?;
-        if blocking {
-            py.detach(|| destination.copy_from(&source)).py()
-        } else {
-            let queue = destination.queue().clone();
-            py.detach(|| destination.enqueue_copy_from(&source, &queue).map(drop))
+        match (stream, blocking) {
+            (None, true) => py.detach(|| destination.copy_from(&source)).py(),
+            (None, false) => {
+                let queue = destination.queue().clone();
+                py.detach(|| destination.enqueue_copy_from(&source, &queue).map(drop))
+                    .py()
+            }
+            (Some(stream), blocking) => {
+                let queue = &stream.get().queue;
+                py.detach(|| {
+                    let copied = destination.enqueue_copy_from(&source, queue)?;
+                    if blocking { copied.wait() } else { Ok(()) }
+                })
                 .py()
+            }
         }
     }
 
-    /// The bytes of a C-contiguous array, copied to the host.
-    fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+    /// The bytes of a C-contiguous array, copied to the host (on `stream`, a `devbuf.Stream` that
+    /// reaches the memory, when given).
+    #[pyo3(signature = (stream = None))]
+    fn to_bytes<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<&Bound<'py, PyQueue>>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
         let bytes = self.contiguous_bytes("to_bytes")?;
-        let data = py.detach(|| bytes.to_vec()).py()?;
+        let data = match stream {
+            None => py.detach(|| bytes.to_vec()).py()?,
+            Some(stream) => {
+                let queue = &stream.get().queue;
+                let mut data = vec![0; bytes.len()];
+                if let Err(err) = py.detach(|| bytes.copy_to_host_on(&mut data, queue)) {
+                    // The copy may still be writing into the vector.
+                    std::mem::forget(data);
+                    return Err(crate::errors::to_py(err));
+                }
+                data
+            }
+        };
         Ok(PyBytes::new(py, &data))
+    }
+
+    /// The elements copied to the host as a NumPy array, once the copy is done: CuPy's
+    /// `ndarray.get(stream=None, out=None)`. `out` is a writable C-contiguous NumPy array of the
+    /// same shape and dtype to copy into (it is returned); `stream` (a `devbuf.Stream` of the
+    /// array's device) runs the copy, by default the array's own queue. Works for every kind of
+    /// memory; NumPy's implicit conversion (`np.asarray`) works only for memory the host can read.
+    #[pyo3(signature = (stream = None, out = None))]
+    fn get<'py>(
+        slf: &Bound<'py, Self>,
+        stream: Option<&Bound<'py, PyQueue>>,
+        out: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        crate::host_transfer::to_numpy(slf, out, stream)
+    }
+
+    /// `get()` under Numba's name, with its argument order: `copy_to_host(out=None, stream=None)`.
+    #[pyo3(signature = (out = None, stream = None))]
+    fn copy_to_host<'py>(
+        slf: &Bound<'py, Self>,
+        out: Option<&Bound<'py, PyAny>>,
+        stream: Option<&Bound<'py, PyQueue>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        crate::host_transfer::to_numpy(slf, out, stream)
+    }
+
+    /// NumPy's conversion (`np.asarray(arr)`): a view of host-accessible memory; memory the host
+    /// cannot read is a TypeError naming `get()`, as CuPy and PyTorch refuse it.
+    #[pyo3(signature = (dtype = None, copy = None))]
+    fn __array__<'py>(
+        slf: &Bound<'py, Self>,
+        dtype: Option<&Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        crate::host_transfer::numpy_view(slf, dtype, copy)
     }
 
     /// The SYCL USM array interface (version 1), for SYCL memory.
@@ -236,9 +305,8 @@ impl PyArray {
         unsafe { crate::export::buffer_protocol::get_buffer(&slf, view, flags) }
     }
 
-    unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {
-        // Nothing to free: shape and strides point into the array, which the view keeps alive.
-    }
+    // No `__releasebuffer__`: there is nothing to free (shape and strides point into the array,
+    // which the view keeps alive), and CPython skips a release slot that is not there.
 
     /// Pickling (protocol 5: host-accessible memory out-of-band, zero-copy); see `pickle.rs`.
     fn __reduce_ex__<'py>(slf: &Bound<'py, Self>, protocol: i64) -> PyResult<Bound<'py, PyTuple>> {

@@ -79,15 +79,31 @@ impl PyBuffer {
     }
 
     /// Sets every byte to `value` (an int, 0-255); with `blocking=False` the fill is only
-    /// enqueued.
-    #[pyo3(signature = (value, *, blocking = true))]
-    fn fill(slf: &Bound<'_, Self>, value: &Bound<'_, PyAny>, blocking: bool) -> PyResult<()> {
+    /// enqueued. `stream` (a `devbuf.Stream` that reaches the memory) runs it instead of the
+    /// buffer's own queue.
+    #[pyo3(signature = (value, *, blocking = true, stream = None))]
+    fn fill(
+        slf: &Bound<'_, Self>,
+        value: &Bound<'_, PyAny>,
+        blocking: bool,
+        stream: Option<&Bound<'_, PyQueue>>,
+    ) -> PyResult<()> {
         let value = byte_value(value)?;
         let this = slf.as_super().get();
         if this.array.readonly() {
             return Err(PyValueError::new_err("fill: this buffer is read-only"));
         }
         let buffer = this.array.buffer();
+        if let Some(stream) = stream {
+            let queue = &stream.get().queue;
+            return slf
+                .py()
+                .detach(|| {
+                    let filled = buffer.enqueue_fill_on(value, queue)?;
+                    if blocking { filled.wait() } else { Ok(()) }
+                })
+                .py();
+        }
         if blocking {
             slf.py().detach(|| buffer.fill(value)).py()
         } else {
@@ -187,12 +203,14 @@ fn is_owned(buffer: &Buffer) -> bool {
 }
 
 /// Allocates `nbytes` of `kind` memory ("host", "device" or "shared") on `device` (a selector,
-/// a Device, a Queue, or None for the default device); `ipc=True` makes it shareable with other
+/// a Device, a Stream, or None for the default device), or on `stream` (a `devbuf.Stream`: a
+/// stream-ordered allocation is then that stream's work, and the memory goes back on that stream
+/// when freed); `ipc=True` makes it shareable with other
 /// processes (see `Queue.alloc`); `mr=` allocates from that memory resource, on its own device:
 /// a `device` other than the resource's is a ValueError naming both, and so is `ipc=True` (memory
 /// for sharing comes from the device, not from a resource).
 #[pyfunction]
-#[pyo3(signature = (nbytes, kind = "shared", device = None, *, ipc = false, mr = None))]
+#[pyo3(signature = (nbytes, kind = "shared", device = None, *, ipc = false, mr = None, stream = None))]
 pub fn alloc(
     py: Python<'_>,
     nbytes: usize,
@@ -200,7 +218,26 @@ pub fn alloc(
     device: Option<&Bound<'_, PyAny>>,
     ipc: bool,
     mr: Option<&Bound<'_, PyAny>>,
+    stream: Option<&Bound<'_, PyQueue>>,
 ) -> PyResult<Py<PyBuffer>> {
+    if let Some(stream) = stream {
+        let on = &stream.get().queue.device().selector;
+        if mr.is_some() {
+            return Err(PyValueError::new_err(
+                "stream: a memory resource allocates on its own queue; leave out mr= or stream=",
+            ));
+        }
+        if let Some(device) = device {
+            let asked = resolve_queue(py, Some(device))?;
+            let asked = &asked.get().queue.device().selector;
+            if asked != on {
+                return Err(PyValueError::new_err(format!(
+                    "device: {asked:?} is not the device of stream, a stream of {on:?}"
+                )));
+            }
+        }
+        return PyQueue::alloc(stream, nbytes, kind, ipc);
+    }
     if let Some(mr) = mr {
         let mr = crate::mr::memory_resource::resource_arg(mr)?;
         if ipc {

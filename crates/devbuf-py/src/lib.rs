@@ -7,6 +7,7 @@ mod buffer_methods;
 mod dtypes;
 mod errors;
 mod export;
+mod host_transfer;
 mod import;
 mod ipc;
 mod mr;
@@ -75,6 +76,9 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<objects::array::PyBuffer>()?;
     m.add_class::<objects::device::PyDevice>()?;
     m.add_class::<objects::queue::PyQueue>()?;
+    m.add_class::<objects::event::PyEvent>()?;
+    // The class's earlier name.
+    m.add("Queue", m.py().get_type::<objects::queue::PyQueue>())?;
     m.add_class::<objects::device::PyBackendInfo>()?;
     m.add_function(wrap_pyfunction!(objects::device::backends, m)?)?;
     m.add_function(wrap_pyfunction!(objects::device::devices, m)?)?;
@@ -91,6 +95,7 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m
     )?)?;
     m.add_function(wrap_pyfunction!(buffer_methods::alloc, m)?)?;
+    m.add_function(wrap_pyfunction!(objects::event::get_elapsed_time, m)?)?;
     m.add_function(wrap_pyfunction!(import::asarray, m)?)?;
     m.add_function(wrap_pyfunction!(import::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(

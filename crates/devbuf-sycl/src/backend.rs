@@ -6,7 +6,7 @@ use std::sync::Arc;
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
 use devbuf_core::{
     Availability, Backend, DeviceInfo, Error, ForeignObject, MemKind, Protocol, Queue,
-    ResolvedQueue, Result,
+    ResolvedQueue, Result, StreamOptions,
 };
 
 use crate::device::all_devices;
@@ -15,6 +15,7 @@ use crate::loader::Runtime;
 use crate::loader::SYCL;
 use crate::queue::SyclQueue;
 use crate::raw::Device;
+use crate::user_streams;
 
 /// The SYCL backend: dpctl's SYCL C API, if it can be loaded.
 #[derive(Debug, Clone)]
@@ -148,6 +149,11 @@ impl Backend for SyclBackend {
             filter => SyclQueue::open(self.runtime()?, filter)?,
         };
         Ok(queue)
+    }
+
+    /// A new in-order queue on the device, in its default context (see `user_streams`).
+    fn open_stream(&self, spec: &str, _options: StreamOptions) -> Result<Arc<dyn Queue>> {
+        user_streams::open_stream(self.runtime()?, spec, || self.default_queue())
     }
 
     fn queue_for_dlpack_device(&self, device: DLDevice) -> Option<Result<Arc<dyn Queue>>> {

@@ -50,6 +50,7 @@ mod loader;
 mod memory;
 mod queue;
 mod raw;
+mod user_streams;
 
 use std::sync::Arc;
 

@@ -8,6 +8,7 @@ struct ProjectReadmeExamples;
 pub mod matrix;
 mod registry;
 mod selection;
+mod streams;
 
 pub use registry::{
     backend, backend_for, backends, queue_for_device_object, queue_for_dlpack_device,
@@ -16,6 +17,7 @@ pub use registry::{
 pub use selection::{
     DEFAULT_ORDER, DEVICE_VARIABLE, DefaultDevice, default_device, default_queue, open, open_ipc,
 };
+pub use streams::{adopt_stream, open_stream};
 
 pub use devbuf_core::*;
 #[cfg(feature = "cuda")]

@@ -44,7 +44,7 @@ class DevbufNumbaManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
     device's own allocator when none is set); pinned and mapped host memory stay Numba's."""
 
     def initialize(self) -> None:
-        self._queue = devbuf.Queue(f"cuda:{self.context.device.id}")
+        self._queue = devbuf.Device(f"cuda:{self.context.device.id}").default_stream
 
     def memalloc(self, size: int) -> MemoryPointer:
         buffer = devbuf.alloc(size, "device", device=self._queue)

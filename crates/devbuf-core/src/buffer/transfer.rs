@@ -163,7 +163,7 @@ impl Buffer {
         record_enqueued(queue, &[self], None)
     }
 
-    fn check_writable(&self) -> Result<()> {
+    pub(super) fn check_writable(&self) -> Result<()> {
         if self.alloc.read_only {
             return Err(Error::invalid(
                 "buffer",
@@ -195,7 +195,7 @@ impl Buffer {
 
     /// Waits for `queue` and forgets its completed work on this and `others`' allocations (work
     /// another thread enqueued after the wait stays recorded).
-    fn finish_on(&self, queue: &Arc<dyn Queue>, others: &[&Buffer]) -> Result<()> {
+    pub(super) fn finish_on(&self, queue: &Arc<dyn Queue>, others: &[&Buffer]) -> Result<()> {
         queue.wait()?;
         for buffer in std::iter::once(self).chain(others.iter().copied()) {
             if !buffer.alloc.pending.is_empty() {
@@ -212,7 +212,7 @@ impl Buffer {
 
 /// Whether `queue` can address `buffer` in a copy: its own memory, memory its context knows, or
 /// memory the host can dereference (which every runtime's copy treats as host memory).
-fn reaches(queue: &Arc<dyn Queue>, buffer: &Buffer) -> bool {
+pub(super) fn reaches(queue: &Arc<dyn Queue>, buffer: &Buffer) -> bool {
     Arc::ptr_eq(queue, buffer.queue())
         || buffer.is_host_accessible()
         || queue.kind_of(buffer.ptr()) != MemKind::Unknown

@@ -140,15 +140,17 @@ impl DType {
         self.order != ByteOrder::opposite_of_native()
     }
 
-    /// Parses a NumPy array-interface typestr such as `"<f4"`, `"|b1"` or `">i8"`.
+    /// Parses a NumPy array-interface typestr such as `"<f4"`, `"|b1"` or `">i8"` (`"|f4"`, as
+    /// NumPy reads it, is native order).
     pub fn from_typestr(typestr: &str) -> Result<DType> {
         let bad = |why: &str| Error::invalid("typestr", format!("{typestr:?} {why}"));
         let mut chars = typestr.chars();
         let order = match chars.next() {
             Some('<') => ByteOrder::Little,
             Some('>') => ByteOrder::Big,
-            Some('|') => ByteOrder::NotApplicable,
-            Some('=') => ByteOrder::NATIVE,
+            // '|' ("not applicable") on a multi-byte type is read as native order, as NumPy
+            // reads it: dpctl and dpnp write '|' for every type (`"|f4"`).
+            Some('|' | '=') => ByteOrder::NATIVE,
             _ => {
                 return Err(bad(
                     "does not start with a byte order ('<', '>', '|' or '=')",
@@ -171,12 +173,8 @@ impl DType {
             .as_str()
             .parse()
             .map_err(|_| bad("has no valid item size"))?;
-        let dtype = DType::new(kind, itemsize, order)
-            .ok_or_else(|| bad("is not a supported size for its type code"))?;
-        if order == ByteOrder::NotApplicable && itemsize != 1 {
-            return Err(bad("uses '|' for a multi-byte type"));
-        }
-        Ok(dtype)
+        DType::new(kind, itemsize, order)
+            .ok_or_else(|| bad("is not a supported size for its type code"))
     }
 
     /// The NumPy typestr. bfloat16 has none.

@@ -30,6 +30,9 @@ fn typestrs_round_trip_for_every_numpy_type() {
     assert_eq!(swapped.typestr().unwrap(), ">f8");
     assert!(swapped.to_dlpack().is_err());
     assert_eq!(DType::from_typestr("<u1").unwrap(), DType::UINT8);
+    // dpctl's and dpnp's typestrs: '|' on a multi-byte type is native order, as in NumPy.
+    assert_eq!(DType::from_typestr("|f4").unwrap(), DType::FLOAT32);
+    assert_eq!(DType::from_typestr("|i8").unwrap(), DType::INT64);
     assert_eq!(DType::parse("f4").unwrap(), DType::FLOAT32);
 }
 
@@ -49,7 +52,7 @@ fn dlpack_codes_round_trip_including_bfloat16() {
 
 #[test]
 fn bad_types_name_their_key() {
-    for bad in ["f4", "<x4", "<f3", "<f", "|i4", "<c4", "<b2", ""] {
+    for bad in ["f4", "<x4", "<f3", "<f", "|f3", "<c4", "<b2", "|b2", ""] {
         let err = DType::from_typestr(bad).unwrap_err();
         assert!(err.to_string().starts_with("typestr: "), "{bad}: {err}");
     }

@@ -37,6 +37,12 @@ impl Backend for HostBackend {
         }
     }
 
+    /// The host runs every command on the calling thread before it returns, so any stream of
+    /// its work is already in order with every other: its one queue serves as each.
+    fn open_stream(&self, spec: &str, _options: crate::StreamOptions) -> Result<Arc<dyn Queue>> {
+        self.open(spec)
+    }
+
     fn queue_for_dlpack_device(&self, device: DLDevice) -> Option<Result<Arc<dyn Queue>>> {
         (device.device_type == DLDeviceType::CPU).then(|| Ok(HostQueue::shared()))
     }

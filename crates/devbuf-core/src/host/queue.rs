@@ -83,6 +83,10 @@ impl Queue for HostQueue {
         Ok(Event::new(CompletedEvent))
     }
 
+    fn record_timed_event(&self) -> Result<Event> {
+        Ok(Event::new(crate::InstantEvent(std::time::Instant::now())))
+    }
+
     fn wait_event(&self, event: &Event) -> Result<()> {
         event.wait()
     }

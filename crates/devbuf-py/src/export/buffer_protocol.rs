@@ -31,15 +31,16 @@ pub(crate) unsafe fn get_buffer(
     if flags & ffi::PyBUF_WRITABLE != 0 && this.array.readonly() {
         return Err(PyBufferError::new_err("the array is read-only"));
     }
-    let (c, f) = (layout.is_c_contiguous(), layout.is_f_contiguous());
+    // Contiguity is computed only where the consumer asks for it (NumPy asks for strides).
+    let (c, f) = (|| layout.is_c_contiguous(), || layout.is_f_contiguous());
     let contiguity_ok = if flags & ffi::PyBUF_ANY_CONTIGUOUS == ffi::PyBUF_ANY_CONTIGUOUS {
-        c || f
+        c() || f()
     } else if flags & ffi::PyBUF_C_CONTIGUOUS == ffi::PyBUF_C_CONTIGUOUS {
-        c
+        c()
     } else if flags & ffi::PyBUF_F_CONTIGUOUS == ffi::PyBUF_F_CONTIGUOUS {
-        f
+        f()
     } else {
-        c || flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES
+        flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES || c()
     };
     if !contiguity_ok {
         return Err(PyBufferError::new_err(format!(

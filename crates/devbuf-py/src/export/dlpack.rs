@@ -38,7 +38,20 @@ const CPU: DLDevice = DLDevice {
 /// on every consumer's hot path.
 pub(crate) fn major_version(max_version: &Bound<'_, PyAny>) -> PyResult<u32> {
     let major = match max_version.cast::<PyTuple>() {
-        Ok(tuple) if tuple.len() == 2 => tuple.get_item(0)?.extract::<u32>().ok(),
+        // SAFETY: index 0 of a live tuple of two, borrowed while the tuple lives; an int too large
+        // for a C long sets OverflowError, which is cleared (the TypeError below replaces it).
+        Ok(tuple) if tuple.len() == 2 => unsafe {
+            let item = ffi::PyTuple_GetItem(tuple.as_ptr(), 0);
+            if ffi::PyLong_Check(item) == 0 {
+                None
+            } else {
+                let major = ffi::PyLong_AsLong(item);
+                if major == -1 && !ffi::PyErr_Occurred().is_null() {
+                    ffi::PyErr_Clear();
+                }
+                u32::try_from(major).ok()
+            }
+        },
         _ => None,
     };
     major.ok_or_else(|| {
@@ -167,21 +180,30 @@ fn export_capsule<'py, T: ManagedTensorAbi>(
 /// Releases the capsule's reference of an export. A consumer that took the tensor renamed the
 /// capsule ("used_dltensor..."); otherwise the memory is released here.
 unsafe extern "C" fn capsule_destructor<T: ManagedTensorAbi>(capsule: *mut ffi::PyObject) {
-    // SAFETY: CPython calls this with our live capsule; the error indicator is saved and restored
-    // around the calls, which may only fail by setting it.
+    // SAFETY: CPython calls this with our live capsule and the GIL held; an error already set (a
+    // capsule freed while an exception propagates) is saved and restored around the calls, which
+    // may only fail by setting one, cleared here. Without one set (the common case) there is
+    // nothing to save.
     unsafe {
         let (mut kind, mut value, mut traceback) = (
             std::ptr::null_mut(),
             std::ptr::null_mut(),
             std::ptr::null_mut(),
         );
-        ffi::PyErr_Fetch(&mut kind, &mut value, &mut traceback);
+        let saved = !ffi::PyErr_Occurred().is_null();
+        if saved {
+            ffi::PyErr_Fetch(&mut kind, &mut value, &mut traceback);
+        }
         let consumed = ffi::PyCapsule_IsValid(capsule, T::CAPSULE_NAME.as_ptr()) == 0;
         let name = ffi::PyCapsule_GetName(capsule);
         if let Some(tensor) = NonNull::new(ffi::PyCapsule_GetPointer(capsule, name).cast::<T>()) {
             dlpack::release_capsule(tensor, consumed);
         }
-        ffi::PyErr_Clear();
-        ffi::PyErr_Restore(kind, value, traceback);
+        if !ffi::PyErr_Occurred().is_null() {
+            ffi::PyErr_Clear();
+        }
+        if saved {
+            ffi::PyErr_Restore(kind, value, traceback);
+        }
     }
 }

@@ -56,18 +56,24 @@ struct Arguments<'a, 'py> {
     stream: Option<Borrowed<'a, 'py, PyAny>>,
 }
 
+/// The keyword names, interned: what call sites pass (compared by identity first).
+type Names<'a, 'py> = [&'a Bound<'py, PyString>; 4];
+
+fn names(py: Python<'_>) -> Names<'_, '_> {
+    [
+        intern!(py, "max_version"),
+        intern!(py, "dl_device"),
+        intern!(py, "copy"),
+        intern!(py, "stream"),
+    ]
+}
+
 impl<'a, 'py> Arguments<'a, 'py> {
     fn slot(
         &mut self,
-        py: Python<'py>,
+        candidates: &Names<'_, 'py>,
         name: Borrowed<'_, 'py, PyString>,
     ) -> PyResult<&mut Option<Borrowed<'a, 'py, PyAny>>> {
-        let candidates = [
-            intern!(py, "max_version"),
-            intern!(py, "dl_device"),
-            intern!(py, "copy"),
-            intern!(py, "stream"),
-        ];
         let position = match candidates.iter().position(|c| c.as_ptr() == name.as_ptr()) {
             Some(position) => Some(position),
             // A name built at run time (e.g. from **kwargs of a computed string): compare text.
@@ -113,8 +119,10 @@ fn call<'py>(
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> PyResult<Bound<'py, PyCapsule>> {
-    // SAFETY: CPython passes the live object the method was looked up on.
-    let this = unsafe { Borrowed::from_ptr(py, slf) }.cast::<PyArray>()?;
+    // SAFETY: CPython passes the live object the method was looked up on, and the method
+    // descriptor (`install`) has checked that it is an instance of the class or a subclass
+    // before calling (as for every method descriptor, bound or called through the type).
+    let this = unsafe { Borrowed::from_ptr(py, slf).cast_unchecked::<PyArray>() };
     // A METH_FASTCALL method gets the plain count (no PY_VECTORCALL_ARGUMENTS_OFFSET bit).
     if nargs != 0 {
         return Err(PyTypeError::new_err(format!(
@@ -123,13 +131,15 @@ fn call<'py>(
     }
     let mut arguments = Arguments::default();
     if !kwnames.is_null() {
+        let candidates = names(py);
         // SAFETY: kwnames is a tuple of str; the values follow the positional ones in `args`.
-        let names = unsafe { Borrowed::from_ptr(py, kwnames).cast_unchecked::<PyTuple>() };
-        for (index, name) in names.iter_borrowed().enumerate() {
+        let kwnames = unsafe { Borrowed::from_ptr(py, kwnames).cast_unchecked::<PyTuple>() };
+        for (index, name) in kwnames.iter_borrowed().enumerate() {
             // SAFETY: CPython guarantees one value per keyword name, each live for the call.
             let value = unsafe { Borrowed::from_ptr(py, *args.add(index)) };
             // SAFETY: keyword names are str (CPython checks).
-            *arguments.slot(py, unsafe { name.cast_unchecked::<PyString>() })? = Some(value);
+            let name = unsafe { name.cast_unchecked::<PyString>() };
+            *arguments.slot(&candidates, name)? = Some(value);
         }
     }
     let versioned = match arguments.max_version {

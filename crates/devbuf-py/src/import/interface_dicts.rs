@@ -5,7 +5,7 @@ use devbuf::interop::ProducerStream;
 use devbuf::{ForeignObject, Owner};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::{PyDict, PyString, PyTuple};
 use pyo3::{ffi, intern};
 
 use crate::errors::IntoPyResult;
@@ -15,6 +15,18 @@ use crate::import::wrap::wrap_foreign;
 use crate::objects::array::PyArray;
 use crate::objects::foreign_objects;
 use crate::objects::queue::shared_queue;
+
+/// A tuple of ints (what producers write) read item by item; any other sequence through pyo3's
+/// generic extraction, which also rejects a str.
+fn ints(sequence: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
+    let Ok(tuple) = sequence.cast::<PyTuple>() else {
+        return sequence.extract();
+    };
+    tuple
+        .iter_borrowed()
+        .map(|item| item.extract::<i64>())
+        .collect()
+}
 
 /// Reads the keys CAI and SUAI share; a wrong Python type is a TypeError naming the key.
 fn read_interface_dict<'py>(
@@ -35,9 +47,8 @@ fn read_interface_dict<'py>(
     let version = required(intern!(py, "version"))?
         .extract::<i64>()
         .map_err(typed("version", "an int"))?;
-    let shape = required(intern!(py, "shape"))?
-        .extract::<Vec<i64>>()
-        .map_err(typed("shape", "a tuple of ints"))?;
+    let shape =
+        ints(&required(intern!(py, "shape"))?).map_err(typed("shape", "a tuple of ints"))?;
     let typestr = required(intern!(py, "typestr"))?
         .extract::<String>()
         .map_err(typed("typestr", "a str"))?;
@@ -49,11 +60,9 @@ fn read_interface_dict<'py>(
         ),
     };
     let strides = match dict.get_item(intern!(py, "strides"))? {
-        Some(strides) if !strides.is_none() => Some(
-            strides
-                .extract::<Vec<i64>>()
-                .map_err(typed("strides", "None or a tuple of ints"))?,
-        ),
+        Some(strides) if !strides.is_none() => {
+            Some(ints(&strides).map_err(typed("strides", "None or a tuple of ints"))?)
+        }
         _ => None,
     };
     let descr_key = if protocol.contains("sycl") {
@@ -88,10 +97,13 @@ fn read_interface_dict<'py>(
     Ok((parsed, present))
 }
 
+/// With `sync`, our later work on the memory is ordered after the producer's queue (`syclobj`);
+/// without, the caller takes that over (as for DLPack and CAI).
 pub(crate) fn import_suai<'py>(
     py: Python<'py>,
     obj: &Bound<'py, PyAny>,
     dict: &Bound<'py, PyAny>,
+    sync: bool,
 ) -> PyResult<Bound<'py, PyArray>> {
     let (mut parsed, with_data) = read_interface_dict(dict, "__sycl_usm_array_interface__")?;
     let Some(dict) = with_data else {
@@ -126,7 +138,7 @@ pub(crate) fn import_suai<'py>(
         key,
     )?;
     // The producer may still have work on the memory in its queue: ours is ordered after it.
-    if let Some(producer) = resolved.producer {
+    if sync && let Some(producer) = resolved.producer {
         array.get().array.buffer().record_producer(producer).py()?;
     }
     Ok(array)

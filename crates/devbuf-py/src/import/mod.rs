@@ -43,23 +43,36 @@ pub(crate) fn import_object<'py>(
         Err(_) => import_foreign(py, obj, sync)?,
     };
     if copy {
-        copy_of(py, &imported, None)
+        copy_of(py, &imported, None, None)
     } else {
         Ok(imported)
     }
 }
 
-/// A copy of `array` on `queue` (default: the array's own queue).
+/// A copy of `array` in `kind` memory on `queue`. Without `kind`: device memory when `queue`
+/// (a device the caller named) is a device's, as CuPy's and PyTorch's copies to a device are, else
+/// the array's own kind on its own queue.
 fn copy_of<'py>(
     py: Python<'py>,
     array: &Bound<'py, PyArray>,
     queue: Option<Py<PyQueue>>,
+    kind: Option<MemKind>,
 ) -> PyResult<Bound<'py, PyArray>> {
     let this = array.get();
+    let named_device = queue.as_ref().is_some_and(|queue| {
+        let target = &queue.get().queue;
+        target.device().backend != devbuf::host::HOST && target.supports(MemKind::Device)
+    });
     let queue = queue.unwrap_or_else(|| this.queue.clone_ref(py));
     let target = &queue.get().queue;
-    let kind = match this.array.buffer().kind() {
-        kind @ (MemKind::Host | MemKind::Device | MemKind::Shared) if target.supports(kind) => kind,
+    let kind = match (kind, this.array.buffer().kind()) {
+        (Some(kind), _) => kind,
+        _ if named_device => MemKind::Device,
+        (None, kind @ (MemKind::Host | MemKind::Device | MemKind::Shared))
+            if target.supports(kind) =>
+        {
+            kind
+        }
         _ if this.array.buffer().is_host_accessible() && target.supports(MemKind::Host) => {
             MemKind::Host
         }
@@ -70,7 +83,7 @@ fn copy_of<'py>(
 }
 
 /// The ways in: the protocols an object can be imported through (not `devbuf::Protocol`, the
-/// protocols that belong to one backend), in the order they are tried.
+/// protocols that belong to one backend).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
     Dlpack,
@@ -79,9 +92,16 @@ enum Route {
     BufferProtocol,
 }
 
+/// The order they are tried in. SUAI before DLPack: an object that speaks both (dpctl's and dpnp's
+/// arrays) describes its memory and queue in one getter, while its `__dlpack__` with our queue as
+/// `stream` orders that queue after its own (barriers on both queues) and `__dlpack_device__`
+/// may build device objects: dpnp's import through SUAI measured a fifth of the DLPack one
+/// (BENCHMARKS.md). The ordering is kept either way: SUAI records the producer's queue and our
+/// work waits for it. An object without SUAI pays one failed attribute lookup on its type's
+/// first import only (the per-type hint below).
 const ROUTES: [Route; 4] = [
-    Route::Dlpack,
     Route::Suai,
+    Route::Dlpack,
     Route::Cai,
     Route::BufferProtocol,
 ];
@@ -160,7 +180,7 @@ fn import_through<'py>(
     match route {
         Route::Dlpack => import_dlpack(py, obj, sync),
         Route::Suai => match obj.getattr_opt(intern!(py, "__sycl_usm_array_interface__"))? {
-            Some(dict) => import_suai(py, obj, &dict).map(Some),
+            Some(dict) => import_suai(py, obj, &dict, sync).map(Some),
             None => Ok(None),
         },
         Route::Cai => match obj.getattr_opt(intern!(py, "__cuda_array_interface__"))? {
@@ -175,21 +195,24 @@ fn import_through<'py>(
     }
 }
 
-/// `devbuf.asarray(obj, copy=None, device=None, sync=True)`: a devbuf Array viewing `obj`'s
-/// memory (DLPack, SUAI, CAI or the buffer protocol). `copy`, as in NumPy 2 and the array API:
-/// None copies only when it must (`device` names another device), True always copies, and False
-/// never does: where the data would have to move, it is a ValueError. `sync=False` skips ordering
-/// our later work after the producer's stream (CAI v3's consumer opt-out; also
-/// `DEVBUF_CUDA_ARRAY_INTERFACE_SYNC=0` for the process).
+/// `devbuf.asarray(obj, copy=None, device=None, sync=True, *, kind=None)`: a devbuf Array viewing
+/// `obj`'s memory (SUAI, DLPack, CAI or the buffer protocol, tried in that order). `copy`, as in NumPy 2 and the array
+/// API: None copies only when it must (`device` names another device), True always copies, and
+/// False never does: where the data would have to move, it is a ValueError. A copy onto a named
+/// device is device memory unless `kind` ("host", "device" or "shared") asks for another kind.
+/// `sync=False` skips ordering our later work after the producer's stream (CAI v3's consumer
+/// opt-out; also `DEVBUF_CUDA_ARRAY_INTERFACE_SYNC=0` for the process).
 #[pyfunction]
-#[pyo3(signature = (obj, copy = None, device = None, sync = true))]
+#[pyo3(signature = (obj, copy = None, device = None, sync = true, *, kind = None))]
 pub fn asarray<'py>(
     py: Python<'py>,
     obj: &Bound<'py, PyAny>,
     copy: Option<bool>,
     device: Option<&Bound<'py, PyAny>>,
     sync: bool,
+    kind: Option<&str>,
 ) -> PyResult<Bound<'py, PyArray>> {
+    let kind = kind.map(str::parse::<MemKind>).transpose().py()?;
     let array = import_object(py, obj, false, sync)?;
     let queue = device.map(|d| resolve_queue(py, Some(d))).transpose()?;
     let moves = queue.as_ref().is_some_and(|q| !same_device(&array, q));
@@ -201,8 +224,16 @@ pub fn asarray<'py>(
                 .as_ref()
                 .map_or("", |q| q.get().queue.device().selector.as_str()),
         ))),
-        Some(true) => copy_of(py, &array, queue),
-        _ if moves => copy_of(py, &array, queue),
+        Some(false) if kind.is_some_and(|kind| kind != array.get().array.buffer().kind()) => {
+            Err(PyValueError::new_err(format!(
+                "kind: the data is {} memory and copy=False forbids copying it",
+                array.get().array.buffer().kind()
+            )))
+        }
+        Some(true) => copy_of(py, &array, queue, kind),
+        _ if moves || kind.is_some_and(|kind| kind != array.get().array.buffer().kind()) => {
+            copy_of(py, &array, queue, kind)
+        }
         _ => Ok(array),
     }
 }
@@ -234,7 +265,7 @@ pub fn from_dlpack<'py>(
         ));
     }
     if copy == Some(true) || moves {
-        copy_of(py, &array, queue)
+        copy_of(py, &array, queue, None)
     } else {
         Ok(array)
     }

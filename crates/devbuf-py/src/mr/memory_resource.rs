@@ -123,6 +123,20 @@ impl PyMemoryResource {
     }
 }
 
+/// Makes work enqueued on `later` from now on wait for the work enqueued on `earlier` so far, on
+/// the device (nothing to do when they are one queue: it runs in order).
+fn order_after(
+    py: Python<'_>,
+    later: &Arc<dyn devbuf::Queue>,
+    earlier: &Arc<dyn devbuf::Queue>,
+) -> PyResult<()> {
+    if Arc::ptr_eq(later, earlier) {
+        return Ok(());
+    }
+    py.detach(|| later.wait_event(&earlier.record_event()?))
+        .py()
+}
+
 /// What a resource was made with, or why a subclass written in Python has none yet.
 fn backing<'a>(slf: &'a Bound<'_, PyMemoryResource>) -> PyResult<&'a Backing> {
     slf.get().backing.get().ok_or_else(|| {
@@ -283,23 +297,50 @@ impl PyMemoryResource {
     /// as RMM's `allocate`. It stays allocated until `deallocate(ptr, nbytes, kind)`, or until
     /// this resource object is deleted. For memory that frees itself, use
     /// `devbuf.alloc(nbytes, kind, mr=resource)`.
-    #[pyo3(signature = (nbytes, kind = "shared"))]
-    fn allocate(slf: &Bound<'_, Self>, nbytes: usize, kind: &str) -> PyResult<usize> {
+    ///
+    /// With `stream` (a `devbuf.Stream` of the resource's device), work enqueued on that stream
+    /// from now on waits until the memory is ready on the resource's own queue (a stream-ordered
+    /// allocation), as RMM's `allocate(bytes, stream)`.
+    #[pyo3(signature = (nbytes, kind = "shared", *, stream = None))]
+    fn allocate(
+        slf: &Bound<'_, Self>,
+        nbytes: usize,
+        kind: &str,
+        stream: Option<&Bound<'_, PyQueue>>,
+    ) -> PyResult<usize> {
         let kind: MemKind = kind.parse().py()?;
-        match &backing(slf)?.source {
-            Source::Devbuf(handouts) => handouts.allocate(kind, nbytes).py(),
-            Source::Python(_) => Err(must_implement(slf, "allocate")),
+        let backing = backing(slf)?;
+        let address = match &backing.source {
+            Source::Devbuf(handouts) => handouts.allocate(kind, nbytes).py()?,
+            Source::Python(_) => return Err(must_implement(slf, "allocate")),
+        };
+        if let Some(stream) = stream {
+            // The stream's later work follows the allocation on the resource's queue.
+            order_after(slf.py(), &stream.get().queue, &backing.queue.get().queue)?;
         }
+        Ok(address)
     }
 
     /// Frees what `allocate(nbytes, kind)` returned at `ptr`, as RMM's `deallocate`. An address
     /// this resource did not hand out (or took back already), or another size or kind, is a
     /// ValueError and nothing is freed. No work may still run on the memory, other than on this
-    /// resource's queue.
-    #[pyo3(signature = (ptr, nbytes, kind = "shared"))]
-    fn deallocate(slf: &Bound<'_, Self>, ptr: usize, nbytes: usize, kind: &str) -> PyResult<()> {
+    /// resource's queue, or on `stream` (a `devbuf.Stream` of the resource's device: the memory
+    /// is then reused only after the work enqueued on it so far, as RMM's
+    /// `deallocate(ptr, bytes, stream)`).
+    #[pyo3(signature = (ptr, nbytes, kind = "shared", *, stream = None))]
+    fn deallocate(
+        slf: &Bound<'_, Self>,
+        ptr: usize,
+        nbytes: usize,
+        kind: &str,
+        stream: Option<&Bound<'_, PyQueue>>,
+    ) -> PyResult<()> {
         let kind: MemKind = kind.parse().py()?;
-        match &backing(slf)?.source {
+        let backing = backing(slf)?;
+        if let Some(stream) = stream {
+            order_after(slf.py(), &backing.queue.get().queue, &stream.get().queue)?;
+        }
+        match &backing.source {
             Source::Devbuf(handouts) => handouts.deallocate(ptr, kind, nbytes).py(),
             Source::Python(_) => Err(must_implement(slf, "deallocate")),
         }

@@ -115,6 +115,32 @@ impl PyDevice {
         shared_queue(py, &self.info.selector)
     }
 
+    /// The device's default stream: its shared queue, on which devbuf's work runs when no
+    /// `stream=` is given (cuda.core's `Device.default_stream`).
+    #[getter]
+    fn default_stream(&self, py: Python<'_>) -> PyResult<Py<PyQueue>> {
+        shared_queue(py, &self.info.selector)
+    }
+
+    /// A new stream on this device: `devbuf.Stream(device, non_blocking=..., priority=...)`, by
+    /// cuda.core's name.
+    #[pyo3(signature = (*, non_blocking = true, priority = None))]
+    fn create_stream(
+        &self,
+        py: Python<'_>,
+        non_blocking: bool,
+        priority: Option<i32>,
+    ) -> PyResult<Py<PyQueue>> {
+        let options = devbuf::StreamOptions {
+            non_blocking,
+            priority,
+        };
+        let queue = py
+            .detach(|| devbuf::open_stream(&self.info.selector, options))
+            .py()?;
+        PyQueue::wrap(py, queue)
+    }
+
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
         other
             .cast::<PyDevice>()

@@ -311,6 +311,9 @@ pub(crate) fn resolve_queue(
             if let Ok(queue) = device.cast::<PyQueue>() {
                 return Ok(queue.clone().unbind());
             }
+            if let Ok(selector) = device.cast::<PyString>() {
+                return queue_of_selector(py, selector);
+            }
             if let Some(queue) = sycl_queue_object(py, device)? {
                 return Ok(queue);
             }
@@ -320,4 +323,34 @@ pub(crate) fn resolve_queue(
             }
         }
     }
+}
+
+/// Selector strs already resolved to their shared queue, by the identity of the str object: a call
+/// site passes the same str object every time (a literal), so a hit skips making a `String` of it,
+/// hashing it and `shared_queue`'s lock. An entry holds its str, so that no other object can take
+/// its address meanwhile; `shared_queue` never forgets a selector, so an entry stays true.
+type SelectorObjects = Mutex<Vec<(Py<PyString>, Py<PyQueue>)>>;
+static SELECTOR_OBJECTS: PyOnceLock<SelectorObjects> = PyOnceLock::new();
+const SELECTOR_OBJECTS_SIZE: usize = 8;
+
+fn queue_of_selector(py: Python<'_>, selector: &Bound<'_, PyString>) -> PyResult<Py<PyQueue>> {
+    let cache = SELECTOR_OBJECTS.get_or_init(py, Default::default);
+    if let Some((_, queue)) = cache.lock().iter().find(|(known, _)| known.is(selector)) {
+        return Ok(queue.clone_ref(py));
+    }
+    let text = selector.to_str()?;
+    // The default device is asked each time, never cached: it is the current default's.
+    if text.is_empty() {
+        return crate::objects::default_device::current_default(py);
+    }
+    let queue = shared_queue(py, text)?;
+    let evicted = {
+        let mut cache = cache.lock();
+        let evicted = (cache.len() == SELECTOR_OBJECTS_SIZE).then(|| cache.remove(0));
+        cache.push((selector.clone().unbind(), queue.clone_ref(py)));
+        evicted
+    };
+    // Dropped unlocked: releasing a Python object may run Python code that resolves a queue.
+    drop(evicted);
+    Ok(queue)
 }

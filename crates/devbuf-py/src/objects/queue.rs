@@ -1,5 +1,6 @@
-//! `Queue` (an ordered stream of work on one device and context) with its methods, the queue each
-//! device shares, and the capsules that carry a queue's runtime handle to other libraries.
+//! `Stream` (an ordered stream of work on one device and context; `Queue` is its earlier name)
+//! with its methods, the queue each device shares, and the capsules that carry a queue's runtime
+//! handle to other libraries.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use devbuf::dlpark::ffi::DLDevice;
 use devbuf::{Buffer, ExportedHandle, MemKind, Protocol, Queue, StreamHandle};
 use parking_lot::Mutex;
-use pyo3::exceptions::PyAttributeError;
+use pyo3::exceptions::{PyAttributeError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -18,10 +19,12 @@ use crate::errors::IntoPyResult;
 use crate::objects::array::PyBuffer;
 use crate::objects::default_device::current_default;
 use crate::objects::device::PyDevice;
+use crate::objects::event::PyEvent;
 use crate::objects::foreign_objects::{dpctl_queue, selector_of, sycl_queue_object};
 
-/// An ordered stream of work on one device and context.
-#[pyclass(frozen, module = "devbuf", name = "Queue")]
+/// An ordered stream of work on one device and context: a CUDA stream, an in-order SYCL queue.
+/// `devbuf.Queue` is the same class under its earlier name.
+#[pyclass(frozen, module = "devbuf", name = "Stream")]
 pub struct PyQueue {
     pub(crate) queue: Arc<dyn Queue>,
     pub(crate) device: Py<PyDevice>,
@@ -55,22 +58,113 @@ impl PyQueue {
 
 #[pymethods]
 impl PyQueue {
-    /// A new queue on `device` (a selector string, a Device, or None for the default device), or
-    /// the queue of a `dpctl.SyclQueue` (the same `sycl::queue` when it is in order).
+    /// A new stream on `device` (a selector string, a Device, or None for the default device),
+    /// made as cuda.core's `Device.create_stream` and CuPy's `Stream` make theirs: `non_blocking`
+    /// (CUDA: no synchronisation with the legacy default stream) and `priority` (CUDA: lower is
+    /// more urgent; SYCL has none). Or another library's stream adopted, kept alive while devbuf
+    /// uses it: anything with `__cuda_stream__` (cuda.core, CuPy, devbuf's own), or a
+    /// `dpctl.SyclQueue` (the same `sycl::queue` when it is in order).
     #[new]
-    #[pyo3(signature = (device = None))]
-    fn new(py: Python<'_>, device: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyQueue>> {
-        if let Some(device) = device
-            && let Some(queue) = sycl_queue_object(py, device)?
-        {
-            return Ok(queue);
+    #[pyo3(signature = (device = None, *, non_blocking = true, priority = None))]
+    fn new(
+        py: Python<'_>,
+        device: Option<&Bound<'_, PyAny>>,
+        non_blocking: bool,
+        priority: Option<i32>,
+    ) -> PyResult<Py<PyQueue>> {
+        if let Some(device) = device {
+            if let Ok(ours) = device.cast::<PyQueue>() {
+                return Ok(ours.clone().unbind());
+            }
+            if let Some(adopted) = crate::objects::streams::adopt_cuda_stream(py, device, None)? {
+                return Ok(adopted);
+            }
+            if let Some(queue) = sycl_queue_object(py, device)? {
+                return Ok(queue);
+            }
         }
         let selector = match device {
             None => current_default(py)?.get().queue.device().selector.clone(),
             Some(device) => selector_of(device)?,
         };
-        let queue = py.detach(|| devbuf::open(&selector)).py()?;
+        let options = devbuf::StreamOptions {
+            non_blocking,
+            priority,
+        };
+        let queue = py.detach(|| devbuf::open_stream(&selector, options)).py()?;
         PyQueue::wrap(py, queue)
+    }
+
+    /// A stream for `handle`, another library's stream as `__cuda_stream__` numbers it (a
+    /// `CUstream` as an int), on `device` (default: the device the stream belongs to). `owner`,
+    /// which keeps the stream alive, is held while devbuf uses it: without one, the caller keeps
+    /// the stream alive for as long as this Stream and the memory allocated on it live.
+    #[staticmethod]
+    #[pyo3(signature = (handle, device = None, *, owner = None))]
+    fn from_handle(
+        py: Python<'_>,
+        handle: usize,
+        device: Option<&Bound<'_, PyAny>>,
+        owner: Option<Py<PyAny>>,
+    ) -> PyResult<Py<PyQueue>> {
+        crate::objects::streams::adopt_handle(py, handle, device, owner)
+    }
+
+    /// Records an Event that completes once all work enqueued on this stream so far has. With
+    /// `timing=True` the event also keeps when it completed, for `end - start` (CUDA, host; a
+    /// ValueError on backends whose events have no timing).
+    #[pyo3(signature = (*, timing = false))]
+    fn record(slf: &Bound<'_, Self>, timing: bool) -> PyResult<Py<PyEvent>> {
+        let queue = &slf.get().queue;
+        let event = slf
+            .py()
+            .detach(|| {
+                if timing {
+                    queue.record_timed_event()
+                } else {
+                    queue.record_event()
+                }
+            })
+            .py()?;
+        Py::new(
+            slf.py(),
+            PyEvent {
+                event,
+                stream: slf.clone().unbind(),
+            },
+        )
+    }
+
+    /// With an Event (or another Stream): makes work enqueued on this stream from now on wait for
+    /// it on the device, without blocking the host (cuda.core's `Stream.wait`). Without one:
+    /// blocks the host until all work enqueued on this stream has completed (`synchronize()`).
+    #[pyo3(signature = (event_or_stream = None))]
+    fn wait(&self, py: Python<'_>, event_or_stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let Some(other) = event_or_stream else {
+            return self.synchronize(py);
+        };
+        let event = if let Ok(event) = other.cast::<PyEvent>() {
+            event.get().event.clone()
+        } else if let Ok(stream) = other.cast::<PyQueue>() {
+            let stream = &stream.get().queue;
+            py.detach(|| stream.record_event()).py()?
+        } else {
+            return Err(PyTypeError::new_err(format!(
+                "event_or_stream: expected a devbuf.Event or a devbuf.Stream, got {}",
+                other.get_type().name()?
+            )));
+        };
+        py.detach(|| self.queue.wait_event(&event)).py()
+    }
+
+    /// Blocks until all work enqueued on this stream has completed.
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.queue.wait()).py()
+    }
+
+    /// Whether all work enqueued on this stream so far has completed, without waiting.
+    fn query(&self, py: Python<'_>) -> PyResult<bool> {
+        py.detach(|| self.queue.is_idle()).py()
     }
 
     /// The device this queue runs on.
@@ -100,11 +194,6 @@ impl PyQueue {
     #[getter]
     fn stream(&self) -> Option<usize> {
         self.queue.interop().native_stream().map(StreamHandle::get)
-    }
-
-    /// Blocks until all work enqueued on this queue has completed.
-    fn wait(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| self.queue.wait()).py()
     }
 
     /// Allocates `nbytes` of `kind` memory ("host", "device" or "shared") on this queue. With
@@ -168,7 +257,7 @@ impl PyQueue {
 
     fn __repr__(&self) -> String {
         let device = self.queue.device();
-        format!("<devbuf.Queue on {:?} {:?}>", device.selector, device.name)
+        format!("<devbuf.Stream on {:?} {:?}>", device.selector, device.name)
     }
 }
 

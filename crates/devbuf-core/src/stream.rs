@@ -1,0 +1,32 @@
+//! Streams a user asks for: [`StreamOptions`] for a new one ([`crate::Backend::open_stream`]),
+//! and the owner that keeps another library's stream alive while devbuf works on it
+//! ([`crate::Backend::adopt_stream`]).
+
+use std::any::Any;
+
+/// How a new stream is made, in cuda.core's terms (`StreamOptions`) and CuPy's
+/// (`Stream(non_blocking, priority)`). A backend without such a notion ignores what it cannot
+/// honour and says so in its documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamOptions {
+    /// Whether the stream runs without synchronising with the legacy default stream (CUDA's
+    /// `CU_STREAM_NON_BLOCKING`).
+    pub non_blocking: bool,
+    /// The stream's priority where the runtime has priorities (CUDA: lower numbers are greater
+    /// priorities, clamped to the device's range by the driver); `None` for the default.
+    pub priority: Option<i32>,
+}
+
+impl Default for StreamOptions {
+    /// Non-blocking, default priority: what devbuf's own queues use, and cuda.core's default.
+    fn default() -> Self {
+        StreamOptions {
+            non_blocking: true,
+            priority: None,
+        }
+    }
+}
+
+/// Whatever keeps another library's stream alive (its Python object, say), held by the queue that
+/// adopted it for as long as that queue or any memory it allocated lives.
+pub type StreamOwner = Box<dyn Any + Send + Sync>;

@@ -1,0 +1,158 @@
+//! Explicit device-to-host transfers: `Array.get()` / `Array.copy_to_host()` return NumPy arrays,
+//! and `Array.__array__` refuses memory the host cannot read, naming them, as CuPy, PyTorch and
+//! dpctl refuse an implicit conversion (NumPy would otherwise wrap the Array in a 0-d object array).
+//! Nothing in the crate depends on this module.
+
+use devbuf::Buffer;
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::errors::IntoPyResult;
+use crate::objects::array::PyArray;
+use crate::objects::queue::PyQueue;
+
+/// `Array.get(stream=None, out=None)`: the elements, copied into a new NumPy array (or into
+/// `out`, a writable C-contiguous NumPy array of the same shape and dtype), on `stream` (default:
+/// the array's own queue); returns once the copy is done.
+pub(crate) fn to_numpy<'py>(
+    slf: &Bound<'py, PyArray>,
+    out: Option<&Bound<'py, PyAny>>,
+    stream: Option<&Bound<'py, PyQueue>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = slf.py();
+    let this = slf.get();
+    let numpy = py.import(intern!(py, "numpy"))?;
+    let dtype = crate::dtypes::to_python(py, this.layout().dtype())?;
+    let queue = match stream {
+        Some(stream) => stream.get().queue.clone(),
+        None => this.array.buffer().queue().clone(),
+    };
+    let layout = this.layout();
+    if layout.is_c_contiguous() {
+        let target = match out {
+            Some(out) => checked_out(slf, out)?,
+            None => numpy.call_method1(intern!(py, "empty"), (layout.shape().to_vec(), dtype))?,
+        };
+        copy_into(py, &this.contiguous_bytes("get")?, &target, &queue)?;
+        return Ok(target);
+    }
+    // Strided: the bytes the elements span come over, and NumPy views them with the same strides.
+    let (low, end) = layout.extent().unwrap_or((0, 0));
+    let start = (layout.offset() as i128 + low) as usize;
+    let span = this
+        .array
+        .buffer()
+        .slice(start..start + (end - low) as usize)
+        .py()?;
+    let raw = numpy.call_method1(intern!(py, "empty"), (span.len(), "uint8"))?;
+    copy_into(py, &span, &raw, &queue)?;
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("buffer", &raw)?;
+    kwargs.set_item("offset", -low)?;
+    kwargs.set_item("strides", layout.strides().to_vec())?;
+    let view = numpy
+        .getattr(intern!(py, "ndarray"))?
+        .call((layout.shape().to_vec(), dtype), Some(&kwargs))?;
+    match out {
+        Some(out) => {
+            let out = checked_out(slf, out)?;
+            numpy.call_method1(intern!(py, "copyto"), (&out, view))?;
+            Ok(out)
+        }
+        None => Ok(view),
+    }
+}
+
+/// `out` when it is a NumPy array of the array's shape and dtype (TypeError or ValueError naming
+/// both otherwise).
+fn checked_out<'py>(
+    slf: &Bound<'py, PyArray>,
+    out: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = slf.py();
+    let ndarray = py.import(intern!(py, "numpy"))?.getattr("ndarray")?;
+    if !out.is_instance(&ndarray)? {
+        return Err(PyTypeError::new_err(format!(
+            "out: expected a numpy.ndarray, got {}",
+            out.get_type()
+        )));
+    }
+    let this = slf.get();
+    let dtype = crate::dtypes::to_python(py, this.layout().dtype())?;
+    let shape: Vec<usize> = out.getattr("shape")?.extract()?;
+    if shape != this.layout().shape() || !out.getattr("dtype")?.eq(&dtype)? {
+        return Err(PyValueError::new_err(format!(
+            "out: a {:?} array of {} does not match this array's shape {:?} and dtype {}",
+            shape,
+            out.getattr("dtype")?,
+            this.layout().shape(),
+            this.layout().dtype()
+        )));
+    }
+    Ok(out.clone())
+}
+
+/// Copies `source` (C-contiguous bytes) into `target`'s memory, a writable C-contiguous host
+/// array of the same size, on `queue`, with the GIL released.
+fn copy_into(
+    py: Python<'_>,
+    source: &Buffer,
+    target: &Bound<'_, PyAny>,
+    queue: &std::sync::Arc<dyn devbuf::Queue>,
+) -> PyResult<()> {
+    let bytes = py
+        .import(intern!(py, "builtins"))?
+        .getattr(intern!(py, "memoryview"))?
+        .call1((target,))?
+        .call_method1(intern!(py, "cast"), ("B",))?;
+    let view = PyBuffer::<u8>::get(&bytes)?;
+    if view.readonly() || !view.is_c_contiguous() {
+        return Err(PyValueError::new_err(
+            "out: the array must be writable and C-contiguous",
+        ));
+    }
+    let (ptr, len) = (view.buf_ptr() as usize, view.len_bytes());
+    let copied = py.detach(|| {
+        // SAFETY: the view holds the target's writable, contiguous `len` bytes for as long as we
+        // hold `view`, which outlives the copy (copy_to_host_on waits for it).
+        let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
+        source.copy_to_host_on(dst, queue)
+    });
+    if copied.is_err() {
+        // The copy may still be writing into the target: it stays alive.
+        std::mem::forget(view);
+    }
+    copied.py()
+}
+
+/// `Array.__array__(dtype=None, copy=None)`: NumPy's view of host-accessible memory (through the
+/// buffer protocol), and a TypeError naming the explicit ways for memory the host cannot read.
+pub(crate) fn numpy_view<'py>(
+    slf: &Bound<'py, PyArray>,
+    dtype: Option<&Bound<'py, PyAny>>,
+    copy: Option<bool>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = slf.py();
+    let buffer = slf.get().array.buffer();
+    if !buffer.is_host_accessible() {
+        return Err(PyTypeError::new_err(format!(
+            "implicit conversion of {} memory on {:?} to a NumPy array is not allowed: the host \
+             cannot read it. Copy it explicitly with Array.get() (or copy_to_host())",
+            buffer.kind(),
+            buffer.device().selector
+        )));
+    }
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("dtype", dtype)?;
+    kwargs.set_item("copy", copy)?;
+    let view = py
+        .import(intern!(py, "builtins"))?
+        .getattr(intern!(py, "memoryview"))?
+        .call1((slf,))?;
+    py.import(intern!(py, "numpy"))?
+        .getattr(intern!(py, "array"))?
+        .call((view,), Some(&kwargs))
+}

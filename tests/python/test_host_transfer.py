@@ -1,0 +1,104 @@
+"""Explicit device-to-host transfers (issue 24): `Array.get()` / `copy_to_host()` return NumPy
+arrays on every backend, `np.asarray` of memory the host cannot read raises TypeError naming
+them, and `devbuf.asarray(..., device=...)` copies into device memory unless `kind=` says
+otherwise."""
+
+import numpy as np
+import pytest
+
+import devbuf
+from conftest import require_backend
+
+BACKENDS = ["host", "sycl", "cuda", "opencl"]
+
+
+@pytest.fixture(params=BACKENDS)
+def device(request):
+    require_backend(request.param)
+    return devbuf.Device(request.param)
+
+
+def device_array(device, values):
+    array = devbuf.alloc(values.nbytes, "device", device=device).view(values.dtype, values.shape)
+    array.copy_from(values)
+    return array
+
+
+def test_get_and_copy_to_host_return_numpy_arrays(device):
+    values = np.arange(12, dtype=np.float32).reshape(3, 4)
+    array = device_array(device, values)
+    for got in (array.get(), array.copy_to_host()):
+        assert type(got) is np.ndarray
+        assert got.dtype == np.float32 and got.shape == (3, 4)
+        np.testing.assert_array_equal(got, values)
+
+
+def test_get_into_out(device):
+    values = np.arange(6, dtype=np.int64)
+    array = device_array(device, values)
+    out = np.zeros(6, np.int64)
+    assert array.get(out=out) is out
+    np.testing.assert_array_equal(out, values)
+    assert array.copy_to_host(np.zeros(6, np.int64)).sum() == values.sum()
+    with pytest.raises(ValueError, match="out"):
+        array.get(out=np.zeros(5, np.int64))
+    with pytest.raises(ValueError, match="out"):
+        array.get(out=np.zeros(6, np.int32))
+    with pytest.raises(TypeError, match="out"):
+        array.get(out=bytearray(48))
+
+
+def test_get_of_a_strided_view(device):
+    values = np.arange(8, dtype=np.float32)
+    buffer = device_array(device, values).buffer
+    every_other = buffer.view("float32", shape=(4,), strides=(8,))
+    np.testing.assert_array_equal(every_other.get(), values[::2])
+    reversed_ = buffer.view("float32", shape=(8,), strides=(-4,), offset=28)
+    np.testing.assert_array_equal(reversed_.get(), values[::-1])
+    out = np.zeros(4, np.float32)
+    every_other.get(out=out)
+    np.testing.assert_array_equal(out, values[::2])
+
+
+def test_implicit_conversion_of_device_memory_raises(device):
+    array = device_array(device, np.arange(4, dtype=np.float32))
+    if array.buffer.kind == "device" and device.backend == "host":
+        # The host backend's "device" memory is host memory: NumPy may view it.
+        np.testing.assert_array_equal(np.asarray(array), np.arange(4))
+        return
+    with pytest.raises(TypeError, match=r"get\(\)"):
+        np.asarray(array)
+    with pytest.raises(TypeError, match=r"get\(\)"):
+        np.array(array)
+
+
+def test_implicit_conversion_of_host_readable_memory_views_it(device):
+    if "shared" not in device.kinds:
+        pytest.skip(f"{device} has no shared memory")
+    array = devbuf.alloc(16, "shared", device=device).view("int32")
+    array.copy_from(np.arange(4, dtype=np.int32))
+    if not array.buffer.kind == "shared":
+        pytest.skip("not shared memory")
+    try:
+        viewed = np.asarray(array)
+    except TypeError:
+        pytest.skip("this device's shared memory is not host-readable while the device works")
+    np.testing.assert_array_equal(viewed, np.arange(4))
+    np.testing.assert_array_equal(array.__array__(dtype="float64"), np.arange(4.0))
+
+
+def test_asarray_onto_a_device_gives_device_memory(device):
+    if device.backend == "host":
+        pytest.skip("the host is not a device")
+    values = np.arange(5.0)
+    for copied in (
+        devbuf.asarray(values, device=device),
+        devbuf.asarray(values, device=device, copy=True),
+    ):
+        assert copied.kind == "device"
+        np.testing.assert_array_equal(copied.get(), values)
+    pinned = devbuf.asarray(values, device=device, kind="host")
+    assert pinned.kind == "host"
+    np.testing.assert_array_equal(np.asarray(pinned), values)
+    with pytest.raises(ValueError, match="copy"):
+        devbuf.asarray(values, device=device, copy=False)
