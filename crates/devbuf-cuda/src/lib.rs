@@ -36,8 +36,6 @@ mod memory;
 pub mod protocol;
 mod queue;
 mod stream;
-mod timing;
-mod user_streams;
 
 pub use backend::{CudaBackend, classify, default_queue, queue_for_pointer};
 /// The driver's result codes, as [`returned`] takes them.

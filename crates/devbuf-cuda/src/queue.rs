@@ -421,7 +421,7 @@ impl Queue for CudaQueue {
     }
 
     fn record_timed_event(&self) -> Result<Event> {
-        Ok(Event::new(crate::timing::record_timed(
+        Ok(Event::new(crate::event::record_timed(
             self.stream.context(),
             self.stream.raw(),
         )?))

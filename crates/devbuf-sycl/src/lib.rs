@@ -50,7 +50,6 @@ mod loader;
 mod memory;
 mod queue;
 mod raw;
-mod user_streams;
 
 use std::sync::Arc;
 
