@@ -33,8 +33,13 @@ fn driver_directory() -> PathBuf {
     let directory = deps.join("cuda-test-driver-for-tests");
     std::fs::create_dir_all(&directory).unwrap();
     for name in ["libcuda.so.1", "libcuda.so"] {
+        let link = directory.join(name);
+        // A link left by a target directory that was moved or copied names another build.
+        if std::fs::read_link(&link).is_ok_and(|target| target != library) {
+            let _ = std::fs::remove_file(&link);
+        }
         // Tests run in parallel: another may have made the link first.
-        match std::os::unix::fs::symlink(&library, directory.join(name)) {
+        match std::os::unix::fs::symlink(&library, &link) {
             Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => panic!("{err}"),
             _ => {}
         }
