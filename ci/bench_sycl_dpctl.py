@@ -1,4 +1,4 @@
-"""dpctl's side of ci/bench-sycl: the same cases as crates/devbuf-sycl/examples/bench.rs, through
+"""dpctl's side of ci/bench-sycl: the same cases as crates/devbuf-sycl/examples/bench_sycl.rs, through
 dpctl.memory on the same device. Prints one JSON object per line."""
 
 import json

@@ -3,6 +3,8 @@
 //! Each variant maps to one Python exception class (see `devbuf-py`), and every message names the
 //! key, value or operation at fault so that a user can act on it without reading our code.
 
+use std::str::FromStr;
+
 use crate::MemKind;
 
 /// Errors from devbuf's model, its descriptor parsing and its backends.
@@ -80,6 +82,10 @@ pub enum Error {
         backend: &'static str,
         /// The runtime call that failed.
         operation: &'static str,
+        /// The code the runtime returned, as its API numbers it (a `CUresult`, an OpenCL
+        /// `cl_int`), so that callers can match it; `None` where the call returned none (the
+        /// runtime could not be called, or it reports failures otherwise).
+        code: Option<i64>,
         /// The runtime's error code and message.
         message: String,
     },
@@ -111,6 +117,7 @@ impl Error {
         Error::Runtime {
             backend,
             operation,
+            code: None,
             message: message.into(),
         }
     }
@@ -123,3 +130,34 @@ impl Error {
 
 /// devbuf's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl FromStr for MemKind {
+    type Err = Error;
+
+    /// Parses the name of a kind that can be allocated: "host", "device" or "shared". The names
+    /// other runtimes use for them get a hint (CUDA's pinned host memory is "host", its managed
+    /// memory "shared"); "unknown" names no memory that can be asked for.
+    fn from_str(s: &str) -> Result<Self> {
+        const ALLOWED: &str = "one of \"host\", \"device\", \"shared\"";
+        let hint = match s {
+            "host" => return Ok(MemKind::Host),
+            "device" => return Ok(MemKind::Device),
+            "shared" => return Ok(MemKind::Shared),
+            "pinned" | "page-locked" | "pagelocked" => {
+                "; CUDA's pinned (page-locked) host memory, which the device reaches, is \"host\""
+            }
+            "managed" | "unified" => {
+                "; CUDA's managed (unified) memory, which migrates on demand, is \"shared\""
+            }
+            "unknown" => {
+                "; \"unknown\" is what devbuf reports for memory it cannot classify, not a kind \
+                 it can allocate"
+            }
+            _ => "",
+        };
+        Err(Error::invalid(
+            "kind",
+            format!("{s:?} is not {ALLOWED}{hint}"),
+        ))
+    }
+}

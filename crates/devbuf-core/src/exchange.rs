@@ -1,14 +1,16 @@
-//! The questions the exchange protocols ask a backend, in terms that name no runtime: which
-//! queue an object another library handed over means, and how a protocol's stream value orders
-//! work. The Python layer reduces its objects to [`ForeignObject`]s and asks the registry
-//! (`devbuf::queue_for_suai_context` and friends); each backend answers for its own runtime
-//! through [`crate::Backend`] and [`crate::Queue`] methods whose defaults say "not mine".
+//! The exchange protocols' ordering rules applied to memory, once for every backend: each backend
+//! answers its runtime's questions ([`crate::Interop`], [`crate::Backend`]) in terms that name no
+//! runtime, and this module applies the answers to a [`Buffer`]'s pending work. The Python layer
+//! reduces its objects to [`ForeignObject`]s and asks through here and the registry
+//! (`devbuf::queue_for_suai_context` and friends) without naming a backend.
 
-use std::ffi::CStr;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::{ForeignQueue, Queue};
+use dlpark::ffi::DLDevice;
+
+use crate::interop::{ConsumerOrder, ForeignObject, ProducerStream};
+use crate::{Buffer, Event, ForeignQueue, Queue, Result, blocking};
 
 /// The exchange protocols that belong to one backend's runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -17,46 +19,6 @@ pub enum Protocol {
     Suai,
     /// `__cuda_array_interface__` and the CUDA stream protocol (`__cuda_stream__`).
     Cai,
-}
-
-/// An object another library hands over with memory or a request (SUAI's `syclobj`, DLPack's
-/// `stream` argument, a `device=` argument), reduced by the embedding layer to what a backend can
-/// read. Borrowed for one call: the object behind a [`ForeignObject::Handle`] outlives it.
-#[derive(Clone)]
-pub enum ForeignObject<'a> {
-    /// No object (Python's `None`).
-    Nothing,
-    /// An integer, such as a stream handle.
-    Int(i64),
-    /// A string, such as a dpctl filter selector.
-    Text(&'a str),
-    /// One of devbuf's own queues.
-    Queue(&'a Arc<dyn Queue>),
-    /// A runtime handle carried in a named capsule ("SyclQueueRef", "SyclContextRef"), borrowed.
-    Handle {
-        /// The capsule's name.
-        name: &'a CStr,
-        /// The capsule's payload.
-        ptr: usize,
-    },
-    /// A handle object whose capsule getter (`_get_capsule()`) returned something else.
-    NotACapsule,
-    /// Anything else, described (its `repr`) for error messages.
-    Other(&'a str),
-}
-
-impl fmt::Debug for ForeignObject<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ForeignObject::Nothing => write!(f, "None"),
-            ForeignObject::Int(value) => write!(f, "{value}"),
-            ForeignObject::Text(text) => write!(f, "{text:?}"),
-            ForeignObject::Queue(queue) => write!(f, "<devbuf.Queue on {}>", queue.device()),
-            ForeignObject::Handle { name, ptr } => write!(f, "<capsule {name:?} at {ptr:#x}>"),
-            ForeignObject::NotACapsule => write!(f, "<object whose _get_capsule() is no capsule>"),
-            ForeignObject::Other(repr) => write!(f, "{repr}"),
-        }
-    }
 }
 
 /// What a protocol's context object resolves to.
@@ -70,4 +32,96 @@ pub struct ResolvedQueue {
     /// Whether the answer depends on the object alone, so the caller may cache it by the
     /// object's identity (a context with several devices depends on the pointer's device too).
     pub same_for_every_pointer: bool,
+}
+
+/// `queue` as the libraries it was handed to see it once they hold its handle (a producer whose
+/// work an import waits for, a DLPack consumer's `stream`): its events then cover their work on
+/// it too ([`crate::Interop::handed_out_event`]). `None` where no other library can enqueue on it
+/// ([`crate::Interop::untracked_foreign_work`]).
+pub fn as_foreign_queue(queue: &Arc<dyn Queue>) -> Option<Arc<dyn ForeignQueue>> {
+    queue
+        .interop()
+        .untracked_foreign_work()
+        .then(|| handed_out(Arc::clone(queue)))
+}
+
+/// `queue` as another library that holds its handle sees it, for a backend that knows one does
+/// (a SYCL queue adopted from its producer's in-order queue, which is that very queue).
+pub fn handed_out(queue: Arc<dyn Queue>) -> Arc<dyn ForeignQueue> {
+    Arc::new(HandedOut(queue))
+}
+
+/// One of devbuf's queues as another library that holds its handle sees it.
+struct HandedOut(Arc<dyn Queue>);
+
+impl fmt::Debug for HandedOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HandedOut({:?})", self.0)
+    }
+}
+
+impl ForeignQueue for HandedOut {
+    fn record_event(&self) -> Result<Event> {
+        self.0.interop().handed_out_event()
+    }
+
+    fn wait_event(&self, event: &Event) -> Result<()> {
+        self.0.wait_event(event)
+    }
+}
+
+/// Readies `buffer` for a zero-copy DLPack export to `device`, ordered for the consumer's
+/// `stream` argument by the rule of the memory's backend ([`crate::Interop::dlpack_consumer`]),
+/// without blocking the host where the runtime allows it; `None` where that backend has no rule
+/// for `device`, leaving the export to the generic rule (waiting for pending work).
+///
+/// # Safety
+/// A stream handle in `stream` names one of the consumer's live streams or queues (DLPack's
+/// contract).
+pub unsafe fn order_dlpack_export(
+    buffer: &Buffer,
+    device: DLDevice,
+    stream: &ForeignObject<'_>,
+) -> Option<Result<()>> {
+    let home = buffer.queue();
+    // SAFETY: the caller's promise about `stream`.
+    let order = match unsafe { home.interop().dlpack_consumer(device, stream) }? {
+        Ok(order) => order,
+        Err(err) => return Some(Err(err)),
+    };
+    Some(blocking(|| match order {
+        ConsumerOrder::Nothing => Ok(()),
+        ConsumerOrder::AfterPendingWork(consumer) => buffer.order_on_foreign(consumer.as_ref()),
+        ConsumerOrder::AfterQueue(consumer) => {
+            // The queue that sees all pending work (joined there when it is on several), else ours.
+            let pending = buffer.sync_queue(home)?;
+            let producer = pending.as_ref().unwrap_or(home);
+            consumer.wait_event(&producer.record_event()?)
+        }
+    }))
+}
+
+/// Orders later work on `buffer`, memory just imported, after the producer's `stream` as the
+/// protocol that carried it names it, unless `sync` is off; a stream value the protocol forbids
+/// is refused either way. The memory's backend decodes the stream and orders its queue
+/// ([`crate::Interop::order_after_producer`]); the ordering becomes pending work on `buffer`.
+///
+/// # Safety
+/// A stream handle in `stream` names one of the producer's live streams (the protocol's
+/// contract), alive while the data is used.
+pub unsafe fn order_after_producer(
+    buffer: &Buffer,
+    stream: ProducerStream<'_>,
+    sync: bool,
+) -> Result<()> {
+    let queue = buffer.queue();
+    // SAFETY: the caller's promise about `stream`.
+    let work = unsafe { queue.interop().order_after_producer(stream, sync) }?;
+    if let Some(event) = work.ordered {
+        buffer.record_work(queue, event);
+    }
+    if let Some(producer) = work.hold_back {
+        buffer.hold_back(producer);
+    }
+    Ok(())
 }

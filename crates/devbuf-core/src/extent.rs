@@ -3,42 +3,13 @@
 //! A descriptor names a pointer and a layout; [`crate::interface`] works out once which bytes its
 //! elements span (shape, strides, offset and item size, negative strides and empty arrays
 //! included: a [`ForeignLayout`]). Which allocation holds a pointer is the runtime's to say, an
-//! exchange-side question each backend answers through [`crate::Queue::holder_of`] as well as its
+//! exchange-side question each backend answers through [`crate::Interop::holder_of`] as well as its
 //! runtime allows. An import is refused unless every byte it claims lies in that one allocation,
 //! so that no copy, fill or host view of it reaches past memory that exists.
 
-use std::ops::Range;
-
 use crate::interface::ForeignLayout;
+use crate::interop::Holder;
 use crate::{Error, MemKind, Queue, Result};
-
-/// What a runtime can tell about the allocation holding a pointer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Holder {
-    /// The runtime does not know the pointer: it is no memory of this queue's.
-    Unknown,
-    /// An allocation of `kind` memory spanning `range`.
-    Allocation {
-        /// The kind of the allocation's memory.
-        kind: MemKind,
-        /// The addresses of its first byte and one past its last.
-        range: Range<usize>,
-    },
-    /// `kind` memory the runtime knows, though not how far its allocation reaches (dpctl's C API
-    /// tells a USM pointer's type and device, not its allocation's bounds). `place` names what it
-    /// does tell (the device holding the memory), so that the answers for the first and the last
-    /// byte of a span can be compared.
-    Unbounded {
-        /// The kind of the memory.
-        kind: MemKind,
-        /// What the runtime tells of where the memory is (the device holding it).
-        place: u64,
-    },
-    /// Memory the runtime cannot vouch for either way: the host backend, for which any address
-    /// of the process may be host memory. Its producer (a Python object in this process) is
-    /// trusted.
-    Unchecked,
-}
 
 /// The kind of memory `foreign` is, once its whole extent is known to lie in one allocation of
 /// `queue`'s runtime (as far as that runtime can tell: see [`Holder`]). Errors name the key at
@@ -72,7 +43,7 @@ pub fn check_extent(
             foreign.len
         )
     };
-    match queue.holder_of(element0 as *const u8)? {
+    match queue.interop().holder_of(element0 as *const u8)? {
         Holder::Unknown => Err(Error::invalid(
             pointer_key,
             format!(
@@ -106,7 +77,9 @@ pub fn check_extent(
             // The runtime cannot say where the allocation ends: the first and the last byte must
             // at least be the same memory on the same device.
             for (address, key) in [(first, "strides"), (end - 1, reach_key)] {
-                if address != element0 && queue.holder_of(address as *const u8)? != unbounded {
+                if address != element0
+                    && queue.interop().holder_of(address as *const u8)? != unbounded
+                {
                     return Err(Error::invalid(
                         key,
                         format!(
@@ -128,7 +101,13 @@ mod tests {
 
     use super::*;
     use crate::interface::{InterfaceDict, import_cai};
+    use crate::interop::{
+        ConsumerOrder, ExportedHandle, ForeignObject, Interop, ProducerStream, ProducerWork,
+        StreamHandle,
+    };
+    use crate::ipc::IpcSharing;
     use crate::{Buffer, HostQueue, host};
+    use dlpark::ffi::DLDevice;
 
     /// A host queue whose runtime knows the bounds of its allocations, or only the kind.
     #[derive(Debug)]
@@ -188,6 +167,22 @@ mod tests {
         fn kind_of(&self, ptr: *const u8) -> MemKind {
             self.inner.kind_of(ptr)
         }
+        fn interop(&self) -> &dyn Interop {
+            self
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+
+    /// The host queue's answers, but for what the runtime knows of an allocation's bounds.
+    impl Interop for Answering {
+        fn dlpack_device(&self, kind: MemKind) -> DLDevice {
+            self.inner.dlpack_device(kind)
+        }
+        fn dlpack_export_refusal(&self) -> Option<String> {
+            None
+        }
         fn holder_of(&self, ptr: *const u8) -> Result<Holder> {
             Ok(match (self.inner.holder_of(ptr)?, self.bounded) {
                 (Holder::Unchecked, _) => Holder::Unknown,
@@ -195,11 +190,46 @@ mod tests {
                 (answer, _) => answer,
             })
         }
-        fn dlpack_device(&self, kind: MemKind) -> dlpark::ffi::DLDevice {
-            self.inner.dlpack_device(kind)
+        fn native_stream(&self) -> Option<StreamHandle> {
+            None
         }
-        fn as_any(&self) -> &dyn std::any::Any {
-            self
+        fn dlpack_work_stream(&self) -> Option<usize> {
+            None
+        }
+        fn export_handle(&self) -> Option<ExportedHandle> {
+            None
+        }
+        fn untracked_foreign_work(&self) -> bool {
+            false
+        }
+        fn order_after_foreign_work(&self) -> Result<()> {
+            Ok(())
+        }
+        fn foreign_work_event(&self) -> Result<Option<crate::Event>> {
+            Ok(None)
+        }
+        fn handed_out_event(&self) -> Result<crate::Event> {
+            self.inner.handed_out_event()
+        }
+        fn wait_device_covers_every_queue(&self) -> bool {
+            true
+        }
+        unsafe fn dlpack_consumer(
+            &self,
+            _device: DLDevice,
+            _stream: &ForeignObject<'_>,
+        ) -> Option<Result<ConsumerOrder>> {
+            None
+        }
+        unsafe fn order_after_producer(
+            &self,
+            _stream: ProducerStream<'_>,
+            _sync: bool,
+        ) -> Result<ProducerWork> {
+            Ok(ProducerWork::default())
+        }
+        fn ipc(&self) -> Result<&dyn IpcSharing> {
+            self.inner.ipc()
         }
     }
 

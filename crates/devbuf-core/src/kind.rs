@@ -1,9 +1,7 @@
-//! Kinds of memory and the identity of the device that owns them.
+//! Kinds of memory and the identity of the device that owns them. (A kind's name parses with
+//! `str::parse`, in `error.rs`, beside the error a wrong name raises.)
 
 use std::fmt;
-use std::str::FromStr;
-
-use crate::{Error, Result};
 
 /// Where an allocation lives, in the vocabulary USM, CUDA and OpenCL share.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -36,37 +34,6 @@ impl MemKind {
 impl fmt::Display for MemKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for MemKind {
-    type Err = Error;
-
-    /// Parses the name of a kind that can be allocated: "host", "device" or "shared". The names
-    /// other runtimes use for them get a hint (CUDA's pinned host memory is "host", its managed
-    /// memory "shared"); "unknown" names no memory that can be asked for.
-    fn from_str(s: &str) -> Result<Self> {
-        const ALLOWED: &str = "one of \"host\", \"device\", \"shared\"";
-        let hint = match s {
-            "host" => return Ok(MemKind::Host),
-            "device" => return Ok(MemKind::Device),
-            "shared" => return Ok(MemKind::Shared),
-            "pinned" | "page-locked" | "pagelocked" => {
-                "; CUDA's pinned (page-locked) host memory, which the device reaches, is \"host\""
-            }
-            "managed" | "unified" => {
-                "; CUDA's managed (unified) memory, which migrates on demand, is \"shared\""
-            }
-            "unknown" => {
-                "; \"unknown\" is what devbuf reports for memory it cannot classify, not a kind \
-                 it can allocate"
-            }
-            _ => "",
-        };
-        Err(Error::invalid(
-            "kind",
-            format!("{s:?} is not {ALLOWED}{hint}"),
-        ))
     }
 }
 

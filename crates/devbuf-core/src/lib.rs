@@ -1,11 +1,13 @@
 //! devbuf's memory model, shared by every backend.
 //!
 //! - [`MemKind`] and [`DeviceInfo`]: what memory is and whose it is.
-//! - [`Queue`] and [`Backend`]: the small interface each backend implements.
+//! - [`Queue`] (the device operations), [`Interop`] (the exchange questions, which a queue hands
+//!   out) and [`Backend`] (discovery): what each backend implements.
 //! - [`Buffer`]: bytes with an owner, freed exactly once after the last view.
 //! - [`DType`], [`Layout`], [`Array`]: typed strided views, validated in one place.
 //! - [`interface`] and [`dlpack`]: the CAI, SUAI and DLPack descriptor forms; [`extent`]: the
-//!   whole extent an import claims, checked against the allocation that holds it.
+//!   whole extent an import claims, checked against the allocation that holds it; [`exchange`]:
+//!   the protocols' ordering rules applied to a buffer's pending work.
 //! - [`host`]: the host backend, always available.
 //! - [`mr`]: memory resources (pool, limiting, statistics, tracking) and the current one per device.
 //! - [`ipc`]: memory shared between processes (the host backend's through a memfd).
@@ -19,19 +21,21 @@
 struct ReadmeExamples;
 
 mod array;
+mod backend;
 mod blocking;
 mod buffer;
 pub mod dlpack;
 mod dtype;
 mod error;
+mod event;
 pub mod exchange;
 pub mod extent;
 pub mod host;
 pub mod interface;
+pub mod interop;
 pub mod ipc;
 mod kind;
 mod last_command;
-mod memfd;
 pub mod mr;
 mod queue;
 mod stream;
@@ -41,19 +45,19 @@ mod timing;
 pub mod conformance;
 
 pub use array::{Array, Layout, MAX_NDIM, check_ndim};
+pub use backend::{Availability, Backend, split_selector};
 pub use blocking::{blocking, set_blocking_hook};
-pub use buffer::{Buffer, DEFAULT_ALIGNMENT, Owner};
+pub use buffer::{Buffer, Owner};
 pub use dlpark;
 pub use dtype::{ByteOrder, DType, ScalarKind};
 pub use error::{Error, Result};
-pub use exchange::{ForeignObject, Protocol, ResolvedQueue};
+pub use event::{CompletedEvent, Event, ForeignQueue, QueueEvent};
+pub use exchange::{Protocol, ResolvedQueue};
 pub use host::{HostBackend, HostQueue};
+pub use interop::{ExportedHandle, ForeignObject, Holder, Interop, StreamHandle};
 pub use ipc::{IpcHandle, IpcSharing};
 pub use kind::{DeviceInfo, MemKind};
 pub use last_command::LastCommand;
-pub use queue::{
-    Availability, Backend, CompletedEvent, Event, ExportedHandle, ForeignQueue, Queue, QueueEvent,
-    split_selector,
-};
+pub use queue::{DEFAULT_ALIGNMENT, Queue};
 pub use stream::{StreamOptions, StreamOwner};
 pub use timing::InstantEvent;

@@ -1,4 +1,7 @@
-//! [`CudaBackend`]: discovery, availability, selectors, and one shared queue per device.
+//! [`CudaBackend`]: discovery, availability, selectors, one shared queue per device, and users'
+//! streams: a queue on a new stream made as `StreamOptions` ask (cuda.core's `Device.create_stream`,
+//! CuPy's `Stream(non_blocking, priority)`), or on another library's stream (anything with
+//! `__cuda_stream__`), found on the device the stream belongs to.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -12,10 +15,11 @@ use devbuf_core::{
 use parking_lot::Mutex;
 
 use crate::device;
-use crate::driver::{self, BACKEND};
+use crate::loader::{self, BACKEND};
 use crate::memory;
-use crate::queue::CudaQueue;
-use crate::user_streams;
+use crate::protocol::ProtocolStream;
+use crate::queue::{CudaQueue, open_device, stream_context};
+use crate::stream::Stream;
 
 /// The CUDA backend: selectors "cuda" (device 0) and "cuda:N".
 #[derive(Debug, Default, Clone, Copy)]
@@ -42,25 +46,25 @@ impl Backend for CudaBackend {
     }
 
     fn availability(&self) -> Availability {
-        match driver::driver() {
+        match loader::driver() {
             Ok(_) => Availability::Available,
             Err(reason) => Availability::Unavailable(reason.into()),
         }
     }
 
     fn devices(&self) -> Result<Vec<DeviceInfo>> {
-        let driver = driver::loaded()?;
+        let driver = loader::loaded()?;
         (0..driver.device_count)
             .map(|ordinal| Ok(device::query(driver, ordinal)?.info))
             .collect()
     }
 
     fn open(&self, spec: &str) -> Result<Arc<dyn Queue>> {
-        Ok(Self::shared_queue(user_streams::ordinal_of(spec)?)?)
+        Ok(Self::shared_queue(ordinal_of(spec)?)?)
     }
 
     fn open_stream(&self, spec: &str, options: StreamOptions) -> Result<Arc<dyn Queue>> {
-        user_streams::open_stream(user_streams::ordinal_of(spec)?, options)
+        open_stream(ordinal_of(spec)?, options)
     }
 
     unsafe fn adopt_stream(
@@ -69,12 +73,12 @@ impl Backend for CudaBackend {
         handle: usize,
         owner: StreamOwner,
     ) -> Option<Result<Arc<dyn Queue>>> {
-        let ordinal = match spec.map(user_streams::ordinal_of).transpose() {
+        let ordinal = match spec.map(ordinal_of).transpose() {
             Ok(ordinal) => ordinal,
             Err(err) => return Some(Err(err)),
         };
         // SAFETY: the caller's promise.
-        Some(unsafe { user_streams::adopt_stream(ordinal, handle, owner) })
+        Some(unsafe { adopt_stream(ordinal, handle, owner) })
     }
 
     fn queue_for_dlpack_device(&self, device: DLDevice) -> Option<Result<Arc<dyn Queue>>> {
@@ -112,7 +116,7 @@ impl Backend for CudaBackend {
 /// device (for pinned and managed memory, the device current when it was allocated) and its kind;
 /// `Ok(None)` for memory CUDA does not know, such as pageable host memory.
 pub fn classify(ptr: usize) -> Result<Option<(u32, MemKind)>> {
-    let driver = driver::loaded()?;
+    let driver = loader::loaded()?;
     // Pointer attributes are process-wide under unified addressing and the ones asked for need no
     // current context, so classifying memory opens no device: importing device 1's memory never
     // depends on device 0.
@@ -155,4 +159,64 @@ pub fn queue_for_pointer(ptr: usize) -> Result<Option<(Arc<CudaQueue>, MemKind)>
 /// used here.
 pub fn default_queue() -> Result<Arc<dyn Queue>, String> {
     CudaBackend.open("").map_err(|err| err.to_string())
+}
+
+/// A queue on device `ordinal` with a stream of its own, made as `options` ask, in the device's
+/// primary context (so it reaches the memory of every other queue of the device).
+pub(crate) fn open_stream(ordinal: u32, options: StreamOptions) -> Result<Arc<dyn Queue>> {
+    let (caps, context) = open_device(ordinal)?;
+    let stream = Stream::create_with(&context, options)?;
+    Ok(Arc::new(CudaQueue::with(caps, stream)))
+}
+
+/// A queue on `handle`, another library's stream kept alive by `owner`, on device `ordinal`, or,
+/// for `None`, on the device whose primary context the stream belongs to.
+///
+/// # Safety
+/// `handle` names a live stream for as long as `owner` is alive.
+pub(crate) unsafe fn adopt_stream(
+    ordinal: Option<u32>,
+    handle: usize,
+    owner: StreamOwner,
+) -> Result<Arc<dyn Queue>> {
+    let ordinal = match ordinal {
+        Some(ordinal) => ordinal,
+        None => device_of_stream(handle)?,
+    };
+    // SAFETY: the caller's promise; the queue holds `owner` as long as it uses the stream.
+    let queue = unsafe { CudaQueue::with_borrowed_stream(ordinal, handle, Some(owner))? };
+    Ok(Arc::new(queue))
+}
+
+/// The device whose primary context `handle` belongs to (device 0 for the legacy default stream,
+/// which names no device of its own).
+fn device_of_stream(handle: usize) -> Result<u32> {
+    if matches!(ProtocolStream::from_handle(handle)?, ProtocolStream::Legacy) {
+        return Ok(0);
+    }
+    let devices = loader::loaded()?.device_count;
+    for ordinal in 0..devices {
+        let queue = CudaBackend::shared_queue(ordinal)?;
+        if stream_context(queue.context(), handle)? == queue.context().raw() {
+            return Ok(ordinal);
+        }
+    }
+    Err(Error::invalid(
+        "stream",
+        format!(
+            "{handle:#x} belongs to no {BACKEND} device's primary context (devbuf's queues work \
+             in primary contexts, as CuPy's, PyTorch's and cuda.core's do)"
+        ),
+    ))
+}
+
+/// The device ordinal a selector's spec names ("" is device 0), as [`CudaBackend`] opens it.
+pub(crate) fn ordinal_of(spec: &str) -> Result<u32> {
+    match spec {
+        "" => Ok(0),
+        spec => spec.parse().map_err(|_| Error::DeviceNotFound {
+            selector: format!("{BACKEND}:{spec}"),
+            reason: "a CUDA selector is \"cuda\" or \"cuda:N\" with N a device ordinal".into(),
+        }),
+    }
 }

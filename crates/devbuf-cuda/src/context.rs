@@ -11,7 +11,7 @@ use std::ptr;
 
 use cudarc::driver::sys::{self, CUcontext, CUdevice};
 
-use crate::driver::{DriverError, call};
+use crate::loader::{DriverError, call};
 
 /// A device's primary context, retained while this value lives.
 #[derive(Debug)]

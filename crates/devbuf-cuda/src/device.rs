@@ -5,7 +5,7 @@ use std::ffi::{CStr, c_char};
 use cudarc::driver::sys::{self, CUdevice, CUdevice_attribute};
 use devbuf_core::{DeviceInfo, MemKind};
 
-use crate::driver::{BACKEND, Driver, DriverError, call};
+use crate::loader::{BACKEND, Driver, DriverError, call};
 
 /// How the CUDA driver test double (tests/cuda-driver) names every device it shows.
 const TEST_DRIVER_NAME: &str = "devbuf CUDA test driver";

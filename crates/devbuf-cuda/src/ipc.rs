@@ -14,13 +14,13 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use cudarc::driver::sys::{self, CUipcMem_flags, CUipcMemHandle, CUresult};
+use cudarc::driver::sys::{CUipcMemHandle, CUresult};
 use devbuf_core::ipc::{self, IpcHandle, IpcSharing, OpenedAllocation, SharedAllocation};
 use devbuf_core::{Error, MemKind, Owner, Queue, Result};
 
 use crate::context::PrimaryContext;
-use crate::driver::{BACKEND, call};
-use crate::memory;
+use crate::loader::BACKEND;
+use crate::memory::{self, CudaKind, DeviceAllocator};
 use crate::queue::CudaQueue;
 
 /// Bytes of a `CUipcMemHandle`.
@@ -45,12 +45,18 @@ impl Drop for CudaSharedMemory {
         if let Ok(_current) = self.context.enter() {
             // Importers and other libraries' streams are not ordered with us: let the context
             // drain before the memory goes back to the driver.
-            // SAFETY: the context is current on this thread.
-            let _ = call("cuCtxSynchronize", || unsafe { sys::cuCtxSynchronize() });
-            // SAFETY: memory from cuMemAlloc in this context, freed once.
-            let _ = call("cuMemFree", || unsafe {
-                sys::cuMemFree_v2(self.ptr.as_ptr() as u64)
-            });
+            let _ = self.context.synchronize();
+            let (ptr, null_stream) = (self.ptr.as_ptr() as usize, std::ptr::null_mut());
+            // SAFETY: memory from cuMemAlloc (the synchronous allocator's) in this context,
+            // freed once, after the context drained.
+            let _ = unsafe {
+                memory::free(
+                    CudaKind::Device,
+                    ptr,
+                    DeviceAllocator::Synchronous,
+                    null_stream,
+                )
+            };
         }
     }
 }
@@ -78,16 +84,14 @@ impl SharedAllocation for CudaSharedMemory {
 /// An opened handle's mapping, closed with `cuIpcCloseMemHandle` when the last view is gone.
 struct OpenedMapping {
     context: Arc<PrimaryContext>,
-    ptr: u64,
+    ptr: usize,
 }
 
 impl Drop for OpenedMapping {
     fn drop(&mut self) {
         if let Ok(_current) = self.context.enter() {
-            // SAFETY: a pointer cuIpcOpenMemHandle returned in this context, closed once.
-            let _ = call("cuIpcCloseMemHandle", || unsafe {
-                sys::cuIpcCloseMemHandle(self.ptr)
-            });
+            // SAFETY: a mapping open_ipc_handle returned in this context, closed once.
+            let _ = unsafe { memory::close_ipc_mapping(self.ptr) };
         }
     }
 }
@@ -105,12 +109,7 @@ unsafe impl IpcSharing for CudaQueue {
         }
         let context = Arc::clone(self.context());
         let _current = context.enter()?;
-        let mut address = 0;
-        // SAFETY: `address` is a valid out-pointer and the context is current.
-        call("cuMemAlloc", || unsafe {
-            sys::cuMemAlloc_v2(&mut address, size)
-        })
-        .map_err(|err| Error::OutOfMemory {
+        let address = memory::allocate_shareable(size).map_err(|err| Error::OutOfMemory {
             kind,
             size,
             device: self.device().selector.clone(),
@@ -125,12 +124,7 @@ unsafe impl IpcSharing for CudaQueue {
             size,
             handle: [0; HANDLE_LEN],
         };
-        // SAFETY: an all-zero CUipcMemHandle is a valid out-value.
-        let mut handle: CUipcMemHandle = unsafe { std::mem::zeroed() };
-        // SAFETY: `handle` is writable and `address` is a live cuMemAlloc allocation.
-        call("cuIpcGetMemHandle", || unsafe {
-            sys::cuIpcGetMemHandle(&mut handle, address)
-        })?;
+        let handle = memory::ipc_handle(address)?;
         for (out, byte) in memory.handle.iter_mut().zip(handle.reserved) {
             *out = byte as u8;
         }
@@ -153,18 +147,8 @@ unsafe impl IpcSharing for CudaQueue {
         }
         let context = Arc::clone(self.context());
         let _current = context.enter()?;
-        let mut ptr = 0;
-        // SAFETY: `ptr` is a valid out-pointer and the context is current; the driver validates
-        // the handle's bytes.
-        let opened = call("cuIpcOpenMemHandle", || unsafe {
-            sys::cuIpcOpenMemHandle_v2(
-                &mut ptr,
-                raw,
-                CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32,
-            )
-        });
-        match opened {
-            Ok(()) => {}
+        let ptr = match memory::open_ipc_handle(raw) {
+            Ok(ptr) => ptr,
             Err(err) if err.is(CUresult::CUDA_ERROR_INVALID_CONTEXT) => {
                 return Err(bad(format!(
                     "{err} (CUDA opens a handle only in another process than the exporter's)"
@@ -175,7 +159,7 @@ unsafe impl IpcSharing for CudaQueue {
                     "{err} (the exporter may have exited or freed the buffer)"
                 )));
             }
-        }
+        };
         // From here on, dropping `mapping` closes the handle.
         let mapping = OpenedMapping { context, ptr };
         // The handle's size is the exporter's claim, carried beside the driver's bytes: the

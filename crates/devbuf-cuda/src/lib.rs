@@ -8,7 +8,8 @@
 //!   probed once.
 //! - `context`, `stream`, `event`, `memory`: small RAII wrappers (primary contexts made current
 //!   per call and thread, streams, events, the three kinds of memory, pointer attributes).
-//! - [`CudaQueue`] and [`CudaBackend`]: the core model's `Queue` and `Backend`.
+//! - [`CudaQueue`] and [`CudaBackend`]: the core model's `Queue` (with its `Interop` half,
+//!   `interop.rs`) and `Backend`; the driver loaded and called in `loader.rs`.
 //! - `ipc`: device memory shared between processes (`cuIpcGetMemHandle`/`cuIpcOpenMemHandle`).
 //! - [`protocol`]: how CAI v3 and DLPack name streams with integers, and the CAI sync opt-out.
 //!
@@ -16,29 +17,30 @@
 //! Python layer asks without naming a backend:
 //! - CAI export: the buffer's pending work names [`CudaQueue::stream`] while it may touch the data.
 //! - CAI import: `Backend::queue_for_pointer` (the queue and kind of `data`), then
-//!   `Queue::order_after_producer_stream` with the `stream` entry (for a producer that names
+//!   `Interop::order_after_producer` with the `stream` entry (for a producer that names
 //!   none, [`protocol::implied_cai_stream`]): our stream waits for the producer's, the import is
 //!   pending work, and later non-blocking work holds the producer's stream back (CAI v3).
-//! - DLPack export: `Queue::order_dlpack_export` with `__dlpack__`'s `stream` argument.
+//! - DLPack export: `Interop::dlpack_consumer` with `__dlpack__`'s `stream` argument.
 //! - DLPack import: the queue for the producer's `__dlpack_device__`
 //!   (`Backend::queue_for_dlpack_device`) passes its native stream as `stream=`.
 
 mod backend;
 mod context;
 mod device;
-mod driver;
 mod event;
 mod foreign;
+mod interop;
 mod ipc;
+mod loader;
 mod memory;
 pub mod protocol;
 mod queue;
 mod stream;
-mod timing;
-mod user_streams;
 
 pub use backend::{CudaBackend, classify, default_queue, queue_for_pointer};
-pub use driver::BACKEND;
+/// The driver's result codes, as [`returned`] takes them.
+pub use cudarc::driver::sys::CUresult;
 pub use event::CudaEvent;
+pub use loader::{BACKEND, returned};
 pub use protocol::ProtocolStream;
 pub use queue::CudaQueue;

@@ -13,12 +13,12 @@ use std::ops::Range;
 use std::ptr;
 
 use cudarc::driver::sys::{
-    self, CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CUcontext, CUmemAttach_flags,
-    CUmemorytype, CUpointer_attribute, CUresult, CUstream,
+    self, CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CUcontext, CUipcMem_flags,
+    CUipcMemHandle, CUmemAttach_flags, CUmemorytype, CUpointer_attribute, CUresult, CUstream,
 };
 use devbuf_core::MemKind;
 
-use crate::driver::{DriverError, call};
+use crate::loader::{DriverError, call};
 
 /// The alignment every CUDA allocation has at least.
 pub(crate) const NATIVE_ALIGNMENT: usize = 256;
@@ -161,6 +161,54 @@ pub(crate) unsafe fn free(
             sys::cuMemFreeHost(ptr as *mut c_void)
         }),
     }
+}
+
+/// Device memory for sharing with other processes: `cuMemAlloc`'s, since memory from the default
+/// stream-ordered pool cannot be exported through `cuIpcGetMemHandle`. The context is current.
+pub(crate) fn allocate_shareable(size: usize) -> Result<usize, DriverError> {
+    let mut address = 0;
+    // SAFETY: `address` is a valid out-pointer and the caller made the context current.
+    call("cuMemAlloc", || unsafe {
+        sys::cuMemAlloc_v2(&mut address, size)
+    })?;
+    Ok(address as usize)
+}
+
+/// The IPC handle of `address`, an allocation from [`allocate_shareable`] in the current context.
+pub(crate) fn ipc_handle(address: usize) -> Result<CUipcMemHandle, DriverError> {
+    // SAFETY: an all-zero CUipcMemHandle is a valid out-value.
+    let mut handle: CUipcMemHandle = unsafe { std::mem::zeroed() };
+    // SAFETY: `handle` is writable; the driver checks `address`.
+    call("cuIpcGetMemHandle", || unsafe {
+        sys::cuIpcGetMemHandle(&mut handle, address as u64)
+    })?;
+    Ok(handle)
+}
+
+/// Maps another process's allocation named by `handle` into the current context (the driver
+/// validates the handle's bytes), for [`close_ipc_mapping`] to unmap.
+pub(crate) fn open_ipc_handle(handle: CUipcMemHandle) -> Result<usize, DriverError> {
+    let mut ptr = 0;
+    // SAFETY: `ptr` is a valid out-pointer and the caller made the context current.
+    call("cuIpcOpenMemHandle", || unsafe {
+        sys::cuIpcOpenMemHandle_v2(
+            &mut ptr,
+            handle,
+            CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32,
+        )
+    })?;
+    Ok(ptr as usize)
+}
+
+/// Unmaps a mapping from [`open_ipc_handle`].
+///
+/// # Safety
+/// `ptr` came from [`open_ipc_handle`] in the current context, and is closed once.
+pub(crate) unsafe fn close_ipc_mapping(ptr: usize) -> Result<(), DriverError> {
+    // SAFETY: the caller's contract.
+    call("cuIpcCloseMemHandle", || unsafe {
+        sys::cuIpcCloseMemHandle(ptr as u64)
+    })
 }
 
 /// What the driver knows about a pointer: the ordinal of the device it belongs to (for pinned and

@@ -6,20 +6,17 @@ use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUcontext, CUresult, CUstream};
-use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
-use devbuf_core::extent::Holder;
 use devbuf_core::{
-    Buffer, DeviceInfo, Error, Event, ForeignObject, ForeignQueue, MemKind, Protocol, Queue,
-    Result, StreamOwner, blocking,
+    DeviceInfo, Error, Event, Interop, MemKind, Queue, Result, StreamOwner, blocking,
 };
 use parking_lot::Mutex;
 
 use crate::context::PrimaryContext;
 use crate::device::{self, DeviceCaps};
-use crate::driver::{self, BACKEND, DriverError, call};
 use crate::event::{self, CudaEvent, RawEvent};
+use crate::loader::{self, BACKEND, DriverError, call};
 use crate::memory::{self, CudaKind, DeviceAllocator, NATIVE_ALIGNMENT};
-use crate::protocol::{self, CU_STREAM_LEGACY, ProtocolStream};
+use crate::protocol::{self, ProtocolStream};
 use crate::stream::Stream;
 
 /// A queue on one CUDA device: its primary context and one stream, on which every copy, fill and
@@ -28,11 +25,11 @@ use crate::stream::Stream;
 pub struct CudaQueue {
     device: DeviceInfo,
     /// An event recorded on the legacy default stream each time our stream must follow the work
-    /// there ([`Queue::order_after_foreign_work`]); made on first use, and reused: a stream's wait
+    /// there ([`devbuf_core::Interop::order_after_foreign_work`]); made on first use, and reused: a stream's wait
     /// takes the state of the event's latest record when it is enqueued. Declared before the
     /// stream, so destroyed while the stream still holds the context.
-    legacy_mark: Mutex<Option<RawEvent>>,
-    stream: Stream,
+    pub(crate) legacy_mark: Mutex<Option<RawEvent>>,
+    pub(crate) stream: Stream,
     allocator: DeviceAllocator,
     can_map_host_memory: bool,
     /// Whether the host may touch managed memory while work runs on the device.
@@ -245,7 +242,7 @@ pub(crate) fn stream_context(
 
 /// Checks that device `ordinal` exists and is usable, and retains its primary context.
 pub(crate) fn open_device(ordinal: u32) -> Result<(DeviceCaps, Arc<PrimaryContext>)> {
-    let driver = driver::loaded()?;
+    let driver = loader::loaded()?;
     if ordinal >= driver.device_count {
         return Err(Error::DeviceNotFound {
             selector: format!("{BACKEND}:{ordinal}"),
@@ -399,7 +396,7 @@ impl Queue for CudaQueue {
     /// Every stream of every active primary context (the contexts CuPy, torch and Numba use
     /// too): consumers of exported memory may work on it from any device.
     fn wait_device(&self) -> Result<()> {
-        let device_count = driver::loaded()?.device_count;
+        let device_count = loader::loaded()?.device_count;
         Ok(crate::context::synchronize_active_primary_contexts(
             device_count,
         )?)
@@ -424,7 +421,7 @@ impl Queue for CudaQueue {
     }
 
     fn record_timed_event(&self) -> Result<Event> {
-        Ok(Event::new(crate::timing::record_timed(
+        Ok(Event::new(crate::event::record_timed(
             self.stream.context(),
             self.stream.raw(),
         )?))
@@ -457,102 +454,8 @@ impl Queue for CudaQueue {
         }
     }
 
-    /// The allocation `cuMemGetAddressRange` names. The driver documents it for allocations made
-    /// by its allocators; where it bounds none (pinned memory on some drivers), the kind and
-    /// device are what it tells. A stream-ordered pool may report the pool's mapped chunk rather
-    /// than the block: a claim past the block but inside that chunk is not caught (it reaches
-    /// other blocks of the pool, never unmapped memory).
-    fn holder_of(&self, ptr: *const u8) -> Result<Holder> {
-        let _current = self.stream.context().enter()?;
-        let kind = match memory::pointer_info(ptr as usize)? {
-            Some((ordinal, kind)) if kind != MemKind::Device || ordinal == self.ordinal() => kind,
-            _ => return Ok(Holder::Unknown),
-        };
-        Ok(match memory::address_range(ptr as usize)? {
-            Some(range) if range.contains(&(ptr as usize)) => Holder::Allocation { kind, range },
-            _ => Holder::Unbounded {
-                kind,
-                place: u64::from(self.ordinal()),
-            },
-        })
-    }
-
-    fn dlpack_device(&self, kind: MemKind) -> DLDevice {
-        let (device_type, device_id) = match kind {
-            MemKind::Device => (DLDeviceType::CUDA, self.ordinal() as i32),
-            MemKind::Host => (DLDeviceType::CUDAHOST, 0),
-            MemKind::Shared => (DLDeviceType::CUDAMANAGED, 0),
-            // Memory the driver does not know is plain host memory, if anything.
-            MemKind::Unknown => (DLDeviceType::CPU, 0),
-        };
-        DLDevice {
-            device_type,
-            device_id,
-        }
-    }
-
-    fn ipc(&self) -> Result<&dyn devbuf_core::IpcSharing> {
-        Ok(self)
-    }
-
-    fn native_stream(&self) -> Option<usize> {
-        Some(self.stream())
-    }
-
-    fn as_foreign_queue(self: Arc<Self>) -> Option<Arc<dyn ForeignQueue>> {
-        Some(self)
-    }
-
-    unsafe fn order_dlpack_export(
-        &self,
-        buffer: &Buffer,
-        device: DLDevice,
-        stream: &ForeignObject<'_>,
-    ) -> Option<Result<()>> {
-        // SAFETY: the caller's promise about `stream`.
-        unsafe { self.order_dlpack_export_to(buffer, device, stream) }
-    }
-
-    /// Consumers were given the stream itself (CAI, DLPack, the exchange table's work stream),
-    /// and the ecosystem works on the legacy default stream by default (Numba's stream 0, CuPy's
-    /// and PyTorch's null stream, RMM's default, DLPack's `stream=None`).
-    fn untracked_foreign_work(&self) -> bool {
-        true
-    }
-
-    /// Our stream is non-blocking, so the legacy default stream's work is ordered before it
-    /// explicitly: an event recorded there, which our stream waits for. The legacy stream itself
-    /// waits for the work enqueued before on every blocking stream of the context (NVIDIA's
-    /// "Stream synchronization behavior"), so the event covers those streams too (Numba's
-    /// `cuda.stream()`, CuPy's streams unless non-blocking). Work on our own stream is in order.
-    fn order_after_foreign_work(&self) -> Result<()> {
-        if self.stream() == CU_STREAM_LEGACY {
-            return Ok(());
-        }
-        let mut mark = self.legacy_mark.lock();
-        let event = match &mut *mark {
-            Some(event) => event,
-            None => mark.insert(RawEvent::create(self.context().raw())?),
-        };
-        event.record(CU_STREAM_LEGACY as CUstream)?;
-        event::enqueue_wait(self.stream.raw(), self.context().raw(), event.raw())?;
-        Ok(())
-    }
-
-    fn foreign_work_event(&self) -> Result<Option<Event>> {
-        self.order_after_foreign_work()?;
-        Ok(Some(Queue::record_event(self)?))
-    }
-
-    unsafe fn order_after_producer_stream(
-        &self,
-        buffer: &Buffer,
-        protocol: Protocol,
-        stream: Option<i64>,
-        sync: bool,
-    ) -> Result<()> {
-        // SAFETY: the caller's promise about `stream`.
-        unsafe { self.order_after_cai_stream(buffer, protocol, stream, sync) }
+    fn interop(&self) -> &dyn Interop {
+        self
     }
 
     fn as_any(&self) -> &dyn Any {

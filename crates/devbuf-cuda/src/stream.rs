@@ -8,7 +8,7 @@ use cudarc::driver::sys::{self, CUresult, CUstream, CUstream_flags};
 use devbuf_core::{StreamOptions, StreamOwner};
 
 use crate::context::PrimaryContext;
-use crate::driver::{DriverError, call};
+use crate::loader::{DriverError, call};
 
 /// A stream in a primary context.
 #[derive(Debug)]

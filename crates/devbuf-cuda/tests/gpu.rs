@@ -274,17 +274,17 @@ fn dlpack_devices_name_cuda_kinds() {
         return;
     };
     let queue: Arc<dyn Queue> = shared;
-    let device = queue.dlpack_device(MemKind::Device);
+    let device = queue.interop().dlpack_device(MemKind::Device);
     assert_eq!(
         (device.device_type, device.device_id),
         (DLDeviceType::CUDA, 0)
     );
-    let host = queue.dlpack_device(MemKind::Host);
+    let host = queue.interop().dlpack_device(MemKind::Host);
     assert_eq!(
         (host.device_type, host.device_id),
         (DLDeviceType::CUDAHOST, 0)
     );
-    let shared = queue.dlpack_device(MemKind::Shared);
+    let shared = queue.interop().dlpack_device(MemKind::Shared);
     assert_eq!(
         (shared.device_type, shared.device_id),
         (DLDeviceType::CUDAMANAGED, 0)
@@ -294,7 +294,13 @@ fn dlpack_devices_name_cuda_kinds() {
         .unwrap()
         .unwrap();
     assert!(Arc::ptr_eq(&reopened, &queue));
-    assert_eq!(queue.native_stream(), Some(cuda(&queue).stream()));
+    assert_eq!(
+        queue
+            .interop()
+            .native_stream()
+            .map(devbuf_core::StreamHandle::get),
+        Some(cuda(&queue).stream())
+    );
     assert!(
         cuda(&queue).stream() > 2,
         "an own stream is never 0, 1 or 2"
@@ -551,7 +557,13 @@ fn a_queue_can_borrow_an_external_stream() {
 
     // SAFETY: the legacy default stream lives as long as the context.
     let legacy: Arc<dyn Queue> = Arc::new(unsafe { CudaQueue::with_stream(0, 1) }.unwrap());
-    assert_eq!(legacy.native_stream(), Some(1));
+    assert_eq!(
+        legacy
+            .interop()
+            .native_stream()
+            .map(devbuf_core::StreamHandle::get),
+        Some(1)
+    );
     let buffer = Buffer::alloc(&legacy, MemKind::Shared, 100).unwrap();
     buffer.fill(9).unwrap();
     assert!(read(&buffer).iter().all(|&b| b == 9));

@@ -4,7 +4,8 @@
 
 mod common;
 
-use devbuf_core::extent::{Holder, check_extent};
+use devbuf_core::Holder;
+use devbuf_core::extent::check_extent;
 use devbuf_core::interface::{InterfaceDict, import_cai};
 use devbuf_core::{Buffer, Error, MemKind};
 
@@ -28,7 +29,7 @@ child_test!(an_import_claiming_more_than_its_allocation_is_refused {
     for kind in [MemKind::Device, MemKind::Host, MemKind::Shared] {
         let buffer = Buffer::alloc(&queue, kind, 4096).unwrap();
         let base = buffer.ptr() as usize;
-        match queue.holder_of(buffer.ptr()).unwrap() {
+        match queue.interop().holder_of(buffer.ptr()).unwrap() {
             Holder::Allocation { kind: found, range } => {
                 assert_eq!(found, kind);
                 assert!(range.start <= base && base + 4096 <= range.end, "{kind}: {range:?}");
@@ -43,7 +44,7 @@ child_test!(an_import_claiming_more_than_its_allocation_is_refused {
     }
     // Device memory of another device is no memory of this queue's.
     let other = Buffer::alloc(&shared(1), MemKind::Device, 64).unwrap();
-    assert_eq!(queue.holder_of(other.ptr()).unwrap(), Holder::Unknown);
+    assert_eq!(queue.interop().holder_of(other.ptr()).unwrap(), Holder::Unknown);
 });
 
 // The driver refuses to set bytes it does not know; the host must not set them either (a host

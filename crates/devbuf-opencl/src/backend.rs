@@ -5,9 +5,9 @@ use std::sync::Arc;
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
 use devbuf_core::{Availability, Backend, DeviceInfo, Error, MemKind, Queue, Result};
 
-use crate::OPENCL;
+use crate::device::OPENCL;
+use crate::device::{DeviceEntry, devices};
 use crate::queue::OpenClQueue;
-use crate::runtime::{DeviceEntry, devices};
 
 /// The OpenCL backend: every device of every platform the ICD loader reports.
 #[derive(Debug, Clone, Copy, Default)]

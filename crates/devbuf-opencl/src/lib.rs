@@ -25,8 +25,12 @@
 //! No handle is exported: OpenCL has no cross-library protocol for queues.
 
 mod backend;
+mod device;
+mod event;
+mod interop;
+mod ipc;
+mod memory;
 mod queue;
-mod runtime;
 mod usm;
 
 use std::sync::Arc;
@@ -34,10 +38,9 @@ use std::sync::Arc;
 use devbuf_core::Queue;
 
 pub use backend::OpenClBackend;
-pub use queue::{OpenClEvent, OpenClQueue};
-
-/// The backend's name and the first part of its selectors ("opencl:0:0").
-pub const OPENCL: &str = "opencl";
+pub use device::OPENCL;
+pub use event::OpenClEvent;
+pub use queue::OpenClQueue;
 
 /// The default OpenCL queue ([`OpenClBackend::default_queue`]), or why there is none: what the
 /// conformance kit and tools take.

@@ -9,79 +9,38 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use cl3::error_codes::error_text;
-use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
-use devbuf_core::extent::Holder;
 use devbuf_core::{
-    CompletedEvent, DeviceInfo, Error, Event, LastCommand, MemKind, Queue, QueueEvent, Result,
+    CompletedEvent, DeviceInfo, Error, Event, Interop, LastCommand, MemKind, Queue, QueueEvent,
+    Result,
 };
 use opencl3::command_queue::CommandQueue;
 use opencl3::context::Context;
 use opencl3::device::Device;
 use opencl3::error_codes::CL_INVALID_BUFFER_SIZE;
-use opencl3::event::CL_COMPLETE;
 use opencl3::event::Event as ClEvent;
 use opencl3::memory::{CL_MEM_READ_WRITE, CL_MEM_SVM_FINE_GRAIN_BUFFER};
-use opencl3::types::{CL_FALSE, cl_event, cl_int, cl_uint};
+use opencl3::types::{CL_FALSE, cl_int, cl_uint};
 use parking_lot::Mutex;
 
-use crate::OPENCL;
-use crate::runtime::{DeviceEntry, Memory};
-use crate::usm::{
-    CL_MEM_ALLOC_BASE_PTR_INTEL, CL_MEM_ALLOC_SIZE_INTEL, CL_MEM_ALLOC_TYPE_INTEL,
-    CL_MEM_TYPE_DEVICE_INTEL, CL_MEM_TYPE_HOST_INTEL, CL_MEM_TYPE_SHARED_INTEL, UsmApi,
-};
-
-/// How this queue allocates, with what that needs.
-enum Allocator {
-    Usm(UsmApi),
-    Svm {
-        /// SVM pointers carry no type the runtime can be asked for: devbuf keeps its own, by
-        /// the address it handed out.
-        allocations: Mutex<BTreeMap<usize, SvmAllocation>>,
-        /// The largest alignment clSVMAlloc accepts (CL_DEVICE_MEM_BASE_ADDR_ALIGN; PoCL refuses
-        /// more): larger ones are met by allocating more and handing out an aligned address.
-        max_align: usize,
-    },
-    None,
-}
-
-/// One SVM allocation devbuf handed out.
-#[derive(Debug, Clone, Copy)]
-struct SvmAllocation {
-    /// What clSVMAlloc returned (at or before the address handed out).
-    base: usize,
-    len: usize,
-    kind: MemKind,
-}
-
-/// The SVM allocation devbuf handed out that holds `ptr`, with the address it starts at.
-fn svm_holding(
-    allocations: &BTreeMap<usize, SvmAllocation>,
-    ptr: *const u8,
-) -> Option<(usize, SvmAllocation)> {
-    let address = ptr as usize;
-    allocations
-        .range(..=address)
-        .next_back()
-        .filter(|(start, allocation)| address - **start < allocation.len)
-        .map(|(&start, &allocation)| (start, allocation))
-}
+use crate::device::{DeviceEntry, Memory, OPENCL};
+use crate::event::OpenClEvent;
+use crate::memory::{Allocator, SvmAllocation, svm_holding, usm_event};
 
 /// An in-order command queue on one OpenCL device, in a context of its own.
 pub struct OpenClQueue {
     // Declared before the context: fields drop in order, and a queue is released before its
     // context.
-    queue: CommandQueue,
-    context: Context,
-    device: Device,
-    info: DeviceInfo,
-    allocator: Allocator,
+    pub(crate) queue: CommandQueue,
+    pub(crate) context: Context,
+    pub(crate) device: Device,
+    pub(crate) info: DeviceInfo,
+    pub(crate) allocator: Allocator,
     /// The event of the last command enqueued here, until a wait sees it complete. The queue is
     /// in order, so it completes after everything enqueued before it.
-    last: LastCommand<ClEvent>,
+    pub(crate) last: LastCommand<ClEvent>,
     /// Identifies this queue in the events it records (shared with them, so never reused while
     /// one is alive).
-    identity: Arc<()>,
+    pub(crate) identity: Arc<()>,
 }
 
 impl OpenClQueue {
@@ -153,46 +112,11 @@ impl OpenClQueue {
             .map_err(|err| Error::runtime(OPENCL, "clFlush", err.to_string()))
     }
 
-    /// Whether `ptr` lies in memory this queue allocated.
-    /// One `clGetMemAllocInfoINTEL` answer about `ptr` in this queue's context, as a `T` (the
-    /// query's result type); `None` when the runtime refuses the query.
-    fn usm_info<T: Copy + Default>(
-        &self,
-        api: &UsmApi,
-        ptr: *const u8,
-        query: cl_uint,
-    ) -> Option<T> {
-        let mut value = T::default();
-        // SAFETY: the context is live and `value` is a `T`, the type of the query's result, of
-        // the size passed; the pointer is only looked up, never dereferenced.
-        let code = unsafe {
-            (api.get_alloc_info)(
-                self.context.get(),
-                ptr.cast(),
-                query,
-                size_of::<T>(),
-                (&raw mut value).cast(),
-                std::ptr::null_mut(),
-            )
-        };
-        (code == 0).then_some(value)
-    }
-
-    /// The USM kind of `ptr` in this queue's context; Unknown for memory it does not know.
-    fn usm_kind(&self, api: &UsmApi, ptr: *const u8) -> MemKind {
-        match self.usm_info::<cl_uint>(api, ptr, CL_MEM_ALLOC_TYPE_INTEL) {
-            Some(CL_MEM_TYPE_HOST_INTEL) => MemKind::Host,
-            Some(CL_MEM_TYPE_DEVICE_INTEL) => MemKind::Device,
-            Some(CL_MEM_TYPE_SHARED_INTEL) => MemKind::Shared,
-            _ => MemKind::Unknown,
-        }
-    }
-
     fn owns(&self, ptr: *const u8) -> bool {
         self.kind_of(ptr) != MemKind::Unknown
     }
 
-    fn event(&self, event: Arc<ClEvent>) -> OpenClEvent {
+    pub(crate) fn event(&self, event: Arc<ClEvent>) -> OpenClEvent {
         OpenClEvent {
             event,
             recorded_by: Arc::clone(&self.identity),
@@ -205,14 +129,6 @@ impl OpenClQueue {
             what,
             reason,
         }
-    }
-}
-
-/// A USM command's event, made from what the extension function wrote.
-fn usm_event(code: cl_int, event: cl_event) -> std::result::Result<ClEvent, cl_int> {
-    match code {
-        0 => Ok(ClEvent::new(event)),
-        code => Err(code),
     }
 }
 
@@ -471,7 +387,7 @@ impl Queue for OpenClQueue {
             return MemKind::Unknown;
         }
         match &self.allocator {
-            Allocator::Usm(api) => self.usm_kind(api, ptr),
+            Allocator::Usm(api) => api.kind_of(&self.context, ptr),
             Allocator::Svm { allocations, .. } => {
                 svm_holding(&allocations.lock(), ptr).map_or(MemKind::Unknown, |(_, a)| a.kind)
             }
@@ -479,91 +395,8 @@ impl Queue for OpenClQueue {
         }
     }
 
-    /// Intel USM names the allocation holding any pointer into it (`clGetMemAllocInfoINTEL`'s
-    /// base pointer and size); SVM pointers carry nothing the runtime can be asked, so only
-    /// devbuf's own SVM allocations are known, by its own table.
-    fn holder_of(&self, ptr: *const u8) -> Result<Holder> {
-        if ptr.is_null() {
-            return Ok(Holder::Unknown);
-        }
-        Ok(match &self.allocator {
-            Allocator::Usm(api) => {
-                let kind = self.usm_kind(api, ptr);
-                if kind == MemKind::Unknown {
-                    return Ok(Holder::Unknown);
-                }
-                let base = self.usm_info::<*mut c_void>(api, ptr, CL_MEM_ALLOC_BASE_PTR_INTEL);
-                let size = self.usm_info::<usize>(api, ptr, CL_MEM_ALLOC_SIZE_INTEL);
-                let range = base.zip(size).and_then(|(base, size)| {
-                    let start = base as usize;
-                    let range = start..start.checked_add(size)?;
-                    range.contains(&(ptr as usize)).then_some(range)
-                });
-                match range {
-                    Some(range) => Holder::Allocation { kind, range },
-                    // A runtime that types the pointer but does not bound its allocation.
-                    None => Holder::Unbounded { kind, place: 0 },
-                }
-            }
-            Allocator::Svm { allocations, .. } => svm_holding(&allocations.lock(), ptr).map_or(
-                Holder::Unknown,
-                |(start, allocation)| Holder::Allocation {
-                    kind: allocation.kind,
-                    range: start..start + allocation.len,
-                },
-            ),
-            Allocator::None => Holder::Unknown,
-        })
-    }
-
-    fn dlpack_device(&self, _kind: MemKind) -> DLDevice {
-        DLDevice {
-            device_type: DLDeviceType::OPENCL,
-            device_id: i32::try_from(self.info.index).unwrap_or(-1),
-        }
-    }
-
-    fn ipc(&self) -> Result<&dyn devbuf_core::IpcSharing> {
-        Err(devbuf_core::ipc::unsupported(
-            &self.info,
-            "OpenCL has no way to share memory between processes",
-        ))
-    }
-
-    fn as_any(&self) -> &dyn Any {
+    fn interop(&self) -> &dyn Interop {
         self
-    }
-}
-
-/// A point in an OpenCL queue's work: the event of its last command.
-#[derive(Debug)]
-pub struct OpenClEvent {
-    event: Arc<ClEvent>,
-    /// The identity of the [`OpenClQueue`] that recorded it.
-    recorded_by: Arc<()>,
-}
-
-impl QueueEvent for OpenClEvent {
-    fn wait(&self) -> Result<()> {
-        self.event
-            .wait()
-            .map_err(|err| Error::runtime(OPENCL, "clWaitForEvents", err.to_string()))
-    }
-
-    fn is_complete(&self) -> Result<bool> {
-        let status = self
-            .event
-            .command_execution_status()
-            .map_err(|err| Error::runtime(OPENCL, "clGetEventInfo", err.to_string()))?;
-        match status.0 {
-            CL_COMPLETE => Ok(true),
-            failed if failed < 0 => Err(Error::runtime(
-                OPENCL,
-                "clGetEventInfo",
-                format!("the command failed: {}", error_text(failed)),
-            )),
-            _ => Ok(false),
-        }
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -10,6 +10,9 @@ use std::ffi::{CStr, c_void};
 use opencl3::types::{cl_bool, cl_command_queue, cl_context, cl_device_id, cl_event, cl_int};
 use opencl3::types::{cl_platform_id, cl_uint, cl_ulong};
 
+use devbuf_core::MemKind;
+use opencl3::context::Context;
+
 /// `cl_mem_info_intel`: the type of a USM allocation.
 pub const CL_MEM_ALLOC_TYPE_INTEL: cl_uint = 0x419A;
 /// `cl_mem_info_intel`: the first byte of the USM allocation holding a pointer, and its size.
@@ -119,6 +122,42 @@ impl UsmApi {
                     c"clEnqueueMemcpyINTEL",
                 )?),
             })
+        }
+    }
+}
+
+impl UsmApi {
+    /// One `clGetMemAllocInfoINTEL` answer about `ptr` in `context`, as a `T` (the query's
+    /// result type); `None` when the runtime refuses the query.
+    pub(crate) fn alloc_info<T: Copy + Default>(
+        &self,
+        context: &Context,
+        ptr: *const u8,
+        query: cl_uint,
+    ) -> Option<T> {
+        let mut value = T::default();
+        // SAFETY: the context is live and `value` is a `T`, the type of the query's result, of
+        // the size passed; the pointer is only looked up, never dereferenced.
+        let code = unsafe {
+            (self.get_alloc_info)(
+                context.get(),
+                ptr.cast(),
+                query,
+                size_of::<T>(),
+                (&raw mut value).cast(),
+                std::ptr::null_mut(),
+            )
+        };
+        (code == 0).then_some(value)
+    }
+
+    /// The USM kind of `ptr` in `context`; Unknown for memory it does not know.
+    pub(crate) fn kind_of(&self, context: &Context, ptr: *const u8) -> MemKind {
+        match self.alloc_info::<cl_uint>(context, ptr, CL_MEM_ALLOC_TYPE_INTEL) {
+            Some(CL_MEM_TYPE_HOST_INTEL) => MemKind::Host,
+            Some(CL_MEM_TYPE_DEVICE_INTEL) => MemKind::Device,
+            Some(CL_MEM_TYPE_SHARED_INTEL) => MemKind::Shared,
+            _ => MemKind::Unknown,
         }
     }
 }

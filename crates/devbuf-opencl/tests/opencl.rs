@@ -85,7 +85,7 @@ fn selectors_open_the_device_they_name() {
             .unwrap();
         assert!(Arc::ptr_eq(&queue, &again));
         // Its DLPack device leads back to it.
-        let dl = queue.dlpack_device(MemKind::Shared);
+        let dl = queue.interop().dlpack_device(MemKind::Shared);
         assert_eq!(dl.device_type, DLDeviceType::OPENCL);
         assert_eq!(dl.device_id, position as i32);
         let found = backend.queue_for_dlpack_device(dl).unwrap().unwrap();

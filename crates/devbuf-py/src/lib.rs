@@ -87,7 +87,7 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m
     )?)?;
     m.add_function(wrap_pyfunction!(
-        objects::default_device::set_default_device,
+        objects::device_methods::set_default_device,
         m
     )?)?;
     m.add_function(wrap_pyfunction!(

@@ -1,4 +1,8 @@
-//! [`SyclBackend`]: discovery, availability and opening queues.
+//! [`SyclBackend`]: discovery, availability and opening queues, users' streams among them: a new
+//! in-order queue on a device, in the device's default context, so that it reaches the memory of
+//! devbuf's queue for the device and of dpctl's queues (dpctl's `SyclQueue(device,
+//! property="in_order")` is the same thing). SYCL queues have no priorities and nothing like CUDA's
+//! legacy default stream, so `StreamOptions` change nothing here.
 
 use std::ffi::OsStr;
 use std::sync::Arc;
@@ -6,15 +10,15 @@ use std::sync::Arc;
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
 use devbuf_core::{
     Availability, Backend, DeviceInfo, Error, ForeignObject, MemKind, Protocol, Queue,
-    ResolvedQueue, Result, StreamOptions,
+    ResolvedQueue, Result, StreamOptions, split_selector,
 };
 
-use crate::SYCL;
-use crate::exchange;
+use crate::device::all_devices;
+use crate::foreign;
+use crate::loader::Runtime;
+use crate::loader::SYCL;
 use crate::queue::SyclQueue;
-use crate::raw::{Device, all_devices};
-use crate::runtime::Runtime;
-use crate::user_streams;
+use crate::raw::{Context, Device};
 
 /// The SYCL backend: dpctl's SYCL C API, if it can be loaded.
 #[derive(Debug, Clone)]
@@ -150,9 +154,19 @@ impl Backend for SyclBackend {
         Ok(queue)
     }
 
-    /// A new in-order queue on the device, in its default context (see `user_streams`).
+    /// A new in-order queue on the root device the dpctl filter string `spec` picks (for "", the
+    /// device of devbuf's default SYCL queue), in the device's default context.
     fn open_stream(&self, spec: &str, _options: StreamOptions) -> Result<Arc<dyn Queue>> {
-        user_streams::open_stream(self.runtime()?, spec, || self.default_queue())
+        let rt = self.runtime()?;
+        let device = match spec {
+            "" => {
+                let default = self.default_queue()?;
+                Device::from_filter(rt, split_selector(&default.device().selector).1)?
+            }
+            filter => Device::from_filter(rt, filter)?,
+        };
+        let context = Context::default_for(&device)?;
+        Ok(Arc::new(SyclQueue::create(context, device)?))
     }
 
     fn queue_for_dlpack_device(&self, device: DLDevice) -> Option<Result<Arc<dyn Queue>>> {
@@ -172,7 +186,7 @@ impl Backend for SyclBackend {
         data: usize,
     ) -> Option<Result<ResolvedQueue>> {
         // SAFETY: the caller's promise about handles.
-        Some(unsafe { exchange::queue_for_syclobj(self.runtime(), syclobj, data) })
+        Some(unsafe { foreign::queue_for_syclobj(self.runtime(), syclobj, data) })
     }
 
     unsafe fn queue_for_device_object(
@@ -180,6 +194,6 @@ impl Backend for SyclBackend {
         object: &ForeignObject<'_>,
     ) -> Option<Result<Arc<dyn Queue>>> {
         // SAFETY: the caller's promise about handles.
-        unsafe { exchange::queue_for_device_object(self.runtime(), object) }
+        unsafe { foreign::queue_for_device_object(self.runtime(), object) }
     }
 }

@@ -3,7 +3,7 @@
 //! Python package) loaded at run time.
 //!
 //! - [`Runtime`]: finding and loading the library ([`Runtime::load`] for an explicit path,
-//!   [`Runtime::find`] for `DEVBUF_SYCL_LIBRARY`, the loader's path and [`set_dpctl_dir`]).
+//!   [`Runtime::find`] for `DEVBUF_SYCL_LIBRARY`, then the loader's path).
 //! - [`SyclBackend`]: availability, devices (by dpctl filter string), default queue.
 //! - [`SyclQueue`]: an in-order queue in a device's default context, or one imported from a
 //!   "SyclQueueRef"/"SyclContextRef" payload; implements [`devbuf_core::Queue`].
@@ -20,7 +20,7 @@
 //! A DLPack consumer's `stream` (a dpctl queue): [`ForeignSyclQueue::from_queue_ref`].
 //!
 //! Then [`devbuf_core::Queue::kind_of`] tells whether the data is USM of that context (`unknown`:
-//! reject it, as dpctl does). Exports: [`devbuf_core::Queue::export_handle`] ("SyclQueueRef") and
+//! reject it, as dpctl does). Exports: [`devbuf_core::Interop::export_handle`] ("SyclQueueRef") and
 //! [`SyclQueue::export_context_handle`] ("SyclContextRef"); DLPack: kDLOneAPI with
 //! [`SyclQueue::dlpack_device_id`], only for memory of the default context
 //! ([`SyclQueue::is_default_context`]), the only memory dpctl and dpnp accept.
@@ -41,22 +41,25 @@
 //! Queues are created with an asynchronous error handler, since SYCL's default one terminates.
 
 mod backend;
-mod exchange;
+mod device;
+mod event;
+mod foreign;
+mod interop;
+mod ipc;
+mod loader;
+mod memory;
 mod queue;
 mod raw;
-mod runtime;
-mod user_streams;
 
 use std::sync::Arc;
 
 use devbuf_core::Queue;
 
 pub use backend::SyclBackend;
-pub use queue::{ForeignSyclQueue, SyclEvent, SyclQueue};
-pub use runtime::{LIBRARY_ENV, Runtime, set_dpctl_dir};
-
-/// The backend's name and the first part of its selectors ("sycl:opencl:cpu:0").
-pub const SYCL: &str = "sycl";
+pub use event::SyclEvent;
+pub use foreign::ForeignSyclQueue;
+pub use loader::{LIBRARY_ENV, Runtime, SYCL};
+pub use queue::SyclQueue;
 
 /// The default SYCL queue ([`SyclBackend::default_queue`]), or why there is none: what the
 /// conformance kit and tools take.

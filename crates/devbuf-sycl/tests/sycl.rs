@@ -120,7 +120,7 @@ fn dlpack_device_is_kdloneapi_with_dpctls_device_index() {
     let queue = default_queue();
     let index = queue.device().index as i32;
     for kind in MemKind::ALLOCATABLE {
-        let device = queue.dlpack_device(kind);
+        let device = queue.interop().dlpack_device(kind);
         assert_eq!(device.device_type, DLDeviceType::ONEAPI);
         assert_eq!(device.device_type.0, 14);
         assert_eq!(device.device_id, index);
@@ -142,7 +142,7 @@ fn dlpack_device_is_kdloneapi_with_dpctls_device_index() {
         api.DPCTLDeviceVector_Delete(devices);
     }
     let back = backend
-        .queue_for_dlpack_device(queue.dlpack_device(MemKind::Device))
+        .queue_for_dlpack_device(queue.interop().dlpack_device(MemKind::Device))
         .unwrap()
         .unwrap();
     assert!(Arc::ptr_eq(&back, &as_dyn(&queue)));
@@ -199,7 +199,7 @@ fn queue_payload_round_trips_through_the_c_api() {
         return;
     };
     let queue = default_queue();
-    let handle = queue.export_handle().unwrap();
+    let handle = queue.interop().export_handle().unwrap();
     assert_eq!(handle.name, c"SyclQueueRef");
     // The payload is a live sycl::queue* that the C API itself accepts.
     // SAFETY: the handle is a DPCTLSyclQueueRef we own until it is dropped below.
@@ -438,8 +438,8 @@ fn exported_queue_handles_are_independent_copies() {
         return;
     };
     let queue = default_queue();
-    let first = queue.export_handle().unwrap();
-    let second = queue.export_handle().unwrap();
+    let first = queue.interop().export_handle().unwrap();
+    let second = queue.interop().export_handle().unwrap();
     assert_ne!(first.ptr, second.ptr);
     // SAFETY: both are live DPCTLSyclQueueRefs.
     assert!(unsafe {
@@ -466,7 +466,7 @@ fn wait_device_waits_for_work_consumers_enqueued_on_copies_of_our_queue() {
     buffer.fill(0).unwrap();
     // A consumer handed our queue (SUAI's syclobj) enqueues on its own copy of it: a fill long
     // enough to still run when devbuf would release the memory.
-    let handle = queue.export_handle().unwrap();
+    let handle = queue.interop().export_handle().unwrap();
     let api = rt.api();
     // SAFETY: a live queue copy and `len` bytes of USM of its context; we own the event.
     let event =

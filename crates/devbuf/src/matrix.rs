@@ -95,7 +95,7 @@ impl fmt::Display for Table<'_> {
             .unwrap_or(0)
             .max(6);
         write!(f, "{:label_width$}", "device")?;
-        for check in CHECKS {
+        for check in CHECKS.iter() {
             write!(f, "  {:>7}", check.name)?;
         }
         writeln!(f)?;

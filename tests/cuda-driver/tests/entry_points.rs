@@ -24,7 +24,7 @@ fn raw<T: Copy>(name: &str) -> T {
 // *leastPriority]." cuStreamCreateWithPriority: "If the specified priority is outside the
 // numerical range returned by cuCtxGetStreamPriorityRange, it will automatically be clamped to the
 // lowest or the highest number in the range."
-driver_test!(stream_priorities_are_clamped_to_the_range {
+child_test!(stream_priorities_are_clamped_to_the_range {
     setup();
     let (mut least, mut greatest) = (1, 1);
     // SAFETY: valid out-pointers; NULL may be passed "if the value is not desired".
@@ -50,7 +50,7 @@ driver_test!(stream_priorities_are_clamped_to_the_range {
 // current, the Id of the current context is returned." cuStreamGetDevice returns the stream's
 // device; cuStreamGetCtx_v2 "the regular context in pCtx and NULL in pGreenCtx";
 // cuStreamIsCapturing CU_STREAM_CAPTURE_STATUS_NONE outside a capture.
-driver_test!(streams_and_contexts_have_ids_devices_and_contexts {
+child_test!(streams_and_contexts_have_ids_devices_and_contexts {
     init();
     let zero = enter(0);
     let one = enter(1);
@@ -106,7 +106,7 @@ driver_test!(streams_and_contexts_have_ids_devices_and_contexts {
 // "Only one of the scheduling flags can be set when creating a context"; CU_CTX_MAP_HOST and
 // CU_CTX_SYNC_MEMOPS are flags cuCtxCreate documents, and cuDevicePrimaryCtxSetFlags documents
 // CU_CTX_SYNC_MEMOPS.
-driver_test!(contexts_take_the_documented_flags_and_one_scheduling_flag {
+child_test!(contexts_take_the_documented_flags_and_one_scheduling_flag {
     const SPIN: u32 = 0x1;
     const YIELD: u32 = 0x2;
     const MAP_HOST: u32 = 0x8;
@@ -137,7 +137,7 @@ driver_test!(contexts_take_the_documented_flags_and_one_scheduling_flag {
 });
 
 // cuEventCreate: "CU_EVENT_INTERPROCESS must be specified along with CU_EVENT_DISABLE_TIMING."
-driver_test!(an_interprocess_event_must_disable_timing {
+child_test!(an_interprocess_event_must_disable_timing {
     const DISABLE_TIMING: u32 = 0x2;
     const INTERPROCESS: u32 = 0x4;
     setup();
@@ -151,7 +151,7 @@ driver_test!(an_interprocess_event_must_disable_timing {
 
 // CU_POINTER_ATTRIBUTE_DEVICE_POINTER: "If there is no current CUcontext then
 // CUDA_ERROR_INVALID_CONTEXT is returned."
-driver_test!(a_device_pointer_needs_a_current_context {
+child_test!(a_device_pointer_needs_a_current_context {
     setup();
     let memory = device_alloc(LEN);
     let mut device_pointer = 0u64;
@@ -174,7 +174,7 @@ driver_test!(a_device_pointer_needs_a_current_context {
 // CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED; cuMemHostUnregister: "The base address must be the
 // same one specified to cuMemHostRegister()" (else CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED); after
 // it, the memory is pageable again, unknown to the driver.
-driver_test!(registered_host_memory_is_pinned_until_unregistered {
+child_test!(registered_host_memory_is_pinned_until_unregistered {
     setup();
     let mut host = vec![1u8; 2 * LEN];
     let base = host.as_mut_ptr();
@@ -212,7 +212,7 @@ driver_test!(registered_host_memory_is_pinned_until_unregistered {
 // cuMemPrefetchAsync and cuMemAdvise: "The memory range must refer to managed memory allocated
 // via cuMemAllocManaged" (or system memory with CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, 0
 // here); the advice is one of CUmem_advise's.
-driver_test!(prefetches_and_advice_take_managed_memory {
+child_test!(prefetches_and_advice_take_managed_memory {
     setup();
     let stream = stream(NON_BLOCKING);
     let device = device_alloc(LEN);
@@ -245,7 +245,7 @@ driver_test!(prefetches_and_advice_take_managed_memory {
 
 // cuProfilerStart: "Enables profile collection by the active profiling tool for the current
 // context" (CUDA_SUCCESS, or CUDA_ERROR_INVALID_CONTEXT); no tool is attached to the test driver.
-driver_test!(the_profiler_starts_and_stops_in_a_context {
+child_test!(the_profiler_starts_and_stops_in_a_context {
     init();
     // SAFETY: no arguments.
     unsafe {
@@ -258,7 +258,7 @@ driver_test!(the_profiler_starts_and_stops_in_a_context {
 
 // CUDA_VISIBLE_DEVICES, read when the driver initializes: NVIDIA's numba-cuda test
 // `test_visible_devices_set_after_import` sets it after loading the driver and expects one device.
-driver_test!(cuda_visible_devices_narrows_the_devices
+child_test!(cuda_visible_devices_narrows_the_devices
     ["DEVBUF_CUDA_TEST_DEVICES" = "3", "CUDA_VISIBLE_DEVICES" = "2,0,9,1"] {
     init();
     let mut count = 0;
@@ -269,7 +269,7 @@ driver_test!(cuda_visible_devices_narrows_the_devices
 
 // A real allocation holds whatever was there before: fresh device, pinned and managed memory is
 // not zeroed. The test driver fills it with 0xFF bytes.
-driver_test!(fresh_memory_is_never_zeros {
+child_test!(fresh_memory_is_never_zeros {
     setup();
     let device = device_alloc(LEN);
     assert!(read(device, LEN).iter().all(|&byte| byte == 0xff));

@@ -109,7 +109,7 @@ fn describe(output: &Output) -> String {
     )
 }
 
-driver_test!(only_memory_from_cumemalloc_has_an_ipc_handle {
+child_test!(only_memory_from_cumemalloc_has_an_ipc_handle {
     let context = setup();
     let device = device_alloc(SIZE);
     assert!(get_handle(device).is_ok());
@@ -140,7 +140,7 @@ driver_test!(only_memory_from_cumemalloc_has_an_ipc_handle {
     ok(unsafe { sys::cuCtxPushCurrent_v2(context) });
 });
 
-driver_test!(a_handle_names_the_whole_allocation_from_any_pointer_into_it {
+child_test!(a_handle_names_the_whole_allocation_from_any_pointer_into_it {
     setup();
     let base = device_alloc(SIZE);
     let handle = bytes(&get_handle(base).unwrap());
@@ -154,13 +154,13 @@ driver_test!(a_handle_names_the_whole_allocation_from_any_pointer_into_it {
     assert_ne!(bytes(&get_handle(other).unwrap()), handle);
 });
 
-driver_test!(a_handle_does_not_open_in_the_exporting_process {
+child_test!(a_handle_does_not_open_in_the_exporting_process {
     setup();
     let handle = get_handle(device_alloc(SIZE)).unwrap();
     assert_eq!(open(handle, LAZY).err(), Some(CUresult::CUDA_ERROR_INVALID_CONTEXT));
 });
 
-driver_test!(opening_needs_a_context_the_documented_flag_and_a_handle_of_the_driver {
+child_test!(opening_needs_a_context_the_documented_flag_and_a_handle_of_the_driver {
     init();
     // SAFETY: an all-zero handle is a valid value, just not one the driver made.
     let zeros: CUipcMemHandle = unsafe { std::mem::zeroed() };
@@ -178,7 +178,7 @@ driver_test!(opening_needs_a_context_the_documented_flag_and_a_handle_of_the_dri
 
 static EXPORT_GATE: Gate = Gate::new();
 
-driver_test!(another_process_maps_the_same_bytes_as_device_memory {
+child_test!(another_process_maps_the_same_bytes_as_device_memory {
     setup();
     let base = device_alloc(SIZE);
     // Written before the first export: the bytes move with the allocation.
@@ -230,7 +230,7 @@ fn importer_reads_7_1_and_writes_9_at_4096() {
     assert_eq!(close(pointer), CUresult::CUDA_SUCCESS);
 }
 
-driver_test!(the_host_cannot_touch_an_opened_mapping {
+child_test!(the_host_cannot_touch_an_opened_mapping {
     setup();
     let handle = get_handle(device_alloc(SIZE)).unwrap();
     let helper = "importer_reads_the_mapping_on_the_host";
@@ -249,7 +249,7 @@ fn importer_reads_the_mapping_on_the_host() {
     panic!("the host read {pointer:?} ({byte}) without a fault");
 }
 
-driver_test!(opens_are_counted_and_the_last_close_unmaps {
+child_test!(opens_are_counted_and_the_last_close_unmaps {
     setup();
     let base = device_alloc(SIZE);
     memset(base, 7, SIZE);
@@ -291,7 +291,7 @@ fn importer_opens_twice_and_closes_twice() {
     assert_eq!(close(again), CUresult::CUDA_SUCCESS);
 }
 
-driver_test!(closing_needs_a_context_and_an_opened_pointer {
+child_test!(closing_needs_a_context_and_an_opened_pointer {
     let context = setup();
     let device = device_alloc(SIZE);
     assert_eq!(close(device), CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -304,7 +304,7 @@ driver_test!(closing_needs_a_context_and_an_opened_pointer {
     }
 });
 
-driver_test!(a_handle_no_longer_opens_once_the_exporter_freed_the_memory {
+child_test!(a_handle_no_longer_opens_once_the_exporter_freed_the_memory {
     setup();
     let base = device_alloc(SIZE);
     let handle = get_handle(base).unwrap();
@@ -315,7 +315,7 @@ driver_test!(a_handle_no_longer_opens_once_the_exporter_freed_the_memory {
     run_importer("importer_finds_the_handle_stale", &handle);
 });
 
-driver_test!(a_handle_no_longer_opens_once_the_exporter_exited {
+child_test!(a_handle_no_longer_opens_once_the_exporter_exited {
     let output = run_helper("exporter_prints_a_handle_and_exits", &[]);
     assert!(output.status.success(), "{}", describe(&output));
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -345,7 +345,7 @@ fn importer_finds_the_handle_stale() {
     assert_eq!(result.err(), Some(CUresult::CUDA_ERROR_INVALID_VALUE));
 }
 
-driver_test!(get_proc_address_serves_the_ipc_entry_points {
+child_test!(get_proc_address_serves_the_ipc_entry_points {
     let lookup = |name: &CStr, version: i32| {
         let mut function = ptr::null_mut();
         // SAFETY: a NUL-terminated name and a valid out-pointer.

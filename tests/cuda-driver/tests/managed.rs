@@ -98,7 +98,7 @@ fn advise(ptr: CUdeviceptr, len: usize, advice: Advice, place: CUmemLocation) {
 // cuMemPrefetchAsync names memory "allocated via cuMemAllocFromPool from a managed memory pool" as
 // managed memory. cuda.core's ManagedMemoryResource allocates from such pools; NVIDIA's cuda.core
 // tests (test_memory.py) expect them wherever memory pools and concurrent managed access are.
-driver_test!(managed_pools_serve_managed_memory {
+child_test!(managed_pools_serve_managed_memory {
     setup();
     let (result, pool) = create_managed_pool(location(L::CU_MEM_LOCATION_TYPE_INVALID, 0), 0, 0);
     ok(result);
@@ -131,7 +131,7 @@ driver_test!(managed_pools_serve_managed_memory {
 
 // cuMemPoolCreate: "For managed memory pools, all devices on the system must have non-zero
 // concurrentManagedAccess. If not, this call returns CUDA_ERROR_NOT_SUPPORTED".
-driver_test!(managed_pools_need_concurrent_managed_access
+child_test!(managed_pools_need_concurrent_managed_access
     ["DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS" = "0"] {
     setup();
     let none = location(L::CU_MEM_LOCATION_TYPE_INVALID, 0);
@@ -144,7 +144,7 @@ driver_test!(managed_pools_need_concurrent_managed_access
 // provided to cuMemSetMemPool [...] for this location and allocation type or the location's
 // default memory pool"; cuMemSetMemPool: "The location and allocation type specified must match
 // those of the pool otherwise CUDA_ERROR_INVALID_VALUE is returned."
-driver_test!(a_managed_pool_s_location_is_where_its_memory_prefers_to_be {
+child_test!(a_managed_pool_s_location_is_where_its_memory_prefers_to_be {
     setup();
     let device = location(L::CU_MEM_LOCATION_TYPE_DEVICE, 1);
     let (result, pool) = create_managed_pool(device, 0, 0);
@@ -177,7 +177,7 @@ driver_test!(a_managed_pool_s_location_is_where_its_memory_prefers_to_be {
 // on the CPU and accessed-by the CPU and device 0 (on a device with concurrent managed access),
 // the four range attributes read [1, CU_DEVICE_CPU, [0, CU_DEVICE_CPU, CU_DEVICE_INVALID],
 // CU_DEVICE_INVALID], alone and through cuMemRangeGetAttributes.
-driver_test!(range_attributes_read_back_the_advice_given {
+child_test!(range_attributes_read_back_the_advice_given {
     setup();
     let size = 0x1000;
     let data = managed_alloc(size);
@@ -235,7 +235,7 @@ driver_test!(range_attributes_read_back_the_advice_given {
 // cuMemPrefetchAsync [...] If any page in the memory range was never explicitly prefetched or if
 // all pages were not prefetched to the same location, CU_DEVICE_INVALID will be returned"; the
 // _TYPE and _ID attributes say the same in CUmemLocation terms.
-driver_test!(range_attributes_answer_for_every_page_of_the_range {
+child_test!(range_attributes_answer_for_every_page_of_the_range {
     setup();
     let page = 4096;
     let data = managed_alloc(4 * page);
@@ -276,7 +276,7 @@ driver_test!(range_attributes_answer_for_every_page_of_the_range {
 // "dataSize must be 4", ACCESSED_BY's "must be a non-zero multiple of 4". cuMemAdvise's
 // CU_MEM_ADVISE_SET_ACCESSED_BY takes a device or the host: "All other location types are
 // invalid."
-driver_test!(range_attributes_refuse_what_the_documentation_refuses {
+child_test!(range_attributes_refuse_what_the_documentation_refuses {
     setup();
     let device = device_alloc(LEN);
     let managed = managed_alloc(LEN);
@@ -300,7 +300,7 @@ driver_test!(range_attributes_refuse_what_the_documentation_refuses {
 // ptr points to is guaranteed to always synchronize memory operations that are synchronous."
 // NVIDIA's cuda-bindings test `test_cuda_pointer_attr` sets it and reads it back; without it a
 // synchronous fill of device memory is asynchronous ("API synchronization behavior").
-driver_test!(sync_memops_makes_synchronous_operations_on_the_memory_synchronize
+child_test!(sync_memops_makes_synchronous_operations_on_the_memory_synchronize
     ["DEVBUF_CUDA_TEST_DELAY_US" = "50000"] {
     setup();
     let data = device_alloc(LEN);
@@ -355,7 +355,7 @@ type PrefetchBatch = unsafe extern "C" fn(
 // "Reading from a discarded range, without a subsequent write or prefetch to that part of the
 // range, will return an indeterminate value" (the double's: the poison of fresh memory). cuda.core
 // 1.2's ManagedBuffer prefetches and discards through these.
-driver_test!(batched_prefetches_and_discards_act_on_each_range {
+child_test!(batched_prefetches_and_discards_act_on_each_range {
     setup();
     let (first, second) = (managed_alloc(LEN), managed_alloc(LEN));
     let stream = stream(0);
@@ -398,7 +398,7 @@ driver_test!(batched_prefetches_and_discards_act_on_each_range {
 // the device attribute CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS"; cuMemPrefetchAsync: a
 // device location "must have non-zero value for the device attribute
 // CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS". The host needs none.
-driver_test!(devices_without_concurrent_managed_access_take_no_hints
+child_test!(devices_without_concurrent_managed_access_take_no_hints
     ["DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS" = "0"] {
     setup();
     let data = managed_alloc(LEN);

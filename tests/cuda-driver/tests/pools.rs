@@ -62,7 +62,7 @@ fn pool_figure(pool: sys::CUmemoryPool, attribute: A) -> u64 {
 // to determine the location of the allocation". cuCtxDestroy: "cuCtxDestroy() will not destroy memory
 // allocations by cuMemCreate(), cuMemAllocAsync() and cuMemAllocFromPoolAsync(). These memory
 // allocations are not associated with any CUDA context and need to be destroyed explicitly."
-driver_test!(stream_ordered_memory_belongs_to_its_device_and_outlives_its_context {
+child_test!(stream_ordered_memory_belongs_to_its_device_and_outlives_its_context {
     let primary = setup();
     let mut created = ptr::null_mut();
     // SAFETY: a valid out-pointer; device 1 exists. The created context becomes current.
@@ -104,7 +104,7 @@ driver_test!(stream_ordered_memory_belongs_to_its_device_and_outlives_its_contex
 // cuMemAllocAsync documents no error for a size of 0 (cuMemAlloc does: "If bytesize is 0,
 // cuMemAlloc() returns CUDA_ERROR_INVALID_VALUE"); cuda.core allocates zero-size buffers from its
 // pools and frees them.
-driver_test!(a_zero_size_stream_ordered_allocation_is_null_and_frees {
+child_test!(a_zero_size_stream_ordered_allocation_is_null_and_frees {
     setup();
     let stream = stream(NON_BLOCKING);
     let mut ptr = 1;
@@ -128,7 +128,7 @@ fn synchronize(stream: CUstream) {
 // watermark ... since the last time it was reset", RESERVED_MEM_* the "backing memory currently
 // allocated for the mempool" and its high watermark. cuMemPoolSetAttribute: the high watermarks
 // are reset by setting them to 0 (another value is CUDA_ERROR_INVALID_VALUE).
-driver_test!(pool_statistics_count_the_pool_and_keep_high_watermarks {
+child_test!(pool_statistics_count_the_pool_and_keep_high_watermarks {
     setup();
     let stream = stream(NON_BLOCKING);
     let mut pool = ptr::null_mut();
@@ -177,7 +177,7 @@ fn pool_props(ordinal: i32, max_size: usize) -> sys::CUmemPoolProps {
 // allocates from the current mempool of the provided stream's device." cuMemPoolDestroy:
 // "Destroying the current mempool of a device sets the default mempool of that device as the
 // current mempool for that device", and its outstanding allocations stay until freed.
-driver_test!(pools_of_ones_own_serve_their_allocations_and_become_current {
+child_test!(pools_of_ones_own_serve_their_allocations_and_become_current {
     setup();
     let stream = stream(NON_BLOCKING);
     let (mut pool, mut default_pool, mut current) =
@@ -222,7 +222,7 @@ driver_test!(pools_of_ones_own_serve_their_allocations_and_become_current {
 // CU_MEMPOOL_ATTR_LOCATION_ID ..., CU_MEMPOOL_ATTR_LOCATION_TYPE". cuMemPoolGetAccess: the pool's
 // own device reads and writes it. cuMemPoolSetAccess "Controls visibility of pools between
 // devices": the test driver has no peer access, so only revoking another device's is accepted.
-driver_test!(pools_describe_their_location_and_access {
+child_test!(pools_describe_their_location_and_access {
     init();
     enter(1);
     let mut pool = ptr::null_mut();
@@ -266,7 +266,7 @@ driver_test!(pools_describe_their_location_and_access {
 // (CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED reads 0) and cuMemPoolCreate answers
 // CUDA_ERROR_NOT_SUPPORTED, a code it documents, as such a device does. (Managed pools are:
 // tests/managed.rs.)
-driver_test!(host_pools_are_not_supported {
+child_test!(host_pools_are_not_supported {
     init();
     // CUDA 13's CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED (144), past cudarc's 12.8 list.
     type GetAttribute = unsafe extern "C" fn(*mut i32, u32, i32) -> CUresult;

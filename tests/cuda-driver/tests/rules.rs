@@ -16,7 +16,7 @@ fn attribute(attribute: A, device: i32) -> i32 {
     value
 }
 
-driver_test!(only_init_and_version_work_before_cuinit {
+child_test!(only_init_and_version_work_before_cuinit {
     let (mut count, mut version, mut text) = (0, 0, ptr::null());
     // SAFETY: valid out-pointers throughout.
     unsafe {
@@ -32,7 +32,7 @@ driver_test!(only_init_and_version_work_before_cuinit {
     assert_eq!((count, version), (2, 13000));
 });
 
-driver_test!(cuinit_fails_with_the_injected_code ["DEVBUF_CUDA_TEST_INIT_ERROR" = "CUDA_ERROR_NO_DEVICE"] {
+child_test!(cuinit_fails_with_the_injected_code ["DEVBUF_CUDA_TEST_INIT_ERROR" = "CUDA_ERROR_NO_DEVICE"] {
     let mut count = 0;
     // SAFETY: valid out-pointers.
     unsafe {
@@ -41,12 +41,12 @@ driver_test!(cuinit_fails_with_the_injected_code ["DEVBUF_CUDA_TEST_INIT_ERROR" 
     }
 });
 
-driver_test!(a_malformed_setting_fails_cuinit ["DEVBUF_CUDA_TEST_DEVICES" = "two"] {
+child_test!(a_malformed_setting_fails_cuinit ["DEVBUF_CUDA_TEST_DEVICES" = "two"] {
     // SAFETY: cuInit takes no pointers.
     assert_eq!(unsafe { sys::cuInit(0) }, CUresult::CUDA_ERROR_INVALID_VALUE);
 });
 
-driver_test!(devices_have_names_that_say_test_driver_and_the_documented_attributes
+child_test!(devices_have_names_that_say_test_driver_and_the_documented_attributes
     ["DEVBUF_CUDA_TEST_DEVICES" = "3"] {
     init();
     let mut count = 0;
@@ -88,7 +88,7 @@ driver_test!(devices_have_names_that_say_test_driver_and_the_documented_attribut
     }
 });
 
-driver_test!(managed_access_and_pools_can_be_switched_off
+child_test!(managed_access_and_pools_can_be_switched_off
     ["DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS" = "0", "DEVBUF_CUDA_TEST_MEMORY_POOLS" = "0"] {
     setup();
     assert_eq!(attribute(A::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 0), 0);
@@ -99,7 +99,7 @@ driver_test!(managed_access_and_pools_can_be_switched_off
     assert_eq!(result, CUresult::CUDA_ERROR_NOT_SUPPORTED);
 });
 
-driver_test!(primary_contexts_are_reference_counted_and_destroyed_with_their_contents {
+child_test!(primary_contexts_are_reference_counted_and_destroyed_with_their_contents {
     init();
     let (mut first, mut second) = (ptr::null_mut(), ptr::null_mut());
     let (mut flags, mut active) = (0, 0);
@@ -138,7 +138,7 @@ driver_test!(primary_contexts_are_reference_counted_and_destroyed_with_their_con
     }
 });
 
-driver_test!(calls_that_need_a_context_fail_without_one_and_the_stack_is_per_thread {
+child_test!(calls_that_need_a_context_fail_without_one_and_the_stack_is_per_thread {
     init();
     let mut ptr = 0;
     let mut current = ptr::null_mut();
@@ -174,7 +174,7 @@ driver_test!(calls_that_need_a_context_fail_without_one_and_the_stack_is_per_thr
     }
 });
 
-driver_test!(a_device_can_be_made_unavailable ["DEVBUF_CUDA_TEST_UNAVAILABLE_DEVICES" = "0"] {
+child_test!(a_device_can_be_made_unavailable ["DEVBUF_CUDA_TEST_UNAVAILABLE_DEVICES" = "0"] {
     init();
     let mut context = ptr::null_mut();
     // SAFETY: a valid out-pointer.
@@ -195,7 +195,7 @@ fn host_read_crashes_with(
     variables: &[(&str, &str)],
     body: impl FnOnce() -> *const u8,
 ) {
-    if common::is_child() {
+    if common::child::is_child() {
         let ptr = body();
         // SAFETY: deliberately not: this read must fault, which is the rule under test.
         let byte = unsafe { ptr.read_volatile() };
@@ -251,7 +251,7 @@ fn without_concurrent_managed_access_the_host_faults_on_managed_memory_in_use() 
     });
 }
 
-driver_test!(without_concurrent_managed_access_managed_memory_is_host_accessible_when_idle
+child_test!(without_concurrent_managed_access_managed_memory_is_host_accessible_when_idle
     ["DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS" = "0"] {
     setup();
     let mut managed = 0;
@@ -267,7 +267,7 @@ driver_test!(without_concurrent_managed_access_managed_memory_is_host_accessible
     }
 });
 
-driver_test!(pinned_and_managed_memory_are_host_accessible {
+child_test!(pinned_and_managed_memory_are_host_accessible {
     setup();
     let pinned = pinned_alloc(256);
     let mut managed = 0;
@@ -291,7 +291,7 @@ driver_test!(pinned_and_managed_memory_are_host_accessible {
     }
 });
 
-driver_test!(double_frees_inner_and_foreign_pointers_are_invalid_values {
+child_test!(double_frees_inner_and_foreign_pointers_are_invalid_values {
     setup();
     let heap = Box::new([0u8; 64]);
     let first = device_alloc(4096);
@@ -316,7 +316,7 @@ driver_test!(double_frees_inner_and_foreign_pointers_are_invalid_values {
     }
 });
 
-driver_test!(the_nth_allocation_fails_when_asked ["DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS" = "2"] {
+child_test!(the_nth_allocation_fails_when_asked ["DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS" = "2"] {
     setup();
     device_alloc(64);
     let mut ptr = ptr::null_mut();
@@ -334,7 +334,7 @@ driver_test!(the_nth_allocation_fails_when_asked ["DEVBUF_CUDA_TEST_FAIL_ALLOCAT
     assert_eq!(result, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
 });
 
-driver_test!(an_allocation_fails_with_the_code_asked_for ["DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS" = "1:NOT_SUPPORTED,2:INVALID_CONTEXT"] {
+child_test!(an_allocation_fails_with_the_code_asked_for ["DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS" = "1:NOT_SUPPORTED,2:INVALID_CONTEXT"] {
     setup();
     let mut ptr = 0;
     // SAFETY: a valid out-pointer; the stream is the legacy default stream.
@@ -366,7 +366,7 @@ fn attributes(ptr: u64) -> (u32, bool, i32, CUcontext) {
     (kind, managed != 0, ordinal, context)
 }
 
-driver_test!(pointer_attributes_describe_memory_as_documented {
+child_test!(pointer_attributes_describe_memory_as_documented {
     init();
     enter(0);
     let one = enter(1);
@@ -401,7 +401,7 @@ driver_test!(pointer_attributes_describe_memory_as_documented {
 });
 
 // NVIDIA's cuda-bindings test `test_all_CUresult_codes`: every CUresult has a name and a string.
-driver_test!(every_returned_code_has_a_name_and_a_description {
+child_test!(every_returned_code_has_a_name_and_a_description {
     for code in [
         CUresult::CUDA_ERROR_LAUNCH_FAILED,
         CUresult::CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
@@ -429,7 +429,7 @@ driver_test!(every_returned_code_has_a_name_and_a_description {
 // NVIDIA's cuda-bindings test `test_get_error_name_and_string`: cuGetErrorString says "no error"
 // for CUDA_SUCCESS and "invalid device ordinal" for the CUDA_ERROR_INVALID_DEVICE of
 // cuDeviceGet(-1), the driver's own words with nothing added.
-driver_test!(error_strings_are_the_drivers_own_words {
+child_test!(error_strings_are_the_drivers_own_words {
     init();
     let mut device = 0;
     // SAFETY: a valid out-pointer.
@@ -476,7 +476,7 @@ fn exported(symbol: &str) -> *mut c_void {
 // is invalid", with CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND ("The requested symbol was not found") or
 // CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT ("The requested symbol was found but is not supported
 // by cudaVersion specified").
-driver_test!(get_proc_address_serves_versioned_entry_points_by_base_name
+child_test!(get_proc_address_serves_versioned_entry_points_by_base_name
     ["DEVBUF_CUDA_TEST_HIDE" = "cuMemAllocAsync"] {
     // Works before cuInit, as loaders need.
     let (result, alloc, status) = lookup(c"cuMemAlloc", 12000, 0);
@@ -503,7 +503,7 @@ driver_test!(get_proc_address_serves_versioned_entry_points_by_base_name
 // symbols that match the requested driver symbol name including the per-thread versions. If a
 // per-thread version is not found, the API will return the legacy version of the driver
 // function." With the per-thread versions, stream 0 is the calling thread's per-thread stream.
-driver_test!(get_proc_address_serves_the_per_thread_default_stream_variants {
+child_test!(get_proc_address_serves_the_per_thread_default_stream_variants {
     const LEGACY: u64 = 1;
     const PER_THREAD: u64 = 2;
     for (name, legacy, per_thread) in [
@@ -536,7 +536,7 @@ driver_test!(get_proc_address_serves_the_per_thread_default_stream_variants {
 
 // Run with `cargo test -p devbuf-cuda-test-driver --features old-driver --test rules old_driver`.
 #[cfg(feature = "old-driver")]
-driver_test!(the_old_driver_build_lacks_the_stream_ordered_allocator {
+child_test!(the_old_driver_build_lacks_the_stream_ordered_allocator {
     init();
     let mut version = 0;
     // SAFETY: a valid out-pointer.
@@ -555,7 +555,7 @@ driver_test!(the_old_driver_build_lacks_the_stream_ordered_allocator {
     assert_eq!(result, CUresult::CUDA_ERROR_INVALID_VALUE);
 });
 
-driver_test!(a_created_context_is_its_own_until_destroyed {
+child_test!(a_created_context_is_its_own_until_destroyed {
     let primary = setup();
     let mut created = ptr::null_mut();
     // SAFETY: a valid out-pointer; device 1 exists.

@@ -37,7 +37,7 @@ fn synchronize(stream: CUstream) {
     ok(unsafe { sys::cuStreamSynchronize(stream) });
 }
 
-driver_test!(a_missing_wait_reads_old_bytes_and_a_wait_event_fixes_it
+child_test!(a_missing_wait_reads_old_bytes_and_a_wait_event_fixes_it
     ["DEVBUF_CUDA_TEST_DELAY_US" = "50000"] {
     setup();
     let (producer, consumer) = (stream(NON_BLOCKING), stream(NON_BLOCKING));
@@ -64,7 +64,7 @@ driver_test!(a_missing_wait_reads_old_bytes_and_a_wait_event_fixes_it
 
 static QUERY_GATE: Gate = Gate::new();
 
-driver_test!(events_and_streams_are_not_ready_until_reached {
+child_test!(events_and_streams_are_not_ready_until_reached {
     setup();
     let stream = stream(NON_BLOCKING);
     let data = device_alloc(LEN);
@@ -90,7 +90,7 @@ driver_test!(events_and_streams_are_not_ready_until_reached {
 
 static LEGACY_GATE: Gate = Gate::new();
 
-driver_test!(the_legacy_stream_waits_for_blocking_streams_but_not_for_non_blocking_ones {
+child_test!(the_legacy_stream_waits_for_blocking_streams_but_not_for_non_blocking_ones {
     setup();
     let (blocking, non_blocking) = (stream(0), stream(NON_BLOCKING));
     LEGACY_GATE.hold(blocking);
@@ -116,7 +116,7 @@ driver_test!(the_legacy_stream_waits_for_blocking_streams_but_not_for_non_blocki
 
 static CONTEXT_GATE: Gate = Gate::new();
 
-driver_test!(context_synchronize_waits_for_every_stream_and_waits_cross_devices {
+child_test!(context_synchronize_waits_for_every_stream_and_waits_cross_devices {
     init();
     enter(1);
     let other_device = stream(NON_BLOCKING);
@@ -140,7 +140,7 @@ driver_test!(context_synchronize_waits_for_every_stream_and_waits_cross_devices 
     assert!(read(local, LEN).iter().all(|&b| b == 9));
 });
 
-driver_test!(pageable_copies_follow_the_documented_host_synchronization
+child_test!(pageable_copies_follow_the_documented_host_synchronization
     ["DEVBUF_CUDA_TEST_DELAY_US" = "50000"] {
     setup();
     let stream = stream(NON_BLOCKING);
@@ -169,7 +169,7 @@ driver_test!(pageable_copies_follow_the_documented_host_synchronization
 
 static ALLOC_GATE: Gate = Gate::new();
 
-driver_test!(stream_ordered_memory_is_usable_only_after_its_allocation_is_reached {
+child_test!(stream_ordered_memory_is_usable_only_after_its_allocation_is_reached {
     setup();
     let (owner, stranger) = (stream(NON_BLOCKING), stream(NON_BLOCKING));
     let mut ptr = 0;
@@ -192,7 +192,7 @@ driver_test!(stream_ordered_memory_is_usable_only_after_its_allocation_is_reache
     }
 });
 
-driver_test!(stream_ordered_frees_happen_when_the_stream_reaches_them {
+child_test!(stream_ordered_frees_happen_when_the_stream_reaches_them {
     setup();
     let stream = stream(NON_BLOCKING);
     let mut ptr = 0;
@@ -218,7 +218,7 @@ driver_test!(stream_ordered_frees_happen_when_the_stream_reaches_them {
 
 static FREE_GATE: Gate = Gate::new();
 
-driver_test!(freeing_memory_with_queued_work_is_a_sticky_illegal_address {
+child_test!(freeing_memory_with_queued_work_is_a_sticky_illegal_address {
     init();
     enter(1);
     let healthy = device_alloc(64);
@@ -244,7 +244,7 @@ driver_test!(freeing_memory_with_queued_work_is_a_sticky_illegal_address {
 
 static HOST_FREE_GATE: Gate = Gate::new();
 
-driver_test!(freeing_pinned_or_managed_memory_with_queued_work_is_an_illegal_address {
+child_test!(freeing_pinned_or_managed_memory_with_queued_work_is_an_illegal_address {
     setup();
     let stream = stream(NON_BLOCKING);
     let pinned = pinned_alloc(LEN);
@@ -258,7 +258,7 @@ driver_test!(freeing_pinned_or_managed_memory_with_queued_work_is_an_illegal_add
 
 static MANAGED_FREE_GATE: Gate = Gate::new();
 
-driver_test!(freeing_managed_memory_with_queued_work_is_an_illegal_address {
+child_test!(freeing_managed_memory_with_queued_work_is_an_illegal_address {
     setup();
     let stream = stream(NON_BLOCKING);
     let mut managed = 0;
@@ -289,7 +289,7 @@ fn a_fault_names_the_test_driver_and_the_operation_on_stderr() {
 
 static REUSE_GATE: Gate = Gate::new();
 
-driver_test!(immediate_pool_reuse_catches_a_consumer_racing_the_previous_owner
+child_test!(immediate_pool_reuse_catches_a_consumer_racing_the_previous_owner
     ["DEVBUF_CUDA_TEST_POOL_REUSE" = "immediate"] {
     setup();
     let (previous, next, consumer) = (stream(NON_BLOCKING), stream(NON_BLOCKING), stream(NON_BLOCKING));
@@ -311,7 +311,7 @@ driver_test!(immediate_pool_reuse_catches_a_consumer_racing_the_previous_owner
     REUSE_GATE.open();
 });
 
-driver_test!(a_consumer_that_waits_for_the_allocating_stream_is_fine_with_reuse
+child_test!(a_consumer_that_waits_for_the_allocating_stream_is_fine_with_reuse
     ["DEVBUF_CUDA_TEST_POOL_REUSE" = "immediate", "DEVBUF_CUDA_TEST_DELAY_US" = "20000"] {
     setup();
     let (previous, next, consumer) = (stream(NON_BLOCKING), stream(NON_BLOCKING), stream(NON_BLOCKING));
@@ -336,7 +336,7 @@ unsafe extern "C" fn note_reached(flag: *mut c_void) {
         .store(true, std::sync::atomic::Ordering::Release);
 }
 
-driver_test!(host_functions_run_in_stream_order ["DEVBUF_CUDA_TEST_DELAY_US" = "20000"] {
+child_test!(host_functions_run_in_stream_order ["DEVBUF_CUDA_TEST_DELAY_US" = "20000"] {
     setup();
     let stream = stream(NON_BLOCKING);
     let data = device_alloc(LEN);

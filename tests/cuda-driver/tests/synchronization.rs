@@ -27,7 +27,7 @@ fn open_later(gate: &'static Gate, delay: Duration) -> std::thread::JoinHandle<(
 // return once the pageable buffer has been copied to the staging memory for DMA transfer to
 // device memory, but the DMA to final destination may not have completed". NVIDIA's numba-cuda
 // `cudadrv/test_deallocations.py` frees right after such copies: the free must wait for them.
-driver_test!(a_free_right_after_a_synchronous_pageable_copy_waits_for_it
+child_test!(a_free_right_after_a_synchronous_pageable_copy_waits_for_it
     ["DEVBUF_CUDA_TEST_DELAY_US" = "50000"] {
     setup();
     let pageable = vec![7u8; LEN];
@@ -48,7 +48,7 @@ static SYNC_COPY_GATE: Gate = Gate::new();
 
 // "For transfers from pageable host memory to device memory, a stream sync is performed before
 // the copy is initiated."
-driver_test!(a_synchronous_copy_from_pageable_memory_syncs_its_stream_first {
+child_test!(a_synchronous_copy_from_pageable_memory_syncs_its_stream_first {
     setup();
     let data = device_alloc(LEN);
     let pageable = vec![1u8; LEN];
@@ -65,7 +65,7 @@ static HOST_COPY_GATE: Gate = Gate::new();
 
 // "For transfers from any host memory to any host memory, the function is fully synchronous with
 // respect to the host", for the asynchronous copies too.
-driver_test!(asynchronous_copies_between_host_memory_are_fully_synchronous {
+child_test!(asynchronous_copies_between_host_memory_are_fully_synchronous {
     setup();
     let stream = stream(NON_BLOCKING);
     let (source, destination) = (pinned_alloc(LEN), pinned_alloc(LEN));
@@ -90,7 +90,7 @@ driver_test!(asynchronous_copies_between_host_memory_are_fully_synchronous {
 // CU_CTX_SYNC_MEMOPS: "Ensures that synchronous memory operations initiated on this context will
 // always synchronize." Without it, a synchronous copy from pageable memory to the device returns
 // before the copy is done, and a synchronous fill of device memory is asynchronous.
-driver_test!(synchronous_memory_operations_always_synchronize_with_sync_memops
+child_test!(synchronous_memory_operations_always_synchronize_with_sync_memops
     ["DEVBUF_CUDA_TEST_DELAY_US" = "50000"] {
     const SYNC_MEMOPS: u32 = 0x80;
     init();
@@ -130,7 +130,7 @@ unsafe extern "C" fn calls_the_driver(_: *mut c_void) {
 // cuStreamAddCallback: "Callbacks must not make any CUDA API calls. Attempting to use a CUDA API
 // will result in CUDA_ERROR_NOT_PERMITTED." cuLaunchHostFunc: "The host function must not make any
 // CUDA API calls. Attempting to use a CUDA API may result in CUDA_ERROR_NOT_PERMITTED".
-driver_test!(host_functions_may_not_call_the_driver {
+child_test!(host_functions_may_not_call_the_driver {
     setup();
     let stream = stream(NON_BLOCKING);
     // SAFETY: the function is static and takes no data.

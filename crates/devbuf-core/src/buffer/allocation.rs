@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
 
-use super::{Buffer, Owner};
+use super::Owner;
 use crate::blocking::blocking;
 use crate::mr::{FreeAfter, MemoryResource};
 use crate::{Error, Event, ForeignQueue, MemKind, Queue, Result};
@@ -37,9 +37,9 @@ pub(super) struct PendingWork {
     pub(super) queue: Option<Arc<dyn Queue>>,
     /// Completes when the queue's work on the allocation (and everything before it) is done.
     pub(super) event: Event,
-    /// Sources of copies into the allocation enqueued without waiting: held until the copies
-    /// complete, so that dropping them never has to wait.
-    pub(super) sources: Vec<Buffer>,
+    /// The allocations of the sources of copies into this one enqueued without waiting: held
+    /// until the copies complete, so that dropping them never has to wait.
+    pub(super) sources: Vec<Arc<Allocation>>,
 }
 
 impl PendingWork {
@@ -174,7 +174,7 @@ pub(super) mod exported {
     /// Handed out; no other library can enqueue on the queues its queue knows of.
     pub const YES: u8 = 1;
     /// Handed out, and other libraries may enqueue work devbuf does not track on the queues its
-    /// queue knows of ([`crate::Queue::untracked_foreign_work`]).
+    /// queue knows of ([`crate::Interop::untracked_foreign_work`]).
     pub const WITH_FOREIGN_WORK: u8 = 2;
 }
 
@@ -189,7 +189,7 @@ impl Drop for Allocation {
         // the runtime's own free waits for their work, as it does for memory they allocated; a
         // wait for devbuf's queue there could also run on a thread of that queue's own host
         // task (dpnp releases its arrays from one) and never end.
-        let wait_device = exported && self.queue.wait_device_covers_every_queue();
+        let wait_device = exported && self.queue.interop().wait_device_covers_every_queue();
         // Memory that a command may still use is leaked when a wait fails: freeing it would be
         // worse.
         match &mut self.release {
@@ -311,7 +311,7 @@ pub(super) fn release_point(
     pending: &[PendingWork],
     exported: bool,
 ) -> Option<FreeAfter> {
-    let foreign = exported && !queue.wait_device_covers_every_queue();
+    let foreign = exported && !queue.interop().wait_device_covers_every_queue();
     if exported && !foreign && blocking(|| queue.wait_device()).is_err() {
         return None;
     }

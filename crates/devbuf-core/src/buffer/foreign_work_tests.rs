@@ -4,10 +4,18 @@
 //! where the device wait does not see every queue.
 
 use super::*;
+use crate::Event;
+use crate::interop::{
+    ConsumerOrder, ExportedHandle, ForeignObject, Holder, Interop, ProducerStream, ProducerWork,
+    StreamHandle,
+};
+use crate::ipc::IpcSharing;
 use crate::mr::{PoolOptions, PoolResource, QueueResource};
 use crate::{CompletedEvent, HostQueue};
+use dlpark::ffi::DLDevice;
 use std::any::Any;
 use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering;
 
 /// Host memory on a queue that says whether other libraries enqueue on it and whether its device
 /// wait sees every queue, counting what devbuf asks of it.
@@ -48,15 +56,43 @@ impl Queue for HandedOutQueue {
         self.device_waits.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
-    fn wait_device_covers_every_queue(&self) -> bool {
-        self.covers_every_queue
-    }
     fn record_event(&self) -> Result<Event> {
         Ok(Event::new(CompletedEvent))
     }
     fn wait_event(&self, _event: &Event) -> Result<()> {
         self.event_waits.fetch_add(1, Ordering::SeqCst);
         Ok(())
+    }
+    fn kind_of(&self, ptr: *const u8) -> MemKind {
+        self.host.kind_of(ptr)
+    }
+    fn interop(&self) -> &dyn Interop {
+        self
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// The host queue's answers, but for the ordering with other libraries' work under test.
+impl Interop for HandedOutQueue {
+    fn dlpack_device(&self, kind: MemKind) -> DLDevice {
+        self.host.dlpack_device(kind)
+    }
+    fn dlpack_export_refusal(&self) -> Option<String> {
+        None
+    }
+    fn holder_of(&self, ptr: *const u8) -> Result<Holder> {
+        self.host.holder_of(ptr)
+    }
+    fn native_stream(&self) -> Option<StreamHandle> {
+        None
+    }
+    fn dlpack_work_stream(&self) -> Option<usize> {
+        None
+    }
+    fn export_handle(&self) -> Option<ExportedHandle> {
+        None
     }
     fn untracked_foreign_work(&self) -> bool {
         self.foreign_work
@@ -69,14 +105,28 @@ impl Queue for HandedOutQueue {
         self.fences.fetch_add(1, Ordering::SeqCst);
         Ok(Some(Event::new(CompletedEvent)))
     }
-    fn kind_of(&self, ptr: *const u8) -> MemKind {
-        self.host.kind_of(ptr)
+    fn handed_out_event(&self) -> Result<Event> {
+        self.record_event()
     }
-    fn dlpack_device(&self, kind: MemKind) -> dlpark::ffi::DLDevice {
-        self.host.dlpack_device(kind)
+    fn wait_device_covers_every_queue(&self) -> bool {
+        self.covers_every_queue
     }
-    fn as_any(&self) -> &dyn Any {
-        self
+    unsafe fn dlpack_consumer(
+        &self,
+        _device: DLDevice,
+        _stream: &ForeignObject<'_>,
+    ) -> Option<Result<ConsumerOrder>> {
+        None
+    }
+    unsafe fn order_after_producer(
+        &self,
+        _stream: ProducerStream<'_>,
+        _sync: bool,
+    ) -> Result<ProducerWork> {
+        Ok(ProducerWork::default())
+    }
+    fn ipc(&self) -> Result<&dyn IpcSharing> {
+        self.host.ipc()
     }
 }
 

@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use super::{Buffer, reaches, record_enqueued};
+use super::Buffer;
+use super::ordering::record_enqueued;
+use super::transfer::reaches;
 use crate::{Error, Event, Queue, Result};
 
 impl Buffer {

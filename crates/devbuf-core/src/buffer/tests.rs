@@ -1,6 +1,7 @@
 //! Pending-work tracking is plain state: these tests drive it with a queue whose events only
 //! complete when the queue is waited on, standing in for an asynchronous runtime.
 use super::*;
+use crate::{Event, ForeignQueue};
 use crate::{HostQueue, QueueEvent};
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -124,8 +125,9 @@ impl Queue for DeferredQueue {
     fn kind_of(&self, ptr: *const u8) -> MemKind {
         self.host.kind_of(ptr)
     }
-    fn dlpack_device(&self, kind: MemKind) -> dlpark::ffi::DLDevice {
-        self.host.dlpack_device(kind)
+    /// The host queue's: nothing here is handed to other libraries.
+    fn interop(&self) -> &dyn crate::Interop {
+        &self.host
     }
     fn as_any(&self) -> &dyn Any {
         self
@@ -450,19 +452,23 @@ fn a_pending_copy_holds_its_source_so_dropping_the_source_does_not_wait() {
 
 #[test]
 fn waits_before_a_release_run_through_the_blocking_hook() {
-    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    // The hook is the process's: count this thread's calls only, not those of the tests that
+    // run beside this one.
+    thread_local! {
+        static CALLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
     fn counting(run: &mut dyn FnMut()) {
-        CALLS.fetch_add(1, Ordering::SeqCst);
+        CALLS.with(|calls| calls.set(calls.get() + 1));
         run();
     }
     crate::set_blocking_hook(counting);
     let (_, qa) = deferred("a");
     drop(Buffer::alloc(&qa, MemKind::Device, 8).unwrap());
-    assert_eq!(CALLS.load(Ordering::SeqCst), 0);
+    assert_eq!(CALLS.with(std::cell::Cell::get), 0);
     let busy = Buffer::alloc(&qa, MemKind::Device, 8).unwrap();
     busy.enqueue_fill(1).unwrap();
     drop(busy);
-    assert_eq!(CALLS.load(Ordering::SeqCst), 1);
+    assert_eq!(CALLS.with(std::cell::Cell::get), 1);
 }
 
 #[test]

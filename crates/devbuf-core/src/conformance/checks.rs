@@ -1,17 +1,16 @@
 //! The checks every backend must pass: allocation of each kind, alignment, copies and fills,
-//! ordering of release after enqueued work, pointer classification, foreign memory and its
-//! deleters, sub-views, threads, allocation failure, events, and copies across backends.
+//! ordering of release after enqueued work, pointer classification, sub-views, threads,
+//! allocation failure, events, and copies across backends (what imports rely on is in
+//! [`super::imports`]).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::{
-    CheckResult, Outcome, alloc, ctx, expect_bytes, for_each_kind, outcome, pattern, pooled,
-    supported_kinds,
+use super::imports;
+use super::kit::{
+    Check, CheckResult, Outcome, alloc, allocate, ctx, expect_bytes, for_each_kind, outcome,
+    pattern, supported_kinds,
 };
-use crate::extent::{Holder, check_extent};
-use crate::interface::ForeignLayout;
-use crate::{Buffer, DEFAULT_ALIGNMENT, DType, Error, HostQueue, Layout, MemKind, Owner, Queue};
+use crate::{Buffer, DEFAULT_ALIGNMENT, Error, HostQueue, MemKind, Queue};
 
 pub(super) fn alloc_each_kind(queue: &Arc<dyn Queue>) -> Outcome {
     let unsupported: Vec<_> = MemKind::ALLOCATABLE
@@ -19,7 +18,7 @@ pub(super) fn alloc_each_kind(queue: &Arc<dyn Queue>) -> Outcome {
         .filter(|&kind| !queue.supports(kind))
         .collect();
     for kind in unsupported {
-        if pooled::alloc(queue, kind, 64, DEFAULT_ALIGNMENT).is_ok() {
+        if allocate(queue, kind, 64, DEFAULT_ALIGNMENT).is_ok() {
             return Outcome::Fail(format!(
                 "{kind} is not supported, yet allocating it succeeded"
             ));
@@ -40,7 +39,7 @@ pub(super) fn alignment_honoured(queue: &Arc<dyn Queue>) -> Outcome {
     for_each_kind(queue, |kind| {
         for align in [1, 8, 64, 256, 4096] {
             for len in [1, 100, 4097] {
-                let buffer = ctx(pooled::alloc(queue, kind, len, align), || {
+                let buffer = ctx(allocate(queue, kind, len, align), || {
                     format!("allocating {len} bytes of {kind} aligned to {align}")
                 })?;
                 if !(buffer.ptr() as usize).is_multiple_of(align) {
@@ -144,144 +143,6 @@ pub(super) fn classifies_own_pointers(queue: &Arc<dyn Queue>) -> Outcome {
     })
 }
 
-pub(super) fn classifies_foreign_pointers(queue: &Arc<dyn Queue>) -> Outcome {
-    let on_stack = [0u8; 64];
-    let on_heap = vec![0u8; 4096];
-    let mut misclassified = vec![];
-    for (what, ptr) in [
-        ("a stack pointer", on_stack.as_ptr()),
-        ("a heap pointer", on_heap.as_ptr()),
-        ("the null pointer", std::ptr::null()),
-    ] {
-        let kind = queue.kind_of(ptr);
-        if kind != MemKind::Unknown {
-            misclassified.push(format!("{what} classified as {kind}"));
-        }
-    }
-    if queue.device().backend != crate::host::HOST {
-        // Another backend's allocations are foreign to this queue.
-        let host = HostQueue::shared();
-        let other = Buffer::alloc(&host, MemKind::Device, 64).expect("host allocation");
-        let kind = queue.kind_of(other.ptr());
-        if kind != MemKind::Unknown {
-            misclassified.push(format!("a host-backend allocation classified as {kind}"));
-        }
-    }
-    if misclassified.is_empty() {
-        Outcome::Pass
-    } else {
-        Outcome::Fail(misclassified.join("; "))
-    }
-}
-
-/// The queue answers which allocation holds a pointer into its own memory (what an import checks
-/// a descriptor's whole extent against): the allocation, covering the buffer, or at least the
-/// kind; and where it names the allocation, a span one byte past its end is refused.
-pub(super) fn bounds_own_allocations(queue: &Arc<dyn Queue>) -> Outcome {
-    for_each_kind(queue, |kind| {
-        let buffer = alloc(queue, kind, 4096)?;
-        let base = buffer.ptr() as usize;
-        let holder = |address: usize| {
-            ctx(queue.holder_of(address as *const u8), || {
-                format!("asking which allocation holds {address:#x}")
-            })
-        };
-        for offset in [0, 1, 2048, 4095] {
-            match holder(base + offset)? {
-                Holder::Allocation { kind: found, range }
-                    if found == kind && range.start <= base && base + 4096 <= range.end => {}
-                Holder::Unbounded { kind: found, .. } if found == kind => {}
-                other => {
-                    return Err(format!(
-                        "the {kind} allocation at {base:#x} (+{offset}) is held by {other:?}"
-                    ));
-                }
-            }
-        }
-        let Holder::Allocation { range, .. } = holder(base)? else {
-            return Ok(());
-        };
-        let span = |len: usize| ForeignLayout {
-            base,
-            len,
-            layout: Layout::contiguous(DType::UINT8, &[len], 0).expect("a byte layout"),
-        };
-        let fits = range.end - base;
-        match check_extent(&**queue, &span(fits), "data") {
-            Ok(found) if found == kind => {}
-            other => {
-                return Err(format!(
-                    "{fits} bytes up to the allocation's end: {other:?}"
-                ));
-            }
-        }
-        if check_extent(&**queue, &span(fits + 1), "data").is_ok() {
-            return Err(format!(
-                "{} bytes at {base:#x} were accepted, one past the allocation {range:?}",
-                fits + 1
-            ));
-        }
-        Ok(())
-    })
-}
-
-pub(super) fn deleter_runs_once(queue: &Arc<dyn Queue>) -> Outcome {
-    outcome((|| {
-        let runs = Arc::new(AtomicUsize::new(0));
-        let mut memory = pattern(256, 3).into_boxed_slice();
-        let ptr = memory.as_mut_ptr();
-        let counter = Arc::clone(&runs);
-        // SAFETY: `memory` is leaked into the deleter, which frees it once; it stays valid until then.
-        let foreign = unsafe {
-            Buffer::from_foreign(
-                Arc::clone(queue),
-                ptr,
-                256,
-                MemKind::Unknown,
-                Owner::deleter(move || {
-                    drop(memory);
-                    counter.fetch_add(1, Ordering::SeqCst);
-                }),
-            )
-        };
-        if foreign.is_owned() {
-            return Err("a foreign buffer reports itself as owned".into());
-        }
-        let clone = foreign.clone();
-        let part = ctx(foreign.slice(16..48), || "slicing".into())?;
-        expect_bytes(&part, &pattern(256, 3)[16..48], "foreign sub-view")?;
-        drop(foreign);
-        drop(clone);
-        if runs.load(Ordering::SeqCst) != 0 {
-            return Err("the deleter ran while a sub-view was alive".into());
-        }
-        drop(part);
-        match runs.load(Ordering::SeqCst) {
-            1 => {}
-            n => return Err(format!("the deleter ran {n} times after the last view")),
-        }
-        // A keep-alive owner is released with the last view too.
-        let owner = Arc::new(());
-        let mut memory = vec![0u8; 16];
-        // SAFETY: `memory` outlives the buffer, which is dropped below.
-        let kept = unsafe {
-            Buffer::from_foreign(
-                Arc::clone(queue),
-                memory.as_mut_ptr(),
-                16,
-                MemKind::Unknown,
-                Owner::keep_alive(Arc::clone(&owner)),
-            )
-        };
-        let strong = Arc::strong_count(&owner);
-        drop(kept);
-        if strong != 2 || Arc::strong_count(&owner) != 1 {
-            return Err("a keep-alive owner was not held exactly as long as its buffer".into());
-        }
-        Ok(())
-    })())
-}
-
 pub(super) fn subview_keeps_parent_alive(queue: &Arc<dyn Queue>) -> Outcome {
     for_each_kind(queue, |kind| {
         let bytes = pattern(8192, 5);
@@ -342,7 +203,7 @@ pub(super) fn threads_allocate_copy_free(queue: &Arc<dyn Queue>) -> Outcome {
 
 pub(super) fn impossible_allocation_fails(queue: &Arc<dyn Queue>) -> Outcome {
     for_each_kind(queue, |kind| {
-        match pooled::alloc(queue, kind, 1 << 60, DEFAULT_ALIGNMENT) {
+        match allocate(queue, kind, 1 << 60, DEFAULT_ALIGNMENT) {
             Ok(_) => Err(format!("a 2^60-byte {kind} allocation succeeded")),
             Err(Error::OutOfMemory { .. }) => Ok(()),
             Err(other) => Err(format!(
@@ -386,10 +247,11 @@ pub(super) fn events_order_work(queue: &Arc<dyn Queue>) -> Outcome {
 /// view and its next copy on another queue (the host backend's). A queue that says no other
 /// library can enqueue on it must hand out no handle to it.
 pub(super) fn consumer_work_on_handed_out_memory_comes_first(queue: &Arc<dyn Queue>) -> Outcome {
-    if !queue.untracked_foreign_work() {
-        let handed_out = queue.native_stream().is_some()
-            || queue.dlpack_work_stream().is_some()
-            || queue.export_handle().is_some();
+    let interop = queue.interop();
+    if !interop.untracked_foreign_work() {
+        let handed_out = interop.native_stream().is_some()
+            || interop.dlpack_work_stream().is_some()
+            || interop.export_handle().is_some();
         return match handed_out {
             false => Outcome::Pass,
             true => Outcome::Fail(
@@ -467,3 +329,67 @@ pub(super) fn copies_across_backends(queue: &Arc<dyn Queue>) -> Outcome {
         )
     })
 }
+
+/// The device operations' checks.
+pub(super) const DEVICE: &[Check] = &[
+    Check {
+        name: "alloc",
+        run: alloc_each_kind,
+    },
+    Check {
+        name: "align",
+        run: alignment_honoured,
+    },
+    Check {
+        name: "copy",
+        run: copy_round_trips,
+    },
+    Check {
+        name: "fill",
+        run: fill_patterns,
+    },
+    Check {
+        name: "busy_free",
+        run: release_waits_for_enqueued_work,
+    },
+    Check {
+        name: "kind_of",
+        run: classifies_own_pointers,
+    },
+    Check {
+        name: "foreign",
+        run: imports::classifies_foreign_pointers,
+    },
+    Check {
+        name: "extent",
+        run: imports::bounds_own_allocations,
+    },
+    Check {
+        name: "deleter",
+        run: imports::deleter_runs_once,
+    },
+    Check {
+        name: "subview",
+        run: subview_keeps_parent_alive,
+    },
+    Check {
+        name: "threads",
+        run: threads_allocate_copy_free,
+    },
+    Check {
+        name: "oom",
+        run: impossible_allocation_fails,
+    },
+    Check {
+        name: "events",
+        run: events_order_work,
+    },
+    Check {
+        name: "cross",
+        run: copies_across_backends,
+    },
+    Check {
+        name: "handed_out",
+        run: consumer_work_on_handed_out_memory_comes_first,
+    },
+];

@@ -2,109 +2,26 @@
 //!
 //! Backends run it from their tests with [`conformance_tests!`](crate::conformance_tests) (one
 //! `#[test]` per check) and `ci/matrix` runs [`run_all`] for every backend present. The last
-//! checks run the kit again through a memory pool, and check the pool's own promises.
+//! checks ask the queue's exchange half ([`crate::Interop`]) and hold its answers against each
+//! other and against the device half, and run the kit again through each memory resource adaptor
+//! (pool, limiting, statistics, tracking), checking the pool's own promises too.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
+mod adaptors;
 mod checks;
-mod pooled;
+mod imports;
+mod interop;
+mod kit;
 
-use crate::{Buffer, DEFAULT_ALIGNMENT, MemKind, Queue};
+pub use kit::{Check, Outcome, pattern, run_one};
 
-/// The result of one check.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// The backend behaved as the model requires.
-    Pass,
-    /// It did not: what went wrong.
-    Fail(String),
-    /// The check does not apply to this device: why (a kind it lacks...).
-    Skip(String),
-}
+use crate::Queue;
 
-/// One check of the kit.
-pub struct Check {
-    /// The check's name, a column of the conformance matrix.
-    pub name: &'static str,
-    /// Runs the check on a queue.
-    pub run: fn(&Arc<dyn Queue>) -> Outcome,
-}
-
-/// Every check, in the order the matrix prints them.
-pub const CHECKS: &[Check] = &[
-    Check {
-        name: "alloc",
-        run: checks::alloc_each_kind,
-    },
-    Check {
-        name: "align",
-        run: checks::alignment_honoured,
-    },
-    Check {
-        name: "copy",
-        run: checks::copy_round_trips,
-    },
-    Check {
-        name: "fill",
-        run: checks::fill_patterns,
-    },
-    Check {
-        name: "busy_free",
-        run: checks::release_waits_for_enqueued_work,
-    },
-    Check {
-        name: "kind_of",
-        run: checks::classifies_own_pointers,
-    },
-    Check {
-        name: "foreign",
-        run: checks::classifies_foreign_pointers,
-    },
-    Check {
-        name: "extent",
-        run: checks::bounds_own_allocations,
-    },
-    Check {
-        name: "deleter",
-        run: checks::deleter_runs_once,
-    },
-    Check {
-        name: "subview",
-        run: checks::subview_keeps_parent_alive,
-    },
-    Check {
-        name: "threads",
-        run: checks::threads_allocate_copy_free,
-    },
-    Check {
-        name: "oom",
-        run: checks::impossible_allocation_fails,
-    },
-    Check {
-        name: "events",
-        run: checks::events_order_work,
-    },
-    Check {
-        name: "cross",
-        run: checks::copies_across_backends,
-    },
-    Check {
-        name: "handed_out",
-        run: checks::consumer_work_on_handed_out_memory_comes_first,
-    },
-    Check {
-        name: "pool_export",
-        run: pooled::exported_block_is_not_reused,
-    },
-    Check {
-        name: "pool_busy",
-        run: pooled::busy_block_is_reused_after_its_work,
-    },
-    Check {
-        name: "pooled",
-        run: pooled::every_check_through_a_pool,
-    },
-];
+/// Every check, in the order the matrix prints them: the device operations, the exchange
+/// answers, then the memory resources around the queue.
+pub static CHECKS: LazyLock<Vec<Check>> =
+    LazyLock::new(|| [checks::DEVICE, interop::INTEROP, adaptors::ADAPTORS].concat());
 
 /// Runs every check against `queue`.
 pub fn run_all(queue: &Arc<dyn Queue>) -> Vec<(&'static str, Outcome)> {
@@ -112,20 +29,6 @@ pub fn run_all(queue: &Arc<dyn Queue>) -> Vec<(&'static str, Outcome)> {
         .iter()
         .map(|check| (check.name, run_one(check, queue)))
         .collect()
-}
-
-/// Runs one check; a panic inside it is a failure, not a crash of the whole kit.
-pub fn run_one(check: &Check, queue: &Arc<dyn Queue>) -> Outcome {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (check.run)(queue))).unwrap_or_else(
-        |panic| {
-            let message = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            Outcome::Fail(format!("panicked: {message}"))
-        },
-    )
 }
 
 /// Runs the check named `name` for a test of `backend`: panics on failure; on a skip, prints the
@@ -165,7 +68,8 @@ macro_rules! conformance_tests {
     ($backend:literal, $queue:expr) => {
         $crate::conformance_tests!(@tests $backend, $queue;
             alloc align copy fill busy_free kind_of foreign extent deleter subview threads oom events cross
-            handed_out pool_export pool_busy pooled);
+            handed_out interop_memory interop_handles interop_streams pool_export pool_busy
+            adaptors);
     };
     (@tests $backend:literal, $queue:expr; $($name:ident)*) => {
         $(
@@ -177,81 +81,10 @@ macro_rules! conformance_tests {
     };
 }
 
-type CheckResult = Result<(), String>;
-
-fn outcome(result: CheckResult) -> Outcome {
-    match result {
-        Ok(()) => Outcome::Pass,
-        Err(why) => Outcome::Fail(why),
-    }
-}
-
-fn supported_kinds(queue: &Arc<dyn Queue>) -> Result<Vec<MemKind>, Outcome> {
-    let kinds: Vec<_> = MemKind::ALLOCATABLE
-        .into_iter()
-        .filter(|&kind| queue.supports(kind))
-        .collect();
-    if kinds.is_empty() {
-        let why = queue
-            .device()
-            .unusable_reason
-            .clone()
-            .unwrap_or_else(|| "the device supports no allocatable kind".into());
-        return Err(Outcome::Skip(why));
-    }
-    Ok(kinds)
-}
-
-/// Runs `body` for each supported kind, skipping when there is none.
-fn for_each_kind(queue: &Arc<dyn Queue>, body: impl Fn(MemKind) -> CheckResult) -> Outcome {
-    match supported_kinds(queue) {
-        Ok(kinds) => outcome(kinds.into_iter().try_for_each(body)),
-        Err(skip) => skip,
-    }
-}
-
-/// A byte pattern that differs between offsets and seeds, so misplaced bytes are caught.
-pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            (i as u32)
-                .wrapping_mul(31)
-                .wrapping_add(seed as u32 * 7 + (i >> 8) as u32) as u8
-        })
-        .collect()
-}
-
-fn ctx<T>(result: crate::Result<T>, what: impl FnOnce() -> String) -> Result<T, String> {
-    result.map_err(|err| format!("{}: {err}", what()))
-}
-
-fn alloc(queue: &Arc<dyn Queue>, kind: MemKind, len: usize) -> Result<Buffer, String> {
-    ctx(pooled::alloc(queue, kind, len, DEFAULT_ALIGNMENT), || {
-        format!("allocating {len} bytes of {kind}")
-    })
-}
-
-fn expect_bytes(buffer: &Buffer, expected: &[u8], what: &str) -> CheckResult {
-    let actual = ctx(buffer.to_vec(), || format!("reading back {what}"))?;
-    if actual != expected {
-        let at = actual
-            .iter()
-            .zip(expected)
-            .position(|(a, b)| a != b)
-            .unwrap_or(0);
-        return Err(format!(
-            "{what}: byte {at} is {:?}, expected {:?}",
-            actual.get(at),
-            expected.get(at)
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::HostQueue;
+    use crate::{Buffer, HostQueue, MemKind};
 
     crate::conformance_tests!("host", Ok::<Arc<dyn Queue>, String>(HostQueue::shared()));
 

@@ -84,7 +84,7 @@ pub enum FreeAfter {
     /// Work on the resource's queue, done once the event has completed.
     Event(Event),
     /// Work of other libraries that were given the memory, on queues devbuf cannot wait for
-    /// ([`Queue::wait_device_covers_every_queue`] is false): only the runtime's own free waits for
+    /// ([`crate::Interop::wait_device_covers_every_queue`] is false): only the runtime's own free waits for
     /// it, so the memory goes back to the runtime and is never handed out by devbuf again.
     ForeignWork,
 }

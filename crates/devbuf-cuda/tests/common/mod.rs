@@ -5,8 +5,11 @@
 
 #![allow(dead_code)]
 
+#[path = "../../../../tests/child_process.rs"]
+pub mod child;
+
 use std::ffi::c_void;
-use std::process::Command;
+use std::process::Output;
 use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,15 +19,9 @@ use cudarc::driver::sys::{self, CUcontext, CUresult, CUstream};
 use devbuf_core::{Backend, Queue};
 use devbuf_cuda::{CudaBackend, CudaQueue};
 
-const CHILD: &str = "DEVBUF_CUDA_TEST_CHILD";
-
-/// Whether this process is the child that runs a test's body.
-pub fn is_child() -> bool {
-    std::env::var_os(CHILD).is_some()
-}
-
-/// Whether CUDA can be used here; prints why not (and fails when `DEVBUF_REQUIRE` lists cuda).
-pub fn cuda_available(test: &str) -> bool {
+/// Whether a child-process test may run: where CUDA can be used; prints why not (and fails when
+/// `DEVBUF_REQUIRE` lists cuda).
+pub fn may_run(test: &str) -> bool {
     match CudaBackend.availability() {
         devbuf_core::Availability::Available => true,
         devbuf_core::Availability::Unavailable(why) => {
@@ -41,37 +38,10 @@ pub fn cuda_available(test: &str) -> bool {
     }
 }
 
-/// Runs test `name` alone in a child process with `variables` set; panics with its output when
-/// it fails.
-pub fn run_child(name: &str, variables: &[(&str, &str)]) {
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .envs(variables.iter().copied())
-        .output()
-        .expect("running the test in a child process");
-    assert!(
-        output.status.success(),
-        "{name} failed in its child process ({}):\n{}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-/// Declares a test whose body runs in a child process with the given environment.
-#[macro_export]
-macro_rules! child_test {
-    ($name:ident $([$($key:literal = $value:literal),* $(,)?])? $body:block) => {
-        #[test]
-        fn $name() {
-            if common::is_child() {
-                $body
-            } else if common::cuda_available(stringify!($name)) {
-                common::run_child(stringify!($name), &[$($(($key, $value)),*)?]);
-            }
-        }
-    };
+/// Runs test `name` alone in a child process with `variables` set, on the driver the loader
+/// finds (the test driver's, where ci/test puts it on `LD_LIBRARY_PATH`).
+pub fn run_child(name: &str, variables: &[(&str, &str)]) -> Output {
+    child::output(child::command(name, variables))
 }
 
 /// Device `ordinal`'s shared queue.

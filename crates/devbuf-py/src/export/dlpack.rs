@@ -18,7 +18,7 @@ use crate::objects::array::PyArray;
 
 fn own_dlpack_device(this: &PyArray) -> DLDevice {
     let buffer = this.array.buffer();
-    buffer.queue().dlpack_device(buffer.kind())
+    buffer.queue().interop().dlpack_device(buffer.kind())
 }
 
 pub(crate) fn dlpack_device<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {

@@ -252,7 +252,8 @@ unsafe extern "C" fn managed_tensor_allocator(
             let queue = devbuf::queue_for_dlpack_device(device).map_err(error)?;
             let buffer = Buffer::alloc(&queue, kind, layout.nbytes()).map_err(error)?;
             let array = Array::new(buffer, layout).map_err(error)?;
-            let template = DlpackTemplate::new(&array, queue.dlpack_device(kind)).map_err(error)?;
+            let template =
+                DlpackTemplate::new(&array, queue.interop().dlpack_device(kind)).map_err(error)?;
             let tensor = dlpack::export::<DLManagedTensorVersioned>(
                 &array,
                 template,
@@ -299,7 +300,12 @@ unsafe extern "C" fn current_work_stream(
                 device_id,
             },
         )?;
-        let stream = queue.get().queue.dlpack_work_stream().unwrap_or(0);
+        let stream = queue
+            .get()
+            .queue
+            .interop()
+            .dlpack_work_stream()
+            .unwrap_or(0);
         // SAFETY: `out_current_stream` is writable (caller).
         unsafe { *out_current_stream = stream as *mut c_void };
         Ok(())

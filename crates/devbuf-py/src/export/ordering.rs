@@ -5,8 +5,8 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use devbuf::ForeignObject;
 use devbuf::dlpark::ffi::{DLDevice, DLDeviceType};
+use devbuf::{ForeignObject, StreamHandle};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -32,7 +32,7 @@ pub fn set_cai_export_stream(enabled: bool) {
 
 /// The `stream` entry of a CAI export: the stream a consumer must synchronize with to see all
 /// pending work on the memory, or None. The backend numbers it as the protocols do
-/// (`Queue::native_stream`).
+/// (`Interop::native_stream`).
 pub(crate) fn cai_export_stream(this: &PyArray) -> devbuf::Result<Option<usize>> {
     if !cai_export_stream_flag().load(Ordering::Relaxed) {
         return Ok(None);
@@ -40,7 +40,8 @@ pub(crate) fn cai_export_stream(this: &PyArray) -> devbuf::Result<Option<usize>>
     let buffer = this.array.buffer();
     Ok(buffer
         .sync_queue(buffer.queue())?
-        .and_then(|queue| queue.native_stream()))
+        .and_then(|queue| queue.interop().native_stream())
+        .map(StreamHandle::get))
 }
 
 /// Readies memory for a zero-copy DLPack export to `device`, per the consumer's `stream`
@@ -56,11 +57,11 @@ pub(crate) fn prepare_dlpack_export(
 ) -> PyResult<()> {
     let stream = stream.filter(|s| !s.is_none());
     let buffer = this.array.buffer();
-    let home = buffer.queue();
     // SAFETY: the consumer passed `stream` to name one of its live streams or queues (DLPack's
     // contract); `ask` holds the object a handle was read from.
-    let order =
-        |stream: &ForeignObject<'_>| unsafe { home.order_dlpack_export(buffer, device, stream) };
+    let order = |stream: &ForeignObject<'_>| unsafe {
+        devbuf::exchange::order_dlpack_export(buffer, device, stream)
+    };
     // No stream (the common case) needs no Python object read.
     let handled = match stream {
         None => order(&ForeignObject::Nothing),

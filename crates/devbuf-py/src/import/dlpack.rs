@@ -4,7 +4,6 @@
 
 use std::ffi::CStr;
 use std::ptr::NonNull;
-use std::sync::Arc;
 
 use devbuf::dlpack::ManagedTensor;
 use devbuf::dlpark::ffi::{
@@ -80,7 +79,9 @@ pub(crate) fn import_dlpack<'py>(
     };
     // When the producer ordered our queue after its work, host views must wait for it too.
     let ordered = match (&announced, &stream) {
-        (Some((_, queue)), Some(_)) if sync => Arc::clone(&queue.get().queue).as_foreign_queue(),
+        (Some((_, queue)), Some(_)) if sync => {
+            devbuf::exchange::as_foreign_queue(&queue.get().queue)
+        }
         _ => None,
     };
     let kwargs = PyDict::new(py);

@@ -1,7 +1,8 @@
 //! The dictionary protocols: `__sycl_usm_array_interface__` and `__cuda_array_interface__`.
 
-use devbuf::Owner;
 use devbuf::interface::{self, InterfaceDict};
+use devbuf::interop::ProducerStream;
+use devbuf::{ForeignObject, Owner};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
@@ -190,10 +191,13 @@ pub(crate) fn import_cai<'py>(
         Owner::keep_alive(obj.clone().unbind()),
         "data",
     )?;
+    let stream = match stream {
+        Some(value) => ForeignObject::Int(value),
+        None => ForeignObject::Nothing,
+    };
     ordering::order_after_producer_stream(
         array.get().array.buffer(),
-        devbuf::Protocol::Cai,
-        stream,
+        ProducerStream::CaiEntry(stream),
         sync,
     )?;
     Ok(array)

@@ -4,7 +4,8 @@
 
 use std::ffi::{c_int, c_void};
 
-use devbuf::{Buffer, Protocol};
+use devbuf::Buffer;
+use devbuf::interop::ProducerStream;
 use pyo3::prelude::*;
 
 use crate::errors::IntoPyResult;
@@ -12,7 +13,7 @@ use crate::objects::foreign_objects;
 use crate::objects::queue::PyQueue;
 
 /// The `stream` argument a consumer on `queue` passes to a producer's `__dlpack__`: its native
-/// stream, numbered as the protocols do (`Queue::native_stream`; -1, no ordering, without
+/// stream, numbered as the protocols do (`Interop::native_stream`; -1, no ordering, without
 /// `sync`), its SYCL queue as a `dpctl.SyclQueue` (None without `sync`), or None for queues with
 /// neither.
 pub(crate) fn consumer_stream_argument<'py>(
@@ -20,8 +21,8 @@ pub(crate) fn consumer_stream_argument<'py>(
     queue: &PyQueue,
     sync: bool,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
-    if let Some(stream) = queue.queue.native_stream() {
-        let stream = if sync { stream as i64 } else { -1 };
+    if let Some(stream) = queue.queue.interop().native_stream() {
+        let stream = if sync { stream.get() as i64 } else { -1 };
         return Ok(Some(stream.into_pyobject(py)?.into_any()));
     }
     if !sync {
@@ -32,39 +33,35 @@ pub(crate) fn consumer_stream_argument<'py>(
 
 /// After a no-sync DLPack export (the C exchange table), orders later work on `buffer` (just
 /// imported) after the producer's current work stream, which `current_work_stream` writes out.
-/// Only queues with native streams need it; the handle has CAI's meaning.
+/// Only queues with native streams need it; the memory's backend reads the handle.
 pub(crate) fn order_after_producer(
     py: Python<'_>,
     buffer: &Buffer,
     current_work_stream: impl FnOnce(*mut *mut c_void) -> c_int,
 ) -> PyResult<()> {
-    if buffer.queue().native_stream().is_none() {
+    if buffer.queue().interop().native_stream().is_none() {
         return Ok(());
     }
     let mut stream: *mut c_void = std::ptr::null_mut();
     if current_work_stream(&mut stream) != 0 {
         return Err(PyErr::fetch(py));
     }
-    // A NULL current stream is the legacy default stream, which the protocols call 1.
-    let stream = if stream.is_null() { 1 } else { stream as i64 };
-    order_after_producer_stream(buffer, Protocol::Cai, Some(stream), true)
+    order_after_producer_stream(
+        buffer,
+        ProducerStream::ExchangeWorkStream(stream as usize),
+        true,
+    )
 }
 
-/// The consumer's rule of `protocol` for `buffer`, just imported: when the producer names a
-/// stream (or none: `None`), later work on the buffer waits for it without blocking the host,
-/// unless `sync` is off; the memory's backend applies it (releasing the GIL if it waits).
+/// The consumer's rule for `buffer`, just imported: when the producer names a stream (in the
+/// form its protocol gives), later work on the buffer waits for it without blocking the host,
+/// unless `sync` is off; the memory's backend reads the stream (releasing the GIL if it waits).
 pub(crate) fn order_after_producer_stream(
     buffer: &Buffer,
-    protocol: Protocol,
-    stream: Option<i64>,
+    stream: ProducerStream<'_>,
     sync: bool,
 ) -> PyResult<()> {
     // SAFETY: a producer's `stream` names one of its live streams, alive while the data is used
     // (the protocol's contract).
-    let ordered = unsafe {
-        buffer
-            .queue()
-            .order_after_producer_stream(buffer, protocol, stream, sync)
-    };
-    ordered.py()
+    unsafe { devbuf::exchange::order_after_producer(buffer, stream, sync) }.py()
 }

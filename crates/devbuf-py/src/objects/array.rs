@@ -94,12 +94,12 @@ impl PyArray {
     pub(crate) fn dlpack(&self) -> &DlpackExport {
         self.dlpack.get_or_init(|| {
             let buffer = self.array.buffer();
-            let device = buffer.queue().dlpack_device(buffer.kind());
+            let device = buffer.queue().interop().dlpack_device(buffer.kind());
             Box::new(DlpackExport {
                 template: DlpackTemplate::new(&self.array, device).map_err(|err| err.to_string()),
                 refusal: devbuf::dlpack::pointer_refusal(device)
                     .map(String::from)
-                    .or_else(|| buffer.queue().dlpack_export_refusal()),
+                    .or_else(|| buffer.queue().interop().dlpack_export_refusal()),
             })
         })
     }

@@ -13,7 +13,6 @@ use pyo3::sync::PyOnceLock;
 
 use crate::errors::IntoPyResult;
 use crate::objects::device::PyDevice;
-use crate::objects::foreign_objects::resolve_queue;
 use crate::objects::queue::{PyQueue, shared_queue};
 
 /// A default device's queue and why it is the default.
@@ -110,18 +109,4 @@ pub fn default_device(py: Python<'_>) -> PyResult<Py<PyDevice>> {
 #[pyfunction]
 pub fn _default_device_reason(py: Python<'_>) -> PyResult<String> {
     current_default_with_reason(py).map(|(_, reason)| reason)
-}
-
-/// Sets the default device of every thread (a selector, a Device, a Queue or a
-/// `dpctl.SyclQueue`); `None` goes back to devbuf's choice. Returns the previous setting, or None.
-/// Inside a `with devbuf.Device(...)` block that block's device still wins on its thread.
-#[pyfunction]
-#[pyo3(signature = (device, /))]
-pub fn set_default_device(
-    py: Python<'_>,
-    device: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Option<Py<PyDevice>>> {
-    let queue = device.map(|d| resolve_queue(py, Some(d))).transpose()?;
-    let previous = set_process_default(py, queue);
-    Ok(previous.map(|q| q.get().device.clone_ref(py)))
 }

@@ -36,7 +36,8 @@ enum Held<'py> {
     Nothing,
     Int(i64),
     Text(Bound<'py, PyString>),
-    Queue(Arc<dyn Queue>),
+    /// A devbuf queue, and the queue as the libraries it was handed to see it.
+    Queue(Arc<dyn Queue>, Option<Arc<dyn ForeignQueue>>),
     Capsule(Bound<'py, PyCapsule>, usize),
     NotACapsule,
     Other(String),
@@ -49,7 +50,10 @@ impl Held<'_> {
             Held::Nothing => ForeignObject::Nothing,
             Held::Int(value) => ForeignObject::Int(*value),
             Held::Text(text) => ForeignObject::Text(text.to_str()?),
-            Held::Queue(queue) => ForeignObject::Queue(queue),
+            Held::Queue(queue, foreign) => ForeignObject::Queue {
+                device: queue.device(),
+                foreign: foreign.as_ref(),
+            },
             Held::Capsule(capsule, ptr) => ForeignObject::Handle {
                 name: capsule_name(capsule),
                 ptr: *ptr,
@@ -68,7 +72,11 @@ fn hold<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Held<'py>> {
         return Ok(Held::Nothing);
     }
     if let Ok(queue) = obj.cast::<PyQueue>() {
-        return Ok(Held::Queue(Arc::clone(&queue.get().queue)));
+        let queue = &queue.get().queue;
+        return Ok(Held::Queue(
+            Arc::clone(queue),
+            devbuf::exchange::as_foreign_queue(queue),
+        ));
     }
     if obj.is_instance_of::<PyInt>() {
         if let Ok(value) = obj.extract::<i64>() {
@@ -142,7 +150,7 @@ pub(crate) fn queue_from_syclobj(
 ) -> PyResult<ContextQueue> {
     if let Ok(queue) = syclobj.cast::<PyQueue>() {
         return Ok(ContextQueue {
-            producer: Arc::clone(&queue.get().queue).as_foreign_queue(),
+            producer: devbuf::exchange::as_foreign_queue(&queue.get().queue),
             queue: queue.clone().unbind(),
         });
     }
@@ -225,7 +233,7 @@ pub(crate) fn dlpack_producer_queue(
         return Ok(device_queue);
     };
     let own_queue = &own.get().queue;
-    let same_place = own_queue.dlpack_export_refusal().is_none()
+    let same_place = own_queue.interop().dlpack_export_refusal().is_none()
         && own_queue.device().selector == device_queue.get().queue.device().selector;
     Ok(if same_place { own } else { device_queue })
 }
@@ -235,7 +243,7 @@ pub(crate) fn dlpack_producer_queue(
 /// exports no handle or dpctl is not installed.
 pub(crate) fn dpctl_queue(py: Python<'_>, queue: &PyQueue) -> PyResult<Option<Py<PyAny>>> {
     let made = queue.dpctl_queue.get_or_try_init(py, || -> PyResult<_> {
-        let Some(handle) = queue.queue.export_handle() else {
+        let Some(handle) = queue.queue.interop().export_handle() else {
             return Ok(None);
         };
         let Ok(dpctl) = py.import(intern!(py, "dpctl")) else {

@@ -1,13 +1,17 @@
-//! The Python objects every other module works with: `Device`, `Stream` (`Queue`) and `Event`
-//! with their methods, the queue each device shares, the default device, the queues other
-//! libraries' objects and streams name, and what an `Array` and a `Buffer` hold. Their methods reach every protocol, so they sit above
-//! the protocols' modules, in `array_methods` and `buffer_methods` (and `Queue.alloc` makes
-//! Buffers, so what a Buffer holds is here, beside the Queue).
+//! The Python objects every other module works with, in layers (no module names one above it):
+//! what a `Device` and a `Stream` (`Queue`) hold and the queue each device shares (`device`,
+//! `queue`); what an `Event`, an `Array` and a `Buffer` hold (`event`, `array`); the default device
+//! (`default_device`); the queues other libraries' objects and streams name (`foreign_objects`,
+//! `streams`); then the Device's and the Stream's Python methods, which reach all of these
+//! (`device_methods`, `queue_methods`). Array's and Buffer's methods reach every protocol, so they
+//! sit above the protocols' modules, in `array_methods` and `buffer_methods`.
 
 pub(crate) mod array;
 pub(crate) mod default_device;
 pub(crate) mod device;
+pub(crate) mod device_methods;
 pub(crate) mod event;
 pub(crate) mod foreign_objects;
 pub(crate) mod queue;
+pub(crate) mod queue_methods;
 pub(crate) mod streams;

@@ -4,6 +4,9 @@
 
 #![allow(dead_code)]
 
+#[path = "../../../child_process.rs"]
+pub mod child;
+
 use std::ffi::c_void;
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -13,11 +16,9 @@ use std::time::{Duration, Instant};
 
 pub use cudarc::driver::sys::{self, CUcontext, CUdeviceptr, CUresult, CUstream};
 
-const CHILD: &str = "DEVBUF_CUDA_TEST_DRIVER_CHILD";
-
-/// Whether this process is the child that runs a test's body.
-pub fn is_child() -> bool {
-    std::env::var_os(CHILD).is_some()
+/// Child-process tests always run: the driver under test is the library cargo built.
+pub fn may_run(_test: &str) -> bool {
+    true
 }
 
 /// A directory holding `libcuda.so.1` (and `libcuda.so`, which cudarc tries first) linked to the
@@ -32,8 +33,13 @@ fn driver_directory() -> PathBuf {
     let directory = deps.join("cuda-test-driver-for-tests");
     std::fs::create_dir_all(&directory).unwrap();
     for name in ["libcuda.so.1", "libcuda.so"] {
+        let link = directory.join(name);
+        // A link left by a target directory that was moved or copied names another build.
+        if std::fs::read_link(&link).is_ok_and(|target| target != library) {
+            let _ = std::fs::remove_file(&link);
+        }
         // Tests run in parallel: another may have made the link first.
-        match std::os::unix::fs::symlink(&library, directory.join(name)) {
+        match std::os::unix::fs::symlink(&library, &link) {
             Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => panic!("{err}"),
             _ => {}
         }
@@ -41,52 +47,24 @@ fn driver_directory() -> PathBuf {
     directory
 }
 
-fn child(name: &str, variables: &[(&str, &str)]) -> Command {
-    let mut command = Command::new(std::env::current_exe().unwrap());
-    command
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .env("LD_LIBRARY_PATH", driver_directory())
-        .envs(variables.iter().copied());
+/// Test `name` in a child process with `variables` set, loading the driver built for this run.
+fn child_command(name: &str, variables: &[(&str, &str)]) -> Command {
+    let mut command = child::command(name, variables);
+    command.env("LD_LIBRARY_PATH", driver_directory());
     command
 }
 
 /// Runs test `name` alone in a child process with `variables` set, and returns what it did.
 pub fn run_child(name: &str, variables: &[(&str, &str)]) -> Output {
-    child(name, variables)
-        .output()
-        .expect("running the test in a child process")
+    child::output(child_command(name, variables))
 }
 
 /// Runs the `#[ignore]`d test `name`, a helper that plays another process for a test (the other
 /// side of a CUDA IPC exchange), with `variables` set; returns what it did.
 pub fn run_helper(name: &str, variables: &[(&str, &str)]) -> Output {
-    child(name, variables)
-        .arg("--ignored")
-        .output()
-        .expect("running the helper in a child process")
-}
-
-/// Declares a test whose body runs in a child process with the given environment.
-#[macro_export]
-macro_rules! driver_test {
-    ($name:ident $([$($key:literal = $value:literal),* $(,)?])? $body:block) => {
-        #[test]
-        fn $name() {
-            if common::is_child() {
-                $body
-            } else {
-                let output = common::run_child(stringify!($name), &[$($(($key, $value)),*)?]);
-                assert!(
-                    output.status.success(),
-                    "{} failed in its child process:\n{}{}",
-                    stringify!($name),
-                    String::from_utf8_lossy(&output.stdout),
-                    String::from_utf8_lossy(&output.stderr)
-                );
-            }
-        }
-    };
+    let mut command = child_command(name, variables);
+    command.arg("--ignored");
+    child::output(command)
 }
 
 #[track_caller]

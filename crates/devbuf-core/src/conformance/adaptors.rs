@@ -1,39 +1,23 @@
-//! The kit through a memory pool: every check again with the kit's allocations made from a pool,
-//! and the pool's own promises (a block is handed out again only when nothing may still touch
-//! it). The pool serves the kit's checks only, not the device's current resource: other tests
-//! running meanwhile on the same queue must not see it.
+//! The kit through the memory resource adaptors: every check again with the kit's allocations
+//! made through a pool, a limiting, a statistics and a tracking adaptor in turn, and the pool's own
+//! promises (a block is handed out again only when nothing may still touch it). The adaptors
+//! serve the kit's checks only, not the device's current resource: other tests running meanwhile
+//! on the same queue must not see them.
 
 use std::sync::Arc;
 
-use super::{
-    CHECKS, CheckResult, Outcome, ctx, expect_bytes, for_each_kind, pattern, run_one,
+use super::checks::DEVICE;
+use super::interop::INTEROP;
+use super::kit::{
+    Check, CheckResult, KIT_RESOURCES, Outcome, ctx, expect_bytes, for_each_kind, pattern, run_one,
     supported_kinds,
 };
-use parking_lot::Mutex;
 
-use crate::mr::{MemoryResource, PoolOptions, PoolResource, QueueResource};
+use crate::mr::{
+    LimitingResource, MemoryResource, PoolOptions, PoolResource, QueueResource, StatisticsResource,
+    TrackingResource,
+};
 use crate::{Buffer, DEFAULT_ALIGNMENT, MemKind, Queue};
-
-/// The pools the kit allocates from while it runs through them, one per queue.
-static KIT_POOLS: Mutex<Vec<Arc<dyn MemoryResource>>> = Mutex::new(Vec::new());
-
-/// How the kit allocates: from its pool for `queue` while `pooled` runs, else from the queue.
-pub(super) fn alloc(
-    queue: &Arc<dyn Queue>,
-    kind: MemKind,
-    len: usize,
-    align: usize,
-) -> crate::Result<Buffer> {
-    let pool = KIT_POOLS
-        .lock()
-        .iter()
-        .find(|pool| Arc::ptr_eq(pool.queue(), queue))
-        .cloned();
-    match pool {
-        Some(pool) => Buffer::alloc_from(&pool, kind, len, align),
-        None => Buffer::alloc_aligned(queue, kind, len, align),
-    }
-}
 
 fn pool(queue: &Arc<dyn Queue>) -> Arc<dyn MemoryResource> {
     PoolResource::new(
@@ -49,22 +33,43 @@ fn alloc_from(pool: &Arc<dyn MemoryResource>, kind: MemKind, len: usize) -> Resu
     )
 }
 
-/// Every other check of the kit, allocating from a pool on `queue`.
-pub(super) fn every_check_through_a_pool(queue: &Arc<dyn Queue>) -> Outcome {
+/// The memory resource adaptors, each around `queue` (the pool's own upstream is the queue), as
+/// RMM's tests run every resource: `(name, resource)`.
+fn adaptors(queue: &Arc<dyn Queue>) -> Vec<(&'static str, Arc<dyn MemoryResource>)> {
+    let upstream = || -> Arc<dyn MemoryResource> { QueueResource::new(Arc::clone(queue)) };
+    vec![
+        ("a pool", pool(queue)),
+        (
+            "a limiting adaptor",
+            LimitingResource::new(upstream(), usize::MAX),
+        ),
+        ("a statistics adaptor", StatisticsResource::new(upstream())),
+        (
+            "a tracking adaptor",
+            TrackingResource::new(upstream(), false),
+        ),
+    ]
+}
+
+/// Every check of the device and exchange halves again, allocating through each memory resource
+/// adaptor on `queue` in turn.
+pub(super) fn every_check_through_each_adaptor(queue: &Arc<dyn Queue>) -> Outcome {
     if let Err(skip) = supported_kinds(queue) {
         return skip;
     }
-    let pool = pool(queue);
-    KIT_POOLS.lock().push(Arc::clone(&pool));
-    let failures: Vec<String> = CHECKS
-        .iter()
-        .filter(|check| check.name != "pooled")
-        .filter_map(|check| match run_one(check, queue) {
-            Outcome::Fail(why) => Some(format!("{} through a pool: {why}", check.name)),
-            Outcome::Pass | Outcome::Skip(_) => None,
-        })
-        .collect();
-    KIT_POOLS.lock().retain(|kit| !Arc::ptr_eq(kit, &pool));
+    let mut failures: Vec<String> = Vec::new();
+    for (name, resource) in adaptors(queue) {
+        KIT_RESOURCES.lock().push(Arc::clone(&resource));
+        failures.extend(DEVICE.iter().chain(INTEROP).filter_map(|check| {
+            match run_one(check, queue) {
+                Outcome::Fail(why) => Some(format!("{} through {name}: {why}", check.name)),
+                Outcome::Pass | Outcome::Skip(_) => None,
+            }
+        }));
+        KIT_RESOURCES
+            .lock()
+            .retain(|kit| !Arc::ptr_eq(kit, &resource));
+    }
     if failures.is_empty() {
         Outcome::Pass
     } else {
@@ -74,10 +79,10 @@ pub(super) fn every_check_through_a_pool(queue: &Arc<dyn Queue>) -> Outcome {
 
 /// A block exported to a consumer and let go by devbuf while the consumer still holds it is not
 /// handed out again until the consumer lets go; where devbuf cannot wait for every queue the
-/// consumer may use ([`Queue::wait_device_covers_every_queue`]), never: its upstream block goes
+/// consumer may use ([`crate::Interop::wait_device_covers_every_queue`]), never: its upstream block goes
 /// back to the runtime, whose free waits for them (here, on release).
 pub(super) fn exported_block_is_not_reused(queue: &Arc<dyn Queue>) -> Outcome {
-    let reused_once_let_go = queue.wait_device_covers_every_queue();
+    let reused_once_let_go = queue.interop().wait_device_covers_every_queue();
     for_each_kind(queue, |kind| {
         let pool = PoolResource::new(
             QueueResource::new(Arc::clone(queue)),
@@ -162,3 +167,19 @@ pub(super) fn busy_block_is_reused_after_its_work(queue: &Arc<dyn Queue>) -> Out
         Ok(())
     })
 }
+
+/// The memory resources' checks.
+pub(super) const ADAPTORS: &[Check] = &[
+    Check {
+        name: "pool_export",
+        run: exported_block_is_not_reused,
+    },
+    Check {
+        name: "pool_busy",
+        run: busy_block_is_reused_after_its_work,
+    },
+    Check {
+        name: "adaptors",
+        run: every_check_through_each_adaptor,
+    },
+];

@@ -7,29 +7,24 @@
 //! a pooled allocation's ~80 ns here). They are given back to the allocator before the pool grows or
 //! releases memory, so they never make it take more from upstream.
 
+mod arena;
+
 use std::any::Any;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use offset_allocator::{Allocation, Allocator};
+use offset_allocator::Allocator;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::{FreeAfter, MemoryResource, refused};
 use crate::blocking::blocking;
-use crate::{DEFAULT_ALIGNMENT, Event, MemKind, Queue, Result};
+use crate::{Event, MemKind, Queue, Result};
+use arena::{Arena, Block, RECENT_BLOCKS, UNIT, slot_of, units_for};
 
-/// The pool's unit of sub-allocation: every block handed out starts on a multiple of it.
-const UNIT: usize = DEFAULT_ALIGNMENT;
 /// The smallest upstream block the pool asks for when it grows.
 const MIN_GROWTH: usize = 1 << 20;
-/// How many freed blocks an arena keeps for the next request of the same size.
-const RECENT_BLOCKS: usize = 16;
-/// The largest request (64 KiB, in units) whose freed block is kept: the few kept never pin much.
-const RECENT_MAX_UNITS: u32 = (64 << 10) / UNIT as u32;
-
 /// How a pool starts and how far it may grow.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PoolOptions {
@@ -54,91 +49,6 @@ pub struct PoolResource {
     arenas: [Mutex<Arena>; 3],
     upstream_bytes: AtomicUsize,
     upstream_peak: AtomicUsize,
-}
-
-/// One upstream block and the allocator of its units.
-struct Block {
-    base: usize,
-    size: usize,
-    units: Allocator,
-    /// Allocations handed out from it (deferred frees included) and not yet returned.
-    live: usize,
-    /// Of `live`, those freed after [`FreeAfter::ForeignWork`]: never handed out again.
-    retired: usize,
-    /// The units they take.
-    retired_units: usize,
-}
-
-impl Block {
-    /// Whether nothing in the block may be handed out again or is still in use by devbuf: it
-    /// goes back upstream.
-    fn is_done(&self) -> bool {
-        self.live == self.retired
-    }
-}
-
-impl std::fmt::Debug for Block {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Block({:#x}, {} bytes, {} live, {} retired)",
-            self.base, self.size, self.live, self.retired
-        )
-    }
-}
-
-/// Hashes addresses (multiples of the unit) by Fibonacci hashing: a multiply, not SipHash.
-#[derive(Default)]
-struct AddressHasher(u64);
-
-impl Hasher for AddressHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for byte in bytes {
-            self.0 = (self.0 << 8 | u64::from(*byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_usize(&mut self, addr: usize) {
-        self.0 = (addr as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-/// The pool's memory of one kind.
-#[derive(Debug)]
-struct Arena {
-    kind: MemKind,
-    /// Slots of upstream blocks; a released block leaves `None` for the next growth to reuse.
-    blocks: Vec<Option<Block>>,
-    /// Address handed out → its block slot and sub-allocation.
-    handed_out: HashMap<usize, (usize, AllocationDebug), BuildHasherDefault<AddressHasher>>,
-    /// Freed addresses whose work may still be running, with the event that says when it is done.
-    deferred: Vec<(usize, Event)>,
-    /// Small blocks freed with no work pending, still handed out as far as the allocator and the
-    /// address map know, kept for the next request of the same size (see the module's notes).
-    recent: Vec<RecentBlock>,
-    /// Blocks with retired allocations and nothing else in use, taken out of `blocks` to go back
-    /// upstream once the arena is unlocked (the runtime's free may wait for other libraries).
-    drained: Vec<Block>,
-}
-
-/// A freed block kept for reuse, with the request it was made for.
-#[derive(Debug, Clone, Copy)]
-struct RecentBlock {
-    addr: usize,
-    units: u32,
-    align: usize,
-}
-
-/// An `offset_allocator::Allocation` (which has no `Debug`).
-#[derive(Clone, Copy)]
-struct AllocationDebug(Allocation);
-
-impl std::fmt::Debug for AllocationDebug {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Allocation(unit {})", self.0.offset)
-    }
 }
 
 impl PoolResource {
@@ -331,127 +241,6 @@ impl PoolResource {
         // for space, so a block must be that much larger than the request it is made for.
         let needed = (units + units / 8 + 1) * UNIT;
         needed.max(MIN_GROWTH).max(self.pool_size() / 4)
-    }
-}
-
-/// The units a request of `size` bytes aligned to `align` takes: blocks start on a unit, and a
-/// larger alignment takes the slack to align within the block.
-fn units_for(size: usize, align: usize) -> Option<usize> {
-    let padded = size.checked_add(align.saturating_sub(UNIT))?;
-    Some(padded.div_ceil(UNIT))
-}
-
-/// The arena of `kind` (an allocatable kind; Unknown shares the last, never used).
-fn slot_of(kind: MemKind) -> usize {
-    match kind {
-        MemKind::Host => 0,
-        MemKind::Device => 1,
-        MemKind::Shared | MemKind::Unknown => 2,
-    }
-}
-
-impl Arena {
-    /// Frees the deferred allocations whose work has completed.
-    fn sweep_completed(&mut self) {
-        if self.deferred.is_empty() {
-            return;
-        }
-        let deferred = std::mem::take(&mut self.deferred);
-        for (addr, event) in deferred {
-            if event.is_complete().unwrap_or(false) {
-                self.free(addr);
-            } else {
-                self.deferred.push((addr, event));
-            }
-        }
-    }
-
-    /// Frees a deferred allocation whose work is `done`; one whose wait failed may still be in
-    /// use, so its units stay taken for good (its block is never released).
-    fn free_or_forget(&mut self, addr: usize, done: bool) {
-        if done {
-            self.free(addr);
-        } else {
-            self.handed_out.remove(&addr);
-        }
-    }
-
-    /// Gives the blocks kept for reuse back to the allocator.
-    fn free_recent(&mut self) {
-        for recent in std::mem::take(&mut self.recent) {
-            self.free(recent.addr);
-        }
-    }
-
-    /// A block kept for reuse that was made for the same request, if there is one.
-    fn reuse_recent(&mut self, units: u32, align: usize) -> Option<NonNull<u8>> {
-        let index = self
-            .recent
-            .iter()
-            .rposition(|recent| recent.units == units && recent.align == align)?;
-        NonNull::new(self.recent.swap_remove(index).addr as *mut u8)
-    }
-
-    /// Frees the block at `addr`, made for a request of `units` aligned to `align`, with no work
-    /// pending on it: kept for reuse when it is small and there is room, else freed.
-    fn free_now(&mut self, addr: usize, units: u32, align: usize) {
-        if units <= RECENT_MAX_UNITS && self.recent.len() < RECENT_BLOCKS {
-            self.recent.push(RecentBlock { addr, units, align });
-        } else {
-            self.free(addr);
-        }
-    }
-
-    fn try_allocate(&mut self, units: u32, align: usize) -> Option<NonNull<u8>> {
-        for (slot, block) in self.blocks.iter_mut().enumerate() {
-            let Some(block) = block else { continue };
-            if let Some(allocation) = block.units.allocate(units) {
-                block.live += 1;
-                let start = block.base + allocation.offset as usize * UNIT;
-                let addr = start.next_multiple_of(align);
-                self.handed_out
-                    .insert(addr, (slot, AllocationDebug(allocation)));
-                return NonNull::new(addr as *mut u8);
-            }
-        }
-        None
-    }
-
-    fn free(&mut self, addr: usize) {
-        if let Some((slot, allocation)) = self.handed_out.remove(&addr)
-            && let Some(Some(block)) = self.blocks.get_mut(slot)
-        {
-            block.units.free(allocation.0);
-            block.live -= 1;
-            self.drain_if_done(slot);
-        }
-    }
-
-    /// Never hands out the block at `addr` again: other libraries may still use it (see
-    /// [`FreeAfter::ForeignWork`]). Its units stay taken; the rest of its upstream block is used
-    /// as before.
-    fn retire(&mut self, addr: usize) {
-        if let Some((slot, allocation)) = self.handed_out.remove(&addr)
-            && let Some(Some(block)) = self.blocks.get_mut(slot)
-        {
-            block.retired += 1;
-            block.retired_units += block.units.allocation_size(allocation.0) as usize;
-            self.drain_if_done(slot);
-        }
-    }
-
-    /// Takes the block in `slot` out to go back upstream when all that is left in it is retired
-    /// and that is at least half of it: giving back a block at every retirement would cost an
-    /// upstream free and allocation per exported block, more than the pool saves.
-    fn drain_if_done(&mut self, slot: usize) {
-        if let Some(entry) = self.blocks.get_mut(slot)
-            && entry.as_ref().is_some_and(|block| {
-                block.retired > 0 && block.is_done() && 2 * block.retired_units * UNIT >= block.size
-            })
-            && let Some(block) = entry.take()
-        {
-            self.drained.push(block);
-        }
     }
 }
 

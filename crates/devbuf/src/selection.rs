@@ -1,4 +1,5 @@
-//! Which device devbuf uses when none is named, and why.
+//! Choosing a device: the one a selector names ([`open`], [`open_ipc`]), or the one devbuf uses
+//! when none is named ([`default_device`]), and why.
 //!
 //! The policy, in order:
 //! 1. `DEVBUF_DEVICE`, when set and not empty: the device that selector names (an error if it
@@ -18,9 +19,42 @@
 
 use std::sync::Arc;
 
-use devbuf_core::{Availability, Error, MemKind, Queue, Result};
+use devbuf_core::{
+    Availability, Buffer, Error, IpcHandle, MemKind, Queue, Result, ipc, split_selector,
+};
 
-use crate::{backend, open};
+use crate::registry::backend;
+
+/// Opens a queue from a selector: `"host"`, `"sycl"`, `"sycl:<dpctl filter string>"`, `"cuda"`,
+/// `"cuda:N"`, `"opencl"`, `"opencl:P:D"` (platform and device index), or `""` for the default
+/// device (see [`default_queue`]).
+///
+/// ```
+/// use devbuf::{Buffer, MemKind};
+///
+/// let queue = devbuf::open("host")?;
+/// let buffer = Buffer::alloc(&queue, MemKind::Device, 64)?;
+/// buffer.fill(7)?;
+/// assert_eq!(buffer.to_vec()?, vec![7; 64]);
+///
+/// // A selector whose backend is missing is an error that says why, never a crash.
+/// assert!(devbuf::open("cuda:99").is_err());
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+pub fn open(selector: &str) -> Result<Arc<dyn Queue>> {
+    if selector.is_empty() {
+        return default_queue();
+    }
+    let (name, spec) = split_selector(selector);
+    let backend = backend(name)?;
+    if let Availability::Unavailable(reason) = backend.availability() {
+        return Err(Error::Unavailable {
+            backend: backend.name(),
+            reason,
+        });
+    }
+    backend.open(spec)
+}
 
 /// The backends tried, in order, for the default device when `DEVBUF_DEVICE` is not set.
 pub const DEFAULT_ORDER: [&str; 4] = ["cuda", "sycl", "opencl", "host"];
@@ -113,4 +147,26 @@ fn backend_default(name: &str) -> std::result::Result<Arc<dyn Queue>, String> {
             missing.join(" or ")
         ))
     }
+}
+
+/// The default device's queue: the device `DEVBUF_DEVICE` names if set, else the first backend of
+/// [`DEFAULT_ORDER`] whose default device allocates every kind of memory (see [`default_device`],
+/// which also says why).
+///
+/// ```
+/// use devbuf::MemKind;
+///
+/// let queue = devbuf::default_queue()?;
+/// // Whatever backend it is, the default device allocates every kind.
+/// assert!(MemKind::ALLOCATABLE.iter().all(|&kind| queue.supports(kind)));
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+pub fn default_queue() -> Result<Arc<dyn Queue>> {
+    default_device().map(|chosen| chosen.queue)
+}
+
+/// Opens an IPC handle another process exported ([`ipc::export`]): a view of the same memory on
+/// the device the handle names, zero-copy. The exporter owns the memory (see [`ipc`]).
+pub fn open_ipc(handle: &IpcHandle) -> Result<Buffer> {
+    ipc::open(&open(&handle.device)?, handle)
 }

@@ -1,6 +1,6 @@
 //! CUDA backend benchmark, for a GPU machine: copy bandwidth (256 MiB device to device, pinned
 //! and pageable host to device) and pooled alloc+free of 1 KiB and 1 MiB through devbuf, against
-//! the bare driver calls. Run with `cargo run --release -p devbuf-cuda --example bench`; without a
+//! the bare driver calls. Run with `cargo run --release -p devbuf-cuda --example bench_cuda`; without a
 //! GPU it says why and exits cleanly.
 
 use std::hint::black_box;

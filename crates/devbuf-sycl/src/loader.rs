@@ -1,31 +1,23 @@
 //! Finding and loading `libDPCTLSyclInterface.so`, dpctl's SYCL C API.
 //!
 //! Lookup order: an explicit path ([`Runtime::load`]), then [`Runtime::find`]: the environment
-//! variable [`LIBRARY_ENV`], the dynamic loader's search path, and the dpctl package directory the
-//! Python layer reports with [`set_dpctl_dir`]. A loaded library is never unloaded: SYCL objects
+//! variable [`LIBRARY_ENV`] (which the Python package sets to the dpctl it imports), then the
+//! dynamic loader's search path. A loaded library is never unloaded: SYCL objects
 //! and handles exported to other libraries may outlive every devbuf object.
 
 use std::ffi::{CStr, OsStr, OsString, c_char};
-use std::path::PathBuf;
 
 use devbuf_sycl_sys::{DpctlSyclInterface, LIBRARY_NAME};
 use parking_lot::Mutex;
+
+/// The backend's name and the first part of its selectors ("sycl:opencl:cpu:0").
+pub const SYCL: &str = "sycl";
 
 /// Environment variable naming the library to load (`ci/env.sh` sets it).
 pub const LIBRARY_ENV: &str = "DEVBUF_SYCL_LIBRARY";
 
 /// Every library loaded so far, one per location.
 static LOADED: Mutex<Vec<&'static Runtime>> = Mutex::new(Vec::new());
-
-/// The dpctl package directory (holding the library), once the Python layer reports it.
-static DPCTL_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
-
-/// Tells [`Runtime::find`] where the dpctl Python package is installed (the directory of
-/// `dpctl/__init__.py`, which holds `libDPCTLSyclInterface.so`). Python callers pass the package
-/// dpctl itself was imported from, so that devbuf and dpctl share one SYCL runtime.
-pub fn set_dpctl_dir(dir: impl Into<PathBuf>) {
-    *DPCTL_DIR.lock() = Some(dir.into());
-}
 
 /// dpctl's SYCL C API, loaded.
 pub struct Runtime {
@@ -67,17 +59,14 @@ impl Runtime {
         Ok(runtime)
     }
 
-    /// Finds and loads the library: [`LIBRARY_ENV`], then the dynamic loader's search path, then
-    /// the directory given to [`set_dpctl_dir`]. The error lists every attempt.
+    /// Finds and loads the library: [`LIBRARY_ENV`], then the dynamic loader's search path. The
+    /// error lists every attempt.
     pub fn find() -> Result<&'static Runtime, String> {
         let mut candidates: Vec<(String, OsString)> = Vec::new();
         if let Some(path) = std::env::var_os(LIBRARY_ENV) {
             candidates.push((format!("${LIBRARY_ENV}"), path));
         }
         candidates.push(("the dynamic loader's path".into(), LIBRARY_NAME.into()));
-        if let Some(dir) = DPCTL_DIR.lock().clone() {
-            candidates.push(("the dpctl package".into(), dir.join(LIBRARY_NAME).into()));
-        }
         let mut tried = Vec::new();
         for (source, location) in candidates {
             match Runtime::load(&location) {

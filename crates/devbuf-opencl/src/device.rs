@@ -9,11 +9,13 @@ use opencl3::device::{
 use opencl3::error_codes::CL_PLATFORM_NOT_FOUND_KHR;
 use opencl3::platform::{Platform, get_platforms};
 
-use crate::OPENCL;
 use crate::usm::{
     CL_DEVICE_DEVICE_MEM_CAPABILITIES_INTEL, CL_DEVICE_HOST_MEM_CAPABILITIES_INTEL,
     CL_DEVICE_SINGLE_DEVICE_SHARED_MEM_CAPABILITIES_INTEL, UsmApi,
 };
+
+/// The backend's name and the first part of its selectors ("opencl:0:0").
+pub const OPENCL: &str = "opencl";
 
 const USM_EXTENSION: &str = "cl_intel_unified_shared_memory";
 

@@ -17,9 +17,10 @@ use std::ffi::{CStr, CString};
 use std::ptr::NonNull;
 use std::sync::{Arc, OnceLock};
 
-use crate::host::HOST;
+use super::HOST;
+use super::queue::HostQueue;
 use crate::ipc::{IpcHandle, IpcSharing, OpenedAllocation, SharedAllocation};
-use crate::{Error, HostQueue, MemKind, Owner, Result};
+use crate::{Error, MemKind, Owner, Result};
 
 /// The name every devbuf memfd carries; `/proc/<pid>/fd/<fd>` reads as `/memfd:<name> (deleted)`.
 const NAME: &CStr = c"devbuf-ipc";

@@ -1,0 +1,116 @@
+"""ci/module-cycles sees the cycles it must, on tiny crates written here: through a folder module
+(`foo/mod.rs`, `foo.rs` beside `foo/`), through `super::`, and through names re-exported by lib.rs
+or a mod.rs; and it sees none where there is none (a parent that only re-exports its children,
+test modules, paths in comments and strings). Run by ci/test."""
+
+import importlib.machinery
+import importlib.util
+import pathlib
+import textwrap
+
+import pytest
+
+CHECKER = pathlib.Path(__file__).resolve().parent / "module-cycles"
+loader = importlib.machinery.SourceFileLoader("module_cycles", str(CHECKER))
+spec = importlib.util.spec_from_loader("module_cycles", loader)
+module_cycles = importlib.util.module_from_spec(spec)
+loader.exec_module(module_cycles)
+
+
+def crate(root, files):
+    for name, text in files.items():
+        path = root / "src" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+def found(root):
+    return module_cycles.cycles(module_cycles.Crate(root).edges())
+
+
+def test_a_cycle_through_a_folder_module_and_its_re_export(tmp_path):
+    root = crate(tmp_path, {
+        "lib.rs": "mod a;\nmod b;\n",
+        "a/mod.rs": "mod inner;\npub use inner::Thing;\n",
+        "a/inner.rs": "use crate::b::Other;\npub struct Thing(Other);\n",
+        "b.rs": "pub struct Other;\npub fn make() -> crate::a::Thing { todo!() }\n",
+    })
+    assert found(root) == [["a::inner", "b"]]
+
+
+def test_a_cycle_through_names_lib_rs_re_exports(tmp_path):
+    root = crate(tmp_path, {
+        "lib.rs": "mod x;\nmod y;\npub use x::X;\npub use y::{Y, Z as Renamed};\n",
+        "x.rs": "use crate::Renamed;\npub struct X(Renamed);\n",
+        "y.rs": "pub struct Y(crate::X);\npub struct Z;\n",
+    })
+    assert found(root) == [["x", "y"]]
+
+
+def test_a_cycle_between_a_flat_module_file_its_folder_and_super(tmp_path):
+    root = crate(tmp_path, {
+        "lib.rs": "pub mod foo;\n",
+        "foo.rs": "mod bar;\npub struct F;\npub fn run() { bar::work() }\n",
+        "foo/bar.rs": "pub fn work() { let _ = super::F; }\n",
+    })
+    assert found(root) == [["foo", "foo::bar"]]
+
+
+def test_a_cycle_through_the_crate_root_s_own_items(tmp_path):
+    root = crate(tmp_path, {
+        "lib.rs": "mod queue;\npub const NAME: &str = \"x\";\npub fn open() { queue::Queue::new(); }\n",
+        "queue.rs": "pub struct Queue;\nimpl Queue { pub fn new() -> Self { let _ = crate::NAME; Queue } }\n",
+    })
+    assert found(root) == [["crate", "queue"]]
+
+
+def test_no_cycle_where_a_parent_only_declares_and_re_exports_its_children(tmp_path):
+    root = crate(tmp_path, {
+        "lib.rs": "pub mod mr;\nmod buffer;\npub use buffer::Buffer;\n",
+        "mr/mod.rs": textwrap.dedent("""\
+            mod pool;
+            pub use pool::Pool;
+            /// Not an edge: [`crate::buffer::Buffer`] and "crate::mr::pool::Pool" in a string.
+            pub trait Resource {}
+            """),
+        "mr/pool.rs": "use super::Resource;\npub struct Pool;\nimpl Resource for Pool {}\n",
+        "buffer.rs": textwrap.dedent("""\
+            use crate::mr::Pool;
+            pub struct Buffer(Pool);
+            #[cfg(test)]
+            mod tests {
+                use super::*;
+                use crate::mr::Resource;
+            }
+            """),
+    })
+    graph = module_cycles.Crate(root).edges()
+    assert graph["mr"] == []
+    assert graph["mr::pool"] == ["mr"]
+    assert graph["buffer"] == ["mr::pool"]
+    assert graph["buffer::tests"] == ["buffer", "mr"]
+    assert found(root) == []
+
+
+def test_the_command_fails_on_a_cycle_and_passes_without(tmp_path, capsys):
+    cyclic = crate(tmp_path / "cyclic", {
+        "lib.rs": "mod a;\nmod b;\n",
+        "a.rs": "pub struct A(crate::b::B);\n",
+        "b.rs": "pub struct B(Box<crate::a::A>);\n",
+    })
+    clean = crate(tmp_path / "clean", {"lib.rs": "mod a;\n", "a.rs": "pub struct A;\n"})
+    assert module_cycles.main([str(cyclic)]) == 1
+    assert "CYCLE in cyclic: a <-> b" in capsys.readouterr().out
+    assert module_cycles.main([str(clean)]) == 0
+
+
+@pytest.mark.parametrize("crate_dir", module_cycles.workspace_crates(), ids=lambda p: p.name)
+def test_every_file_of_every_workspace_crate_is_read(crate_dir):
+    """Every source file of every target is a module the checker reads (or a file `include!`d by
+    one): none is silently skipped."""
+    modules = [
+        m for root in module_cycles.targets(crate_dir) for m in module_cycles.Crate(crate_dir, root).modules.values()
+    ]
+    files = {m.path for m in modules} | {f for m in modules for f in m.included}
+    assert files == set((crate_dir / "src").rglob("*.rs")), crate_dir

@@ -1,0 +1,105 @@
+//! [`HostQueue`]: the host CPU as a [`Queue`]. Copies and fills run synchronously on the calling
+//! thread, so every event it records has already completed.
+
+use std::any::Any;
+use std::ptr::NonNull;
+use std::sync::{Arc, OnceLock};
+
+use super::device::host_device_info;
+use super::memory::HostMemory;
+use crate::interop::Interop;
+use crate::{CompletedEvent, DeviceInfo, Event, MemKind, Queue, Result};
+
+/// A queue on the host CPU.
+#[derive(Debug)]
+pub struct HostQueue {
+    device: DeviceInfo,
+    pub(super) memory: HostMemory,
+}
+
+impl HostQueue {
+    /// A new host queue with its own allocation registry. Most code wants [`HostQueue::shared`].
+    pub fn new() -> Self {
+        HostQueue {
+            device: host_device_info(),
+            memory: HostMemory::default(),
+        }
+    }
+
+    /// The process-wide host queue, which `devbuf` uses for all host memory.
+    pub fn shared() -> Arc<dyn Queue> {
+        static SHARED: OnceLock<Arc<HostQueue>> = OnceLock::new();
+        SHARED.get_or_init(|| Arc::new(HostQueue::new())).clone()
+    }
+}
+
+impl Default for HostQueue {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Queue for HostQueue {
+    fn device(&self) -> &DeviceInfo {
+        &self.device
+    }
+
+    fn host_accessible(&self, _kind: MemKind) -> bool {
+        true
+    }
+
+    /// Every kind but Unknown (what the device's list says, without scanning it on every
+    /// allocation).
+    fn supports(&self, kind: MemKind) -> bool {
+        kind != MemKind::Unknown
+    }
+
+    fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {
+        self.memory.allocate(kind, size, align)
+    }
+
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, kind: MemKind, size: usize, align: usize) {
+        // SAFETY: the caller passes back exactly what `allocate` returned and was given, once.
+        unsafe { self.memory.deallocate(ptr, kind, size, align) }
+    }
+
+    unsafe fn copy(&self, dst: *mut u8, src: *const u8, len: usize) -> Result<()> {
+        // SAFETY: the caller guarantees both ranges are valid host memory for `len` bytes.
+        unsafe { std::ptr::copy(src, dst, len) };
+        Ok(())
+    }
+
+    unsafe fn fill(&self, dst: *mut u8, byte: u8, len: usize) -> Result<()> {
+        // SAFETY: the caller guarantees `dst` is valid host memory for `len` bytes.
+        unsafe { std::ptr::write_bytes(dst, byte, len) };
+        Ok(())
+    }
+
+    fn wait(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn record_event(&self) -> Result<Event> {
+        Ok(Event::new(CompletedEvent))
+    }
+
+    fn record_timed_event(&self) -> Result<Event> {
+        Ok(Event::new(crate::InstantEvent(std::time::Instant::now())))
+    }
+
+    fn wait_event(&self, event: &Event) -> Result<()> {
+        event.wait()
+    }
+
+    fn kind_of(&self, ptr: *const u8) -> MemKind {
+        self.memory.kind_of(ptr)
+    }
+
+    fn interop(&self) -> &dyn Interop {
+        self
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

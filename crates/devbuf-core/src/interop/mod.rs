@@ -1,0 +1,133 @@
+//! [`Interop`]: how a queue's memory and work cross library boundaries, the questions the
+//! exchange protocols ask of a backend, each answered for its own runtime. A queue hands out its
+//! answers through [`crate::Queue::interop`], as it does its sharing between processes
+//! ([`Interop::ipc`]).
+//!
+//! No method has a default: a backend states each answer, even "none", so that a new backend
+//! never inherits a wrong one silently; the conformance kit checks the answers against each other
+//! and against the queue's device operations. Core applies them once for every backend: the
+//! descriptors ([`crate::interface`], [`crate::dlpack`]), the extent check ([`crate::extent`]),
+//! the ordering of pending work ([`crate::Buffer`], [`crate::exchange`]).
+
+mod foreign;
+mod handles;
+mod holder;
+
+use dlpark::ffi::DLDevice;
+
+pub use foreign::{ConsumerOrder, ForeignObject, ProducerStream, ProducerWork};
+pub use handles::{ExportedHandle, StreamHandle};
+pub use holder::Holder;
+
+use crate::ipc::IpcSharing;
+use crate::{Event, MemKind, Result};
+
+/// The exchange half of a queue (the device half is [`crate::Queue`]).
+///
+/// Implementations never panic and never let a foreign exception reach Rust, like the queue's.
+pub trait Interop: Send + Sync {
+    // -- Where the memory is: what importers check and exporters describe.
+
+    /// The DLPack device of memory of `kind` allocated by this queue.
+    fn dlpack_device(&self, kind: MemKind) -> DLDevice;
+
+    /// Why memory of this queue cannot leave through DLPack zero-copy on its own device although
+    /// DLPack has a pointer form for it (SYCL memory outside the device's default context, the
+    /// only one DLPack consumers look in), if it cannot.
+    fn dlpack_export_refusal(&self) -> Option<String>;
+
+    /// Which allocation holds `ptr`, as far as the runtime can tell: imports check the whole
+    /// extent a descriptor claims against the answer ([`crate::extent`]). Never dereferences
+    /// `ptr`. Consistent with [`crate::Queue::kind_of`]: [`Holder::Unknown`] exactly where that
+    /// says [`MemKind::Unknown`], the same kind elsewhere (the host backend, which cannot tell
+    /// foreign host memory from garbage, answers [`Holder::Unchecked`] instead).
+    fn holder_of(&self, ptr: *const u8) -> Result<Holder>;
+
+    // -- The handles other libraries are given, by which they reach this queue's work.
+
+    /// The native stream work is enqueued on, as the stream protocols name it (CAI's `stream`,
+    /// the `stream` argument of a DLPack producer, `__cuda_stream__`), where the backend has one,
+    /// numbered as they number it: never 0, which they reserve, so a runtime whose default stream
+    /// is 0 answers with the protocols' number for it. Callers pass it on unchanged.
+    fn native_stream(&self) -> Option<StreamHandle>;
+
+    /// The handle DLPack's C exchange API names as this queue's current work stream: the native
+    /// stream, or the runtime's queue object (a `sycl::queue*` for kDLOneAPI); `None` where the
+    /// API names none (the CPU's null stream).
+    fn dlpack_work_stream(&self) -> Option<usize>;
+
+    /// A fresh, owned copy of the runtime's handle to this queue, for protocols that pass queues
+    /// between libraries (SUAI's `syclobj`, dpctl's `sycl_queue`). `None` where the backend has
+    /// no such handle.
+    fn export_handle(&self) -> Option<ExportedHandle>;
+
+    // -- Ordering with other libraries' work, both ways (design.md, "The model").
+
+    /// Whether other libraries may enqueue work devbuf does not track on queues or streams this
+    /// backend lets devbuf know of: this queue itself, once its handle was handed out
+    /// ([`Interop::native_stream`], [`Interop::dlpack_work_stream`], [`Interop::export_handle`]),
+    /// and, on CUDA, the legacy default stream, the ecosystem's default. Memory that was handed out
+    /// is then ordered after that work whenever devbuf touches it again
+    /// ([`Interop::order_after_foreign_work`], [`Interop::foreign_work_event`]). A queue that
+    /// hands out any handle says yes; only then do the protocols treat it as a queue other
+    /// libraries work on ([`crate::exchange::as_foreign_queue`]).
+    fn untracked_foreign_work(&self) -> bool;
+
+    /// Makes work enqueued on this queue from now on wait for the work other libraries have
+    /// enqueued so far on the queues and streams of [`Interop::untracked_foreign_work`], without
+    /// blocking the host. Nothing to do for work they enqueue on this very queue when it runs in
+    /// order, or where there is none.
+    fn order_after_foreign_work(&self) -> Result<()>;
+
+    /// An event that completes once the work of [`Interop::order_after_foreign_work`] and this
+    /// queue's own work so far have, for the host and other queues to wait for; `None` when none
+    /// of it can still be running.
+    fn foreign_work_event(&self) -> Result<Option<Event>>;
+
+    /// An event that completes once all work enqueued on this queue so far has, by devbuf and by
+    /// the libraries its handle was handed to: what that work looks like from outside (a stream's
+    /// event; a barrier on a SYCL queue, whose last command does not cover theirs).
+    fn handed_out_event(&self) -> Result<Event>;
+
+    /// Whether [`crate::Queue::wait_device`] covers every queue other libraries may use this
+    /// queue's memory on once it was handed out, so that devbuf may free it, or a pool hand it out
+    /// again, after that wait. Where it does not (SYCL: other libraries' own queues are out of its
+    /// sight, and only the runtime's own free waits for their work on the memory), a pool gives
+    /// such memory back to the runtime instead.
+    fn wait_device_covers_every_queue(&self) -> bool;
+
+    /// The consumer of a zero-copy DLPack export of this queue's memory to `device`, read from
+    /// its `stream` argument, and how it is ordered after the memory's pending work, where this
+    /// backend has a rule for `device` (CUDA streams, SYCL queues); `None` leaves the export to
+    /// the generic rule (waiting for pending work). A `stream` the rule does not accept is an
+    /// error naming `stream`.
+    ///
+    /// # Safety
+    /// A stream handle in `stream` names one of the consumer's live streams or queues (DLPack's
+    /// contract).
+    unsafe fn dlpack_consumer(
+        &self,
+        device: DLDevice,
+        stream: &ForeignObject<'_>,
+    ) -> Option<Result<ConsumerOrder>>;
+
+    /// Orders later work on this queue after the producer's `stream` (for memory just imported
+    /// onto this queue), unless `sync` is off, and says what the import records
+    /// ([`ProducerWork`]); a stream value the protocol forbids is refused either way. Nothing for
+    /// a form this backend does not read.
+    ///
+    /// # Safety
+    /// A stream handle in `stream` names one of the producer's live streams (the protocol's
+    /// contract), alive while the data is used.
+    unsafe fn order_after_producer(
+        &self,
+        stream: ProducerStream<'_>,
+        sync: bool,
+    ) -> Result<ProducerWork>;
+
+    // -- Other processes.
+
+    /// How this queue shares memory with other processes on the machine, or why it cannot (an
+    /// [`crate::Error::Unsupported`] with the reason, made with [`crate::ipc::unsupported`]).
+    fn ipc(&self) -> Result<&dyn IpcSharing>;
+}

@@ -1,0 +1,226 @@
+//! The pool's memory of one kind: upstream blocks sub-allocated by an offset allocator, the
+//! addresses handed out, and the freed ones whose work may still be running.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::ptr::NonNull;
+
+use offset_allocator::{Allocation, Allocator};
+
+use crate::{DEFAULT_ALIGNMENT, Event, MemKind};
+
+/// The pool's unit of sub-allocation: every block handed out starts on a multiple of it.
+pub(super) const UNIT: usize = DEFAULT_ALIGNMENT;
+
+/// How many freed blocks an arena keeps for the next request of the same size.
+pub(super) const RECENT_BLOCKS: usize = 16;
+
+/// The largest request (64 KiB, in units) whose freed block is kept: the few kept never pin much.
+pub(super) const RECENT_MAX_UNITS: u32 = (64 << 10) / UNIT as u32;
+
+/// One upstream block and the allocator of its units.
+pub(super) struct Block {
+    pub(super) base: usize,
+    pub(super) size: usize,
+    pub(super) units: Allocator,
+    /// Allocations handed out from it (deferred frees included) and not yet returned.
+    pub(super) live: usize,
+    /// Of `live`, those freed after [`crate::mr::FreeAfter::ForeignWork`]: never handed out again.
+    pub(super) retired: usize,
+    /// The units they take.
+    pub(super) retired_units: usize,
+}
+
+impl Block {
+    /// Whether nothing in the block may be handed out again or is still in use by devbuf: it
+    /// goes back upstream.
+    pub(super) fn is_done(&self) -> bool {
+        self.live == self.retired
+    }
+}
+
+impl std::fmt::Debug for Block {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Block({:#x}, {} bytes, {} live, {} retired)",
+            self.base, self.size, self.live, self.retired
+        )
+    }
+}
+
+/// Hashes addresses (multiples of the unit) by Fibonacci hashing: a multiply, not SipHash.
+#[derive(Default)]
+pub(super) struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = (self.0 << 8 | u64::from(*byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_usize(&mut self, addr: usize) {
+        self.0 = (addr as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// The pool's memory of one kind.
+#[derive(Debug)]
+pub(super) struct Arena {
+    pub(super) kind: MemKind,
+    /// Slots of upstream blocks; a released block leaves `None` for the next growth to reuse.
+    pub(super) blocks: Vec<Option<Block>>,
+    /// Address handed out → its block slot and sub-allocation.
+    pub(super) handed_out:
+        HashMap<usize, (usize, AllocationDebug), BuildHasherDefault<AddressHasher>>,
+    /// Freed addresses whose work may still be running, with the event that says when it is done.
+    pub(super) deferred: Vec<(usize, Event)>,
+    /// Small blocks freed with no work pending, still handed out as far as the allocator and the
+    /// address map know, kept for the next request of the same size (see the module's notes).
+    pub(super) recent: Vec<RecentBlock>,
+    /// Blocks with retired allocations and nothing else in use, taken out of `blocks` to go back
+    /// upstream once the arena is unlocked (the runtime's free may wait for other libraries).
+    pub(super) drained: Vec<Block>,
+}
+
+/// A freed block kept for reuse, with the request it was made for.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RecentBlock {
+    pub(super) addr: usize,
+    pub(super) units: u32,
+    pub(super) align: usize,
+}
+
+/// An `offset_allocator::Allocation` (which has no `Debug`).
+#[derive(Clone, Copy)]
+pub(super) struct AllocationDebug(Allocation);
+
+impl std::fmt::Debug for AllocationDebug {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Allocation(unit {})", self.0.offset)
+    }
+}
+
+/// The units a request of `size` bytes aligned to `align` takes: blocks start on a unit, and a
+/// larger alignment takes the slack to align within the block.
+pub(super) fn units_for(size: usize, align: usize) -> Option<usize> {
+    let padded = size.checked_add(align.saturating_sub(UNIT))?;
+    Some(padded.div_ceil(UNIT))
+}
+
+/// The arena of `kind` (an allocatable kind; Unknown shares the last, never used).
+pub(super) fn slot_of(kind: MemKind) -> usize {
+    match kind {
+        MemKind::Host => 0,
+        MemKind::Device => 1,
+        MemKind::Shared | MemKind::Unknown => 2,
+    }
+}
+
+impl Arena {
+    /// Frees the deferred allocations whose work has completed.
+    pub(super) fn sweep_completed(&mut self) {
+        if self.deferred.is_empty() {
+            return;
+        }
+        let deferred = std::mem::take(&mut self.deferred);
+        for (addr, event) in deferred {
+            if event.is_complete().unwrap_or(false) {
+                self.free(addr);
+            } else {
+                self.deferred.push((addr, event));
+            }
+        }
+    }
+
+    /// Frees a deferred allocation whose work is `done`; one whose wait failed may still be in
+    /// use, so its units stay taken for good (its block is never released).
+    pub(super) fn free_or_forget(&mut self, addr: usize, done: bool) {
+        if done {
+            self.free(addr);
+        } else {
+            self.handed_out.remove(&addr);
+        }
+    }
+
+    /// Gives the blocks kept for reuse back to the allocator.
+    pub(super) fn free_recent(&mut self) {
+        for recent in std::mem::take(&mut self.recent) {
+            self.free(recent.addr);
+        }
+    }
+
+    /// A block kept for reuse that was made for the same request, if there is one.
+    pub(super) fn reuse_recent(&mut self, units: u32, align: usize) -> Option<NonNull<u8>> {
+        let index = self
+            .recent
+            .iter()
+            .rposition(|recent| recent.units == units && recent.align == align)?;
+        NonNull::new(self.recent.swap_remove(index).addr as *mut u8)
+    }
+
+    /// Frees the block at `addr`, made for a request of `units` aligned to `align`, with no work
+    /// pending on it: kept for reuse when it is small and there is room, else freed.
+    pub(super) fn free_now(&mut self, addr: usize, units: u32, align: usize) {
+        if units <= RECENT_MAX_UNITS && self.recent.len() < RECENT_BLOCKS {
+            self.recent.push(RecentBlock { addr, units, align });
+        } else {
+            self.free(addr);
+        }
+    }
+
+    pub(super) fn try_allocate(&mut self, units: u32, align: usize) -> Option<NonNull<u8>> {
+        for (slot, block) in self.blocks.iter_mut().enumerate() {
+            let Some(block) = block else { continue };
+            if let Some(allocation) = block.units.allocate(units) {
+                block.live += 1;
+                let start = block.base + allocation.offset as usize * UNIT;
+                let addr = start.next_multiple_of(align);
+                self.handed_out
+                    .insert(addr, (slot, AllocationDebug(allocation)));
+                return NonNull::new(addr as *mut u8);
+            }
+        }
+        None
+    }
+
+    pub(super) fn free(&mut self, addr: usize) {
+        if let Some((slot, allocation)) = self.handed_out.remove(&addr)
+            && let Some(Some(block)) = self.blocks.get_mut(slot)
+        {
+            block.units.free(allocation.0);
+            block.live -= 1;
+            self.drain_if_done(slot);
+        }
+    }
+
+    /// Never hands out the block at `addr` again: other libraries may still use it (see
+    /// [`crate::mr::FreeAfter::ForeignWork`]). Its units stay taken; the rest of its upstream block is used
+    /// as before.
+    pub(super) fn retire(&mut self, addr: usize) {
+        if let Some((slot, allocation)) = self.handed_out.remove(&addr)
+            && let Some(Some(block)) = self.blocks.get_mut(slot)
+        {
+            block.retired += 1;
+            block.retired_units += block.units.allocation_size(allocation.0) as usize;
+            self.drain_if_done(slot);
+        }
+    }
+
+    /// Takes the block in `slot` out to go back upstream when all that is left in it is retired
+    /// and that is at least half of it: giving back a block at every retirement would cost an
+    /// upstream free and allocation per exported block, more than the pool saves.
+    pub(super) fn drain_if_done(&mut self, slot: usize) {
+        if let Some(entry) = self.blocks.get_mut(slot)
+            && entry.as_ref().is_some_and(|block| {
+                block.retired > 0 && block.is_done() && 2 * block.retired_units * UNIT >= block.size
+            })
+            && let Some(block) = entry.take()
+        {
+            self.drained.push(block);
+        }
+    }
+}

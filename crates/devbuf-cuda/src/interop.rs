@@ -1,0 +1,238 @@
+//! The CUDA queue's exchange answers ([`devbuf_core::Interop`]): CUDA memory, handed to other
+//! libraries with the stream it is ordered on, and the protocols' stream rules for exports to
+//! (DLPack's `stream` argument) and imports from (CAI's `stream` entry, the exchange API's work
+//! stream) other libraries.
+
+use cudarc::driver::sys::CUstream;
+use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
+use devbuf_core::interop::{ConsumerOrder, Holder, ProducerStream, ProducerWork};
+use devbuf_core::{
+    Buffer, Error, Event, ExportedHandle, ForeignObject, Interop, MemKind, Queue, Result,
+    StreamHandle, blocking, exchange,
+};
+
+use crate::event::{self, RawEvent};
+use crate::memory;
+use crate::protocol::{self, CU_STREAM_LEGACY, ProtocolStream};
+use crate::queue::CudaQueue;
+
+/// The exchange half: CUDA memory, handed to other libraries with the stream it is ordered on.
+impl Interop for CudaQueue {
+    /// The allocation `cuMemGetAddressRange` names. The driver documents it for allocations made
+    /// by its allocators; where it bounds none (pinned memory on some drivers), the kind and
+    /// device are what it tells. A stream-ordered pool may report the pool's mapped chunk rather
+    /// than the block: a claim past the block but inside that chunk is not caught (it reaches
+    /// other blocks of the pool, never unmapped memory).
+    fn holder_of(&self, ptr: *const u8) -> Result<Holder> {
+        let _current = self.stream.context().enter()?;
+        let kind = match memory::pointer_info(ptr as usize)? {
+            Some((ordinal, kind)) if kind != MemKind::Device || ordinal == self.ordinal() => kind,
+            _ => return Ok(Holder::Unknown),
+        };
+        Ok(match memory::address_range(ptr as usize)? {
+            Some(range) if range.contains(&(ptr as usize)) => Holder::Allocation { kind, range },
+            _ => Holder::Unbounded {
+                kind,
+                place: u64::from(self.ordinal()),
+            },
+        })
+    }
+
+    fn dlpack_device(&self, kind: MemKind) -> DLDevice {
+        let (device_type, device_id) = match kind {
+            MemKind::Device => (DLDeviceType::CUDA, self.ordinal() as i32),
+            MemKind::Host => (DLDeviceType::CUDAHOST, 0),
+            MemKind::Shared => (DLDeviceType::CUDAMANAGED, 0),
+            // Memory the driver does not know is plain host memory, if anything.
+            MemKind::Unknown => (DLDeviceType::CPU, 0),
+        };
+        DLDevice {
+            device_type,
+            device_id,
+        }
+    }
+
+    fn ipc(&self) -> Result<&dyn devbuf_core::IpcSharing> {
+        Ok(self)
+    }
+
+    /// The stream itself: never 0 ([`CudaQueue::stream`]).
+    fn native_stream(&self) -> Option<StreamHandle> {
+        StreamHandle::new(self.stream())
+    }
+
+    /// The stream, as DLPack's exchange API names CUDA's work streams.
+    fn dlpack_work_stream(&self) -> Option<usize> {
+        Some(self.stream())
+    }
+
+    fn export_handle(&self) -> Option<ExportedHandle> {
+        None
+    }
+
+    fn dlpack_export_refusal(&self) -> Option<String> {
+        None
+    }
+
+    /// Other libraries work on the stream itself once they hold it: its events cover their work.
+    fn handed_out_event(&self) -> Result<Event> {
+        Queue::record_event(self)
+    }
+
+    /// Every stream other libraries use devbuf memory on is in this queue's context, which
+    /// [`Queue::wait_device`] synchronizes.
+    fn wait_device_covers_every_queue(&self) -> bool {
+        true
+    }
+
+    /// For a CUDA device, the consumer's `stream` (None or an int, DLPack's encoding) waits for
+    /// an event recorded after all pending work on the memory, without blocking the host;
+    /// nothing for -1, and 0 is refused.
+    unsafe fn dlpack_consumer(
+        &self,
+        device: DLDevice,
+        stream: &ForeignObject<'_>,
+    ) -> Option<Result<ConsumerOrder>> {
+        let cuda_device = matches!(
+            device.device_type,
+            DLDeviceType::CUDA | DLDeviceType::CUDAHOST | DLDeviceType::CUDAMANAGED
+        );
+        if !cuda_device {
+            return None;
+        }
+        let stream = match stream {
+            ForeignObject::Nothing => None,
+            ForeignObject::Int(value) => Some(*value),
+            _ => {
+                return Some(Err(Error::wrong_type(
+                    "stream",
+                    "expected None or an int (a CUDA stream)",
+                )));
+            }
+        };
+        Some(protocol::decode_dlpack_stream(stream).and_then(|consumer| {
+            Ok(match consumer.handle() {
+                None => ConsumerOrder::Nothing,
+                Some(handle) => ConsumerOrder::AfterQueue(self.foreign_stream(handle)?),
+            })
+        }))
+    }
+
+    /// Consumers were given the stream itself (CAI, DLPack, the exchange table's work stream),
+    /// and the ecosystem works on the legacy default stream by default (Numba's stream 0, CuPy's
+    /// and PyTorch's null stream, RMM's default, DLPack's `stream=None`).
+    fn untracked_foreign_work(&self) -> bool {
+        true
+    }
+
+    /// Our stream is non-blocking, so the legacy default stream's work is ordered before it
+    /// explicitly: an event recorded there, which our stream waits for. The legacy stream itself
+    /// waits for the work enqueued before on every blocking stream of the context (NVIDIA's
+    /// "Stream synchronization behavior"), so the event covers those streams too (Numba's
+    /// `cuda.stream()`, CuPy's streams unless non-blocking). Work on our own stream is in order.
+    fn order_after_foreign_work(&self) -> Result<()> {
+        if self.stream() == CU_STREAM_LEGACY {
+            return Ok(());
+        }
+        let mut mark = self.legacy_mark.lock();
+        let event = match &mut *mark {
+            Some(event) => event,
+            None => mark.insert(RawEvent::create(self.context().raw())?),
+        };
+        event.record(CU_STREAM_LEGACY as CUstream)?;
+        event::enqueue_wait(self.stream.raw(), self.context().raw(), event.raw())?;
+        Ok(())
+    }
+
+    fn foreign_work_event(&self) -> Result<Option<Event>> {
+        self.order_after_foreign_work()?;
+        Ok(Some(Queue::record_event(self)?))
+    }
+
+    /// CAI's rule, where a producer that names no stream is taken to work on
+    /// [`protocol::implied_cai_stream`], for a CAI's `stream` entry and for the work stream
+    /// DLPack's exchange API reports (where NULL, 0, is the legacy default stream).
+    unsafe fn order_after_producer(
+        &self,
+        stream: ProducerStream<'_>,
+        sync: bool,
+    ) -> Result<ProducerWork> {
+        let stream = match stream {
+            ProducerStream::CaiEntry(ForeignObject::Nothing) => protocol::implied_cai_stream(),
+            ProducerStream::CaiEntry(ForeignObject::Int(value)) => value,
+            ProducerStream::CaiEntry(other) => {
+                return Err(Error::wrong_type(
+                    "stream",
+                    format!("a CAI stream is None or an int, not {other:?}"),
+                ));
+            }
+            ProducerStream::ExchangeWorkStream(0) => CU_STREAM_LEGACY as i64,
+            ProducerStream::ExchangeWorkStream(handle) => handle as i64,
+        };
+        let producer = protocol::decode_cai_stream(Some(stream))?;
+        if !sync {
+            return Ok(ProducerWork::default());
+        }
+        // SAFETY: the caller's promise about `stream`.
+        blocking(|| unsafe { self.follow_producer(producer) })
+    }
+}
+
+impl CudaQueue {
+    /// Unless [`protocol::CAI_SYNC_ENV`] turned it off, orders this queue's work after the
+    /// producer's (an event on the producer's stream that ours waits for: the host does not
+    /// block), recorded as pending work on the memory, so that host views and re-exports wait for
+    /// the producer's work too; and makes the producer's stream wait for every command devbuf
+    /// later enqueues on the memory without waiting for it (CAI v3's rule for a consumer that
+    /// works on its own stream).
+    ///
+    /// # Safety
+    /// A [`ProtocolStream::Handle`] is a live `CUstream` (the CAI producer's promise) that stays
+    /// alive while the memory is viewed.
+    unsafe fn follow_producer(&self, producer: ProtocolStream) -> Result<ProducerWork> {
+        let Some(handle) = producer.handle() else {
+            return Ok(ProducerWork::default());
+        };
+        if !protocol::cai_import_sync_enabled() {
+            return Ok(ProducerWork::default());
+        }
+        // SAFETY: the caller's promise about `producer`.
+        unsafe { self.wait_for_stream(producer) }?;
+        let hold_back = (handle != self.stream() && producer != ProtocolStream::PerThread)
+            .then(|| self.foreign_stream(handle))
+            .transpose()?;
+        Ok(ProducerWork {
+            ordered: Some(Queue::record_event(self)?),
+            hold_back,
+        })
+    }
+
+    /// Imports a foreign CAI's `stream` entry for `buffer`, memory just imported with this queue:
+    /// rejects 0, and orders as [`devbuf_core::Interop::order_after_producer`] does.
+    ///
+    /// # Safety
+    /// `stream`, unless 1 or 2, is a live `CUstream` (the CAI producer's promise) that stays alive
+    /// while `buffer` is viewed.
+    pub unsafe fn sync_cai_import(&self, buffer: &Buffer, stream: Option<i64>) -> Result<()> {
+        let queue = buffer.queue();
+        if !queue
+            .as_any()
+            .downcast_ref::<CudaQueue>()
+            .is_some_and(|own| std::ptr::eq(own, self))
+        {
+            return Err(Error::invalid(
+                "stream",
+                format!(
+                    "the imported memory belongs to {}, not this queue",
+                    queue.device()
+                ),
+            ));
+        }
+        let stream = match stream {
+            Some(value) => ForeignObject::Int(value),
+            None => ForeignObject::Nothing,
+        };
+        // SAFETY: the caller's promise about `stream`.
+        unsafe { exchange::order_after_producer(buffer, ProducerStream::CaiEntry(stream), true) }
+    }
+}

@@ -1,0 +1,180 @@
+//! `Device`'s Python methods (its streams, `with device:`) and `set_default_device`: they reach
+//! the shared queues, the default device and other libraries' device objects, so they sit above
+//! those modules (what a Device holds is in `device`).
+
+use pyo3::prelude::*;
+
+use crate::errors::IntoPyResult;
+use crate::objects::default_device::{
+    current_default, enter_default, exit_default, set_process_default,
+};
+use crate::objects::device::PyDevice;
+use crate::objects::foreign_objects::resolve_queue;
+use crate::objects::queue::{PyQueue, shared_queue};
+
+#[pymethods]
+impl PyDevice {
+    /// The device a selector names: "host", "sycl", "sycl:<filter string>", "cuda", "cuda:N",
+    /// "opencl", "opencl:P:D", or nothing for the default device.
+    #[new]
+    #[pyo3(signature = (selector = None))]
+    fn new(py: Python<'_>, selector: Option<&str>) -> PyResult<Py<PyDevice>> {
+        let queue = match selector {
+            None | Some("") => current_default(py)?,
+            Some(selector) => shared_queue(py, selector)?,
+        };
+        Ok(queue.get().device.clone_ref(py))
+    }
+
+    /// `with device:` makes this device the default of the current thread until the block ends
+    /// (as `with cupy.cuda.Device(n):` does); blocks nest.
+    fn __enter__(slf: &Bound<'_, Self>) -> PyResult<Py<PyDevice>> {
+        enter_default(slf.py(), slf.get())?;
+        Ok(slf.clone().unbind())
+    }
+
+    /// Ends the `with` block: the default goes back to what it was before it.
+    #[pyo3(signature = (*_exc_info))]
+    fn __exit__(&self, _exc_info: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        exit_default(self)?;
+        Ok(false)
+    }
+
+    /// Backend name: "host", "sycl", "cuda", "opencl".
+    #[getter]
+    fn backend(&self) -> &'static str {
+        self.info.backend
+    }
+
+    /// Index within the backend (dpctl's device index, the CUDA ordinal).
+    #[getter]
+    fn index(&self) -> u32 {
+        self.info.index
+    }
+
+    /// The device's own name, as its runtime reports it.
+    #[getter]
+    fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    /// The vendor's name, as the runtime reports it.
+    #[getter]
+    fn vendor(&self) -> &str {
+        &self.info.vendor
+    }
+
+    /// The driver's (or runtime's) version.
+    #[getter]
+    fn driver(&self) -> &str {
+        &self.info.driver
+    }
+
+    /// What stands in for the hardware when a test double of its runtime does (the CUDA driver
+    /// double); `None` for real hardware.
+    #[getter]
+    fn test_double(&self) -> Option<&str> {
+        self.info.test_double.as_deref()
+    }
+
+    /// The selector that opens this device.
+    #[getter]
+    fn selector(&self) -> &str {
+        &self.info.selector
+    }
+
+    /// Global memory in bytes (0 when unknown).
+    #[getter]
+    fn global_mem_size(&self) -> u64 {
+        self.info.global_mem_bytes
+    }
+
+    /// The kinds of memory devbuf can allocate here.
+    #[getter]
+    fn kinds(&self) -> Vec<&'static str> {
+        self.info.kinds.iter().map(|k| k.as_str()).collect()
+    }
+
+    /// Whether devbuf can allocate memory on this device.
+    #[getter]
+    fn usable(&self) -> bool {
+        self.info.unusable_reason.is_none()
+    }
+
+    /// Why devbuf cannot use this device, or None.
+    #[getter]
+    fn reason(&self) -> Option<&str> {
+        self.info.unusable_reason.as_deref()
+    }
+
+    /// The shared queue of this device (what `alloc(device=...)` uses).
+    #[getter]
+    fn queue(&self, py: Python<'_>) -> PyResult<Py<PyQueue>> {
+        shared_queue(py, &self.info.selector)
+    }
+
+    /// The device's default stream: its shared queue, on which devbuf's work runs when no
+    /// `stream=` is given (cuda.core's `Device.default_stream`).
+    #[getter]
+    fn default_stream(&self, py: Python<'_>) -> PyResult<Py<PyQueue>> {
+        shared_queue(py, &self.info.selector)
+    }
+
+    /// A new stream on this device: `devbuf.Stream(device, non_blocking=..., priority=...)`, by
+    /// cuda.core's name.
+    #[pyo3(signature = (*, non_blocking = true, priority = None))]
+    fn create_stream(
+        &self,
+        py: Python<'_>,
+        non_blocking: bool,
+        priority: Option<i32>,
+    ) -> PyResult<Py<PyQueue>> {
+        let options = devbuf::StreamOptions {
+            non_blocking,
+            priority,
+        };
+        let queue = py
+            .detach(|| devbuf::open_stream(&self.info.selector, options))
+            .py()?;
+        PyQueue::wrap(py, queue)
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other
+            .cast::<PyDevice>()
+            .is_ok_and(|other| other.get().info.selector == self.info.selector)
+    }
+
+    fn __hash__(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.info.selector.hash(&mut hasher);
+        hasher.finish()
+    }
+
+    fn __repr__(&self) -> String {
+        let mut repr = format!(
+            "<devbuf.Device {:?} {:?}",
+            self.info.selector, self.info.name
+        );
+        match &self.info.unusable_reason {
+            Some(reason) => repr += &format!(" unusable: {reason}"),
+            None => repr += &format!(" kinds={:?}", self.kinds()),
+        }
+        repr + ">"
+    }
+}
+
+/// Sets the default device of every thread (a selector, a Device, a Queue or a
+/// `dpctl.SyclQueue`); `None` goes back to devbuf's choice. Returns the previous setting, or None.
+/// Inside a `with devbuf.Device(...)` block that block's device still wins on its thread.
+#[pyfunction]
+#[pyo3(signature = (device, /))]
+pub fn set_default_device(
+    py: Python<'_>,
+    device: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<Py<PyDevice>>> {
+    let queue = device.map(|d| resolve_queue(py, Some(d))).transpose()?;
+    let previous = set_process_default(py, queue);
+    Ok(previous.map(|q| q.get().device.clone_ref(py)))
+}

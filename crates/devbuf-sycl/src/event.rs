@@ -1,0 +1,99 @@
+//! [`SyclEvent`]: a point in a SYCL queue's work, and the barriers that make one where devbuf's
+//! last command does not cover what it must (other libraries' work on a queue, another queue's
+//! event).
+
+use std::any::Any;
+use std::sync::Arc;
+
+use devbuf_core::{Error, QueueEvent, Result};
+use devbuf_sycl_sys as sys;
+
+use crate::loader::SYCL;
+use crate::raw::{RawEvent, RawQueue};
+
+/// Submits a barrier on `queue`: its event completes after all work enqueued there so far.
+pub(crate) fn barrier(queue: &RawQueue) -> Result<RawEvent> {
+    // SAFETY: the queue is live; the call catches the runtime's exceptions.
+    let event = unsafe { queue.rt.api().DPCTLQueue_SubmitBarrier(queue.as_ptr()) };
+    // SAFETY: `event` is null or an event we own.
+    unsafe { RawEvent::from_raw(queue.rt, event) }.ok_or_else(|| {
+        Error::runtime(
+            SYCL,
+            "DPCTLQueue_SubmitBarrier",
+            "the SYCL runtime refused it",
+        )
+    })
+}
+
+/// Submits a barrier on `queue` that waits for `event` (of the same runtime): work enqueued
+/// there later runs after it, and the host does not block.
+pub(crate) fn barrier_for(queue: &RawQueue, event: &SyclEvent) -> Result<RawEvent> {
+    let dependencies = [event.event.as_ptr()];
+    // SAFETY: the queue and the event are live and of one runtime; the call catches the
+    // runtime's exceptions and returns the barrier's event, which we own.
+    let barrier = unsafe {
+        queue.rt.api().DPCTLQueue_SubmitBarrierForEvents(
+            queue.as_ptr(),
+            dependencies.as_ptr(),
+            dependencies.len(),
+        )
+    };
+    // SAFETY: `barrier` is null or an event we own.
+    unsafe { RawEvent::from_raw(queue.rt, barrier) }.ok_or_else(|| {
+        Error::runtime(
+            SYCL,
+            "DPCTLQueue_SubmitBarrierForEvents",
+            "the SYCL runtime refused it",
+        )
+    })
+}
+
+/// A point in a SYCL queue's work: the event of its last command, or of a barrier.
+#[derive(Debug)]
+pub struct SyclEvent {
+    pub(crate) event: Arc<RawEvent>,
+    /// The identity of the [`SyclQueue`] that recorded it.
+    pub(crate) recorded_by: Arc<()>,
+}
+
+impl SyclEvent {
+    fn status(&self) -> sys::DPCTLSyclEventStatusType {
+        // SAFETY: the event is live; the call catches the runtime's exceptions.
+        unsafe {
+            self.event
+                .rt
+                .api()
+                .DPCTLEvent_GetCommandExecutionStatus(self.event.as_ptr())
+        }
+    }
+}
+
+impl QueueEvent for SyclEvent {
+    fn wait(&self) -> Result<()> {
+        // SAFETY: the event is live; the call catches the runtime's exceptions.
+        unsafe { self.event.rt.api().DPCTLEvent_Wait(self.event.as_ptr()) };
+        match self.status() {
+            sys::DPCTLSyclEventStatusType_DPCTL_COMPLETE => Ok(()),
+            status => Err(Error::runtime(
+                SYCL,
+                "DPCTLEvent_Wait",
+                format!("the event is not complete after waiting (status {status})"),
+            )),
+        }
+    }
+
+    fn is_complete(&self) -> Result<bool> {
+        match self.status() {
+            sys::DPCTLSyclEventStatusType_DPCTL_UNKNOWN_STATUS => Err(Error::runtime(
+                SYCL,
+                "DPCTLEvent_GetCommandExecutionStatus",
+                "the SYCL runtime could not say",
+            )),
+            status => Ok(status == sys::DPCTLSyclEventStatusType_DPCTL_COMPLETE),
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,361 @@
+//! Other libraries' SYCL objects: which queue a SUAI `syclobj` or another library's queue handle
+//! means (the registry's questions, see [`devbuf_core::exchange`]), adopting their queues and
+//! contexts, which memory DLPack cannot carry, and [`ForeignSyclQueue`], another library's queue
+//! devbuf orders work with.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use std::sync::Weak;
+
+use devbuf_core::{
+    Error, Event, ForeignObject, ForeignQueue, MemKind, Queue, ResolvedQueue, Result,
+};
+
+use crate::event::{SyclEvent, barrier, barrier_for};
+use crate::loader::Runtime;
+use crate::loader::SYCL;
+use crate::memory::classify;
+use crate::queue::{SyclQueue, queues_of};
+use crate::raw::{Context, Device, RawQueue};
+
+/// The runtime a `syclobj` handle belongs to (dpctl's capsule payloads are live handles of the
+/// library it loaded, which devbuf loads too: the package's `__init__` points devbuf at it).
+fn runtime_for_syclobj(runtime: Result<&'static Runtime>) -> Result<&'static Runtime> {
+    runtime.map_err(|_| Error::invalid("syclobj", "the SYCL backend is not available"))
+}
+
+/// The queue a SUAI `syclobj` names for memory at `data`: a filter string (the root device's
+/// default context), a "SyclQueueRef" (the producer's queue, whose work imports wait for) or a
+/// "SyclContextRef" (the queue on the data's device in that context).
+///
+/// # Safety
+/// A [`ForeignObject::Handle`] is a live handle of the kind its name says, for the call.
+pub(crate) unsafe fn queue_for_syclobj(
+    runtime: Result<&'static Runtime>,
+    syclobj: &ForeignObject<'_>,
+    data: usize,
+) -> Result<ResolvedQueue> {
+    let (queue, producer): (Arc<SyclQueue>, Option<Arc<dyn ForeignQueue>>) = match syclobj {
+        ForeignObject::Text(filter) => (SyclQueue::open(runtime?, filter)?, None),
+        ForeignObject::Handle { name, ptr } => {
+            let runtime = runtime_for_syclobj(runtime)?;
+            let payload = *ptr as *mut c_void;
+            match name.to_bytes() {
+                b"SyclQueueRef" | b"used_SyclQueueRef" => {
+                    // SAFETY: a live "SyclQueueRef" payload (the caller's promise).
+                    let (queue, producer) =
+                        unsafe { SyclQueue::from_producer_queue_ref(runtime, payload) }?;
+                    (queue, Some(producer))
+                }
+                b"SyclContextRef" | b"used_SyclContextRef" => {
+                    // SAFETY: a live "SyclContextRef" payload (the caller's promise).
+                    let (queue, _kind) = unsafe {
+                        SyclQueue::from_context_ref_and_pointer(runtime, payload, data as *const u8)
+                    }?;
+                    (queue, None)
+                }
+                other => {
+                    return Err(Error::invalid(
+                        "syclobj",
+                        format!(
+                            "a capsule named {:?} is neither \"SyclQueueRef\" nor \"SyclContextRef\"",
+                            String::from_utf8_lossy(other)
+                        ),
+                    ));
+                }
+            }
+        }
+        ForeignObject::NotACapsule => {
+            return Err(Error::wrong_type(
+                "syclobj",
+                "_get_capsule() did not return a capsule",
+            ));
+        }
+        other => {
+            return Err(Error::invalid(
+                "syclobj",
+                format!("{other:?} is none of a SYCL queue, context, capsule or filter string"),
+            ));
+        }
+    };
+    let same_for_every_pointer = producer.is_some() || !queue.has_multi_device_context();
+    Ok(ResolvedQueue {
+        queue,
+        producer,
+        same_for_every_pointer,
+    })
+}
+
+/// The queue for another library's SYCL queue given as a device (a "SyclQueueRef" handle): that
+/// very `sycl::queue` when it is in order, else devbuf's in-order queue on its device and context.
+///
+/// # Safety
+/// As for [`queue_for_syclobj`].
+pub(crate) unsafe fn queue_for_device_object(
+    runtime: Result<&'static Runtime>,
+    object: &ForeignObject<'_>,
+) -> Option<Result<Arc<dyn Queue>>> {
+    let ForeignObject::Handle { name, ptr } = object else {
+        return None;
+    };
+    if name.to_bytes() != b"SyclQueueRef" {
+        return None;
+    }
+    Some(runtime_for_syclobj(runtime).and_then(|runtime| {
+        // SAFETY: a live "SyclQueueRef" payload (the caller's promise).
+        let queue = unsafe { SyclQueue::from_queue_ref(runtime, *ptr as *mut c_void) }?;
+        Ok(queue as Arc<dyn Queue>)
+    }))
+}
+
+impl SyclQueue {
+    /// [`devbuf_core::Interop::dlpack_export_refusal`]: DLPack consumers look SYCL memory up in its device's
+    /// default context, by dpctl's device index.
+    pub(crate) fn dlpack_refusal(&self) -> Option<String> {
+        if !self.is_default_context() {
+            return Some(
+                "SYCL memory bound to a context other than its device's default context cannot \
+                 be exported through DLPack (consumers look it up in the default context)"
+                    .into(),
+            );
+        }
+        if self.dlpack_device_id().is_none() {
+            return Some(
+                "the SYCL device is not a root device dpctl lists: DLPack has no id for it".into(),
+            );
+        }
+        None
+    }
+}
+
+/// Adopting other libraries' queues and contexts.
+impl SyclQueue {
+    /// A queue for a `sycl::queue` someone else owns: the payload of a "SyclQueueRef" capsule
+    /// (dpctl's `SyclQueue._get_capsule()`). The caller's queue is copied, never freed; when it
+    /// is out of order (dpctl's default), an in-order queue on its context and device is made
+    /// instead, since devbuf orders work by queue order.
+    ///
+    /// # Safety
+    /// `queue_ref` is a live `DPCTLSyclQueueRef` (a `sycl::queue*`) of the SYCL runtime `rt`
+    /// belongs to, for the duration of the call.
+    pub unsafe fn from_queue_ref(
+        rt: &'static Runtime,
+        queue_ref: *mut c_void,
+    ) -> Result<Arc<SyclQueue>> {
+        if queue_ref.is_null() {
+            return Err(Error::invalid("syclobj", "the SyclQueueRef is null"));
+        }
+        let api = rt.api();
+        // SAFETY: the caller guarantees the queue; Copy returns a new handle we own, or null.
+        let copy = unsafe { RawQueue::from_raw(rt, api.DPCTLQueue_Copy(queue_ref.cast())) }
+            .ok_or_else(|| Error::runtime(SYCL, "DPCTLQueue_Copy", "returned null"))?;
+        // SAFETY: `copy` is live; the calls return new handles we own (copies of the queue's
+        // context and device, which SYCL returns without throwing).
+        let (context, device) = unsafe {
+            (
+                Context::from_raw(rt, api.DPCTLQueue_GetContext(copy.as_ptr())),
+                Device::from_raw(rt, api.DPCTLQueue_GetDevice(copy.as_ptr())),
+            )
+        };
+        let (Some(context), Some(device)) = (context, device) else {
+            return Err(Error::runtime(
+                SYCL,
+                "DPCTLQueue_GetContext",
+                "the queue has no context or device",
+            ));
+        };
+        // SAFETY: `copy` is live; the call reads a queue property.
+        if !unsafe { api.DPCTLQueue_IsInOrder(copy.as_ptr()) } {
+            return SyclQueue::on_context(context, device);
+        }
+        if let Some(known) = SyclQueue::known_equal_to(rt, &copy) {
+            return Ok(known);
+        }
+        let adopted = Arc::new(SyclQueue::assemble(copy, context, device));
+        let mut adopted_queues = queues_of(rt).adopted_queues.lock();
+        adopted_queues.retain(|queue| queue.strong_count() > 0);
+        adopted_queues.push(Arc::downgrade(&adopted));
+        Ok(adopted)
+    }
+
+    /// The devbuf queue, still in use, that wraps the very `sycl::queue` `queue` is a handle to:
+    /// a device's default queue, or one adopted from another library.
+    fn known_equal_to(rt: &'static Runtime, queue: &RawQueue) -> Option<Arc<SyclQueue>> {
+        let same = |known: &SyclQueue| {
+            // SAFETY: both handles are live queues of `rt`; the call compares them.
+            unsafe {
+                rt.api()
+                    .DPCTLQueue_AreEq(known.queue.as_ptr(), queue.as_ptr())
+            }
+        };
+        let defaults = queues_of(rt).default_queues.lock();
+        if let Some((_, known)) = defaults.iter().find(|(_, known)| same(known)) {
+            return Some(Arc::clone(known));
+        }
+        drop(defaults);
+        queues_of(rt)
+            .adopted_queues
+            .lock()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|known| same(known))
+    }
+
+    /// Like [`SyclQueue::from_queue_ref`], for a SUAI producer's queue: also returns that queue
+    /// as another library's, whose events imports of its memory wait for. For an in-order queue
+    /// that is the returned queue itself (it shares the producer's); for an out-of-order one, the
+    /// producer's own queue, on which a barrier is submitted.
+    ///
+    /// # Safety
+    /// As for [`SyclQueue::from_queue_ref`].
+    pub unsafe fn from_producer_queue_ref(
+        rt: &'static Runtime,
+        queue_ref: *mut c_void,
+    ) -> Result<(Arc<SyclQueue>, Arc<dyn ForeignQueue>)> {
+        // SAFETY: the caller's guarantee.
+        let queue = unsafe { SyclQueue::from_queue_ref(rt, queue_ref) }?;
+        // SAFETY: a live queue (checked non-null above); the call reads a queue property.
+        if unsafe { rt.api().DPCTLQueue_IsInOrder(queue_ref.cast()) } {
+            let producer = devbuf_core::exchange::handed_out(Arc::clone(&queue) as Arc<dyn Queue>);
+            return Ok((queue, producer));
+        }
+        // SAFETY: the caller's guarantee.
+        let producer = unsafe { ForeignSyclQueue::from_queue_ref(rt, queue_ref) }?;
+        Ok((queue, Arc::new(producer)))
+    }
+
+    /// A queue on a `sycl::context` someone else owns (the payload of a "SyclContextRef"
+    /// capsule, dpctl's `SyclContext._get_capsule()`), on the context's first device. The
+    /// caller's context is copied, never freed.
+    ///
+    /// # Safety
+    /// `context_ref` is a live `DPCTLSyclContextRef` (a `sycl::context*`) of the SYCL runtime
+    /// `rt` belongs to, for the duration of the call.
+    pub unsafe fn from_context_ref(
+        rt: &'static Runtime,
+        context_ref: *mut c_void,
+    ) -> Result<Arc<SyclQueue>> {
+        // SAFETY: the caller's guarantee.
+        let context = unsafe { borrowed_context(rt, context_ref) }?;
+        let device = context
+            .devices()
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::invalid("syclobj", "the SYCL context has no devices"))?;
+        SyclQueue::on_context(context, device)
+    }
+
+    /// Like [`SyclQueue::from_context_ref`], but on the device `usm_ptr` was allocated for, and
+    /// with the pointer's kind: what importing SUAI data bound to a context needs. Memory the
+    /// context does not know is an error naming `data`.
+    ///
+    /// # Safety
+    /// As for [`SyclQueue::from_context_ref`]; `usm_ptr` is only looked up, never dereferenced.
+    pub unsafe fn from_context_ref_and_pointer(
+        rt: &'static Runtime,
+        context_ref: *mut c_void,
+        usm_ptr: *const u8,
+    ) -> Result<(Arc<SyclQueue>, MemKind)> {
+        // SAFETY: the caller's guarantee.
+        let context = unsafe { borrowed_context(rt, context_ref) }?;
+        let kind = classify(&context, context.knows_usm(), usm_ptr);
+        if kind == MemKind::Unknown {
+            return Err(Error::invalid(
+                "data",
+                format!("{usm_ptr:p} is not USM memory of the given SYCL context"),
+            ));
+        }
+        // SAFETY: the pointer is USM of this context (classified above), so the runtime finds
+        // its device instead of throwing; the call returns a new handle we own.
+        let device = unsafe {
+            Device::from_raw(
+                rt,
+                rt.api()
+                    .DPCTLUSM_GetPointerDevice(usm_ptr.cast_mut().cast(), context.as_ptr()),
+            )
+        }
+        .ok_or_else(|| Error::runtime(SYCL, "DPCTLUSM_GetPointerDevice", "returned null"))?;
+        Ok((SyclQueue::on_context(context, device)?, kind))
+    }
+}
+
+/// Another library's `sycl::queue` (dpctl's out-of-order default queue, or the queue a DLPack
+/// consumer passes as `stream`): devbuf submits barriers on it, never work of its own.
+#[derive(Debug)]
+pub struct ForeignSyclQueue {
+    queue: RawQueue,
+    /// Identifies the events recorded here (see [`SyclQueue`]'s).
+    identity: Arc<()>,
+}
+
+impl ForeignSyclQueue {
+    /// A handle of our own to the queue a "SyclQueueRef" payload names (copied, never freed).
+    ///
+    /// # Safety
+    /// `queue_ref` is a live `DPCTLSyclQueueRef` (a `sycl::queue*`) of the SYCL runtime `rt`
+    /// belongs to, for the duration of the call.
+    pub unsafe fn from_queue_ref(
+        rt: &'static Runtime,
+        queue_ref: *mut c_void,
+    ) -> Result<ForeignSyclQueue> {
+        if queue_ref.is_null() {
+            return Err(Error::invalid("stream", "the SyclQueueRef is null"));
+        }
+        // SAFETY: the caller guarantees the queue; Copy returns a new handle we own, or null.
+        let queue = unsafe { RawQueue::from_raw(rt, rt.api().DPCTLQueue_Copy(queue_ref.cast())) }
+            .ok_or_else(|| Error::runtime(SYCL, "DPCTLQueue_Copy", "returned null"))?;
+        Ok(ForeignSyclQueue {
+            queue,
+            identity: Arc::new(()),
+        })
+    }
+}
+
+impl ForeignQueue for ForeignSyclQueue {
+    fn record_event(&self) -> Result<Event> {
+        Ok(Event::new(SyclEvent {
+            event: Arc::new(barrier(&self.queue)?),
+            recorded_by: Arc::clone(&self.identity),
+        }))
+    }
+
+    fn wait_event(&self, event: &Event) -> Result<()> {
+        match event.downcast_ref::<SyclEvent>() {
+            Some(sycl) if Arc::ptr_eq(&sycl.recorded_by, &self.identity) => {
+                // Our own barrier: only an in-order queue is sure to run later work after it.
+                // SAFETY: the queue is live; the call reads a queue property.
+                if unsafe {
+                    self.queue
+                        .rt
+                        .api()
+                        .DPCTLQueue_IsInOrder(self.queue.as_ptr())
+                } {
+                    Ok(())
+                } else {
+                    barrier_for(&self.queue, sycl).map(drop)
+                }
+            }
+            Some(sycl) if std::ptr::eq(sycl.event.rt, self.queue.rt) => {
+                barrier_for(&self.queue, sycl).map(drop)
+            }
+            // Another runtime's event: the host waits for it.
+            _ => event.wait(),
+        }
+    }
+}
+
+/// A second owned handle to a context the caller owns.
+///
+/// # Safety
+/// `context_ref` is null or a live `DPCTLSyclContextRef` of the runtime `rt`.
+pub(crate) unsafe fn borrowed_context(
+    rt: &'static Runtime,
+    context_ref: *mut c_void,
+) -> Result<Context> {
+    if context_ref.is_null() {
+        return Err(Error::invalid("syclobj", "the SyclContextRef is null"));
+    }
+    // SAFETY: the caller's guarantee.
+    unsafe { Context::copy_from(rt, context_ref.cast()) }
+}

@@ -1,0 +1,58 @@
+//! Users' streams: a new one on a device ([`open_stream`]) or another library's adopted
+//! ([`adopt_stream`]), each a queue like the ones [`crate::open`] returns.
+
+use std::sync::Arc;
+
+use devbuf_core::{
+    Availability, Error, Protocol, Queue, Result, StreamOptions, StreamOwner, split_selector,
+};
+
+use crate::registry::{backend, backend_for};
+use crate::selection::default_queue;
+
+/// A new queue with its own stream on the device `selector` names (`""`: the default device), in
+/// the context of that device's [`crate::open`] queue: see [`devbuf_core::Backend::open_stream`].
+///
+/// ```
+/// let stream = devbuf::open_stream("host", devbuf::StreamOptions::default())?;
+/// assert_eq!(stream.device().selector, "host");
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+pub fn open_stream(selector: &str, options: StreamOptions) -> Result<Arc<dyn Queue>> {
+    let selector = match selector {
+        "" => default_queue()?.device().selector.clone(),
+        selector => selector.to_owned(),
+    };
+    let (name, spec) = split_selector(&selector);
+    let backend = backend(name)?;
+    if let Availability::Unavailable(reason) = backend.availability() {
+        return Err(Error::Unavailable {
+            backend: backend.name(),
+            reason,
+        });
+    }
+    backend.open_stream(spec, options)
+}
+
+/// A queue on another library's stream, `handle` as `protocol`'s streams are numbered (a
+/// `CUstream` for [`Protocol::Cai`]), on the device `selector` names or, for `None`, the device
+/// the stream belongs to: see [`devbuf_core::Backend::adopt_stream`].
+///
+/// # Safety
+/// `handle` names a live stream for as long as `owner` is alive.
+pub unsafe fn adopt_stream(
+    protocol: Protocol,
+    selector: Option<&str>,
+    handle: usize,
+    owner: StreamOwner,
+) -> Result<Arc<dyn Queue>> {
+    let unsupported = || Error::Unsupported {
+        device: selector.unwrap_or("").to_owned(),
+        what: "adopting a stream".into(),
+        reason: format!("no backend compiled in takes {protocol:?} streams"),
+    };
+    let backend = backend_for(protocol).ok_or_else(unsupported)?;
+    let spec = selector.map(|selector| split_selector(selector).1);
+    // SAFETY: the caller's promise.
+    unsafe { backend.adopt_stream(spec, handle, owner) }.ok_or_else(unsupported)?
+}
