@@ -138,7 +138,12 @@ pub(crate) fn import_suai<'py>(
     )?;
     // The producer may still have work on the memory in its queue: ours is ordered after it.
     if sync && let Some(producer) = resolved.producer {
-        array.get().array.buffer().record_producer(producer).py()?;
+        array
+            .get()
+            .array(py)?
+            .buffer()
+            .record_producer(producer)
+            .py()?;
     }
     Ok(array)
 }
@@ -191,7 +196,7 @@ pub(crate) fn import_cai<'py>(
         "data",
     )?;
     ordering::order_after_producer_stream(
-        array.get().array.buffer(),
+        array.get().array(py)?.buffer(),
         devbuf::Protocol::Cai,
         stream,
         sync,

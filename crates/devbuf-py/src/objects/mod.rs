@@ -9,5 +9,6 @@ pub(crate) mod default_device;
 pub(crate) mod device;
 pub(crate) mod event;
 pub(crate) mod foreign_objects;
+pub(crate) mod held;
 pub(crate) mod queue;
 pub(crate) mod streams;
