@@ -240,8 +240,8 @@ class Array:
     def close(self, stream: Stream | None = None) -> None:
         """Lets go of the memory this object holds (every later use is a ValueError; a second
         close does nothing). The memory goes when its last user does (views, DLPack capsules,
-        buffer-protocol views, pickles in flight; after a CAI or SUAI export, this object itself);
-        with ``stream``, the free waits for the work enqueued on it so far."""
+        pickles in flight; after a buffer-protocol, CAI or SUAI export, this object itself); with
+        ``stream``, the free waits for the work enqueued on it so far."""
     @property
     def closed(self) -> bool: ...
     def __enter__(self) -> Self: ...

@@ -121,10 +121,9 @@ impl PyArray {
     /// Lets go of the memory this object holds, as a file's `close()`: from now on every use of
     /// the object is a ValueError (`closed` says so), and `close()` again does nothing. The
     /// memory itself goes when its last user lets go, never earlier: other arrays and buffers
-    /// viewing it, DLPack capsules, buffer-protocol views (NumPy arrays), pickles in flight. A
-    /// library that took the memory through `__cuda_array_interface__` or
-    /// `__sycl_usm_array_interface__` (or the dpctl attributes) keeps this object itself, so
-    /// there the memory goes with the object. With `stream` (a `devbuf.Stream` of the memory's
+    /// viewing it, DLPack capsules, pickles in flight. A library that took the memory through the
+    /// buffer protocol (NumPy), `__cuda_array_interface__` or `__sycl_usm_array_interface__` (or
+    /// the dpctl attributes) keeps this object itself, so there the memory goes with the object. With `stream` (a `devbuf.Stream` of the memory's
     /// device), the free, whenever it comes, waits for the work enqueued on that stream so far,
     /// as `MemoryResource.deallocate(..., stream=)` orders it; without it, for devbuf's recorded
     /// work on the memory, on every stream.
@@ -359,9 +358,8 @@ impl PyArray {
         unsafe { crate::export::buffer_protocol::get_buffer(&slf, view, flags) }
     }
 
-    unsafe fn __releasebuffer__(slf: Bound<'_, Self>, _view: *mut pyo3::ffi::Py_buffer) {
-        crate::export::buffer_protocol::release_buffer(&slf);
-    }
+    // No `__releasebuffer__`: there is nothing to free (shape and strides point into the array,
+    // which the view keeps alive, anchored), and CPython skips a release slot that is not there.
 
     /// Pickling (protocol 5: host-accessible memory out-of-band, zero-copy); see `pickle.rs`.
     fn __reduce_ex__<'py>(slf: &Bound<'py, Self>, protocol: i64) -> PyResult<Bound<'py, PyTuple>> {

@@ -66,12 +66,12 @@ pub(crate) unsafe fn get_buffer(
         slf.py().detach(|| buffer.synchronize()).py()?;
     }
     let ndim = layout.ndim();
-    // The view is a use of the array until CPython releases it (`release_buffer`): `close()`
-    // lets go of the array only after that.
-    this.held().begin_use(slf.py())?;
-    // SAFETY: `view` is valid (caller), and shape/strides point into the layout, which the use
-    // just begun keeps in place until the view is released; usize and isize have the same layout
-    // as Py_ssize_t.
+    // A consumer may keep this object and the pointer past the view (NumPy's `frombuffer`
+    // releases the view at once): `close()` leaves the array to the object from now on.
+    array.anchor();
+    // SAFETY: `view` is valid (caller), and shape/strides point into the layout, which stays in
+    // place (anchored, above) as long as `view.obj` (a new reference to this array) keeps the
+    // array alive; usize and isize have the same layout as Py_ssize_t.
     unsafe {
         (*view).buf = array.data_ptr() as *mut _;
         (*view).obj = slf.clone().into_any().into_ptr();
@@ -98,9 +98,4 @@ pub(crate) unsafe fn get_buffer(
         (*view).internal = std::ptr::null_mut();
     }
     Ok(())
-}
-
-/// Ends the use a buffer-protocol view of `slf` began (`get_buffer`).
-pub(crate) fn release_buffer(slf: &Bound<'_, PyArray>) {
-    slf.get().held().end_use(slf.py());
 }

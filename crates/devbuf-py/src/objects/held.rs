@@ -2,9 +2,9 @@
 //!
 //! The object's `Array` (its share of the allocation, with the layout) stays put while anything
 //! may still use it through this object: Rust code running on it now (each use holds an
-//! [`OpenArray`]), the object's buffer-protocol views (each counts as a use until CPython
-//! releases it), and, once the memory was handed out through a protocol whose consumers keep this
-//! very object instead of a share of their own (CAI, SUAI, the dpctl attributes, the exchange
+//! [`OpenArray`]), and, once the memory was handed out through a protocol whose consumers keep
+//! this very object instead of a share of their own (the buffer protocol: NumPy's `frombuffer`
+//! releases its view at once and keeps the object; CAI, SUAI, the dpctl attributes, the exchange
 //! table's bare DLTensor), the object itself. `close()` marks the object closed at once (every
 //! later use is a ValueError) and lets go of the array when the last of those ends; the memory
 //! goes when the last of its other users (views, other arrays, DLPack exports, pickles) does.
@@ -22,7 +22,7 @@ pub(crate) struct HeldArray {
     /// `Some` until released; taken out only when `uses` is zero, so no borrow of it is live.
     array: UnsafeCell<Option<Array>>,
     closed: Cell<bool>,
-    /// Uses of `array` in progress: open guards and live buffer-protocol views.
+    /// Uses of `array` in progress: open guards.
     uses: Cell<u32>,
     /// Handed to a consumer that keeps this object, not a share of the memory: the array then
     /// goes with the object.
@@ -60,20 +60,6 @@ impl HeldArray {
 
     pub(crate) fn is_closed(&self, _gil: Python<'_>) -> bool {
         self.closed.get()
-    }
-
-    /// A use that outlives the call that began it (a buffer-protocol view); ended by
-    /// [`HeldArray::end_use`].
-    pub(crate) fn begin_use(&self, gil: Python<'_>) -> PyResult<()> {
-        std::mem::forget(self.open(gil)?);
-        Ok(())
-    }
-
-    pub(crate) fn end_use(&self, _gil: Python<'_>) {
-        drop(OpenArray {
-            held: self,
-            _gil: PhantomData,
-        });
     }
 
     /// Marks the object closed; its array goes now if nothing uses it, else when the last use
