@@ -237,6 +237,16 @@ class Array:
         cannot read."""
     def __reduce_ex__(self, protocol: SupportsIndex, /) -> tuple[Any, ...]: ...
     def __len__(self) -> int: ...
+    def close(self, stream: Stream | None = None) -> None:
+        """Lets go of the memory this object holds (every later use is a ValueError; a second
+        close does nothing). The memory goes when its last user does (views, DLPack capsules,
+        pickles in flight; after a buffer-protocol, CAI or SUAI export, this object itself); with
+        ``stream``, the free waits for the work enqueued on it so far."""
+    @property
+    def closed(self) -> bool: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *exc_info: object) -> bool:
+        """Closes the object; exceptions propagate."""
 
 @final
 class Buffer(Array):

@@ -17,8 +17,9 @@ impl PyArray {
     /// The extent of each dimension.
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let array = self.array(py)?;
         let shape = self.cache.shape.get_or_try_init(py, || {
-            PyTuple::new(py, self.layout().shape()).map(Bound::unbind)
+            PyTuple::new(py, array.layout().shape()).map(Bound::unbind)
         })?;
         Ok(shape.bind(py).clone())
     }
@@ -29,67 +30,68 @@ impl PyArray {
     /// type's name, "bfloat16".
     #[getter]
     fn dtype(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        crate::dtypes::to_python(py, self.layout().dtype())
+        let dtype = self.array(py)?.layout().dtype();
+        crate::dtypes::to_python(py, dtype)
     }
 
     /// The NumPy typestr of the element type ("<f4"...); bfloat16 has none.
     #[getter]
-    fn typestr(&self) -> PyResult<&'static str> {
-        self.layout().dtype().typestr().py()
+    fn typestr(&self, py: Python<'_>) -> PyResult<&'static str> {
+        self.array(py)?.layout().dtype().typestr().py()
     }
 
     /// The step in bytes between neighbouring elements of each dimension, as NumPy's `strides`.
     #[getter]
     fn strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(py, self.layout().strides())
+        PyTuple::new(py, self.array(py)?.layout().strides())
     }
 
     /// Byte offset of element 0 from the start of `buffer`.
     #[getter]
-    fn offset(&self) -> usize {
-        self.layout().offset()
+    fn offset(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.array(py)?.layout().offset())
     }
 
     /// The number of dimensions.
     #[getter]
-    fn ndim(&self) -> usize {
-        self.layout().ndim()
+    fn ndim(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.array(py)?.layout().ndim())
     }
 
     /// Number of elements.
     #[getter]
-    fn size(&self) -> usize {
-        self.layout().size()
+    fn size(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.array(py)?.layout().size())
     }
 
     /// Bytes per element.
     #[getter]
-    fn itemsize(&self) -> usize {
-        self.layout().dtype().itemsize()
+    fn itemsize(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.array(py)?.layout().dtype().itemsize())
     }
 
     /// Bytes of the elements (size × itemsize).
     #[getter]
-    fn nbytes(&self) -> usize {
-        self.layout().nbytes()
+    fn nbytes(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.array(py)?.layout().nbytes())
     }
 
     /// Whether writes through this array are refused (an import of read-only memory).
     #[getter]
-    fn readonly(&self) -> bool {
-        self.array.readonly()
+    fn readonly(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.array(py)?.readonly())
     }
 
     /// Address of element 0.
     #[getter]
-    fn ptr(&self) -> usize {
-        self.array.data_ptr()
+    fn ptr(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.array(py)?.data_ptr())
     }
 
     /// "host", "device", "shared", or "unknown" (foreign memory the runtime cannot classify).
     #[getter]
-    fn kind(&self) -> &'static str {
-        self.array.buffer().kind().as_str()
+    fn kind(&self, py: Python<'_>) -> PyResult<&'static str> {
+        Ok(self.array(py)?.buffer().kind().as_str())
     }
 
     /// The device the memory belongs to.
@@ -106,24 +108,75 @@ impl PyArray {
 
     /// Whether the elements are contiguous in row-major (C) order.
     #[getter]
-    fn c_contiguous(&self) -> bool {
-        self.layout().is_c_contiguous()
+    fn c_contiguous(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.array(py)?.layout().is_c_contiguous())
     }
 
     /// Whether the elements are contiguous in column-major (Fortran) order.
     #[getter]
-    fn f_contiguous(&self) -> bool {
-        self.layout().is_f_contiguous()
+    fn f_contiguous(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.array(py)?.layout().is_f_contiguous())
+    }
+
+    /// Lets go of the memory this object holds, as a file's `close()`: from now on every use of
+    /// the object is a ValueError (`closed` says so), and `close()` again does nothing. The
+    /// memory itself goes when its last user lets go, never earlier: other arrays and buffers
+    /// viewing it, DLPack capsules, pickles in flight. A library that took the memory through the
+    /// buffer protocol (NumPy), `__cuda_array_interface__` or `__sycl_usm_array_interface__` (or
+    /// the dpctl attributes) keeps this object itself, so there the memory goes with the object. With `stream` (a `devbuf.Stream` of the memory's
+    /// device), the free, whenever it comes, waits for the work enqueued on that stream so far,
+    /// as `MemoryResource.deallocate(..., stream=)` orders it; without it, for devbuf's recorded
+    /// work on the memory, on every stream.
+    #[pyo3(signature = (stream = None))]
+    fn close(&self, py: Python<'_>, stream: Option<&Bound<'_, PyQueue>>) -> PyResult<()> {
+        if self.held().is_closed(py) {
+            return Ok(());
+        }
+        if let Some(stream) = stream {
+            let array = self.array(py)?;
+            let buffer = array.buffer();
+            let queue = &stream.get().queue;
+            let (on, own) = (&queue.device().selector, &buffer.device().selector);
+            if on != own {
+                return Err(PyValueError::new_err(format!(
+                    "stream: a stream of {on:?} cannot order the free of memory on {own:?}"
+                )));
+            }
+            let recorded = py.detach(|| queue.record_event()).py()?;
+            buffer.record_work(queue, recorded);
+        }
+        self.held().close(py);
+        Ok(())
+    }
+
+    /// Whether `close()` was called.
+    #[getter]
+    fn closed(&self, py: Python<'_>) -> bool {
+        self.held().is_closed(py)
+    }
+
+    /// `with devbuf.alloc(...) as buffer:` closes the buffer (or array) at the end of the block.
+    fn __enter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
+        slf.get().array(slf.py())?;
+        Ok(slf.clone())
+    }
+
+    /// Closes the object (see `close()`); exceptions propagate.
+    #[pyo3(signature = (*_exc_info))]
+    fn __exit__(&self, py: Python<'_>, _exc_info: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.close(py, None)?;
+        Ok(false)
     }
 
     /// The memory this array views (the whole buffer, not only the bytes its elements span).
     #[getter]
     fn buffer(&self, py: Python<'_>) -> PyResult<Py<PyBuffer>> {
+        let array = self.array(py)?;
         PyBuffer::wrap_readonly(
             py,
-            self.array.buffer().clone(),
+            array.buffer().clone(),
             self.queue.clone_ref(py),
-            self.array.readonly(),
+            array.readonly(),
         )
     }
 
@@ -147,15 +200,15 @@ impl PyArray {
     ) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        if this.array.readonly() {
+        if this.array(py)?.readonly() {
             return Err(PyValueError::new_err("copy_from: this array is read-only"));
         }
         let imported = crate::import::import_object(py, source, false, true)?;
         if !slf.is_instance_of::<PyBuffer>() {
-            same_elements(this.layout(), imported.get().layout())?;
+            same_elements(this.array(py)?.layout(), imported.get().array(py)?.layout())?;
         }
-        let source = imported.get().contiguous_bytes("copy_from's source")?;
-        let destination = this.contiguous_bytes("copy_from")?;
+        let source = imported.get().contiguous_bytes(py, "copy_from's source")?;
+        let destination = this.contiguous_bytes(py, "copy_from")?;
         match (stream, blocking) {
             (None, true) => py.detach(|| destination.copy_from(&source)).py(),
             (None, false) => {
@@ -182,7 +235,7 @@ impl PyArray {
         py: Python<'py>,
         stream: Option<&Bound<'py, PyQueue>>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let bytes = self.contiguous_bytes("to_bytes")?;
+        let bytes = self.contiguous_bytes(py, "to_bytes")?;
         let data = match stream {
             None => py.detach(|| bytes.to_vec()).py()?,
             Some(stream) => {
@@ -306,34 +359,34 @@ impl PyArray {
     }
 
     // No `__releasebuffer__`: there is nothing to free (shape and strides point into the array,
-    // which the view keeps alive), and CPython skips a release slot that is not there.
+    // which the view keeps alive, anchored), and CPython skips a release slot that is not there.
 
     /// Pickling (protocol 5: host-accessible memory out-of-band, zero-copy); see `pickle.rs`.
     fn __reduce_ex__<'py>(slf: &Bound<'py, Self>, protocol: i64) -> PyResult<Bound<'py, PyTuple>> {
         crate::pickle::reduce_ex(slf, protocol)
     }
 
-    fn __len__(&self) -> PyResult<usize> {
-        self.layout()
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        self.array(py)?
+            .layout()
             .shape()
             .first()
             .copied()
             .ok_or_else(|| PyTypeError::new_err("len() of a 0-d array"))
     }
 
-    fn __repr__(&self) -> String {
-        let device = self.array.buffer().device();
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let Ok(array) = self.array(py) else {
+            return "<devbuf.Array (closed)>".into();
+        };
+        let device = array.buffer().device();
         format!(
             "<devbuf.Array shape={} dtype={} kind={} device={:?}{}>",
-            python_tuple(self.layout().shape()),
-            self.layout().dtype(),
-            self.array.buffer().kind(),
+            python_tuple(array.layout().shape()),
+            array.layout().dtype(),
+            array.buffer().kind(),
             device.selector,
-            if self.array.readonly() {
-                " read-only"
-            } else {
-                ""
-            }
+            if array.readonly() { " read-only" } else { "" }
         )
     }
 }

@@ -15,20 +15,20 @@ use crate::objects::queue::PyQueue;
 impl PyBuffer {
     /// Number of bytes.
     #[getter]
-    fn nbytes(slf: &Bound<'_, Self>) -> usize {
-        slf.as_super().get().array.buffer().len()
+    fn nbytes(slf: &Bound<'_, Self>) -> PyResult<usize> {
+        Ok(slf.as_super().get().array(slf.py())?.buffer().len())
     }
 
     /// Address of the first byte.
     #[getter]
-    fn ptr(slf: &Bound<'_, Self>) -> usize {
-        slf.as_super().get().array.buffer().ptr() as usize
+    fn ptr(slf: &Bound<'_, Self>) -> PyResult<usize> {
+        Ok(slf.as_super().get().array(slf.py())?.buffer().ptr() as usize)
     }
 
     /// Whether devbuf allocated this memory (False for imported, foreign memory).
     #[getter]
-    fn owned(slf: &Bound<'_, Self>) -> bool {
-        is_owned(slf.as_super().get().array.buffer())
+    fn owned(slf: &Bound<'_, Self>) -> PyResult<bool> {
+        Ok(is_owned(slf.as_super().get().array(slf.py())?.buffer()))
     }
 
     /// A handle that opens this buffer's memory in another process on this machine
@@ -56,7 +56,8 @@ impl PyBuffer {
         let py = slf.py();
         let this = slf.as_super().get();
         let dtype = crate::dtypes::from_python(dtype)?;
-        let buffer = this.array.buffer();
+        let array = this.array(py)?;
+        let buffer = array.buffer();
         let shape = match shape {
             Some(length) if length.is_instance_of::<PyInt>() => {
                 vec![length.extract::<usize>().map_err(|_| {
@@ -66,14 +67,8 @@ impl PyBuffer {
             Some(shape) => shape.extract()?,
             None => vec![whole_elements(buffer.len(), offset, dtype)?],
         };
-        let layout = Layout::new(
-            dtype,
-            &shape,
-            strides.as_deref(),
-            offset,
-            this.array.readonly(),
-        )
-        .py()?;
+        let layout =
+            Layout::new(dtype, &shape, strides.as_deref(), offset, array.readonly()).py()?;
         let array = Array::new(buffer.clone(), layout).py()?;
         PyArray::wrap(py, array, this.queue.clone_ref(py))
     }
@@ -89,11 +84,11 @@ impl PyBuffer {
         stream: Option<&Bound<'_, PyQueue>>,
     ) -> PyResult<()> {
         let value = byte_value(value)?;
-        let this = slf.as_super().get();
-        if this.array.readonly() {
+        let array = slf.as_super().get().array(slf.py())?;
+        if array.readonly() {
             return Err(PyValueError::new_err("fill: this buffer is read-only"));
         }
-        let buffer = this.array.buffer();
+        let buffer = array.buffer();
         if let Some(stream) = stream {
             let queue = &stream.get().queue;
             return slf
@@ -116,14 +111,16 @@ impl PyBuffer {
     /// Blocks until all pending work on this memory (from any queue) has completed, and once the
     /// memory was handed out, other libraries' work on the queues devbuf knows of.
     fn synchronize(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let buffer = slf.as_super().get().array.buffer();
+        let array = slf.as_super().get().array(slf.py())?;
+        let buffer = array.buffer();
         slf.py().detach(|| buffer.synchronize()).py()
     }
 
     /// `buffer[start:stop]`: a sub-buffer sharing ownership of the allocation.
     fn __getitem__(slf: &Bound<'_, Self>, index: &Bound<'_, PySlice>) -> PyResult<Py<PyBuffer>> {
         let this = slf.as_super().get();
-        let buffer = this.array.buffer();
+        let array = this.array(slf.py())?;
+        let buffer = array.buffer();
         let indices = index.indices(buffer.len() as isize)?;
         if indices.step != 1 {
             return Err(PyIndexError::new_err(
@@ -139,13 +136,15 @@ impl PyBuffer {
             slf.py(),
             part,
             this.queue.clone_ref(slf.py()),
-            this.array.readonly(),
+            array.readonly(),
         )
     }
 
     fn __repr__(slf: &Bound<'_, Self>) -> String {
-        let this = slf.as_super().get();
-        let buffer = this.array.buffer();
+        let Ok(array) = slf.as_super().get().array(slf.py()) else {
+            return "<devbuf.Buffer (closed)>".into();
+        };
+        let buffer = array.buffer();
         format!(
             "<devbuf.Buffer {} bytes of {} memory at {:#x} on {:?}{}{}>",
             buffer.len(),
@@ -153,11 +152,7 @@ impl PyBuffer {
             buffer.ptr() as usize,
             buffer.device().selector,
             if is_owned(buffer) { "" } else { " (foreign)" },
-            if this.array.readonly() {
-                " read-only"
-            } else {
-                ""
-            }
+            if array.readonly() { " read-only" } else { "" }
         )
     }
 }

@@ -24,26 +24,26 @@ pub(crate) fn to_numpy<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = slf.py();
     let this = slf.get();
+    let array = this.array(py)?;
     let numpy = py.import(intern!(py, "numpy"))?;
-    let dtype = crate::dtypes::to_python(py, this.layout().dtype())?;
+    let dtype = crate::dtypes::to_python(py, array.layout().dtype())?;
     let queue = match stream {
         Some(stream) => stream.get().queue.clone(),
-        None => this.array.buffer().queue().clone(),
+        None => array.buffer().queue().clone(),
     };
-    let layout = this.layout();
+    let layout = array.layout();
     if layout.is_c_contiguous() {
         let target = match out {
             Some(out) => checked_out(slf, out)?,
             None => numpy.call_method1(intern!(py, "empty"), (layout.shape().to_vec(), dtype))?,
         };
-        copy_into(py, &this.contiguous_bytes("get")?, &target, &queue)?;
+        copy_into(py, &this.contiguous_bytes(py, "get")?, &target, &queue)?;
         return Ok(target);
     }
     // Strided: the bytes the elements span come over, and NumPy views them with the same strides.
     let (low, end) = layout.extent().unwrap_or((0, 0));
     let start = (layout.offset() as i128 + low) as usize;
-    let span = this
-        .array
+    let span = array
         .buffer()
         .slice(start..start + (end - low) as usize)
         .py()?;
@@ -80,16 +80,17 @@ fn checked_out<'py>(
             out.get_type()
         )));
     }
-    let this = slf.get();
-    let dtype = crate::dtypes::to_python(py, this.layout().dtype())?;
+    let array = slf.get().array(py)?;
+    let layout = array.layout();
+    let dtype = crate::dtypes::to_python(py, layout.dtype())?;
     let shape: Vec<usize> = out.getattr("shape")?.extract()?;
-    if shape != this.layout().shape() || !out.getattr("dtype")?.eq(&dtype)? {
+    if shape != layout.shape() || !out.getattr("dtype")?.eq(&dtype)? {
         return Err(PyValueError::new_err(format!(
             "out: a {:?} array of {} does not match this array's shape {:?} and dtype {}",
             shape,
             out.getattr("dtype")?,
-            this.layout().shape(),
-            this.layout().dtype()
+            layout.shape(),
+            layout.dtype()
         )));
     }
     Ok(out.clone())
@@ -136,7 +137,8 @@ pub(crate) fn numpy_view<'py>(
     copy: Option<bool>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = slf.py();
-    let buffer = slf.get().array.buffer();
+    let array = slf.get().array(py)?;
+    let buffer = array.buffer();
     if !buffer.is_host_accessible() {
         return Err(PyTypeError::new_err(format!(
             "implicit conversion of {} memory on {:?} to a NumPy array is not allowed: the host \

@@ -93,8 +93,9 @@ pub(crate) fn _ipc_handle_from_bytes(data: &[u8]) -> PyResult<PyIpcHandle> {
 
 /// `Buffer.ipc_handle(readonly=False)`: read-only when asked or when the buffer is.
 pub(crate) fn export(array: &PyArray, py: Python<'_>, readonly: bool) -> PyResult<PyIpcHandle> {
-    let buffer = array.array.buffer();
-    let read_only = readonly || array.array.readonly();
+    let open = array.array(py)?;
+    let buffer = open.buffer();
+    let read_only = readonly || open.readonly();
     let handle = py
         .detach(|| {
             if read_only {

@@ -44,10 +44,10 @@ pub(crate) fn reduce_ex<'py>(
     protocol: i64,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let py = array.py();
-    let this = array.get();
-    let buffer = this.array.buffer();
-    let layout = this.array.layout();
-    let readonly = this.array.readonly();
+    let open = array.get().array(py)?;
+    let buffer = open.buffer();
+    let layout = open.layout();
+    let readonly = open.readonly();
     let view: ViewState = if array.is_instance_of::<PyBuffer>() {
         None
     } else {
@@ -74,8 +74,12 @@ pub(crate) fn reduce_ex<'py>(
     );
     let data = if buffer.is_host_accessible() && protocol >= 5 {
         // The whole buffer as bytes: its buffer protocol is the memory itself.
-        let bytes =
-            PyBuffer::wrap_readonly(py, buffer.clone(), this.queue.clone_ref(py), readonly)?;
+        let bytes = PyBuffer::wrap_readonly(
+            py,
+            buffer.clone(),
+            array.get().queue.clone_ref(py),
+            readonly,
+        )?;
         pickle_buffer(py)?.call1((bytes,))?
     } else {
         // A bytearray, so that the copy unpickles writable (pickle keeps it one in-band too).

@@ -19,8 +19,9 @@ pub(crate) unsafe fn get_buffer(
     flags: c_int,
 ) -> PyResult<()> {
     let this = slf.get();
-    let buffer = this.array.buffer();
-    let layout = this.array.layout();
+    let array = this.array(slf.py())?;
+    let buffer = array.buffer();
+    let layout = array.layout();
     if !buffer.is_host_accessible() {
         return Err(PyBufferError::new_err(format!(
             "{} memory on {:?} is not host-accessible: use to_bytes(), or DLPack with a device-aware consumer",
@@ -28,7 +29,7 @@ pub(crate) unsafe fn get_buffer(
             buffer.device().selector
         )));
     }
-    if flags & ffi::PyBUF_WRITABLE != 0 && this.array.readonly() {
+    if flags & ffi::PyBUF_WRITABLE != 0 && array.readonly() {
         return Err(PyBufferError::new_err("the array is read-only"));
     }
     // Contiguity is computed only where the consumer asks for it (NumPy asks for strides).
@@ -65,14 +66,17 @@ pub(crate) unsafe fn get_buffer(
         slf.py().detach(|| buffer.synchronize()).py()?;
     }
     let ndim = layout.ndim();
-    // SAFETY: `view` is valid (caller), and shape/strides point into the layout, which lives as
-    // long as `view.obj` (a new reference to this array) keeps the array alive; usize and isize
-    // have the same layout as Py_ssize_t.
+    // A consumer may keep this object and the pointer past the view (NumPy's `frombuffer`
+    // releases the view at once): `close()` leaves the array to the object from now on.
+    array.anchor();
+    // SAFETY: `view` is valid (caller), and shape/strides point into the layout, which stays in
+    // place (anchored, above) as long as `view.obj` (a new reference to this array) keeps the
+    // array alive; usize and isize have the same layout as Py_ssize_t.
     unsafe {
-        (*view).buf = this.array.data_ptr() as *mut _;
+        (*view).buf = array.data_ptr() as *mut _;
         (*view).obj = slf.clone().into_any().into_ptr();
         (*view).len = layout.nbytes() as ffi::Py_ssize_t;
-        (*view).readonly = this.array.readonly() as c_int;
+        (*view).readonly = array.readonly() as c_int;
         (*view).itemsize = layout.dtype().itemsize() as ffi::Py_ssize_t;
         (*view).format = format.cast_mut();
         (*view).ndim = ndim as c_int;

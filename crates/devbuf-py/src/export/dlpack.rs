@@ -16,14 +16,15 @@ use crate::errors::IntoPyResult;
 use crate::export::ordering;
 use crate::objects::array::PyArray;
 
-fn own_dlpack_device(this: &PyArray) -> DLDevice {
-    let buffer = this.array.buffer();
+fn own_dlpack_device(array: &Array) -> DLDevice {
+    let buffer = array.buffer();
     buffer.queue().interop().dlpack_device(buffer.kind())
 }
 
 pub(crate) fn dlpack_device<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+    let array = this.array(py)?;
     let cached = this.cache.dlpack_device.get_or_try_init(py, || {
-        let device = own_dlpack_device(this);
+        let device = own_dlpack_device(&array);
         PyTuple::new(py, [device.device_type.0 as i32, device.device_id]).map(Bound::unbind)
     })?;
     Ok(cached.bind(py).clone())
@@ -75,10 +76,11 @@ pub(crate) fn dlpack<'py>(
     dl_device: Option<(i32, i32)>,
     copy: Option<bool>,
 ) -> PyResult<Bound<'py, PyCapsule>> {
-    let prepared = this.dlpack();
+    let open = this.array(py)?;
+    let prepared = this.dlpack(&open);
     let own = match &prepared.template {
         Ok(template) => template.device(),
-        Err(_) => own_dlpack_device(this),
+        Err(_) => own_dlpack_device(&open),
     };
     let target = match dl_device {
         None => own,
@@ -88,7 +90,7 @@ pub(crate) fn dlpack<'py>(
         },
     };
     let zero_copy = copy != Some(true)
-        && (target == own || (target == CPU && this.array.buffer().is_host_accessible()));
+        && (target == own || (target == CPU && open.buffer().is_host_accessible()));
     if zero_copy
         && target == own
         && let Some(refusal) = &prepared.refusal
@@ -96,33 +98,33 @@ pub(crate) fn dlpack<'py>(
         return Err(PyBufferError::new_err(format!("__dlpack__: {refusal}")));
     }
     // The legacy capsule has no read-only flag: its consumer would take the memory as writable.
-    if zero_copy && !versioned && this.array.readonly() {
+    if zero_copy && !versioned && open.readonly() {
         return Err(PyBufferError::new_err(
             "__dlpack__: the array is read-only and a legacy (unversioned) DLPack capsule cannot \
              say so; pass max_version=(1, 0) or later, or copy=True",
         ));
     }
     let (array, copied) = if zero_copy {
-        ordering::prepare_dlpack_export(py, this, target, stream)?;
-        this.array.buffer().mark_exported();
+        ordering::prepare_dlpack_export(py, &open, target, stream)?;
+        open.buffer().mark_exported();
         (None, false)
     } else {
         if copy == Some(false) {
             return Err(PyBufferError::new_err(format!(
                 "dl_device: {:?} memory on DLPack device {:?} cannot be exported to {:?} without a copy, and copy=False",
-                this.array.buffer().kind(),
+                open.buffer().kind(),
                 (own.device_type.0, own.device_id),
                 (target.device_type.0, target.device_id),
             )));
         }
         let copy = if target == CPU {
             let host = HostQueue::shared();
-            py.detach(|| this.array.copy_to(&host, MemKind::Host))
-                .py()?
+            let array: &Array = &open;
+            py.detach(|| array.copy_to(&host, MemKind::Host)).py()?
         } else if target == own {
-            let queue = this.array.buffer().queue();
-            let kind = this.array.buffer().kind();
-            py.detach(|| this.array.copy_to(queue, kind)).py()?
+            let array: &Array = &open;
+            let (queue, kind) = (array.buffer().queue(), array.buffer().kind());
+            py.detach(|| array.copy_to(queue, kind)).py()?
         } else {
             return Err(PyBufferError::new_err(format!(
                 "dl_device: devbuf copies to the CPU (1, 0) or to the array's own device {:?}, not to {:?}",
@@ -140,7 +142,7 @@ pub(crate) fn dlpack<'py>(
     let (array, template) = match &array {
         Some(copy) => (copy, DlpackTemplate::new(copy, target).py()?),
         None => match &prepared.template {
-            Ok(template) => (&this.array, template.clone().on_device(target)),
+            Ok(template) => (&*open, template.clone().on_device(target)),
             Err(reason) => return Err(PyBufferError::new_err(reason.clone())),
         },
     };

@@ -111,18 +111,19 @@ unsafe extern "C" fn managed_tensor_from_py_object(
         // SAFETY: the protocol passes a live object of our type and a writable out-pointer.
         let array = unsafe { borrow_array(py, py_object)? };
         let this = array.get();
+        let open = this.array(py)?;
         let template = this
-            .dlpack()
+            .dlpack(&open)
             .own_device_template()
             .map_err(PyBufferError::new_err)?
             .clone();
-        let buffer = this.array.buffer();
+        let buffer = open.buffer();
         if buffer.has_pending_work() {
             order_on_work_stream(py, buffer, template.device())?;
         }
         buffer.mark_exported();
         let tensor = dlpack::export::<DLManagedTensorVersioned>(
-            &this.array,
+            &open,
             template,
             DlpackFlags::empty(),
             false,
@@ -141,23 +142,26 @@ unsafe extern "C" fn dltensor_from_py_object(py_object: *mut c_void, out: *mut D
         let py = unsafe { Python::assume_attached() };
         // SAFETY: as above.
         let array = unsafe { borrow_array(py, py_object) }?;
+        let open = array.get().array(py)?;
         let template = array
             .get()
-            .dlpack()
+            .dlpack(&open)
             .own_device_template()
             .map_err(PyBufferError::new_err)?;
         // A bare DLTensor has no flags: handing out read-only memory would invite writes.
-        if array.get().array.readonly() {
+        if open.readonly() {
             return Err(PyBufferError::new_err(
                 "py_object: the array is read-only and a bare DLTensor cannot say so; use \
                  managed_tensor_from_py_object_no_sync, whose flags can",
             ));
         }
-        let buffer = array.get().array.buffer();
+        let buffer = open.buffer();
         if buffer.has_pending_work() {
             order_on_work_stream(py, buffer, template.device())?;
         }
         buffer.mark_exported();
+        // The tensor owns nothing: its consumer keeps `py_object` to keep the memory alive.
+        open.anchor();
         // SAFETY: `out` is writable (caller); the template lives as long as the array.
         template.fill(unsafe { &mut *out });
         Ok::<(), PyErr>(())

@@ -23,7 +23,8 @@ use crate::objects::array::{DpctlView, PyArray};
 /// SYCL memory of a kind dpctl names, with dpctl importable: the devbuf queue as a
 /// `dpctl.SyclQueue`.
 fn dpctl_queue_of(this: &PyArray, py: Python<'_>, attribute: &str) -> PyResult<Py<PyAny>> {
-    let buffer = this.array.buffer();
+    let array = this.array(py)?;
+    let buffer = array.buffer();
     let missing = |why: &str| {
         PyAttributeError::new_err(format!(
             "{attribute}: {} memory on {:?} {why}",
@@ -51,8 +52,11 @@ fn dpctl_view<'a>(
     dpctl_queue_of(this, py, attribute)?;
     let view = this.dpctl_view.get_or_try_init(py, || -> PyResult<_> {
         // A twin of this array owns the view: the view keeping `this` alive while `this` caches
-        // it would be a cycle the collector cannot see.
-        let twin = PyArray::wrap(py, this.array.clone(), this.queue.clone_ref(py))?;
+        // it would be a cycle the collector cannot see. The twin holds the memory for as long as
+        // this object keeps the view: `close()` leaves the array to the object from now on.
+        let array = this.array(py)?;
+        array.anchor();
+        let twin = PyArray::wrap(py, array.clone(), this.queue.clone_ref(py))?;
         let as_usm_memory = py
             .import(intern!(py, "dpctl.memory"))?
             .getattr(intern!(py, "as_usm_memory"))?;
@@ -98,7 +102,7 @@ pub(crate) fn sycl_context(this: &PyArray, py: Python<'_>) -> PyResult<Py<PyAny>
 /// `usm_type`: "device", "shared" or "host", as dpctl names USM kinds.
 pub(crate) fn usm_type(this: &PyArray, py: Python<'_>) -> PyResult<&'static str> {
     dpctl_queue_of(this, py, "usm_type")?;
-    Ok(this.array.buffer().kind().as_str())
+    Ok(this.array(py)?.buffer().kind().as_str())
 }
 
 /// `__usm_ndarray__`: a new `dpnp.tensor.usm_ndarray` over the array's dpctl memory view (what
@@ -117,12 +121,12 @@ pub(crate) fn usm_ndarray(this: &PyArray, py: Python<'_>) -> PyResult<Py<PyAny>>
     let array = constructor
         .bind(py)
         .call(args.bind(py), Some(kwargs.bind(py)))?;
-    if this.array.readonly() {
+    if this.array(py)?.readonly() {
         array
             .getattr(intern!(py, "flags"))?
             .set_item(intern!(py, "W"), false)?;
     }
-    crate::export::interface_dicts::order_pending_work_on_own_queue(this, py)?;
+    crate::export::interface_dicts::order_pending_work_on_own_queue(&*this.array(py)?, py)?;
     Ok(array.unbind())
 }
 
@@ -142,12 +146,13 @@ fn usm_ndarray_call(
         )));
     };
     let memory = view.memory.bind(py);
-    let layout = this.array.layout();
+    let array = this.array(py)?;
+    let layout = array.layout();
     let view_start: usize = memory.getattr(intern!(py, "_pointer"))?.extract()?;
-    let offset = (this.array.data_ptr() - view_start) / layout.dtype().itemsize();
+    let offset = (array.data_ptr() - view_start) / layout.dtype().itemsize();
     let invalid = |err: devbuf::Error| PyAttributeError::new_err(format!("{ATTRIBUTE}: {err}"));
     // SUAI's element strides: None for C-contiguous arrays, as dpctl's own SUAI says.
-    let strides = this.array.suai_fields().map_err(invalid)?.strides;
+    let strides = array.suai_fields().map_err(invalid)?.strides;
     let kwargs = PyDict::new(py);
     kwargs.set_item(
         intern!(py, "dtype"),

@@ -5,7 +5,7 @@
 //! may mutate it) at the cost of one `PyDict_Copy`. A protocol the memory cannot honour raises
 //! AttributeError, so that `hasattr` probes answer correctly.
 
-use devbuf::Protocol;
+use devbuf::{Array, Protocol};
 use pyo3::exceptions::{PyAttributeError, PyBufferError};
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -16,15 +16,15 @@ use crate::export::ordering;
 use crate::objects::array::PyArray;
 
 /// Memory of the backend `protocol` describes, else an AttributeError naming that backend.
-fn require_protocol(this: &PyArray, protocol: Protocol, attribute: &str) -> PyResult<()> {
-    let device = this.array.buffer().device();
+fn require_protocol(array: &Array, protocol: Protocol, attribute: &str) -> PyResult<()> {
+    let device = array.buffer().device();
     if devbuf::speaks(device, protocol) {
         return Ok(());
     }
     let speaker = devbuf::backend_for(protocol).map_or("another backend's", |b| b.name());
     Err(PyAttributeError::new_err(format!(
         "{attribute}: {} memory on {:?} is not {speaker} memory",
-        this.array.buffer().kind(),
+        array.buffer().kind(),
         device.selector
     )))
 }
@@ -45,16 +45,20 @@ fn strides_value<'py>(py: Python<'py>, strides: Option<Vec<i64>>) -> PyResult<Bo
     }
 }
 
+/// SUAI and CAI consumers keep the exporting object, not a share of the memory: the first export
+/// anchors the array to the object (a later `close()` leaves it there).
 pub(crate) fn suai<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
     const ATTRIBUTE: &str = "__sycl_usm_array_interface__";
+    let array = this.array(py)?;
     let cached = this.cache.suai.get_or_try_init(py, || {
-        require_protocol(this, Protocol::Suai, ATTRIBUTE)?;
-        this.array.buffer().mark_exported();
+        require_protocol(&array, Protocol::Suai, ATTRIBUTE)?;
+        array.buffer().mark_exported();
+        array.anchor();
         let build = || -> PyResult<Py<PyDict>> {
-            let layout = this.array.layout();
-            let fields = this.array.suai_fields().py()?;
+            let layout = array.layout();
+            let fields = array.suai_fields().py()?;
             let dict = PyDict::new(py);
-            dict.set_item(intern!(py, "data"), (fields.data, this.array.readonly()))?;
+            dict.set_item(intern!(py, "data"), (fields.data, array.readonly()))?;
             dict.set_item(intern!(py, "shape"), PyTuple::new(py, layout.shape())?)?;
             dict.set_item(intern!(py, "strides"), strides_value(py, fields.strides)?)?;
             dict.set_item(intern!(py, "offset"), fields.offset)?;
@@ -65,14 +69,14 @@ pub(crate) fn suai<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, 
         };
         build().map_err(|err| as_attribute_error(err, py, ATTRIBUTE))
     })?;
-    order_pending_work_on_own_queue(this, py)?;
+    order_pending_work_on_own_queue(&array, py)?;
     cached.bind(py).copy()
 }
 
 /// A SYCL consumer orders its work on our queue (SUAI's `syclobj`, `sycl_queue`): pending work
 /// elsewhere (another library's queue, when this memory was imported) must come first there.
-pub(crate) fn order_pending_work_on_own_queue(this: &PyArray, py: Python<'_>) -> PyResult<()> {
-    let buffer = this.array.buffer();
+pub(crate) fn order_pending_work_on_own_queue(array: &Array, py: Python<'_>) -> PyResult<()> {
+    let buffer = array.buffer();
     if buffer.has_pending_work() {
         py.detach(|| buffer.order_on(buffer.queue())).py()?;
     }
@@ -81,20 +85,18 @@ pub(crate) fn order_pending_work_on_own_queue(this: &PyArray, py: Python<'_>) ->
 
 pub(crate) fn cai<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
     const ATTRIBUTE: &str = "__cuda_array_interface__";
+    let array = this.array(py)?;
     let cached = this.cache.cai.get_or_try_init(py, || {
-        require_protocol(this, Protocol::Cai, ATTRIBUTE)?;
-        this.array.buffer().mark_exported();
+        require_protocol(&array, Protocol::Cai, ATTRIBUTE)?;
+        array.buffer().mark_exported();
+        array.anchor();
         let build = || -> PyResult<Py<PyDict>> {
-            let layout = this.array.layout();
-            let strides = this
-                .array
+            let layout = array.layout();
+            let strides = array
                 .cai_strides()
                 .map(|s| s.iter().map(|&b| b as i64).collect());
             let dict = PyDict::new(py);
-            dict.set_item(
-                intern!(py, "data"),
-                (this.array.cai_data(), this.array.readonly()),
-            )?;
+            dict.set_item(intern!(py, "data"), (array.cai_data(), array.readonly()))?;
             dict.set_item(intern!(py, "shape"), PyTuple::new(py, layout.shape())?)?;
             dict.set_item(intern!(py, "strides"), strides_value(py, strides)?)?;
             dict.set_item(intern!(py, "typestr"), layout.dtype().typestr().py()?)?;
@@ -105,7 +107,7 @@ pub(crate) fn cai<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, P
         build().map_err(|err| as_attribute_error(err, py, ATTRIBUTE))
     })?;
     let dict = cached.bind(py).copy()?;
-    if let Some(stream) = ordering::cai_export_stream(this).py()? {
+    if let Some(stream) = ordering::cai_export_stream(&array).py()? {
         dict.set_item(intern!(py, "stream"), stream)?;
     }
     Ok(dict)

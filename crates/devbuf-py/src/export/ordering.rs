@@ -6,12 +6,11 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use devbuf::dlpark::ffi::{DLDevice, DLDeviceType};
-use devbuf::{ForeignObject, StreamHandle};
+use devbuf::{Array, ForeignObject, StreamHandle};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::errors::IntoPyResult;
-use crate::objects::array::PyArray;
 use crate::objects::foreign_objects;
 
 /// CAI v3's producer-side option: when off, exports always say `stream: None` and the user takes
@@ -33,11 +32,11 @@ pub fn set_cai_export_stream(enabled: bool) {
 /// The `stream` entry of a CAI export: the stream a consumer must synchronize with to see all
 /// pending work on the memory, or None. The backend numbers it as the protocols do
 /// (`Interop::native_stream`).
-pub(crate) fn cai_export_stream(this: &PyArray) -> devbuf::Result<Option<usize>> {
+pub(crate) fn cai_export_stream(array: &Array) -> devbuf::Result<Option<usize>> {
     if !cai_export_stream_flag().load(Ordering::Relaxed) {
         return Ok(None);
     }
-    let buffer = this.array.buffer();
+    let buffer = array.buffer();
     Ok(buffer
         .sync_queue(buffer.queue())?
         .and_then(|queue| queue.interop().native_stream())
@@ -51,12 +50,12 @@ pub(crate) fn cai_export_stream(this: &PyArray) -> devbuf::Result<Option<usize>>
 /// (other libraries' too, once the memory was handed out: see `Buffer::synchronize`).
 pub(crate) fn prepare_dlpack_export(
     py: Python<'_>,
-    this: &PyArray,
+    array: &Array,
     device: DLDevice,
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let stream = stream.filter(|s| !s.is_none());
-    let buffer = this.array.buffer();
+    let buffer = array.buffer();
     // SAFETY: the consumer passed `stream` to name one of its live streams or queues (DLPack's
     // contract); `ask` holds the object a handle was read from.
     let order = |stream: &ForeignObject<'_>| unsafe {

@@ -47,7 +47,7 @@ pub(crate) fn import_dlpack<'py>(
         let array = import_managed(py, ManagedTensor::Versioned(tensor), None, None)?;
         // The no-sync export leaves ordering to us: order after the producer's current stream.
         if sync && let Some(current_work_stream) = api.current_work_stream {
-            ordering::order_after_producer(py, array.get().array.buffer(), |stream_out| {
+            ordering::order_after_producer(py, array.get().array(py)?.buffer(), |stream_out| {
                 // SAFETY: the producer's table; `stream_out` is a valid out-pointer.
                 unsafe { current_work_stream(device.device_type, device.device_id, stream_out) }
             })?;
@@ -101,7 +101,12 @@ pub(crate) fn import_dlpack<'py>(
         .map_err(|_| PyTypeError::new_err("__dlpack__ did not return a capsule"))?;
     let array = import_capsule(py, &capsule, announced)?;
     if let Some(ordered) = ordered {
-        array.get().array.buffer().record_producer(ordered).py()?;
+        array
+            .get()
+            .array(py)?
+            .buffer()
+            .record_producer(ordered)
+            .py()?;
     }
     Ok(Some(array))
 }

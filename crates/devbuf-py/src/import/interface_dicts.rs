@@ -139,7 +139,12 @@ pub(crate) fn import_suai<'py>(
     )?;
     // The producer may still have work on the memory in its queue: ours is ordered after it.
     if sync && let Some(producer) = resolved.producer {
-        array.get().array.buffer().record_producer(producer).py()?;
+        array
+            .get()
+            .array(py)?
+            .buffer()
+            .record_producer(producer)
+            .py()?;
     }
     Ok(array)
 }
@@ -196,7 +201,7 @@ pub(crate) fn import_cai<'py>(
         None => ForeignObject::Nothing,
     };
     ordering::order_after_producer_stream(
-        array.get().array.buffer(),
+        array.get().array(py)?.buffer(),
         ProducerStream::CaiEntry(stream),
         sync,
     )?;

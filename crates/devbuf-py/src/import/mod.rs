@@ -59,13 +59,14 @@ fn copy_of<'py>(
     kind: Option<MemKind>,
 ) -> PyResult<Bound<'py, PyArray>> {
     let this = array.get();
+    let open = this.array(py)?;
     let named_device = queue.as_ref().is_some_and(|queue| {
         let target = &queue.get().queue;
         target.device().backend != devbuf::host::HOST && target.supports(MemKind::Device)
     });
     let queue = queue.unwrap_or_else(|| this.queue.clone_ref(py));
     let target = &queue.get().queue;
-    let kind = match (kind, this.array.buffer().kind()) {
+    let kind = match (kind, open.buffer().kind()) {
         (Some(kind), _) => kind,
         _ if named_device => MemKind::Device,
         (None, kind @ (MemKind::Host | MemKind::Device | MemKind::Shared))
@@ -73,12 +74,11 @@ fn copy_of<'py>(
         {
             kind
         }
-        _ if this.array.buffer().is_host_accessible() && target.supports(MemKind::Host) => {
-            MemKind::Host
-        }
+        _ if open.buffer().is_host_accessible() && target.supports(MemKind::Host) => MemKind::Host,
         _ => MemKind::Device,
     };
-    let copy = py.detach(|| this.array.copy_to(target, kind)).py()?;
+    let source: &devbuf::Array = &open;
+    let copy = py.detach(|| source.copy_to(target, kind)).py()?;
     Ok(PyArray::wrap(py, copy, queue)?.into_bound(py))
 }
 
@@ -215,25 +215,24 @@ pub fn asarray<'py>(
     let kind = kind.map(str::parse::<MemKind>).transpose().py()?;
     let array = import_object(py, obj, false, sync)?;
     let queue = device.map(|d| resolve_queue(py, Some(d))).transpose()?;
-    let moves = queue.as_ref().is_some_and(|q| !same_device(&array, q));
+    let moves = match &queue {
+        Some(queue) => !same_device(&array, queue)?,
+        None => false,
+    };
+    let own_kind = array.get().array(py)?.buffer().kind();
     match copy {
         Some(false) if moves => Err(PyValueError::new_err(format!(
             "copy: the data lives on {:?} and copy=False forbids copying it to {:?}",
-            array.get().array.buffer().device().selector,
+            array.get().array(py)?.buffer().device().selector,
             queue
                 .as_ref()
                 .map_or("", |q| q.get().queue.device().selector.as_str()),
         ))),
-        Some(false) if kind.is_some_and(|kind| kind != array.get().array.buffer().kind()) => {
-            Err(PyValueError::new_err(format!(
-                "kind: the data is {} memory and copy=False forbids copying it",
-                array.get().array.buffer().kind()
-            )))
-        }
+        Some(false) if kind.is_some_and(|kind| kind != own_kind) => Err(PyValueError::new_err(
+            format!("kind: the data is {own_kind} memory and copy=False forbids copying it",),
+        )),
         Some(true) => copy_of(py, &array, queue, kind),
-        _ if moves || kind.is_some_and(|kind| kind != array.get().array.buffer().kind()) => {
-            copy_of(py, &array, queue, kind)
-        }
+        _ if moves || kind.is_some_and(|kind| kind != own_kind) => copy_of(py, &array, queue, kind),
         _ => Ok(array),
     }
 }
@@ -258,7 +257,10 @@ pub fn from_dlpack<'py>(
         },
     };
     let queue = device.map(|d| resolve_queue(py, Some(d))).transpose()?;
-    let moves = queue.as_ref().is_some_and(|q| !same_device(&array, q));
+    let moves = match &queue {
+        Some(queue) => !same_device(&array, queue)?,
+        None => false,
+    };
     if moves && copy == Some(false) {
         return Err(PyBufferError::new_err(
             "device: the data lives on another device and copy=False forbids copying it",
@@ -271,6 +273,7 @@ pub fn from_dlpack<'py>(
     }
 }
 
-fn same_device(array: &Bound<'_, PyArray>, queue: &Py<PyQueue>) -> bool {
-    array.get().array.buffer().device().selector == queue.get().queue.device().selector
+fn same_device(array: &Bound<'_, PyArray>, queue: &Py<PyQueue>) -> PyResult<bool> {
+    let open = array.get().array(array.py())?;
+    Ok(open.buffer().device().selector == queue.get().queue.device().selector)
 }

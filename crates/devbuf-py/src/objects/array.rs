@@ -5,13 +5,14 @@
 use std::sync::OnceLock;
 
 use devbuf::dlpack::DlpackTemplate;
-use devbuf::{Array, Buffer, Layout};
+use devbuf::{Array, Buffer};
 use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::errors::IntoPyResult;
+use crate::objects::held::{HeldArray, OpenArray};
 use crate::objects::queue::PyQueue;
 
 /// What the protocol getters build once and hand out copies of.
@@ -59,7 +60,8 @@ pub(crate) struct DpctlView {
 /// protocol), and a missing attribute where the memory cannot honour one.
 #[pyclass(frozen, subclass, module = "devbuf", name = "Array")]
 pub struct PyArray {
-    pub(crate) array: Array,
+    /// Its memory and layout, until `close()` lets go of them (see `objects::held`).
+    held: HeldArray,
     pub(crate) queue: Py<PyQueue>,
     /// What exporting through DLPack needs, prepared on first use. Boxed, like the dpctl view:
     /// most arrays never need them, and every allocation moves and zeroes this struct.
@@ -73,7 +75,7 @@ pub struct PyArray {
 impl PyArray {
     pub(crate) fn new(array: Array, queue: Py<PyQueue>) -> PyArray {
         PyArray {
-            array,
+            held: HeldArray::new(array),
             queue,
             dlpack: OnceLock::new(),
             cache: ExportCache {
@@ -90,13 +92,26 @@ impl PyArray {
         Py::new(py, PyArray::new(array, queue))
     }
 
-    /// What exporting this array through DLPack needs (prepared once: exports are hot paths).
-    pub(crate) fn dlpack(&self) -> &DlpackExport {
+    /// The array, for one use: a ValueError once the object is closed. Every use of the memory
+    /// goes through here (one flag read and a count; the count keeps `close()` from letting go of
+    /// the array under a use in progress).
+    #[inline]
+    pub(crate) fn array<'a>(&'a self, py: Python<'a>) -> PyResult<OpenArray<'a>> {
+        self.held.open(py)
+    }
+
+    pub(crate) fn held(&self) -> &HeldArray {
+        &self.held
+    }
+
+    /// What exporting `array` (this object's, open) through DLPack needs (prepared once: exports
+    /// are hot paths).
+    pub(crate) fn dlpack(&self, array: &Array) -> &DlpackExport {
         self.dlpack.get_or_init(|| {
-            let buffer = self.array.buffer();
+            let buffer = array.buffer();
             let device = buffer.queue().interop().dlpack_device(buffer.kind());
             Box::new(DlpackExport {
-                template: DlpackTemplate::new(&self.array, device).map_err(|err| err.to_string()),
+                template: DlpackTemplate::new(array, device).map_err(|err| err.to_string()),
                 refusal: devbuf::dlpack::pointer_refusal(device)
                     .map(String::from)
                     .or_else(|| buffer.queue().interop().dlpack_export_refusal()),
@@ -105,22 +120,19 @@ impl PyArray {
     }
 
     /// The bytes the elements occupy, when they are C-contiguous.
-    pub(crate) fn contiguous_bytes(&self, what: &str) -> PyResult<Buffer> {
-        let layout = self.array.layout();
+    pub(crate) fn contiguous_bytes(&self, py: Python<'_>, what: &str) -> PyResult<Buffer> {
+        let array = self.array(py)?;
+        let layout = array.layout();
         if !layout.is_c_contiguous() {
             return Err(PyBufferError::new_err(format!(
                 "{what} needs a C-contiguous array; this one has byte strides {:?}",
                 layout.strides()
             )));
         }
-        self.array
+        array
             .buffer()
             .slice(layout.offset()..layout.offset() + layout.nbytes())
             .py()
-    }
-
-    pub(crate) fn layout(&self) -> &Layout {
-        self.array.layout()
     }
 }
 

@@ -12,6 +12,7 @@ pub(crate) mod device;
 pub(crate) mod device_methods;
 pub(crate) mod event;
 pub(crate) mod foreign_objects;
+pub(crate) mod held;
 pub(crate) mod queue;
 pub(crate) mod queue_methods;
 pub(crate) mod streams;
