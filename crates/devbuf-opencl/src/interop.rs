@@ -1,57 +1,24 @@
 //! The OpenCL queue's exchange answers ([`devbuf_core::Interop`]): kDLOpenCL memory, which no
 //! exchange protocol hands over with a queue or stream.
 
-use std::ffi::c_void;
-
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
 use devbuf_core::interop::{ConsumerOrder, Holder, ProducerStream, ProducerWork};
 use devbuf_core::{
     Event, ExportedHandle, ForeignObject, Interop, MemKind, Queue, Result, StreamHandle,
 };
 
-use crate::memory::{Allocator, svm_holding};
 use crate::queue::OpenClQueue;
-use crate::usm::{CL_MEM_ALLOC_BASE_PTR_INTEL, CL_MEM_ALLOC_SIZE_INTEL};
 
 /// The exchange half: kDLOpenCL memory, which no exchange protocol hands over with a queue or
 /// stream, so no other library enqueues work on this queue.
 impl Interop for OpenClQueue {
-    /// Intel USM names the allocation holding any pointer into it (`clGetMemAllocInfoINTEL`'s
-    /// base pointer and size); SVM pointers carry nothing the runtime can be asked, so only
-    /// devbuf's own SVM allocations are known, by its own table.
+    /// As far as the device's memory strategy can tell: Intel USM names the allocation holding
+    /// any pointer into it; with SVM only devbuf's own allocations are known.
     fn holder_of(&self, ptr: *const u8) -> Result<Holder> {
         if ptr.is_null() {
             return Ok(Holder::Unknown);
         }
-        Ok(match &self.allocator {
-            Allocator::Usm(api) => {
-                let kind = api.kind_of(&self.context, ptr);
-                if kind == MemKind::Unknown {
-                    return Ok(Holder::Unknown);
-                }
-                let base =
-                    api.alloc_info::<*mut c_void>(&self.context, ptr, CL_MEM_ALLOC_BASE_PTR_INTEL);
-                let size = api.alloc_info::<usize>(&self.context, ptr, CL_MEM_ALLOC_SIZE_INTEL);
-                let range = base.zip(size).and_then(|(base, size)| {
-                    let start = base as usize;
-                    let range = start..start.checked_add(size)?;
-                    range.contains(&(ptr as usize)).then_some(range)
-                });
-                match range {
-                    Some(range) => Holder::Allocation { kind, range },
-                    // A runtime that types the pointer but does not bound its allocation.
-                    None => Holder::Unbounded { kind, place: 0 },
-                }
-            }
-            Allocator::Svm { allocations, .. } => svm_holding(&allocations.lock(), ptr).map_or(
-                Holder::Unknown,
-                |(start, allocation)| Holder::Allocation {
-                    kind: allocation.kind,
-                    range: start..start + allocation.len,
-                },
-            ),
-            Allocator::None => Holder::Unknown,
-        })
+        Ok(self.memory.holder_of(&self.context, ptr))
     }
 
     fn dlpack_device(&self, _kind: MemKind) -> DLDevice {

@@ -166,10 +166,34 @@ impl Context {
         }
     }
 
-    /// Destroys what lived in the context, as the driver does when the last retain goes.
-    fn destroy(&self) {
-        crate::stream::destroy_context_streams(self);
-        crate::memory::release_context_memory(self);
+    /// Marks a context from `cuCtxCreate` destroyed: CUDA_ERROR_INVALID_CONTEXT for a primary
+    /// context, which cannot be destroyed this way, and CUDA_ERROR_CONTEXT_IS_DESTROYED for one
+    /// destroyed before.
+    pub fn end_created(&self) -> DriverResult {
+        let Some(alive) = &self.created else {
+            return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+        };
+        if !alive.swap(false, Ordering::AcqRel) {
+            return Err(CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED);
+        }
+        Ok(())
+    }
+
+    /// Drops one retain of a primary context: whether it was the last (the context must then be
+    /// destroyed); CUDA_ERROR_INVALID_CONTEXT when it was not retained.
+    pub fn drop_retain(&self) -> DriverResult<bool> {
+        let mut state = self.primary.lock();
+        if state.retains == 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+        }
+        state.retains -= 1;
+        Ok(state.retains == 0)
+    }
+
+    /// Starts the context's next incarnation once what lived in it is gone (see
+    /// [`crate::context_teardown`]): handles made before are stale, the id is new, and the
+    /// sticky error is cleared.
+    pub fn renew(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.id
             .store(NEXT_ID.fetch_add(1, Ordering::Relaxed), Ordering::Release);
@@ -184,6 +208,16 @@ thread_local! {
 /// The calling thread's current context, if any (alive or not).
 pub(crate) fn current_raw() -> Option<&'static Context> {
     STACK.with(|stack| stack.borrow().last().copied())
+}
+
+/// Takes `context` off the top of the calling thread's stack if it is there.
+pub(crate) fn leave_if_current(context: &Context) {
+    STACK.with(|stack| {
+        let mut stack = stack.borrow_mut();
+        if stack.last().is_some_and(|top| std::ptr::eq(*top, context)) {
+            stack.pop();
+        }
+    });
 }
 
 /// The calling thread's current context: CUDA_ERROR_INVALID_CONTEXT without one, and the
@@ -301,77 +335,6 @@ pub unsafe extern "C" fn cuCtxCreate_v4(
         }
         create(context, flags, device)
     })
-}
-
-/// Destroys a context from `cuCtxCreate` with everything in it; the calling thread's stack
-/// loses it if it is current there. A primary context cannot be destroyed this way.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuCtxDestroy_v2(context: CUcontext) -> CUresult {
-    entry("cuCtxDestroy", || {
-        let context = Context::from_handle(context)?;
-        let Some(alive) = &context.created else {
-            return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
-        };
-        if !alive.swap(false, Ordering::AcqRel) {
-            return Err(CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED);
-        }
-        context.destroy();
-        STACK.with(|stack| {
-            let mut stack = stack.borrow_mut();
-            if stack.last().is_some_and(|top| std::ptr::eq(*top, context)) {
-                stack.pop();
-            }
-        });
-        Ok(())
-    })
-}
-
-fn release(operation: &str, device: CUdevice) -> CUresult {
-    entry(operation, || {
-        let context = primary(ordinal(device)?);
-        let destroy = {
-            let mut state = context.primary.lock();
-            if state.retains == 0 {
-                return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
-            }
-            state.retains -= 1;
-            state.retains == 0
-        };
-        if destroy {
-            context.destroy();
-        }
-        Ok(())
-    })
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuDevicePrimaryCtxRelease_v2(device: CUdevice) -> CUresult {
-    release("cuDevicePrimaryCtxRelease", device)
-}
-
-/// The pre-11.0 name, with the same arguments.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuDevicePrimaryCtxRelease(device: CUdevice) -> CUresult {
-    release("cuDevicePrimaryCtxRelease", device)
-}
-
-fn reset(device: CUdevice) -> CUresult {
-    entry("cuDevicePrimaryCtxReset", || {
-        let context = primary(ordinal(device)?);
-        // Resources go, the retains stay: the context comes back empty on its next use.
-        context.destroy();
-        Ok(())
-    })
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuDevicePrimaryCtxReset_v2(device: CUdevice) -> CUresult {
-    reset(device)
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuDevicePrimaryCtxReset(device: CUdevice) -> CUresult {
-    reset(device)
 }
 
 /// # Safety

@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use crate::context::{self, Context};
 use crate::device::entry;
 use crate::errors::{DriverResult, write_out};
-use crate::ops::Op;
+use crate::ops::{Mark, Op};
 use crate::stream::{self, Dependency, NullStream};
 
 /// `CU_EVENT_DISABLE_TIMING`, `CU_EVENT_INTERPROCESS`.
@@ -21,18 +21,6 @@ const INTERPROCESS: u32 = 0x4;
 const KNOWN_FLAGS: u32 = 0x1 | 0x2 | 0x4;
 /// Handles of events count up from here, distinct from streams'.
 const FIRST_HANDLE: usize = 0x5_e000_0000;
-
-/// When a stream reached a recorded event.
-#[derive(Default)]
-pub(crate) struct Mark {
-    reached: Mutex<Option<Instant>>,
-}
-
-impl Mark {
-    pub fn reach(&self) {
-        self.reached.lock().get_or_insert_with(Instant::now);
-    }
-}
 
 struct Recorded {
     at: Dependency,
@@ -199,8 +187,7 @@ unsafe fn elapsed(milliseconds: *mut f32, start: CUevent, end: CUevent) -> CUres
             if !at.is_met() {
                 return Err(CUresult::CUDA_ERROR_NOT_READY);
             }
-            let reached = *mark.reached.lock();
-            reached.ok_or(CUresult::CUDA_ERROR_NOT_READY)
+            mark.reached().ok_or(CUresult::CUDA_ERROR_NOT_READY)
         };
         let (from, to) = (reached(&start)?, reached(&end)?);
         let signed = if to >= from {

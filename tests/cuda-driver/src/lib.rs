@@ -123,6 +123,7 @@ mod alloc;
 mod config;
 mod context;
 mod context_api;
+mod context_teardown;
 mod device;
 mod errors;
 mod event;

@@ -4,14 +4,14 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use cudarc::driver::sys::{CUresult, CUstream};
-use parking_lot::RwLockReadGuard;
+use parking_lot::{Mutex, RwLockReadGuard};
 
 use crate::config::config;
 use crate::context::Context;
 use crate::device::run_host_function;
-use crate::event::Mark;
 use crate::memory::{self, Record, State};
 
 /// Memory an operation reads or writes.
@@ -100,6 +100,23 @@ impl Drop for Place {
                 record.synchronous_done.notify_all();
             }
         }
+    }
+}
+
+/// When a stream reached a recorded event (the operation [`Op::Mark`]).
+#[derive(Default)]
+pub(crate) struct Mark {
+    reached: Mutex<Option<Instant>>,
+}
+
+impl Mark {
+    pub fn reach(&self) {
+        self.reached.lock().get_or_insert_with(Instant::now);
+    }
+
+    /// When the stream reached it; `None` until then.
+    pub fn reached(&self) -> Option<Instant> {
+        *self.reached.lock()
     }
 }
 

@@ -27,6 +27,7 @@ use crate::alloc::*;
 use crate::config::config;
 use crate::context::*;
 use crate::context_api::*;
+use crate::context_teardown::*;
 use crate::device::*;
 use crate::errors::*;
 use crate::event::*;

@@ -1,12 +1,11 @@
 //! [`LimitingResource`]: refuses allocations past a byte limit.
 
-use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::{FreeAfter, MemoryResource, refused};
-use crate::{MemKind, Queue, Result};
+use super::{Adaptor, MemoryResource, refused};
+use crate::{MemKind, Result};
 
 /// Passes allocations on to `upstream` while the bytes it has handed out stay within a limit.
 #[derive(Debug)]
@@ -35,19 +34,14 @@ impl LimitingResource {
     pub fn in_use(&self) -> usize {
         self.in_use.load(Ordering::Relaxed)
     }
-
-    /// The wrapped resource.
-    pub fn upstream(&self) -> &Arc<dyn MemoryResource> {
-        &self.upstream
-    }
 }
 
-impl MemoryResource for LimitingResource {
-    fn queue(&self) -> &Arc<dyn Queue> {
-        self.upstream.queue()
+impl Adaptor for LimitingResource {
+    fn upstream(&self) -> &Arc<dyn MemoryResource> {
+        &self.upstream
     }
 
-    fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {
+    fn admit(&self, kind: MemKind, size: usize) -> Result<()> {
         // Reserve first, so that threads racing for the last bytes cannot both pass.
         let before = self.in_use.fetch_add(size, Ordering::Relaxed);
         if before
@@ -56,7 +50,7 @@ impl MemoryResource for LimitingResource {
         {
             self.in_use.fetch_sub(size, Ordering::Relaxed);
             return Err(refused(
-                self.queue(),
+                self.upstream.queue(),
                 kind,
                 size,
                 format!(
@@ -66,25 +60,17 @@ impl MemoryResource for LimitingResource {
                 ),
             ));
         }
-        self.upstream.allocate(kind, size, align).inspect_err(|_| {
+        Ok(())
+    }
+
+    fn allocated(&self, ptr: Option<NonNull<u8>>, _kind: MemKind, size: usize) {
+        if ptr.is_none() {
             self.in_use.fetch_sub(size, Ordering::Relaxed);
-        })
+        }
     }
 
-    unsafe fn deallocate(
-        &self,
-        ptr: NonNull<u8>,
-        kind: MemKind,
-        size: usize,
-        align: usize,
-        after: FreeAfter,
-    ) {
-        // SAFETY: forwarded from our caller, who got `ptr` from our `allocate`, i.e. upstream's.
-        unsafe { self.upstream.deallocate(ptr, kind, size, align, after) };
+    // Counted free only once upstream has it back, so that the limit holds while it frees.
+    fn freed(&self, _ptr: NonNull<u8>, _kind: MemKind, size: usize) {
         self.in_use.fetch_sub(size, Ordering::Relaxed);
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }

@@ -1,12 +1,13 @@
 //! Memory resources, in RMM's shape: a small interface that allocates and frees (kind, size,
 //! alignment) for one queue, each backend's queue as the bottom resource ([`QueueResource`]), and
-//! adaptors that wrap any resource: [`PoolResource`], [`LimitingResource`],
+//! adaptors that wrap any resource ([`Adaptor`]): [`PoolResource`], [`LimitingResource`],
 //! [`StatisticsResource`] and [`TrackingResource`].
 //!
 //! Each device and kind has a current resource ([`set_current`], [`current`]), which every
 //! [`crate::Buffer::alloc`] without an explicit resource goes through; with none set, buffers
 //! allocate from their queue directly.
 
+mod adaptor;
 mod current;
 mod handouts;
 mod limiting;
@@ -19,6 +20,7 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+pub use adaptor::Adaptor;
 pub use current::{current, reset_current, set_current};
 pub use handouts::Handouts;
 pub use limiting::LimitingResource;

@@ -1,13 +1,12 @@
 //! [`StatisticsResource`]: counts bytes and allocations, overall and in nested regions.
 
-use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{FreeAfter, MemoryResource};
-use crate::{MemKind, Queue, Result};
+use super::{Adaptor, MemoryResource};
+use crate::MemKind;
 
 /// Counters of one statistics region (RMM's `Statistics`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -86,44 +85,26 @@ impl StatisticsResource {
         let mut regions = self.regions.lock();
         (regions.len() > 1).then(|| regions.pop()).flatten()
     }
-
-    /// The wrapped resource.
-    pub fn upstream(&self) -> &Arc<dyn MemoryResource> {
-        &self.upstream
-    }
 }
 
-impl MemoryResource for StatisticsResource {
-    fn queue(&self) -> &Arc<dyn Queue> {
-        self.upstream.queue()
+impl Adaptor for StatisticsResource {
+    fn upstream(&self) -> &Arc<dyn MemoryResource> {
+        &self.upstream
     }
 
-    fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {
-        let ptr = self.upstream.allocate(kind, size, align)?;
-        self.regions
-            .lock()
-            .iter_mut()
-            .for_each(|region| region.allocated(size));
-        Ok(ptr)
+    fn allocated(&self, ptr: Option<NonNull<u8>>, _kind: MemKind, size: usize) {
+        if ptr.is_some() {
+            self.regions
+                .lock()
+                .iter_mut()
+                .for_each(|region| region.allocated(size));
+        }
     }
 
-    unsafe fn deallocate(
-        &self,
-        ptr: NonNull<u8>,
-        kind: MemKind,
-        size: usize,
-        align: usize,
-        after: FreeAfter,
-    ) {
-        // SAFETY: forwarded from our caller, who got `ptr` from our `allocate`, i.e. upstream's.
-        unsafe { self.upstream.deallocate(ptr, kind, size, align, after) };
+    fn freed(&self, _ptr: NonNull<u8>, _kind: MemKind, size: usize) {
         self.regions
             .lock()
             .iter_mut()
             .for_each(|region| region.freed(size));
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }

@@ -1,6 +1,5 @@
 //! [`TrackingResource`]: remembers every live allocation, for a leak report.
 
-use std::any::Any;
 use std::backtrace::Backtrace;
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -9,8 +8,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{FreeAfter, MemoryResource};
-use crate::{MemKind, Queue, Result};
+use super::{Adaptor, MemoryResource};
+use crate::MemKind;
 
 /// One allocation made through a [`TrackingResource`] and not yet freed.
 #[derive(Debug)]
@@ -91,43 +90,25 @@ impl TrackingResource {
         }
         report
     }
-
-    /// The wrapped resource.
-    pub fn upstream(&self) -> &Arc<dyn MemoryResource> {
-        &self.upstream
-    }
 }
 
-impl MemoryResource for TrackingResource {
-    fn queue(&self) -> &Arc<dyn Queue> {
-        self.upstream.queue()
+impl Adaptor for TrackingResource {
+    fn upstream(&self) -> &Arc<dyn MemoryResource> {
+        &self.upstream
     }
 
-    fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {
-        let ptr = self.upstream.allocate(kind, size, align)?;
+    fn allocated(&self, ptr: Option<NonNull<u8>>, kind: MemKind, size: usize) {
+        let Some(ptr) = ptr else { return };
         let backtrace = self
             .capture_backtraces
             .then(|| Arc::new(Backtrace::force_capture()));
         self.live
             .lock()
             .insert(ptr.as_ptr() as usize, (size, kind, backtrace));
-        Ok(ptr)
     }
 
-    unsafe fn deallocate(
-        &self,
-        ptr: NonNull<u8>,
-        kind: MemKind,
-        size: usize,
-        align: usize,
-        after: FreeAfter,
-    ) {
+    // Forgotten before upstream has it back: upstream may hand the address out again at once.
+    fn freeing(&self, ptr: NonNull<u8>, _kind: MemKind, _size: usize) {
         self.live.lock().remove(&(ptr.as_ptr() as usize));
-        // SAFETY: forwarded from our caller, who got `ptr` from our `allocate`, i.e. upstream's.
-        unsafe { self.upstream.deallocate(ptr, kind, size, align, after) };
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }

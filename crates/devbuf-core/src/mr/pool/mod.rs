@@ -9,7 +9,6 @@
 
 mod arena;
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -18,9 +17,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use offset_allocator::Allocator;
 use parking_lot::{Mutex, MutexGuard};
 
-use super::{FreeAfter, MemoryResource, refused};
+use super::{Adaptor, FreeAfter, MemoryResource, refused};
 use crate::blocking::blocking;
-use crate::{Event, MemKind, Queue, Result};
+use crate::{Event, MemKind, Result};
 use arena::{Arena, Block, RECENT_BLOCKS, UNIT, slot_of, units_for};
 
 /// The smallest upstream block the pool asks for when it grows.
@@ -91,11 +90,6 @@ impl PoolResource {
             upstream_bytes: AtomicUsize::new(0),
             upstream_peak: AtomicUsize::new(0),
         })
-    }
-
-    /// The resource the pool takes its blocks from.
-    pub fn upstream(&self) -> &Arc<dyn MemoryResource> {
-        &self.upstream
     }
 
     /// Bytes the pool holds from upstream now.
@@ -244,12 +238,14 @@ impl PoolResource {
     }
 }
 
-impl MemoryResource for PoolResource {
-    fn queue(&self) -> &Arc<dyn Queue> {
-        self.upstream.queue()
+// The pool serves memory from its blocks: upstream is asked for blocks, not allocations.
+impl Adaptor for PoolResource {
+    /// The resource the pool takes its blocks from.
+    fn upstream(&self) -> &Arc<dyn MemoryResource> {
+        &self.upstream
     }
 
-    fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {
+    fn serve(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {
         let too_large = || refused(self.queue(), kind, size, "the request is too large".into());
         if kind == MemKind::Unknown {
             return Err(refused(
@@ -311,7 +307,7 @@ impl MemoryResource for PoolResource {
         allocated
     }
 
-    unsafe fn deallocate(
+    unsafe fn take_back(
         &self,
         ptr: NonNull<u8>,
         kind: MemKind,
@@ -334,10 +330,6 @@ impl MemoryResource for PoolResource {
             }
         }
         self.give_back_drained(arena);
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

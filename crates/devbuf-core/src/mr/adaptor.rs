@@ -1,0 +1,122 @@
+//! [`Adaptor`]: what every resource that wraps another shares, written once.
+
+use std::any::Any;
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use super::{FreeAfter, MemoryResource};
+use crate::{MemKind, Queue, Result};
+
+/// A resource that wraps another, its upstream (RMM's adaptors). Implementing it makes the type a
+/// [`MemoryResource`] on upstream's queue whose allocations pass through to upstream, with the
+/// adaptor's bookkeeping in the hooks around them; an adaptor that serves memory itself, as
+/// [`super::PoolResource`] does from its blocks, overrides [`Adaptor::serve`] and
+/// [`Adaptor::take_back`] instead.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+///
+/// use devbuf_core::mr::{Adaptor, MemoryResource, QueueResource};
+/// use devbuf_core::{Backend, Buffer, HostBackend, MemKind};
+///
+/// /// Counts the allocations upstream made through it.
+/// #[derive(Debug)]
+/// struct Counting {
+///     upstream: Arc<dyn MemoryResource>,
+///     count: AtomicUsize,
+/// }
+///
+/// impl Adaptor for Counting {
+///     fn upstream(&self) -> &Arc<dyn MemoryResource> {
+///         &self.upstream
+///     }
+///
+///     fn allocated(&self, ptr: Option<std::ptr::NonNull<u8>>, _kind: MemKind, _size: usize) {
+///         if ptr.is_some() {
+///             self.count.fetch_add(1, Ordering::Relaxed);
+///         }
+///     }
+/// }
+///
+/// let upstream = QueueResource::new(HostBackend.open("")?);
+/// let counting = Arc::new(Counting { upstream, count: AtomicUsize::new(0) });
+/// let resource: Arc<dyn MemoryResource> = counting.clone();
+/// drop(Buffer::alloc_from(&resource, MemKind::Host, 64, 64)?);
+/// assert_eq!(counting.count.load(Ordering::Relaxed), 1);
+/// # Ok::<(), devbuf_core::Error>(())
+/// ```
+pub trait Adaptor: Send + Sync + fmt::Debug + 'static {
+    /// The wrapped resource, whose queue the adaptor's memory belongs to.
+    fn upstream(&self) -> &Arc<dyn MemoryResource>;
+
+    /// Before upstream allocates: an error refuses the allocation, and upstream is not asked.
+    fn admit(&self, _kind: MemKind, _size: usize) -> Result<()> {
+        Ok(())
+    }
+
+    /// After upstream was asked for an allocation [`Adaptor::admit`] let through: the memory, or
+    /// `None` when upstream failed.
+    fn allocated(&self, _ptr: Option<NonNull<u8>>, _kind: MemKind, _size: usize) {}
+
+    /// Before memory goes back upstream (upstream may hand the address out again at once).
+    fn freeing(&self, _ptr: NonNull<u8>, _kind: MemKind, _size: usize) {}
+
+    /// After memory went back upstream.
+    fn freed(&self, _ptr: NonNull<u8>, _kind: MemKind, _size: usize) {}
+
+    /// [`MemoryResource::allocate`]: upstream's memory, between the allocation hooks.
+    fn serve(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {
+        self.admit(kind, size)?;
+        let allocated = self.upstream().allocate(kind, size, align);
+        self.allocated(allocated.as_ref().ok().copied(), kind, size);
+        allocated
+    }
+
+    /// [`MemoryResource::deallocate`]: the memory back upstream, between the freeing hooks.
+    ///
+    /// # Safety
+    /// As [`MemoryResource::deallocate`]'s.
+    unsafe fn take_back(
+        &self,
+        ptr: NonNull<u8>,
+        kind: MemKind,
+        size: usize,
+        align: usize,
+        after: FreeAfter,
+    ) {
+        self.freeing(ptr, kind, size);
+        // SAFETY: forwarded from our caller, who got `ptr` from our `allocate`, i.e. upstream's.
+        unsafe { self.upstream().deallocate(ptr, kind, size, align, after) };
+        self.freed(ptr, kind, size);
+    }
+}
+
+impl<A: Adaptor> MemoryResource for A {
+    fn queue(&self) -> &Arc<dyn Queue> {
+        self.upstream().queue()
+    }
+
+    #[inline]
+    fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {
+        self.serve(kind, size, align)
+    }
+
+    #[inline]
+    unsafe fn deallocate(
+        &self,
+        ptr: NonNull<u8>,
+        kind: MemKind,
+        size: usize,
+        align: usize,
+        after: FreeAfter,
+    ) {
+        // SAFETY: the same contract.
+        unsafe { self.take_back(ptr, kind, size, align, after) }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
