@@ -6,8 +6,6 @@ use dlpark::ffi::{DLDevice, DLDeviceType};
 
 use super::HOST;
 use super::queue::HostQueue;
-use crate::exchange::{Protocol, ResolvedQueue};
-use crate::interop::ForeignObject;
 use crate::{Availability, Backend, DeviceInfo, Error, Queue, Result};
 
 /// The host backend.
@@ -45,35 +43,5 @@ impl Backend for HostBackend {
 
     fn queue_for_dlpack_device(&self, device: DLDevice) -> Option<Result<Arc<dyn Queue>>> {
         (device.device_type == DLDeviceType::CPU).then(|| Ok(HostQueue::shared()))
-    }
-
-    /// Host memory is described by the buffer protocol and DLPack's kDLCPU, which every backend
-    /// reads; no protocol is the host's own.
-    fn speaks(&self, _protocol: Protocol) -> bool {
-        false
-    }
-
-    /// No protocol names host queues by an object.
-    unsafe fn queue_for_suai_context(
-        &self,
-        _syclobj: &ForeignObject<'_>,
-        _data: usize,
-    ) -> Option<Result<ResolvedQueue>> {
-        None
-    }
-
-    unsafe fn queue_for_device_object(
-        &self,
-        _object: &ForeignObject<'_>,
-    ) -> Option<Result<Arc<dyn Queue>>> {
-        None
-    }
-
-    fn queue_for_pointer(
-        &self,
-        _protocol: Protocol,
-        _ptr: usize,
-    ) -> Option<Result<Arc<dyn Queue>>> {
-        None
     }
 }
