@@ -45,24 +45,25 @@ impl Buffer {
         if self.may_have_foreign_work() {
             self.order_after_foreign_work(queue)?;
         }
-        if self.alloc.pending.is_empty() {
-            return Ok(());
-        }
-        // Declared first, so dropped after the guard.
-        let _completed: Vec<PendingWork>;
-        let mut pending = self.alloc.pending.lock();
-        pending.record_producer_event()?;
-        _completed = pending.take_all_completed();
-        for work in pending.work.iter().filter(|w| !w.on(queue)) {
-            queue.wait_event(&work.event)?;
-        }
-        Ok(())
+        self.for_each_pending(|work| {
+            if work.on(queue) {
+                Ok(())
+            } else {
+                queue.wait_event(&work.event)
+            }
+        })
     }
 
     /// Makes work another library enqueues on `queue` from now on wait for all pending work on
     /// this allocation (a DLPack consumer's `stream`), without blocking the host where the
     /// runtime allows it.
     pub fn order_on_foreign(&self, queue: &dyn ForeignQueue) -> Result<()> {
+        self.for_each_pending(|work| queue.wait_event(&work.event))
+    }
+
+    /// Runs `wait` on each piece of work still pending on this allocation (the producer's among
+    /// them), after forgetting what has completed.
+    fn for_each_pending(&self, mut wait: impl FnMut(&PendingWork) -> Result<()>) -> Result<()> {
         if self.alloc.pending.is_empty() {
             return Ok(());
         }
@@ -72,7 +73,7 @@ impl Buffer {
         pending.record_producer_event()?;
         _completed = pending.take_all_completed();
         for work in &pending.work {
-            queue.wait_event(&work.event)?;
+            wait(work)?;
         }
         Ok(())
     }
