@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use parking_lot::{Mutex, MutexGuard};
 
 use super::Owner;
+use super::shared::SharedAllocation;
 use crate::blocking::blocking;
 use crate::mr::{FreeAfter, MemoryResource};
 use crate::{Error, Event, ForeignQueue, MemKind, Queue, Result};
@@ -39,7 +40,7 @@ pub(super) struct PendingWork {
     pub(super) event: Event,
     /// The allocations of the sources of copies into this one enqueued without waiting: held
     /// until the copies complete, so that dropping them never has to wait.
-    pub(super) sources: Vec<Arc<Allocation>>,
+    pub(super) sources: Vec<SharedAllocation>,
 }
 
 impl PendingWork {

@@ -8,6 +8,7 @@ mod allocation;
 mod on_queue;
 mod ordering;
 mod owner;
+mod shared;
 mod transfer;
 
 use std::any::Any;
@@ -24,12 +25,13 @@ use crate::mr::{self, MemoryResource};
 use crate::{DEFAULT_ALIGNMENT, DeviceInfo, Error, MemKind, Queue, Result};
 use allocation::{Allocation, Pending, Release, check_allocation, exported};
 pub use owner::Owner;
+use shared::SharedAllocation;
 
 /// A contiguous range of bytes in one allocation; cheap to clone, and every clone or sub-view
 /// keeps the allocation alive.
 #[derive(Clone)]
 pub struct Buffer {
-    alloc: Arc<Allocation>,
+    alloc: SharedAllocation,
     offset: usize,
     len: usize,
 }
@@ -129,7 +131,7 @@ impl Buffer {
         in_order: bool,
     ) -> Result<Buffer> {
         let buffer = Buffer {
-            alloc: Arc::new(Allocation {
+            alloc: SharedAllocation::new(Allocation {
                 base: ptr.as_ptr() as usize,
                 kind,
                 queue: Arc::clone(queue),
@@ -194,7 +196,7 @@ impl Buffer {
         read_only: bool,
     ) -> Buffer {
         Buffer {
-            alloc: Arc::new(Allocation {
+            alloc: SharedAllocation::new(Allocation {
                 base: ptr as usize,
                 kind,
                 queue,
@@ -271,7 +273,7 @@ impl Buffer {
 
     /// Whether two views share one allocation.
     pub fn same_allocation(&self, other: &Buffer) -> bool {
-        Arc::ptr_eq(&self.alloc, &other.alloc)
+        SharedAllocation::ptr_eq(&self.alloc, &other.alloc)
     }
 
     /// A sub-view of `range` (relative to this view), sharing ownership of the allocation.
@@ -286,7 +288,7 @@ impl Buffer {
             ));
         }
         Ok(Buffer {
-            alloc: Arc::clone(&self.alloc),
+            alloc: self.alloc.clone(),
             offset: self.offset + range.start,
             len: range.end - range.start,
         })
