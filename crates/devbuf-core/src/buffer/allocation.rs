@@ -17,10 +17,15 @@ use crate::blocking::blocking;
 use crate::mr::{FreeAfter, MemoryResource};
 use crate::{Error, Event, ForeignQueue, MemKind, Queue, Result};
 
-/// How an allocation is released when its last view is dropped.
+/// How an allocation is released when its last view is dropped, with the queue that can reach
+/// it (for memory from a resource, the resource's: a buffer holds no second count of it).
 pub(super) enum Release {
     /// devbuf allocated it: back to the queue that made it.
-    Queue { size: usize, align: usize },
+    Queue {
+        queue: Arc<dyn Queue>,
+        size: usize,
+        align: usize,
+    },
     /// devbuf allocated it through a memory resource: back to that resource.
     Resource {
         resource: Arc<dyn MemoryResource>,
@@ -28,7 +33,21 @@ pub(super) enum Release {
         align: usize,
     },
     /// Foreign memory: drop the owner (taken out exactly once, in `Drop`).
-    Foreign(Mutex<Option<Owner>>),
+    Foreign {
+        queue: Arc<dyn Queue>,
+        owner: Mutex<Option<Owner>>,
+    },
+}
+
+impl Release {
+    /// The queue that allocated (or can reach) the memory.
+    #[inline]
+    pub(super) fn queue(&self) -> &Arc<dyn Queue> {
+        match self {
+            Release::Queue { queue, .. } | Release::Foreign { queue, .. } => queue,
+            Release::Resource { resource, .. } => resource.queue(),
+        }
+    }
 }
 
 /// Work enqueued on an allocation that may not have completed yet.
@@ -155,7 +174,6 @@ pub(super) struct Allocation {
     /// Address of the first byte (0 only for empty foreign memory).
     pub(super) base: usize,
     pub(super) kind: MemKind,
-    pub(super) queue: Arc<dyn Queue>,
     pub(super) release: Release,
     /// At most one entry per queue: queues are in order, so a queue's latest event covers its
     /// earlier work.
@@ -179,6 +197,14 @@ pub(super) mod exported {
     pub const WITH_FOREIGN_WORK: u8 = 2;
 }
 
+impl Allocation {
+    /// The queue that allocated (or can reach) the memory.
+    #[inline]
+    pub(super) fn queue(&self) -> &Arc<dyn Queue> {
+        self.release.queue()
+    }
+}
+
 impl Drop for Allocation {
     fn drop(&mut self) {
         // The producer of imported memory is not waited for: its work is its own business, and
@@ -190,13 +216,12 @@ impl Drop for Allocation {
         // the runtime's own free waits for their work, as it does for memory they allocated; a
         // wait for devbuf's queue there could also run on a thread of that queue's own host
         // task (dpnp releases its arrays from one) and never end.
-        let wait_device = exported && self.queue.interop().wait_device_covers_every_queue();
+        let wait_device = exported && self.queue().interop().wait_device_covers_every_queue();
         // Memory that a command may still use is leaked when a wait fails: freeing it would be
         // worse.
         match &mut self.release {
-            Release::Queue { size, align } => {
-                let (queue, base, kind, size, align) =
-                    (&self.queue, self.base, self.kind, *size, *align);
+            Release::Queue { queue, size, align } => {
+                let (base, kind, size, align) = (self.base, self.kind, *size, *align);
                 let release = || {
                     if wait_device && queue.wait_device().is_err() {
                         return;
@@ -234,7 +259,7 @@ impl Drop for Allocation {
                 size,
                 align,
             } => {
-                let (queue, kind, size, align) = (&self.queue, self.kind, *size, *align);
+                let (queue, kind, size, align) = (resource.queue(), self.kind, *size, *align);
                 let Some(ptr) = NonNull::new(self.base as *mut u8) else {
                     return;
                 };
@@ -245,10 +270,9 @@ impl Drop for Allocation {
                 // runs once, and other queues' work was ordered before `after`.
                 unsafe { resource.deallocate(ptr, kind, size, align, after) };
             }
-            Release::Foreign(owner) => {
+            Release::Foreign { queue, owner } => {
                 // Foreign memory has no ordered release: block until devbuf's work on it is done,
                 // and, when devbuf handed it on to another library, until the device is idle.
-                let queue = &self.queue;
                 let ours = || {
                     pending
                         .iter()

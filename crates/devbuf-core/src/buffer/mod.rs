@@ -91,14 +91,7 @@ impl Buffer {
             size,
             align,
         };
-        Self::allocated(
-            queue,
-            kind,
-            ptr,
-            nbytes,
-            release,
-            queue.allocates_in_order(kind),
-        )
+        Self::allocated(kind, ptr, nbytes, release, queue.allocates_in_order(kind))
     }
 
     fn alloc_on_queue(
@@ -110,20 +103,16 @@ impl Buffer {
         check_allocation(queue, kind, align)?;
         let size = nbytes.max(1);
         let ptr = queue.allocate(kind, size, align)?;
-        let release = Release::Queue { size, align };
-        Self::allocated(
-            queue,
-            kind,
-            ptr,
-            nbytes,
-            release,
-            queue.allocates_in_order(kind),
-        )
+        let release = Release::Queue {
+            queue: Arc::clone(queue),
+            size,
+            align,
+        };
+        Self::allocated(kind, ptr, nbytes, release, queue.allocates_in_order(kind))
     }
 
     /// The buffer of fresh memory at `ptr`.
     fn allocated(
-        queue: &Arc<dyn Queue>,
         kind: MemKind,
         ptr: NonNull<u8>,
         nbytes: usize,
@@ -134,7 +123,6 @@ impl Buffer {
             alloc: SharedAllocation::new(Allocation {
                 base: ptr.as_ptr() as usize,
                 kind,
-                queue: Arc::clone(queue),
                 release,
                 pending: Pending::default(),
                 exported: AtomicU8::new(exported::NO),
@@ -146,6 +134,7 @@ impl Buffer {
         if in_order {
             // The allocation itself is work on the queue: nothing else may touch the memory
             // before it. (On failure, dropping the buffer releases the memory.)
+            let queue = buffer.queue();
             let allocated = queue.record_event()?;
             buffer.record_work(queue, allocated);
         }
@@ -199,8 +188,10 @@ impl Buffer {
             alloc: SharedAllocation::new(Allocation {
                 base: ptr as usize,
                 kind,
-                queue,
-                release: Release::Foreign(Mutex::new(Some(owner))),
+                release: Release::Foreign {
+                    queue,
+                    owner: Mutex::new(Some(owner)),
+                },
                 pending: Pending::default(),
                 exported: AtomicU8::new(exported::NO),
                 read_only,
@@ -232,12 +223,12 @@ impl Buffer {
 
     /// The queue that allocated (or can reach) this memory.
     pub fn queue(&self) -> &Arc<dyn Queue> {
-        &self.alloc.queue
+        self.alloc.queue()
     }
 
     /// The device the memory belongs to.
     pub fn device(&self) -> &DeviceInfo {
-        self.alloc.queue.device()
+        self.alloc.queue().device()
     }
 
     /// Whether devbuf allocated this memory (rather than wrapping foreign memory).
@@ -252,7 +243,7 @@ impl Buffer {
     /// allocation is found again from its buffers).
     pub fn keep_alive<T: Any + Clone>(&self) -> Option<T> {
         match &self.alloc.release {
-            Release::Foreign(owner) => match &*owner.lock() {
+            Release::Foreign { owner, .. } => match &*owner.lock() {
                 Some(Owner::KeepAlive(keep)) => keep.downcast_ref::<T>().cloned(),
                 _ => None,
             },
@@ -268,7 +259,7 @@ impl Buffer {
 
     /// Whether the host CPU may read and write these bytes directly.
     pub fn is_host_accessible(&self) -> bool {
-        self.alloc.queue.host_accessible(self.alloc.kind)
+        self.alloc.queue().host_accessible(self.alloc.kind)
     }
 
     /// Whether two views share one allocation.

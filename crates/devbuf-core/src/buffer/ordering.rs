@@ -132,7 +132,7 @@ impl Buffer {
 
     #[cold]
     fn mark_first_export(&self) {
-        let state = if self.alloc.queue.interop().untracked_foreign_work() {
+        let state = if self.alloc.queue().interop().untracked_foreign_work() {
             exported::WITH_FOREIGN_WORK
         } else {
             exported::YES
@@ -158,7 +158,7 @@ impl Buffer {
     /// handed out, other libraries' work on the queues devbuf knows of.
     pub fn synchronize(&self) -> Result<()> {
         if self.may_have_foreign_work()
-            && let Some(event) = self.alloc.queue.interop().foreign_work_event()?
+            && let Some(event) = self.alloc.queue().interop().foreign_work_event()?
         {
             event.wait()?;
         }
@@ -193,7 +193,7 @@ impl Buffer {
     /// Makes work enqueued on `queue` from now on wait for other libraries' work on the queues the
     /// memory's queue knows of: on that queue itself without an event where the runtime can.
     fn order_after_foreign_work(&self, queue: &Arc<dyn Queue>) -> Result<()> {
-        let home = &self.alloc.queue;
+        let home = self.alloc.queue();
         if Arc::ptr_eq(queue, home) {
             return home.interop().order_after_foreign_work();
         }
