@@ -120,7 +120,7 @@ impl Buffer {
         in_order: bool,
     ) -> Result<Buffer> {
         let buffer = Buffer {
-            alloc: SharedAllocation::new(Allocation {
+            alloc: SharedAllocation::new(|| Allocation {
                 base: ptr.as_ptr() as usize,
                 kind,
                 release,
@@ -185,7 +185,7 @@ impl Buffer {
         read_only: bool,
     ) -> Buffer {
         Buffer {
-            alloc: SharedAllocation::new(Allocation {
+            alloc: SharedAllocation::new(|| Allocation {
                 base: ptr as usize,
                 kind,
                 release: Release::Foreign {
