@@ -206,11 +206,47 @@ impl Allocation {
 }
 
 impl Drop for Allocation {
+    #[inline]
     fn drop(&mut self) {
         // The producer of imported memory is not waited for: its work is its own business, and
         // letting go of its memory does not free it under that work.
         let pending = std::mem::take(&mut self.pending.list.get_mut().work);
         let exported = *self.exported.get_mut() != exported::NO;
+        // The common case, kept short: memory devbuf allocated, never handed out, with no work
+        // recorded on it goes straight back.
+        if pending.is_empty() && !exported {
+            let (kind, ptr) = (self.kind, NonNull::new(self.base as *mut u8));
+            match (&self.release, ptr) {
+                (Release::Queue { queue, size, align }, Some(ptr)) => {
+                    // SAFETY: this allocation came from `queue.allocate(kind, size, align)`, Drop
+                    // runs once, and no work of ours is running on it.
+                    unsafe { queue.deallocate_unused(ptr, kind, *size, *align) };
+                    return;
+                }
+                (
+                    Release::Resource {
+                        resource,
+                        size,
+                        align,
+                    },
+                    Some(ptr),
+                ) => {
+                    // SAFETY: this allocation came from `resource.allocate(kind, size, align)`,
+                    // Drop runs once, and nothing may still use it.
+                    unsafe { resource.deallocate(ptr, kind, *size, *align, FreeAfter::Now) };
+                    return;
+                }
+                _ => {}
+            }
+        }
+        self.release_after(pending, exported);
+    }
+}
+
+impl Allocation {
+    /// Releases the memory after `pending`, the work recorded on it, and, when `exported`, other
+    /// libraries' work.
+    fn release_after(&mut self, pending: Vec<PendingWork>, exported: bool) {
         // Other libraries' work on exported memory is ordered with nothing of ours: the whole
         // device is waited for where that covers every queue they may use. Elsewhere (SYCL) only
         // the runtime's own free waits for their work, as it does for memory they allocated; a
@@ -298,31 +334,32 @@ impl Drop for Allocation {
 }
 
 /// Refuses allocations `queue` cannot make.
+#[inline]
 pub(super) fn check_allocation(queue: &Arc<dyn Queue>, kind: MemKind, align: usize) -> Result<()> {
+    if align.is_power_of_two() && kind != MemKind::Unknown && queue.supports(kind) {
+        return Ok(());
+    }
+    Err(refusal(queue, kind, align))
+}
+
+/// Why `check_allocation` refused.
+#[cold]
+fn refusal(queue: &Arc<dyn Queue>, kind: MemKind, align: usize) -> Error {
     if !align.is_power_of_two() {
-        return Err(Error::invalid(
-            "alignment",
-            format!("{align} is not a power of two"),
-        ));
+        return Error::invalid("alignment", format!("{align} is not a power of two"));
     }
     if kind == MemKind::Unknown {
-        return Err(Error::invalid(
-            "kind",
-            "\"unknown\" memory cannot be allocated",
-        ));
+        return Error::invalid("kind", "\"unknown\" memory cannot be allocated");
     }
-    if !queue.supports(kind) {
-        let device = queue.device();
-        return Err(Error::Unsupported {
-            device: device.selector.clone(),
-            what: format!("{kind} allocation"),
-            reason: device
-                .unusable_reason
-                .clone()
-                .unwrap_or_else(|| format!("the device has no {kind} memory")),
-        });
+    let device = queue.device();
+    Error::Unsupported {
+        device: device.selector.clone(),
+        what: format!("{kind} allocation"),
+        reason: device
+            .unusable_reason
+            .clone()
+            .unwrap_or_else(|| format!("the device has no {kind} memory")),
     }
-    Ok(())
 }
 
 /// Orders the release of memory from a resource: makes the home queue wait for other queues'
