@@ -48,10 +48,16 @@ pub fn reset_current(device: &str, kind: MemKind) -> Option<Arc<dyn MemoryResour
 }
 
 /// The current resource for `kind` on `device` (a selector), if one was set.
+#[inline]
 pub fn current(device: &str, kind: MemKind) -> Option<Arc<dyn MemoryResource>> {
+    // Inlined into every allocation: one load while no current resource was ever set.
     if !ANY_SET.load(Ordering::Acquire) {
         return None;
     }
+    lookup(device, kind)
+}
+
+fn lookup(device: &str, kind: MemKind) -> Option<Arc<dyn MemoryResource>> {
     let slot = slot(kind).ok()?;
     registry().read().get(device)?[slot].clone()
 }
