@@ -1,5 +1,7 @@
 //! [`SharedAllocation`]: the counted reference every view of an allocation holds.
 
+use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
+use std::cell::Cell;
 use std::ops::Deref;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering, fence};
@@ -9,9 +11,10 @@ use super::allocation::Allocation;
 /// A counted reference to an [`Allocation`], in `std::sync::Arc`'s shape but cheaper on the
 /// allocate-and-drop path, the hottest a buffer has: there are no weak references (nothing needs
 /// them), so freeing the record touches no weak count; and the last reference, when an acquire
-/// load of the count shows no other left, frees it without an atomic read-modify-write at all
-/// (the uncontended RMW is 4-5 ns on the machines measured, BENCHMARKS.md). Neither
-/// `std::sync::Arc` nor `triomphe::Arc` offers that drop without moving the record out first.
+/// load of the count shows no other left, frees it without an atomic read-modify-write at all.
+/// Neither `std::sync::Arc` nor `triomphe::Arc` offers that drop without moving the record out
+/// first. The memory of the record last freed on a thread is kept for the next one made there
+/// ([`SPARE`]).
 pub(super) struct SharedAllocation(NonNull<Counted>);
 
 struct Counted {
@@ -26,6 +29,27 @@ unsafe impl Send for SharedAllocation where Allocation: Send + Sync {}
 // SAFETY: as for Send.
 unsafe impl Sync for SharedAllocation where Allocation: Send + Sync {}
 
+thread_local! {
+    /// The memory of the record last freed on this thread, for the next one made here: a
+    /// one-entry cache in front of the allocator (as malloc's thread caches are, without their
+    /// size classes and checks), so that a loop that allocates and drops buffers does not
+    /// allocate and free their records (malloc and free: ~130 of the ~540 instructions a host
+    /// allocate+free took).
+    static SPARE: Spare = const { Spare(Cell::new(None)) };
+}
+
+/// Memory for one [`Counted`], holding none; freed when its thread exits.
+struct Spare(Cell<Option<NonNull<Counted>>>);
+
+impl Drop for Spare {
+    fn drop(&mut self) {
+        if let Some(memory) = self.0.take() {
+            // SAFETY: the memory came from `alloc` with this layout and holds no record.
+            unsafe { dealloc(memory.as_ptr().cast(), Layout::new::<Counted>()) };
+        }
+    }
+}
+
 /// More references than this is a leak of references in a loop: abort, as `Arc` does, rather
 /// than let the count wrap.
 const MAX_COUNT: usize = isize::MAX as usize;
@@ -35,14 +59,24 @@ impl SharedAllocation {
     /// moved there: a 150-byte `memcpy` call).
     #[inline]
     pub(super) fn new(allocation: impl FnOnce() -> Allocation) -> Self {
-        let mut counted = Box::<Counted>::new_uninit();
-        counted.write(Counted {
-            count: AtomicUsize::new(1),
-            allocation: allocation(),
-        });
-        // SAFETY: written just above.
-        let counted = unsafe { counted.assume_init() };
-        SharedAllocation(NonNull::from(Box::leak(counted)))
+        let layout = Layout::new::<Counted>();
+        let memory = SPARE
+            .try_with(|spare| spare.0.take())
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| {
+                // SAFETY: `Counted` is not zero-sized.
+                let memory = unsafe { alloc(layout) }.cast::<Counted>();
+                NonNull::new(memory).unwrap_or_else(|| handle_alloc_error(layout))
+            });
+        // SAFETY: the memory is `Counted`'s layout, and holds nothing (fresh, or spare).
+        unsafe {
+            memory.as_ptr().write(Counted {
+                count: AtomicUsize::new(1),
+                allocation: allocation(),
+            })
+        };
+        SharedAllocation(memory)
     }
 
     /// Whether two references share one allocation.
@@ -92,9 +126,25 @@ impl Drop for SharedAllocation {
             }
             fence(Ordering::Acquire);
         }
-        // SAFETY: the record came from `Box::leak` in `new`, and no other reference is left.
-        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+        let memory = self.0;
+        // SAFETY: no other reference is left; the record is dropped once, here.
+        unsafe { std::ptr::drop_in_place(memory.as_ptr()) };
+        // Kept for this thread's next record, unless it keeps one already (or is exiting).
+        let kept = SPARE.try_with(|spare| match spare.0.get() {
+            None => spare.0.set(Some(memory)),
+            Some(_) => free(memory),
+        });
+        if kept.is_err() {
+            free(memory);
+        }
     }
+}
+
+/// Frees the memory of a dropped record.
+fn free(memory: NonNull<Counted>) {
+    // SAFETY: every record's memory comes from `alloc` with this layout (in `new`), and the
+    // record in it was dropped.
+    unsafe { dealloc(memory.as_ptr().cast(), Layout::new::<Counted>()) }
 }
 
 #[cfg(test)]
