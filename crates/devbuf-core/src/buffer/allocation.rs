@@ -74,27 +74,59 @@ impl PendingWork {
 #[derive(Default)]
 pub(super) struct PendingList {
     pub(super) work: Vec<PendingWork>,
-    /// The queue of the library that produced imported memory, while devbuf has not yet ordered
-    /// anything after its work there. An event is recorded on it (a barrier: microseconds) only
-    /// when devbuf first needs one, so that imports nobody waits on cost nothing; the event then
-    /// covers the producer's work up to that moment, which includes its work at import.
-    pub(super) producer: Option<Arc<dyn ForeignQueue>>,
-    /// The queue of the library that produced imported memory when its protocol asks that its
-    /// later work there wait for ours (CAI v3's consumer rule): every command devbuf enqueues
-    /// without waiting for it is made to precede that queue's later work. Not pending work itself.
-    pub(super) held_back: Option<Arc<dyn ForeignQueue>>,
+    /// The queues of the library that produced imported memory, boxed: most allocations are
+    /// devbuf's own and have none, and every allocation's record is built and dropped on the
+    /// hot path.
+    producers: Option<Box<Producers>>,
+}
+
+/// The queues of the library that produced imported memory.
+#[derive(Default)]
+struct Producers {
+    /// Its queue while devbuf has not yet ordered anything after its work there. An event is
+    /// recorded on it (a barrier: microseconds) only when devbuf first needs one, so that
+    /// imports nobody waits on cost nothing; the event then covers the producer's work up to
+    /// that moment, which includes its work at import.
+    unordered: Option<Arc<dyn ForeignQueue>>,
+    /// Its queue when its protocol asks that its later work there wait for ours (CAI v3's
+    /// consumer rule): every command devbuf enqueues without waiting for it is made to precede
+    /// that queue's later work. Not pending work itself.
+    held_back: Option<Arc<dyn ForeignQueue>>,
 }
 
 impl PendingList {
     pub(super) fn is_empty(&self) -> bool {
-        self.work.is_empty() && self.producer.is_none()
+        self.work.is_empty()
+            && self
+                .producers
+                .as_ref()
+                .is_none_or(|p| p.unordered.is_none())
+    }
+
+    /// Makes `producer` the producer's queue whose work devbuf has not yet ordered anything
+    /// after.
+    pub(super) fn set_producer(&mut self, producer: Arc<dyn ForeignQueue>) {
+        self.producers.get_or_insert_default().unordered = Some(producer);
+    }
+
+    /// Makes `producer` the queue whose later work must wait for devbuf's commands.
+    pub(super) fn set_held_back(&mut self, producer: Arc<dyn ForeignQueue>) {
+        self.producers.get_or_insert_default().held_back = Some(producer);
+    }
+
+    /// The queue whose later work must wait for devbuf's commands, if any.
+    pub(super) fn held_back(&self) -> Option<&Arc<dyn ForeignQueue>> {
+        self.producers.as_ref()?.held_back.as_ref()
     }
 
     /// Records the event of the producer's queue, if that has not been done yet.
     pub(super) fn record_producer_event(&mut self) -> Result<()> {
-        if let Some(producer) = &self.producer {
+        let Some(producers) = &mut self.producers else {
+            return Ok(());
+        };
+        if let Some(producer) = &producers.unordered {
             let event = producer.record_event()?;
-            self.producer = None;
+            producers.unordered = None;
             self.work.push(PendingWork {
                 queue: None,
                 event,

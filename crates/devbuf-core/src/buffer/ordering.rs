@@ -25,7 +25,7 @@ impl Buffer {
         let mut pending = self.alloc.pending.lock();
         // A second producer: the first one's work must be captured before it is forgotten.
         pending.record_producer_event()?;
-        pending.producer = Some(producer);
+        pending.set_producer(producer);
         Ok(())
     }
 
@@ -34,7 +34,7 @@ impl Buffer {
     /// before it runs more of its own work: CAI v3's rule for a consumer that works on its own
     /// stream. The producer's queue must stay alive while the memory is viewed.
     pub fn hold_back(&self, producer: Arc<dyn ForeignQueue>) {
-        self.alloc.pending.lock().held_back = Some(producer);
+        self.alloc.pending.lock().set_held_back(producer);
     }
 
     /// Makes work enqueued on `queue` from now on wait for pending work on this allocation from
@@ -234,7 +234,7 @@ pub(super) fn record_enqueued(
         set_latest(pending, queue, event.clone(), keep);
     }
     for pending in &guards {
-        if let Some(producer) = &pending.held_back {
+        if let Some(producer) = pending.held_back() {
             producer.wait_event(&event)?;
         }
     }
