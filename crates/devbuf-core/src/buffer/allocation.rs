@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use parking_lot::{Mutex, MutexGuard};
 
 use super::Owner;
-use super::shared::SharedAllocation;
+use super::shared::Shared;
 use crate::blocking::blocking;
 use crate::mr::{FreeAfter, MemoryResource};
 use crate::{Error, Event, ForeignQueue, MemKind, Queue, Result};
@@ -49,6 +49,13 @@ impl Release {
         }
     }
 }
+
+/// The counted reference to an allocation that every view holds.
+pub(super) type SharedAllocation = Shared<Allocation>;
+
+// Every allocation's record is kept for the next on its thread (a malloc and a free less per
+// buffer): it must fit the spare's layout.
+const _: () = assert!(SharedAllocation::SPARED);
 
 /// Work enqueued on an allocation that may not have completed yet.
 pub(super) struct PendingWork {

@@ -23,9 +23,8 @@ use parking_lot::Mutex;
 
 use crate::mr::{self, MemoryResource};
 use crate::{DEFAULT_ALIGNMENT, DeviceInfo, Error, MemKind, Queue, Result};
-use allocation::{Allocation, Pending, Release, check_allocation, exported};
+use allocation::{Allocation, Pending, Release, SharedAllocation, check_allocation, exported};
 pub use owner::Owner;
-use shared::SharedAllocation;
 
 /// A contiguous range of bytes in one allocation; cheap to clone, and every clone or sub-view
 /// keeps the allocation alive.

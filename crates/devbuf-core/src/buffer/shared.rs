@@ -1,4 +1,5 @@
-//! [`SharedAllocation`]: the counted reference every view of an allocation holds.
+//! [`Shared`]: the counted reference every view of an allocation holds
+//! ([`super::allocation::SharedAllocation`]).
 
 use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
 use std::cell::Cell;
@@ -6,91 +7,105 @@ use std::ops::Deref;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering, fence};
 
-use super::allocation::Allocation;
-
-/// A counted reference to an [`Allocation`], in `std::sync::Arc`'s shape but cheaper on the
+/// A counted reference to a `T`, in `std::sync::Arc`'s shape but cheaper on the
 /// allocate-and-drop path, the hottest a buffer has: there are no weak references (nothing needs
 /// them), so freeing the record touches no weak count; and the last reference, when an acquire
 /// load of the count shows no other left, frees it without an atomic read-modify-write at all.
 /// Neither `std::sync::Arc` nor `triomphe::Arc` offers that drop without moving the record out
 /// first. The memory of the record last freed on a thread is kept for the next one made there
 /// ([`SPARE`]).
-pub(super) struct SharedAllocation(NonNull<Counted>);
+pub(super) struct Shared<T>(NonNull<Counted<T>>);
 
-struct Counted {
+struct Counted<T> {
     count: AtomicUsize,
-    allocation: Allocation,
+    value: T,
 }
 
-// SAFETY: a reference hands out only `&Allocation`, which is Sync, and the last one drops the
-// Allocation, which is Send, on whichever thread that is, after every other reference's
-// release (the count's orderings below): the conditions under which `Arc<Allocation>` is both.
-unsafe impl Send for SharedAllocation where Allocation: Send + Sync {}
+// SAFETY: a reference hands out only `&T`, and the last one drops the `T` on whichever thread
+// that is, after every other reference's release (the count's orderings below): `Arc<T>`'s
+// conditions.
+unsafe impl<T: Send + Sync> Send for Shared<T> {}
 // SAFETY: as for Send.
-unsafe impl Sync for SharedAllocation where Allocation: Send + Sync {}
+unsafe impl<T: Send + Sync> Sync for Shared<T> {}
 
 thread_local! {
     /// The memory of the record last freed on this thread, for the next one made here: a
-    /// one-entry cache in front of the allocator (as malloc's thread caches are, without their
-    /// size classes and checks), so that a loop that allocates and drops buffers does not
-    /// allocate and free their records (malloc and free: ~130 of the ~540 instructions a host
-    /// allocate+free took).
+    /// one-entry cache in front of the allocator (as malloc's thread caches are,
+    /// without their size classes and checks), so that a loop that allocates and drops buffers
+    /// does not allocate and free their records (malloc and free: ~130 of the ~540 instructions
+    /// a host allocate+free took).
     static SPARE: Spare = const { Spare(Cell::new(None)) };
 }
 
-/// Memory for one [`Counted`], holding none; freed when its thread exits.
-struct Spare(Cell<Option<NonNull<Counted>>>);
+/// Memory from `alloc` with [`SPARE_LAYOUT`], holding nothing; freed when its thread exits.
+struct Spare(Cell<Option<NonNull<u8>>>);
 
 impl Drop for Spare {
     fn drop(&mut self) {
         if let Some(memory) = self.0.take() {
-            // SAFETY: the memory came from `alloc` with this layout and holds no record.
-            unsafe { dealloc(memory.as_ptr().cast(), Layout::new::<Counted>()) };
+            // SAFETY: the memory came from `alloc` with this layout and holds nothing.
+            unsafe { dealloc(memory.as_ptr(), SPARE_LAYOUT) };
         }
     }
 }
+
+/// The layout of every record that fits in it (a buffer's allocation's does: checked where it
+/// is defined), so that any spare serves any such record without a check at run time.
+const SPARE_LAYOUT: Layout = Layout::new::<[u128; 8]>();
 
 /// More references than this is a leak of references in a loop: abort, as `Arc` does, rather
 /// than let the count wrap.
 const MAX_COUNT: usize = isize::MAX as usize;
 
-impl SharedAllocation {
-    /// The record `allocation` makes, built in its place on the heap (rather than built, then
-    /// moved there: a 150-byte `memcpy` call).
+impl<T> Shared<T> {
+    /// Whether `T`'s records are made in [`SPARE_LAYOUT`] and kept in [`SPARE`].
+    pub(super) const SPARED: bool = size_of::<Counted<T>>() <= SPARE_LAYOUT.size()
+        && align_of::<Counted<T>>() <= SPARE_LAYOUT.align();
+
+    /// The layout the memory of `T`'s records is allocated with.
+    const LAYOUT: Layout = if Self::SPARED {
+        SPARE_LAYOUT
+    } else {
+        Layout::new::<Counted<T>>()
+    };
+
+    /// The record `value` makes, built in its place on the heap (rather than built, then moved
+    /// there: for a buffer's allocation, a 150-byte `memcpy` call).
     #[inline]
-    pub(super) fn new(allocation: impl FnOnce() -> Allocation) -> Self {
-        let layout = Layout::new::<Counted>();
-        let memory = SPARE
-            .try_with(|spare| spare.0.take())
-            .ok()
-            .flatten()
-            .unwrap_or_else(|| {
-                // SAFETY: `Counted` is not zero-sized.
-                let memory = unsafe { alloc(layout) }.cast::<Counted>();
-                NonNull::new(memory).unwrap_or_else(|| handle_alloc_error(layout))
-            });
-        // SAFETY: the memory is `Counted`'s layout, and holds nothing (fresh, or spare).
+    pub(super) fn new(value: impl FnOnce() -> T) -> Self {
+        let spare = if Self::SPARED {
+            SPARE.try_with(|spare| spare.0.take()).ok().flatten()
+        } else {
+            None
+        };
+        let memory = spare.unwrap_or_else(|| {
+            // SAFETY: the layout is not zero-sized.
+            let memory = unsafe { alloc(Self::LAYOUT) };
+            NonNull::new(memory).unwrap_or_else(|| handle_alloc_error(Self::LAYOUT))
+        });
+        let memory = memory.cast::<Counted<T>>();
+        // SAFETY: the memory fits a `Counted<T>` and holds nothing (fresh, or spare).
         unsafe {
             memory.as_ptr().write(Counted {
                 count: AtomicUsize::new(1),
-                allocation: allocation(),
+                value: value(),
             })
         };
-        SharedAllocation(memory)
+        Shared(memory)
     }
 
-    /// Whether two references share one allocation.
+    /// Whether two references share one record.
     pub(super) fn ptr_eq(a: &Self, b: &Self) -> bool {
         a.0 == b.0
     }
 
-    fn counted(&self) -> &Counted {
+    fn counted(&self) -> &Counted<T> {
         // SAFETY: the record lives while any reference does, and this is one.
         unsafe { self.0.as_ref() }
     }
 }
 
-impl Clone for SharedAllocation {
+impl<T> Clone for Shared<T> {
     #[inline]
     fn clone(&self) -> Self {
         // Relaxed, as in `Arc::clone`: a new reference made from an existing one needs no
@@ -98,20 +113,20 @@ impl Clone for SharedAllocation {
         if self.counted().count.fetch_add(1, Ordering::Relaxed) > MAX_COUNT {
             std::process::abort();
         }
-        SharedAllocation(self.0)
+        Shared(self.0)
     }
 }
 
-impl Deref for SharedAllocation {
-    type Target = Allocation;
+impl<T> Deref for Shared<T> {
+    type Target = T;
 
     #[inline]
-    fn deref(&self) -> &Allocation {
-        &self.counted().allocation
+    fn deref(&self) -> &T {
+        &self.counted().value
     }
 }
 
-impl Drop for SharedAllocation {
+impl<T> Drop for Shared<T> {
     #[inline]
     fn drop(&mut self) {
         let count = &self.counted().count;
@@ -129,22 +144,24 @@ impl Drop for SharedAllocation {
         let memory = self.0;
         // SAFETY: no other reference is left; the record is dropped once, here.
         unsafe { std::ptr::drop_in_place(memory.as_ptr()) };
+        let memory = memory.cast::<u8>();
         // Kept for this thread's next record, unless it keeps one already (or is exiting).
-        let kept = SPARE.try_with(|spare| match spare.0.get() {
-            None => spare.0.set(Some(memory)),
-            Some(_) => free(memory),
-        });
-        if kept.is_err() {
-            free(memory);
+        let kept = Self::SPARED
+            && SPARE
+                .try_with(|spare| match spare.0.get() {
+                    None => {
+                        spare.0.set(Some(memory));
+                        true
+                    }
+                    Some(_) => false,
+                })
+                .unwrap_or(false);
+        if !kept {
+            // SAFETY: the memory came from `alloc` with this layout (in `new`), and the record
+            // in it was dropped.
+            unsafe { dealloc(memory.as_ptr(), Self::LAYOUT) }
         }
     }
-}
-
-/// Frees the memory of a dropped record.
-fn free(memory: NonNull<Counted>) {
-    // SAFETY: every record's memory comes from `alloc` with this layout (in `new`), and the
-    // record in it was dropped.
-    unsafe { dealloc(memory.as_ptr().cast(), Layout::new::<Counted>()) }
 }
 
 #[cfg(test)]
