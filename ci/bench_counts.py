@@ -4,12 +4,18 @@ are measured against: counts, unlike wall time, repeat on a loaded machine. Each
 and set-up cancel. Needs valgrind, the release build of bench_host and the package installed
 (ci/bench does both).
   python ci/bench_counts.py [CASE...]          a Markdown table (all cases by default)
+  python ci/bench_counts.py --atomics [CASE...]  the Rust cases with their atomic read-modify-writes
+                                               per call too (lock-prefixed instructions and xchg
+                                               with memory, matched by address in objdump -d)
   python ci/bench_counts.py --run CASE SIDE N  (what runs under callgrind) N calls of one side"""
 
+import collections
+import functools
 import os
 import re
 import subprocess
 import sys
+import tempfile
 
 HOST_BENCH = "target/release/examples/bench_host"
 
@@ -118,28 +124,70 @@ def instructions(command):
     return int(found.group(1))
 
 
-def per_call(command, n1, n2):
-    return (instructions([*command, str(n2)]) - instructions([*command, str(n1)])) / (n2 - n1)
+@functools.lru_cache(None)
+def locked_addresses(binary):
+    """The addresses of the instructions of `binary` that are atomic read-modify-writes."""
+    listing = subprocess.run(["objdump", "-d", "--no-show-raw-insn", binary], capture_output=True,
+                             text=True, check=True).stdout
+    found = set()
+    for line in listing.splitlines():
+        m = re.match(r"^\s*([0-9a-f]+):\s+(lock |xchg\s+\S*\(|xchg\s+%\w+,\S*\()", line)
+        if m:
+            found.add(int(m.group(1), 16))
+    return found
+
+
+def atomics(command):
+    """Atomic read-modify-writes executed by `command`, from callgrind's per-instruction counts
+    (addresses relative to each object, as objdump numbers them)."""
+    with tempfile.NamedTemporaryFile(suffix=".callgrind") as out:
+        subprocess.run(["valgrind", "--tool=callgrind", "--dump-instr=yes", "--compress-pos=no",
+                        "--compress-strings=no", f"--callgrind-out-file={out.name}", *command],
+                       capture_output=True, check=True)
+        executed = collections.Counter()
+        obj, after_call = None, False
+        with open(out.name) as lines:
+            for line in lines:
+                if line.startswith("ob="):
+                    obj = line[3:].strip()
+                elif line.startswith("calls="):
+                    after_call = True  # the next cost line is the callee's inclusive cost
+                elif line.startswith("0x"):
+                    if not after_call:
+                        address, _, cost = line.split()
+                        executed[(obj, int(address, 16))] += int(cost)
+                    after_call = False
+    return sum(cost for (obj, address), cost in executed.items()
+               if obj and obj.startswith("/") and address in locked_addresses(obj))
+
+
+def per_call(command, n1, n2, count=instructions):
+    return (count([*command, str(n2)]) - count([*command, str(n1)])) / (n2 - n1)
 
 
 def main(argv):
     if argv[:1] == ["--run"]:
         return run(argv[1], argv[2], int(argv[3]))
-    wanted = argv or [*RUST_CASES, *PYTHON_CASES]
-    print("| case | side | instructions per call |")
-    print("|---|---|---:|")
+    with_atomics = argv[:1] == ["--atomics"]
+    if with_atomics:
+        argv = argv[1:]
+    wanted = argv or ([*RUST_CASES] if with_atomics else [*RUST_CASES, *PYTHON_CASES])
+    print("| case | side | instructions per call |" + (" atomics per call |" if with_atomics else ""))
+    print("|---|---|---:|" + ("---:|" if with_atomics else ""))
     for case in wanted:
         if case in RUST_CASES:
             what, name = RUST_CASES[case]
             for side in ("devbuf", "std"):
-                count = per_call([HOST_BENCH, "--count", name, side], 2000, 12000)
-                print(f"| {what} | {side if side == 'devbuf' else '`std::alloc`'} | {count:.0f} |")
+                command = [HOST_BENCH, "--count", name, side]
+                count = per_call(command, 2000, 12000)
+                extra = f" {per_call(command, 1000, 6000, atomics):.1f} |" if with_atomics else ""
+                print(f"| {what} | {side if side == 'devbuf' else '`std::alloc`'} | {count:.0f} |{extra}")
         else:
             what, statements, _ = PYTHON_CASES[case]
             n1, n2 = (200, 1200) if case == "dpnp_import" else (2000, 22000)
             for side in statements:
                 count = per_call([sys.executable, __file__, "--run", case, side], n1, n2)
-                print(f"| {what} | {side} | {count:.0f} |")
+                print(f"| {what} | {side} | {count:.0f} |" + (" — |" if with_atomics else ""))
         sys.stdout.flush()
 
 
