@@ -5,9 +5,9 @@ use std::ffi::CStr;
 
 use devbuf::{Array, Buffer, DType, Layout};
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+use pyo3::impl_::trampoline::{MethodDef, fastcall_cfunction_with_keywords};
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PySlice};
-use pyo3::impl_::trampoline::{MethodDef, fastcall_cfunction_with_keywords};
 use pyo3::{ffi, intern};
 
 use crate::errors::IntoPyResult;
@@ -256,7 +256,8 @@ fn alloc(
     PyQueue::alloc(queue.bind(py), nbytes, kind, ipc)
 }
 
-const ALLOC_DOC: &CStr = c"alloc(nbytes, kind=\"shared\", device=None, *, ipc=False, mr=None, stream=None)
+const ALLOC_DOC: &CStr =
+    c"alloc(nbytes, kind=\"shared\", device=None, *, ipc=False, mr=None, stream=None)
 --
 
 Allocates `nbytes` of `kind` memory (\"host\", \"device\" or \"shared\") on `device` (a selector,
