@@ -310,8 +310,11 @@ unsafe fn alloc_call(
     // SAFETY: CPython's arguments, live for the call.
     let [nbytes, kind, device, ipc, mr, stream] =
         unsafe { ALLOC.parse(py, names, args, nargs, kwnames)? };
-    // `parse` checked the required one.
-    let nbytes: usize = fastcall::extract(nbytes.expect("required"), "nbytes")?;
+    let Some(nbytes) = nbytes else {
+        // `parse` checked the required one.
+        return Err(PyTypeError::new_err("alloc() missing nbytes"));
+    };
+    let nbytes: usize = fastcall::extract(nbytes, "nbytes")?;
     let kind: &str = match kind {
         Some(kind) => fastcall::extract(kind, "kind")?,
         None => "shared",
