@@ -319,6 +319,43 @@ def test_devices_queues_and_backends_describe_themselves():
     assert "host" in repr(buffer) and "host" in repr(host)
 
 
+def test_alloc_arguments_are_sorted_checked_and_named_as_pyo3_names_them():
+    import inspect
+
+    assert str(inspect.signature(devbuf.alloc)) == (
+        "(nbytes, kind='shared', device=None, *, ipc=False, mr=None, stream=None)"
+    )
+    assert devbuf.alloc.__module__ == "devbuf._devbuf"
+    # Positional, by keyword, and keyword names built at run time (not interned: matched by text).
+    assert devbuf.alloc(8, "host", "host").kind == "host"
+    built = {"".join(["ki", "nd"]): "host", "".join(["dev", "ice"]): "host"}
+    made = devbuf.alloc(nbytes=24, **built)
+    assert (made.nbytes, made.kind, made.device.selector) == (24, "host", "host")
+    assert devbuf.alloc(16, device=None, ipc=False, mr=None, stream=None).nbytes == 16
+
+    def error(*args, **kwargs):
+        with pytest.raises(Exception) as caught:
+            devbuf.alloc(*args, **kwargs)
+        return type(caught.value), str(caught.value), getattr(caught.value, "__notes__", None)
+
+    assert error() == (TypeError, "alloc() missing 1 required positional argument: 'nbytes'", None)
+    assert error(kind="host") == (TypeError, "alloc() missing 1 required positional argument: 'nbytes'", None)
+    assert error(1, "host", "host", 1) == (
+        TypeError, "alloc() takes from 1 to 3 positional arguments but 4 were given", None)
+    assert error(1, "host", kind="host") == (TypeError, "alloc() got multiple values for argument 'kind'", None)
+    assert error(1, **{"".join(["ki", "nd"]): "host", "kind ": 1}) == (
+        TypeError, "alloc() got an unexpected keyword argument 'kind '", None)
+    assert error(1, strem=None) == (TypeError, "alloc() got an unexpected keyword argument 'strem'", None)
+    assert error("x") == (TypeError, "'str' object cannot be interpreted as an integer",
+                          ["while processing 'nbytes'"])
+    assert error(-1) == (OverflowError, "can't convert negative int to unsigned", ["while processing 'nbytes'"])
+    assert error(1, 3) == (TypeError, "'int' object is not an instance of 'str'", ["while processing 'kind'"])
+    assert error(1, ipc=None) == (TypeError, "'None' is not an instance of 'bool'", ["while processing 'ipc'"])
+    assert error(1, stream=3) == (TypeError, "'int' object is not an instance of 'Stream'",
+                                  ["while processing 'stream'"])
+    assert error(1, "hostx") == (ValueError, 'kind: "hostx" is not one of "host", "device", "shared"', None)
+
+
 def test_dlpack_arguments_are_keyword_only_checked_and_named():
     import inspect
 

@@ -42,6 +42,13 @@ CASES = [
     ({"data": (0, False)}, ValueError, "data"),
     ({"data": (0x10001, False)}, ValueError, "data"),
     ({"data": 0x10000}, TypeError, "data"),
+    # The (pointer, read-only) pair: a tuple of an int and a bool, nothing else.
+    ({"data": [0x10000, False]}, TypeError, "data"),
+    ({"data": (0x10000, False, 0)}, TypeError, "data"),
+    ({"data": (0x10000,)}, TypeError, "data"),
+    ({"data": (0x10000, "no")}, TypeError, "data"),
+    ({"data": ("0x10000", False)}, TypeError, "data"),
+    ({"data": (-0x10000, False)}, TypeError, "data"),
     ({"strides": (4, 4)}, ValueError, "strides"),
     ({"strides": (1 << 62,)}, ValueError, "strides"),
     ({"strides": [None]}, TypeError, "strides"),
@@ -86,6 +93,8 @@ def test_cai_specific_keys():
         devbuf.asarray(cai(mask=Producer("__cuda_array_interface__", GOOD_CAI)))
     with pytest.raises(ValueError, match="^descr: "):
         devbuf.asarray(cai(descr=[("x", "<f4"), ("y", "<f4")]))
+    with pytest.raises(TypeError, match="^descr: expected a list of"):
+        devbuf.asarray(cai(descr=5))
     with pytest.raises(TypeError, match="^stream: "):
         devbuf.asarray(cai(stream="default"))
     with pytest.raises(TypeError, match="not a dict"):
@@ -104,6 +113,8 @@ def test_suai_specific_keys():
         devbuf.asarray(Producer("__sycl_usm_array_interface__", without(GOOD_SUAI, "syclobj")))
     with pytest.raises(ValueError, match="^typedescr: "):
         devbuf.asarray(suai(typedescr=[("a", "<f4")]))
+    with pytest.raises(TypeError, match="^typedescr: expected a list of"):
+        devbuf.asarray(suai(typedescr=5))
     with pytest.raises(ValueError, match="^syclobj: "):
         devbuf.asarray(suai(syclobj=12345))
 

@@ -1,12 +1,17 @@
 //! The Python methods of `Buffer` (what it holds is `objects::array`), and `devbuf.alloc`, which
 //! makes Buffers. Nothing in the crate depends on this module.
 
+use std::ffi::CStr;
+
 use devbuf::{Array, Buffer, DType, Layout};
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+use pyo3::impl_::trampoline::{MethodDef, fastcall_cfunction_with_keywords};
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PySlice};
+use pyo3::{ffi, intern};
 
 use crate::errors::IntoPyResult;
+use crate::fastcall::{self, Signature};
 use crate::objects::array::{PyArray, PyBuffer};
 use crate::objects::foreign_objects::resolve_queue;
 use crate::objects::queue::PyQueue;
@@ -197,16 +202,8 @@ fn is_owned(buffer: &Buffer) -> bool {
     buffer.is_owned() || devbuf::ipc::is_shareable(buffer)
 }
 
-/// Allocates `nbytes` of `kind` memory ("host", "device" or "shared") on `device` (a selector,
-/// a Device, a Stream, or None for the default device), or on `stream` (a `devbuf.Stream`: a
-/// stream-ordered allocation is then that stream's work, and the memory goes back on that stream
-/// when freed); `ipc=True` makes it shareable with other
-/// processes (see `Queue.alloc`); `mr=` allocates from that memory resource, on its own device:
-/// a `device` other than the resource's is a ValueError naming both, and so is `ipc=True` (memory
-/// for sharing comes from the device, not from a resource).
-#[pyfunction]
-#[pyo3(signature = (nbytes, kind = "shared", device = None, *, ipc = false, mr = None, stream = None))]
-pub fn alloc(
+/// `devbuf.alloc` (its Python documentation is [`ALLOC_DOC`]).
+fn alloc(
     py: Python<'_>,
     nbytes: usize,
     kind: &str,
@@ -257,4 +254,93 @@ pub fn alloc(
     }
     let queue = resolve_queue(py, device)?;
     PyQueue::alloc(queue.bind(py), nbytes, kind, ipc)
+}
+
+const ALLOC_DOC: &CStr =
+    c"alloc(nbytes, kind=\"shared\", device=None, *, ipc=False, mr=None, stream=None)
+--
+
+Allocates `nbytes` of `kind` memory (\"host\", \"device\" or \"shared\") on `device` (a selector,
+a Device, a Stream, or None for the default device), or on `stream` (a `devbuf.Stream`: a
+stream-ordered allocation is then that stream's work, and the memory goes back on that stream
+when freed); `ipc=True` makes it shareable with other
+processes (see `Queue.alloc`); `mr=` allocates from that memory resource, on its own device:
+a `device` other than the resource's is a ValueError naming both, and so is `ipc=True` (memory
+for sharing comes from the device, not from a resource).";
+
+const ALLOC: Signature = Signature {
+    name: "alloc()",
+    parameters: &["nbytes", "kind", "device", "ipc", "mr", "stream"],
+    positional: 3,
+    required: 1,
+};
+
+/// Adds `devbuf.alloc` to the module: a vectorcall function, the hottest call of the Python
+/// layer (see `fastcall`).
+pub(crate) fn add_alloc(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    struct Alloc;
+    impl MethodDef<fastcall_cfunction_with_keywords::Func> for Alloc {
+        const METH: fastcall_cfunction_with_keywords::Func = alloc_call;
+    }
+    fastcall::add(
+        module,
+        c"alloc",
+        fastcall_cfunction_with_keywords::<Alloc>,
+        ALLOC_DOC,
+    )
+}
+
+/// # Safety
+/// CPython's arguments to a `METH_FASTCALL | METH_KEYWORDS` function, live for the call.
+unsafe fn alloc_call(
+    py: Python<'_>,
+    _module: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> PyResult<*mut ffi::PyObject> {
+    let names = [
+        intern!(py, "nbytes"),
+        intern!(py, "kind"),
+        intern!(py, "device"),
+        intern!(py, "ipc"),
+        intern!(py, "mr"),
+        intern!(py, "stream"),
+    ];
+    // SAFETY: CPython's arguments, live for the call.
+    let [nbytes, kind, device, ipc, mr, stream] =
+        unsafe { ALLOC.parse(py, names, args, nargs, kwnames)? };
+    let Some(nbytes) = nbytes else {
+        // `parse` checked the required one.
+        return Err(PyTypeError::new_err("alloc() missing nbytes"));
+    };
+    let nbytes: usize = fastcall::extract(nbytes, "nbytes")?;
+    let kind: &str = match kind {
+        Some(kind) => fastcall::extract(kind, "kind")?,
+        None => "shared",
+    };
+    let device = device.filter(|device| !device.is_none());
+    let ipc = match ipc {
+        Some(ipc) => fastcall::extract(ipc, "ipc")?,
+        None => false,
+    };
+    let mr = mr.filter(|mr| !mr.is_none());
+    let stream = match stream.filter(|stream| !stream.is_none()) {
+        Some(stream) => Some(
+            stream
+                .cast::<PyQueue>()
+                .map_err(|err| fastcall::note(py, err.into(), "stream"))?,
+        ),
+        None => None,
+    };
+    let made = alloc(
+        py,
+        nbytes,
+        kind,
+        device.as_deref(),
+        ipc,
+        mr.as_deref(),
+        stream.as_deref(),
+    )?;
+    Ok(made.into_ptr())
 }

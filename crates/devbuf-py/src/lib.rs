@@ -7,6 +7,7 @@ mod buffer_methods;
 mod dtypes;
 mod errors;
 mod export;
+mod fastcall;
 mod host_transfer;
 mod import;
 mod ipc;
@@ -94,7 +95,7 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
         objects::default_device::_default_device_reason,
         m
     )?)?;
-    m.add_function(wrap_pyfunction!(buffer_methods::alloc, m)?)?;
+    buffer_methods::add_alloc(m)?;
     m.add_function(wrap_pyfunction!(objects::event::get_elapsed_time, m)?)?;
     m.add_function(wrap_pyfunction!(import::asarray, m)?)?;
     m.add_function(wrap_pyfunction!(import::from_dlpack, m)?)?;

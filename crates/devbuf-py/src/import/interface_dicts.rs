@@ -28,10 +28,24 @@ fn ints(sequence: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
         .collect()
 }
 
-/// Reads the keys CAI and SUAI share; a wrong Python type is a TypeError naming the key.
+/// `data`'s `(pointer, read-only)` tuple read item by item (what producers write); any other
+/// sequence through pyo3's generic extraction.
+fn pointer_and_readonly(data: &Bound<'_, PyAny>) -> PyResult<(usize, bool)> {
+    match data.cast::<PyTuple>() {
+        Ok(tuple) if tuple.len() == 2 => Ok((
+            tuple.get_borrowed_item(0)?.extract()?,
+            tuple.get_borrowed_item(1)?.extract()?,
+        )),
+        _ => data.extract(),
+    }
+}
+
+/// Reads the keys CAI and SUAI share (the type description under `descr_name`: SUAI's
+/// `typedescr`, CAI's `descr`); a wrong Python type is a TypeError naming the key.
 fn read_interface_dict<'py>(
     dict: &Bound<'py, PyAny>,
     protocol: &str,
+    descr_name: &'static str,
 ) -> PyResult<(InterfaceDict, Option<Bound<'py, PyDict>>)> {
     let py = dict.py();
     let dict = dict
@@ -55,7 +69,7 @@ fn read_interface_dict<'py>(
     let data = match dict.get_item(intern!(py, "data"))? {
         None => None,
         Some(data) => Some(
-            data.extract::<(usize, bool)>()
+            pointer_and_readonly(&data)
                 .map_err(typed("data", "a tuple (int pointer, bool read-only)"))?,
         ),
     };
@@ -65,22 +79,17 @@ fn read_interface_dict<'py>(
         }
         _ => None,
     };
-    let descr_key = if protocol.contains("sycl") {
+    let descr_key = if descr_name == "typedescr" {
         intern!(py, "typedescr")
     } else {
         intern!(py, "descr")
     };
     let descr = match dict.get_item(descr_key)? {
-        Some(descr) if !descr.is_none() => {
-            Some(descr.extract::<Vec<(String, String)>>().map_err(typed(
-                if protocol.contains("sycl") {
-                    "typedescr"
-                } else {
-                    "descr"
-                },
-                "a list of (name, typestr) tuples",
-            ))?)
-        }
+        Some(descr) if !descr.is_none() => Some(
+            descr
+                .extract::<Vec<(String, String)>>()
+                .map_err(typed(descr_name, "a list of (name, typestr) tuples"))?,
+        ),
         _ => None,
     };
     let parsed = InterfaceDict {
@@ -105,7 +114,8 @@ pub(crate) fn import_suai<'py>(
     dict: &Bound<'py, PyAny>,
     sync: bool,
 ) -> PyResult<Bound<'py, PyArray>> {
-    let (mut parsed, with_data) = read_interface_dict(dict, "__sycl_usm_array_interface__")?;
+    let (mut parsed, with_data) =
+        read_interface_dict(dict, "__sycl_usm_array_interface__", "typedescr")?;
     let Some(dict) = with_data else {
         // The spec's fallback for host-accessible USM: no `data`, use the buffer protocol. A fault
         // is still SUAI's, naming the key.
@@ -155,7 +165,7 @@ pub(crate) fn import_cai<'py>(
     dict: &Bound<'py, PyAny>,
     sync: bool,
 ) -> PyResult<Bound<'py, PyArray>> {
-    let (mut parsed, with_data) = read_interface_dict(dict, "__cuda_array_interface__")?;
+    let (mut parsed, with_data) = read_interface_dict(dict, "__cuda_array_interface__", "descr")?;
     let dict = with_data
         .ok_or_else(|| PyValueError::new_err("data: missing from __cuda_array_interface__"))?;
     parsed.has_mask = dict

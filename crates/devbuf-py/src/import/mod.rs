@@ -14,10 +14,8 @@ mod ordering;
 mod wrap;
 
 use devbuf::MemKind;
-use parking_lot::Mutex;
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCapsule, PyType};
 use pyo3::{ffi, intern};
 
@@ -27,6 +25,7 @@ use crate::import::dlpack::{import_capsule, import_dlpack};
 use crate::import::interface_dicts::{import_cai, import_suai};
 use crate::objects::array::PyArray;
 use crate::objects::foreign_objects::resolve_queue;
+use crate::objects::gil_cell::GilCell;
 use crate::objects::queue::PyQueue;
 
 /// Imports any supported object zero-copy (or copies it when `copy`). With `sync`, later work
@@ -109,8 +108,7 @@ const ROUTES: [Route; 4] = [
 /// The route each producer type last imported through, so that the next import of the same
 /// type goes straight to it instead of probing attributes it lacks (each miss costs an exception
 /// inside CPython). A hint only: if the type's instance does not speak it, probing starts over.
-type TypeRoutes = Mutex<Vec<(Py<PyType>, Route)>>;
-static TYPE_ROUTES: PyOnceLock<TypeRoutes> = PyOnceLock::new();
+static TYPE_ROUTES: GilCell<Vec<(Py<PyType>, Route)>> = GilCell::new(Vec::new());
 const TYPE_CACHE_SIZE: usize = 32;
 
 fn import_foreign<'py>(
@@ -122,12 +120,14 @@ fn import_foreign<'py>(
         return import_capsule(py, capsule, None);
     }
     let ty = obj.get_type();
-    let cache = TYPE_ROUTES.get_or_init(py, Default::default);
-    let hint = cache
-        .lock()
-        .iter()
-        .find(|(known, _)| known.is(&ty))
-        .map(|&(_, route)| route);
+    let hint = TYPE_ROUTES
+        .with(py, |cache| {
+            cache
+                .iter()
+                .find(|(known, _)| known.is(&ty))
+                .map(|&(_, route)| route)
+        })
+        .flatten();
     if let Some(route) = hint
         && let Some(array) = import_through(py, obj, route, sync)?
     {
@@ -139,18 +139,19 @@ fn import_foreign<'py>(
     for route in ROUTES.into_iter().filter(|&r| Some(r) != hint) {
         match import_through(py, obj, route, sync) {
             Ok(Some(array)) => {
-                let evicted = {
-                    let mut cache = cache.lock();
-                    let known = cache.iter().position(|(known, _)| known.is(&ty));
+                let entry = (ty.unbind(), route);
+                let evicted = TYPE_ROUTES.with(py, |cache| {
+                    let known = cache.iter().position(|(known, _)| known.is(&entry.0));
                     let evicted = match known {
                         Some(at) => Some(cache.remove(at)),
                         None if cache.len() == TYPE_CACHE_SIZE => Some(cache.remove(0)),
                         None => None,
                     };
-                    cache.push((ty.unbind(), route));
+                    cache.push(entry);
                     evicted
-                };
-                // Dropped unlocked: a type's finalizer may run Python code that imports again.
+                });
+                // Dropped outside the cache: a type's finalizer may run Python code that imports
+                // again.
                 drop(evicted);
                 return Ok(array);
             }

@@ -7,15 +7,14 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use devbuf::{ForeignObject, ForeignQueue, Protocol, Queue};
-use parking_lot::Mutex;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCapsule, PyInt, PyString};
 use pyo3::{ffi, intern};
 
 use crate::errors::IntoPyResult;
 use crate::objects::device::PyDevice;
+use crate::objects::gil_cell::GilCell;
 use crate::objects::queue::{PyQueue, handle_capsule, shared_queue};
 
 /// The name of a capsule (empty when it has none).
@@ -138,8 +137,7 @@ impl ContextQueue {
 /// long-lived and shared by many arrays), keyed by identity, when the backend says the answer does
 /// not depend on the pointer. Each entry holds its object, so an id is never reused while cached;
 /// the cache is small so that it keeps few objects alive.
-type ContextCache = Mutex<VecDeque<(Py<PyAny>, ContextQueue)>>;
-static CONTEXT_QUEUES: PyOnceLock<ContextCache> = PyOnceLock::new();
+static CONTEXT_QUEUES: GilCell<VecDeque<(Py<PyAny>, ContextQueue)>> = GilCell::new(VecDeque::new());
 const CONTEXT_CACHE_SIZE: usize = 16;
 
 /// The queue a SUAI `syclobj` names, for memory at `data`.
@@ -156,10 +154,15 @@ pub(crate) fn queue_from_syclobj(
     }
     // Strings and capsules are not cached: a string is cheap to resolve, a capsule is made per use.
     let by_identity = !syclobj.is_instance_of::<PyString>() && syclobj.cast::<PyCapsule>().is_err();
-    let cache = CONTEXT_QUEUES.get_or_init(py, Default::default);
-    if by_identity && let Some((_, resolved)) = cache.lock().iter().find(|(obj, _)| obj.is(syclobj))
+    if by_identity
+        && let Some(Some(resolved)) = CONTEXT_QUEUES.with(py, |cache| {
+            cache
+                .iter()
+                .find(|(obj, _)| obj.is(syclobj))
+                .map(|(_, resolved)| resolved.clone_ref(py))
+        })
     {
-        return Ok(resolved.clone_ref(py));
+        return Ok(resolved);
     }
     let resolved = ask(syclobj, |object| {
         // SAFETY: `ask` holds the capsule a handle was read from for the call.
@@ -173,15 +176,15 @@ pub(crate) fn queue_from_syclobj(
     };
     if cacheable {
         let entry = (syclobj.clone().unbind(), resolved.clone_ref(py));
-        let evicted = {
-            let mut cache = cache.lock();
+        let evicted = CONTEXT_QUEUES.with(py, |cache| {
             let evicted = (cache.len() == CONTEXT_CACHE_SIZE)
                 .then(|| cache.pop_front())
                 .flatten();
             cache.push_back(entry);
             evicted
-        };
-        // Dropped unlocked: its object's finalizer may run Python code that imports again.
+        });
+        // Dropped outside the cache: its object's finalizer may run Python code that imports
+        // again.
         drop(evicted);
     }
     Ok(resolved)
@@ -329,14 +332,17 @@ pub(crate) fn resolve_queue(
 /// site passes the same str object every time (a literal), so a hit skips making a `String` of it,
 /// hashing it and `shared_queue`'s lock. An entry holds its str, so that no other object can take
 /// its address meanwhile; `shared_queue` never forgets a selector, so an entry stays true.
-type SelectorObjects = Mutex<Vec<(Py<PyString>, Py<PyQueue>)>>;
-static SELECTOR_OBJECTS: PyOnceLock<SelectorObjects> = PyOnceLock::new();
+static SELECTOR_OBJECTS: GilCell<Vec<(Py<PyString>, Py<PyQueue>)>> = GilCell::new(Vec::new());
 const SELECTOR_OBJECTS_SIZE: usize = 8;
 
 fn queue_of_selector(py: Python<'_>, selector: &Bound<'_, PyString>) -> PyResult<Py<PyQueue>> {
-    let cache = SELECTOR_OBJECTS.get_or_init(py, Default::default);
-    if let Some((_, queue)) = cache.lock().iter().find(|(known, _)| known.is(selector)) {
-        return Ok(queue.clone_ref(py));
+    if let Some(Some(queue)) = SELECTOR_OBJECTS.with(py, |cache| {
+        cache
+            .iter()
+            .find(|(known, _)| known.is(selector))
+            .map(|(_, queue)| queue.clone_ref(py))
+    }) {
+        return Ok(queue);
     }
     let text = selector.to_str()?;
     // The default device is asked each time, never cached: it is the current default's.
@@ -344,13 +350,14 @@ fn queue_of_selector(py: Python<'_>, selector: &Bound<'_, PyString>) -> PyResult
         return crate::objects::default_device::current_default(py);
     }
     let queue = shared_queue(py, text)?;
-    let evicted = {
-        let mut cache = cache.lock();
+    let entry = (selector.clone().unbind(), queue.clone_ref(py));
+    let evicted = SELECTOR_OBJECTS.with(py, |cache| {
         let evicted = (cache.len() == SELECTOR_OBJECTS_SIZE).then(|| cache.remove(0));
-        cache.push((selector.clone().unbind(), queue.clone_ref(py)));
+        cache.push(entry);
         evicted
-    };
-    // Dropped unlocked: releasing a Python object may run Python code that resolves a queue.
+    });
+    // Dropped outside the cache: releasing a Python object may run Python code that resolves a
+    // queue.
     drop(evicted);
     Ok(queue)
 }

@@ -4,7 +4,8 @@
 //! (`default_device`); the queues other libraries' objects and streams name (`foreign_objects`,
 //! `streams`); then the Device's and the Stream's Python methods, which reach all of these
 //! (`device_methods`, `queue_methods`). Array's and Buffer's methods reach every protocol, so they
-//! sit above the protocols' modules, in `array_methods` and `buffer_methods`.
+//! sit above the protocols' modules, in `array_methods` and `buffer_methods`. `gil_cell`, below
+//! them all, holds the layer's caches.
 
 pub(crate) mod array;
 pub(crate) mod default_device;
@@ -12,6 +13,7 @@ pub(crate) mod device;
 pub(crate) mod device_methods;
 pub(crate) mod event;
 pub(crate) mod foreign_objects;
+pub(crate) mod gil_cell;
 pub(crate) mod held;
 pub(crate) mod queue;
 pub(crate) mod queue_methods;
