@@ -290,10 +290,13 @@ pub unsafe fn release_capsule<T: ManagedTensorAbi>(tensor: NonNull<T>, consumed:
         let orphaned = !consumed && !unsafe { &*export }.released.load(Ordering::Acquire);
         if orphaned {
             // No consumer ever received the tensor: the capsule holds the only two references,
-            // so the block is ours alone to free (its buffer is released by the drop).
-            // SAFETY: the export was leaked from a Box in `export` and nobody else can reach it.
-            let export = unsafe { Box::from_raw(export) };
-            export.release_memory();
+            // so the block and its buffer are ours alone to free, without the atomic swap that
+            // guards the release against a concurrent deleter (an export per `__dlpack__` call).
+            // SAFETY: the export was leaked from a Box in `export` and nobody else can reach it;
+            // its buffer was not released (`released` is false), so it is dropped here once.
+            let mut export = unsafe { Box::from_raw(export) };
+            // SAFETY: as above.
+            unsafe { ManuallyDrop::drop(export.buffer.get_mut()) };
         } else {
             // SAFETY: the capsule's reference, given back here once.
             unsafe { drop_reference(tensor.as_ptr(), !consumed) };
