@@ -1,6 +1,7 @@
 //! `__dlpack__` (the work behind `dlpack_vectorcall`'s method) and `__dlpack_device__` of an
 //! `Array` (and so a `Buffer`): capsules of either DLPack ABI, zero-copy or copied.
 
+use std::ffi::CStr;
 use std::ptr::NonNull;
 
 use devbuf::dlpack::{self, DlpackTemplate, ManagedTensorAbi};
@@ -196,8 +197,11 @@ unsafe extern "C" fn capsule_destructor<T: ManagedTensorAbi>(capsule: *mut ffi::
         if saved {
             ffi::PyErr_Fetch(&mut kind, &mut value, &mut traceback);
         }
-        let consumed = ffi::PyCapsule_IsValid(capsule, T::CAPSULE_NAME.as_ptr()) == 0;
+        // An unconsumed capsule still carries the very name it was made with (compared by
+        // address first: no string compare on the common path); a consumer renames it.
         let name = ffi::PyCapsule_GetName(capsule);
+        let consumed = name != T::CAPSULE_NAME.as_ptr()
+            && (name.is_null() || CStr::from_ptr(name) != T::CAPSULE_NAME);
         if let Some(tensor) = NonNull::new(ffi::PyCapsule_GetPointer(capsule, name).cast::<T>()) {
             dlpack::release_capsule(tensor, consumed);
         }
