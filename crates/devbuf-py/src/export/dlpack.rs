@@ -106,7 +106,13 @@ pub(crate) fn dlpack<'py>(
         ));
     }
     let (array, copied) = if zero_copy {
-        ordering::prepare_dlpack_export(py, &open, target, stream)?;
+        // No stream for the own device, where the backend has no rule for that (host memory,
+        // SYCL): the generic rule without asking the backend (most calls).
+        if target == own && !prepared.streamless_rule && stream.is_none_or(|s| s.is_none()) {
+            ordering::prepare_streamless_dlpack_export(py, &open)?;
+        } else {
+            ordering::prepare_dlpack_export(py, &open, target, stream)?;
+        }
         open.buffer().mark_exported();
         (None, false)
     } else {
