@@ -1,7 +1,7 @@
 //! `__dlpack__` (the work behind `dlpack_vectorcall`'s method) and `__dlpack_device__` of an
 //! `Array` (and so a `Buffer`): capsules of either DLPack ABI, zero-copy or copied.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, c_char};
 use std::ptr::NonNull;
 
 use devbuf::dlpack::{self, DlpackTemplate, ManagedTensorAbi};
@@ -206,8 +206,7 @@ unsafe extern "C" fn capsule_destructor<T: ManagedTensorAbi>(capsule: *mut ffi::
         // An unconsumed capsule still carries the very name it was made with (compared by
         // address first: no string compare on the common path); a consumer renames it.
         let name = ffi::PyCapsule_GetName(capsule);
-        let consumed = name != T::CAPSULE_NAME.as_ptr()
-            && (name.is_null() || CStr::from_ptr(name) != T::CAPSULE_NAME);
+        let consumed = name != T::CAPSULE_NAME.as_ptr() && !names_match(name, T::CAPSULE_NAME);
         if let Some(tensor) = NonNull::new(ffi::PyCapsule_GetPointer(capsule, name).cast::<T>()) {
             dlpack::release_capsule(tensor, consumed);
         }
@@ -218,4 +217,20 @@ unsafe extern "C" fn capsule_destructor<T: ManagedTensorAbi>(capsule: *mut ffi::
             ffi::PyErr_Restore(kind, value, traceback);
         }
     }
+}
+
+/// Whether the C string `name` (which may be NULL) is `expected`, compared up to the first byte
+/// that differs: a renamed capsule ("used_…") differs at its first, without measuring it first.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string.
+unsafe fn names_match(name: *const c_char, expected: &CStr) -> bool {
+    !name.is_null()
+        && expected
+            .to_bytes_with_nul()
+            .iter()
+            .enumerate()
+            // SAFETY: bytes before `name`'s NUL are read only while they matched `expected`'s
+            // non-NUL bytes, so the read stops at `name`'s NUL at the latest.
+            .all(|(i, &byte)| unsafe { *name.add(i) } as u8 == byte)
 }
