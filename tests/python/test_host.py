@@ -14,6 +14,7 @@ pythonapi.PyCapsule_GetPointer.restype = ctypes.c_void_p
 pythonapi.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 pythonapi.PyCapsule_GetName.restype = ctypes.c_char_p
 pythonapi.PyCapsule_GetName.argtypes = [ctypes.py_object]
+pythonapi.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
 pythonapi.PyObject_GetBuffer.argtypes = [ctypes.py_object, ctypes.c_void_p, ctypes.c_int]
@@ -184,6 +185,21 @@ def test_unconsumed_exports_free_their_memory_with_the_capsule(collect):
         assert capsule_name(capsule) == ("dltensor" if max_version is None else "dltensor_versioned")
         del capsule
     del imported
+    collect()
+    assert alive() is None
+
+
+def test_a_capsule_named_again_with_its_own_name_is_still_unconsumed(collect):
+    # The destructor tells an unconsumed capsule by its name's address first; the same name at
+    # another address (a consumer that set it again) is still unconsumed: the memory goes with it.
+    source = np.arange(5.0)
+    alive = weakref.ref(source)
+    imported = devbuf.asarray(source)
+    del source
+    capsule = imported.__dlpack__(max_version=(1, 3))
+    same_name = ctypes.create_string_buffer(b"dltensor_versioned")
+    assert pythonapi.PyCapsule_SetName(capsule, same_name) == 0
+    del imported, capsule
     collect()
     assert alive() is None
 

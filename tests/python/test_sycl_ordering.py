@@ -127,6 +127,17 @@ def test_a_consumer_queue_passed_as_dlpack_stream_waits_without_blocking_the_hos
     assert ctypes.string_at(buffer.ptr + BIG - 1, 1) == b"\x07"
 
 
+def test_a_dlpack_export_without_a_stream_completes_pending_work_first(sycl):
+    # No consumer queue to order (stream=None): the generic rule, which blocks until the fill
+    # has run, also on the path that does not ask the backend for its rule.
+    buffer = devbuf.alloc(BIG, "shared")
+    buffer.fill(0)
+    buffer.fill(7, blocking=False)
+    capsule = buffer.__dlpack__(max_version=(1, 0))
+    assert ctypes.string_at(buffer.ptr + BIG - 1, 1) == b"\x07"
+    del capsule
+
+
 def test_we_pass_our_queue_as_a_dpctl_queue_to_a_oneapi_producer(sycl):
     inner = devbuf.alloc(64, "device")
     inner.fill(3)

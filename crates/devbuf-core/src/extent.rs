@@ -221,6 +221,9 @@ mod tests {
         ) -> Option<Result<ConsumerOrder>> {
             None
         }
+        fn dlpack_orders_streamless_export(&self, _device: DLDevice) -> bool {
+            false
+        }
         unsafe fn order_after_producer(
             &self,
             _stream: ProducerStream<'_>,

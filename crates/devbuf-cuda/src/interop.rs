@@ -93,11 +93,7 @@ impl Interop for CudaQueue {
         device: DLDevice,
         stream: &ForeignObject<'_>,
     ) -> Option<Result<ConsumerOrder>> {
-        let cuda_device = matches!(
-            device.device_type,
-            DLDeviceType::CUDA | DLDeviceType::CUDAHOST | DLDeviceType::CUDAMANAGED
-        );
-        if !cuda_device {
+        if !is_cuda_device(device) {
             return None;
         }
         let stream = match stream {
@@ -116,6 +112,11 @@ impl Interop for CudaQueue {
                 Some(handle) => ConsumerOrder::AfterQueue(self.foreign_stream(handle)?),
             })
         }))
+    }
+
+    /// A CUDA device's `stream=None` is the legacy default stream (DLPack's encoding).
+    fn dlpack_orders_streamless_export(&self, device: DLDevice) -> bool {
+        is_cuda_device(device)
     }
 
     /// Consumers were given the stream itself (CAI, DLPack, the exchange table's work stream),
@@ -235,4 +236,12 @@ impl CudaQueue {
         // SAFETY: the caller's promise about `stream`.
         unsafe { exchange::order_after_producer(buffer, ProducerStream::CaiEntry(stream), true) }
     }
+}
+
+/// The DLPack device types whose consumers name CUDA streams.
+fn is_cuda_device(device: DLDevice) -> bool {
+    matches!(
+        device.device_type,
+        DLDeviceType::CUDA | DLDeviceType::CUDAHOST | DLDeviceType::CUDAMANAGED
+    )
 }

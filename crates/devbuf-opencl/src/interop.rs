@@ -82,6 +82,10 @@ impl Interop for OpenClQueue {
         None
     }
 
+    fn dlpack_orders_streamless_export(&self, _device: DLDevice) -> bool {
+        false
+    }
+
     /// No protocol carries an OpenCL producer's queue.
     unsafe fn order_after_producer(
         &self,

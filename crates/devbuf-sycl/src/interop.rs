@@ -133,6 +133,11 @@ impl Interop for SyclQueue {
         Some(Ok(ConsumerOrder::AfterPendingWork(consumer)))
     }
 
+    /// A kDLOneAPI consumer without a queue takes the generic rule (pending work completed).
+    fn dlpack_orders_streamless_export(&self, _device: DLDevice) -> bool {
+        false
+    }
+
     /// SUAI has no stream: its producer's queue comes with the `syclobj` that names the memory's
     /// queue ([`devbuf_core::ResolvedQueue::producer`]), and CAI and the exchange API's work
     /// streams are not SYCL's.

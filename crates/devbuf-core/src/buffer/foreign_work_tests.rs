@@ -118,6 +118,9 @@ impl Interop for HandedOutQueue {
     ) -> Option<Result<ConsumerOrder>> {
         None
     }
+    fn dlpack_orders_streamless_export(&self, _device: DLDevice) -> bool {
+        false
+    }
     unsafe fn order_after_producer(
         &self,
         _stream: ProducerStream<'_>,

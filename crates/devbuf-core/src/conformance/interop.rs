@@ -136,9 +136,17 @@ pub(super) fn stream_rules_take_what_the_protocols_allow(queue: &Arc<dyn Queue>)
                 interop.dlpack_consumer(device, &ForeignObject::Text("not a stream")),
             )
         };
-        if let Some(Err(err)) = none {
+        if let Some(Err(err)) = &none {
             return Err(format!(
                 "a DLPack export of {kind} memory refuses stream=None: {err}"
+            ));
+        }
+        if none.is_some() != interop.dlpack_orders_streamless_export(device) {
+            return Err(format!(
+                "dlpack_orders_streamless_export says {} for {kind} memory, but dlpack_consumer \
+                 {} a rule for stream=None",
+                interop.dlpack_orders_streamless_export(device),
+                if none.is_some() { "has" } else { "has no" }
             ));
         }
         match text {

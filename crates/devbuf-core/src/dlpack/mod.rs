@@ -9,7 +9,7 @@ use std::ffi::c_void;
 use std::mem::ManuallyDrop;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use dlpark::DlpackFlags;
 use dlpark::ffi::{
@@ -178,18 +178,23 @@ impl ManagedTensorAbi for DLManagedTensor {
 /// What an export owns; `tensor` comes first so the tensor pointer is the context pointer.
 ///
 /// Two parties may hold it: the consumer (through the deleter) and, for `__dlpack__`, the
-/// capsule object, whose destructor always runs. Each holds one of `refs`; the memory is released
-/// once (`released`), by whichever of "the deleter ran" or "the capsule died unconsumed" comes
-/// first, and the block is freed with the last reference. So a consumer that calls the deleter
-/// without renaming the capsule (seen in torch for unsupported devices) cannot cause a double free.
+/// capsule object, whose destructor always runs. The consumer's deleter releases the memory; a
+/// capsule that dies unconsumed releases it only if no consumer did (so a consumer that calls the
+/// deleter without renaming the capsule, seen in torch for unsupported devices, cannot cause a
+/// double free). Each party records in `left` that it is done; the last one frees the block.
 #[repr(C)]
 struct Export<T> {
     tensor: T,
     template: DlpackTemplate,
     buffer: UnsafeCell<ManuallyDrop<Buffer>>,
-    released: AtomicBool,
-    refs: AtomicUsize,
+    /// The parties done with the block ([`CONSUMER`], [`CAPSULE`]).
+    left: AtomicU8,
 }
+
+/// The consumer called the deleter: the memory is released and the consumer is done.
+const CONSUMER: u8 = 1;
+/// The capsule died, or there never was one.
+const CAPSULE: u8 = 2;
 
 #[cfg(test)]
 thread_local! {
@@ -204,31 +209,24 @@ impl<T> Drop for Export<T> {
     }
 }
 
-impl<T> Export<T> {
-    /// Drops the exported buffer, once.
-    fn release_memory(&self) {
-        if !self.released.swap(true, Ordering::AcqRel) {
-            // SAFETY: the swap makes this the only access to the buffer, ever.
-            unsafe { ManuallyDrop::drop(&mut *self.buffer.get()) }
-        }
-    }
-}
-
-/// Drops one reference to an export, freeing it with the last; `release` also releases the memory.
+/// Records that `party` is done with the export and frees the block if the other party was
+/// already. A load comes first: once the other party has left, nobody else can reach the block
+/// and no read-modify-write is needed (the common case: NumPy drops the capsule before the array
+/// that consumed it), so each export pays one atomic read-modify-write, not one per party.
 ///
 /// # Safety
-/// `tensor` is the tensor of a live `Export<T>` and the caller owns one of its references.
-unsafe fn drop_reference<T>(tensor: *mut T, release: bool) {
-    let export = tensor.cast::<Export<T>>();
-    // SAFETY: the caller owns a reference, so the export is alive.
-    let last = unsafe {
-        if release {
-            (*export).release_memory();
-        }
-        (*export).refs.fetch_sub(1, Ordering::AcqRel) == 1
-    };
+/// `export` is a live block from [`export`], the caller is `party`, has not left before, and
+/// does not touch the block afterwards.
+unsafe fn leave<T>(export: *mut Export<T>, party: u8) {
+    let other = (CONSUMER | CAPSULE) & !party;
+    // SAFETY: the caller has not left, so the block is alive.
+    let left = unsafe { &(*export).left };
+    // The other party's bit, seen by either read, means it left before this one did and saw
+    // this one's bit clear: it did not free the block, and will not.
+    let last = left.load(Ordering::Acquire) & other != 0
+        || left.fetch_or(party, Ordering::AcqRel) & other != 0;
     if last {
-        // SAFETY: that was the last reference; the export was leaked from a Box in `export`.
+        // SAFETY: both parties are done; the block was leaked from a Box in `export`.
         drop(unsafe { Box::from_raw(export) });
     }
 }
@@ -237,15 +235,21 @@ unsafe extern "C" fn delete_export<T>(tensor: *mut T) {
     if !tensor.is_null() {
         // Unwinding must not cross into the C caller.
         let _ = catch_unwind(AssertUnwindSafe(|| {
-            // SAFETY: DLPack gives the consumer's reference back through the deleter, once.
-            unsafe { drop_reference(tensor, true) }
+            let export = tensor.cast::<Export<T>>();
+            // SAFETY: DLPack gives the consumer's tensor back through the deleter, once; the
+            // consumer releases the memory (a capsule that dies unconsumed after this sees
+            // CONSUMER and does not), then leaves.
+            unsafe {
+                ManuallyDrop::drop(&mut *(*export).buffer.get());
+                leave(export, CONSUMER);
+            }
         }));
     }
 }
 
 /// Exports `array`, described by its `template`, as a managed tensor of ABI `T` (versioned or
-/// legacy). The result holds one reference for the consumer (released through its deleter) and,
-/// when `in_capsule`, one for the capsule that will carry it (released with [`release_capsule`]).
+/// legacy). The result is the consumer's, released through its deleter, and, when `in_capsule`,
+/// also the capsule's that will carry it (released with [`release_capsule`]).
 pub fn export<T: ManagedTensorAbi>(
     array: &Array,
     template: DlpackTemplate,
@@ -259,8 +263,7 @@ pub fn export<T: ManagedTensorAbi>(
         tensor: T::new(empty_tensor(template.device), delete_export::<T>, flags),
         template,
         buffer: UnsafeCell::new(ManuallyDrop::new(array.buffer().clone())),
-        released: AtomicBool::new(false),
-        refs: AtomicUsize::new(if in_capsule { 2 } else { 1 }),
+        left: AtomicU8::new(if in_capsule { 0 } else { CAPSULE }),
     });
     #[cfg(test)]
     LIVE_EXPORTS.with(|live| live.set(live.get() + 1));
@@ -278,25 +281,30 @@ pub fn export<T: ManagedTensorAbi>(
 
 /// The capsule's side of an export from [`export`] with `in_capsule`: call it from the capsule
 /// destructor. `consumed` is whether a consumer renamed the capsule (and so owns the tensor).
-/// An unconsumed capsule had no consumer: it releases the memory and the consumer's reference
-/// too, unless a consumer already called the deleter without renaming the capsule.
+/// An unconsumed capsule had no consumer: it releases the memory and frees the export, unless a
+/// consumer already called the deleter without renaming the capsule.
 ///
 /// # Safety
 /// `tensor` came from [`export::<T>`] with `in_capsule`, and this is called once, by its capsule.
 pub unsafe fn release_capsule<T: ManagedTensorAbi>(tensor: NonNull<T>, consumed: bool) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let export = tensor.as_ptr().cast::<Export<T>>();
-        // SAFETY: the capsule still holds its reference, so the export is alive.
-        let orphaned = !consumed && !unsafe { &*export }.released.load(Ordering::Acquire);
-        if orphaned {
-            // No consumer ever received the tensor: the capsule holds the only two references,
-            // so the block is ours alone to free (its buffer is released by the drop).
-            // SAFETY: the export was leaked from a Box in `export` and nobody else can reach it.
-            let export = unsafe { Box::from_raw(export) };
-            export.release_memory();
-        } else {
-            // SAFETY: the capsule's reference, given back here once.
-            unsafe { drop_reference(tensor.as_ptr(), !consumed) };
+        if consumed {
+            // SAFETY: the capsule has not left (this is called once); the consumer owns the
+            // memory's release.
+            unsafe { leave(export, CAPSULE) };
+            return;
+        }
+        // Unconsumed: no consumer received the tensor, or one called the deleter without
+        // renaming the capsule (then it has left, and the memory is released); either way
+        // nobody else can reach the block any more, which is the capsule's alone to free.
+        // SAFETY: the capsule has not left, so the block is alive; the block was leaked from a
+        // Box in `export`.
+        let mut export = unsafe { Box::from_raw(export) };
+        // Acquire: a consumer that left released the memory on its own thread.
+        if export.left.load(Ordering::Acquire) & CONSUMER == 0 {
+            // SAFETY: no consumer released the buffer, and none will: it is dropped here once.
+            unsafe { ManuallyDrop::drop(export.buffer.get_mut()) };
         }
     }));
 }

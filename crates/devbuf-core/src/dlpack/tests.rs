@@ -115,3 +115,28 @@ fn capsule_and_consumer_release_the_memory_once_in_any_order() {
     // And every export block was freed in all three orders.
     assert_eq!(LIVE_EXPORTS.with(|live| live.get()), live_before);
 }
+
+#[test]
+fn a_deleter_on_another_thread_and_the_consumed_capsule_free_the_export_once() {
+    // The deleter may run on any thread (DLPack), at the same time as the capsule dies: whichever
+    // leaves last frees the block, and the memory is released once, by the deleter.
+    for _ in 0..2000 {
+        let (tensor, runs) = counted_export();
+        let tensor_address = tensor.as_ptr() as usize;
+        let start = Arc::new(std::sync::Barrier::new(2));
+        let consumer = {
+            let start = Arc::clone(&start);
+            std::thread::spawn(move || {
+                start.wait();
+                let tensor = tensor_address as *mut DLManagedTensorVersioned;
+                // SAFETY: the consumer's tensor, given back once through its deleter.
+                unsafe { ManagedTensor::Versioned(NonNull::new(tensor).unwrap()).delete() };
+            })
+        };
+        start.wait();
+        // SAFETY: the capsule's side, once; a consumer renamed it.
+        unsafe { release_capsule(tensor, true) };
+        consumer.join().unwrap();
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
+}

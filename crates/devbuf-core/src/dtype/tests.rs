@@ -82,6 +82,7 @@ fn buffer_formats_parse_with_their_item_size() {
             dtype
         );
     }
+    assert!(DType::BFLOAT16.buffer_format().is_none());
     assert_eq!(DType::from_buffer_format(None, 1).unwrap(), DType::UINT8);
     assert_eq!(
         DType::from_buffer_format(Some("<l"), 8).unwrap(),

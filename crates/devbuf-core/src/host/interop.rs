@@ -74,6 +74,11 @@ impl Interop for HostQueue {
         None
     }
 
+    /// kDLCPU has no consumer streams, so no rule for none either.
+    fn dlpack_orders_streamless_export(&self, _device: DLDevice) -> bool {
+        false
+    }
+
     /// Host memory comes with no producer stream to follow.
     unsafe fn order_after_producer(
         &self,

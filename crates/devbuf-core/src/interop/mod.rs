@@ -111,6 +111,13 @@ pub trait Interop: Send + Sync {
         stream: &ForeignObject<'_>,
     ) -> Option<Result<ConsumerOrder>>;
 
+    /// Whether [`Interop::dlpack_consumer`] has a rule for a zero-copy export to `device` when
+    /// the consumer passes no stream (`stream=None`), as `dlpack_consumer(device,
+    /// &ForeignObject::Nothing).is_some()` answers (the conformance kit checks that they agree).
+    /// Where it has none, exporters apply the generic rule without asking (`__dlpack__` is a hot
+    /// path: the answer is kept per array).
+    fn dlpack_orders_streamless_export(&self, device: DLDevice) -> bool;
+
     /// Orders later work on this queue after the producer's `stream` (for memory just imported
     /// onto this queue), unless `sync` is off, and says what the import records
     /// ([`ProducerWork`]); a stream value the protocol forbids is refused either way. Nothing for

@@ -1,6 +1,7 @@
 //! `__dlpack__` (the work behind `dlpack_vectorcall`'s method) and `__dlpack_device__` of an
 //! `Array` (and so a `Buffer`): capsules of either DLPack ABI, zero-copy or copied.
 
+use std::ffi::{CStr, c_char};
 use std::ptr::NonNull;
 
 use devbuf::dlpack::{self, DlpackTemplate, ManagedTensorAbi};
@@ -105,7 +106,13 @@ pub(crate) fn dlpack<'py>(
         ));
     }
     let (array, copied) = if zero_copy {
-        ordering::prepare_dlpack_export(py, &open, target, stream)?;
+        // No stream for the own device, where the backend has no rule for that (host memory,
+        // SYCL): the generic rule without asking the backend (most calls).
+        if target == own && !prepared.streamless_rule && stream.is_none_or(|s| s.is_none()) {
+            ordering::prepare_streamless_dlpack_export(py, &open)?;
+        } else {
+            ordering::prepare_dlpack_export(py, &open, target, stream)?;
+        }
         open.buffer().mark_exported();
         (None, false)
     } else {
@@ -196,8 +203,10 @@ unsafe extern "C" fn capsule_destructor<T: ManagedTensorAbi>(capsule: *mut ffi::
         if saved {
             ffi::PyErr_Fetch(&mut kind, &mut value, &mut traceback);
         }
-        let consumed = ffi::PyCapsule_IsValid(capsule, T::CAPSULE_NAME.as_ptr()) == 0;
+        // An unconsumed capsule still carries the very name it was made with (compared by
+        // address first: no string compare on the common path); a consumer renames it.
         let name = ffi::PyCapsule_GetName(capsule);
+        let consumed = name != T::CAPSULE_NAME.as_ptr() && !names_match(name, T::CAPSULE_NAME);
         if let Some(tensor) = NonNull::new(ffi::PyCapsule_GetPointer(capsule, name).cast::<T>()) {
             dlpack::release_capsule(tensor, consumed);
         }
@@ -208,4 +217,20 @@ unsafe extern "C" fn capsule_destructor<T: ManagedTensorAbi>(capsule: *mut ffi::
             ffi::PyErr_Restore(kind, value, traceback);
         }
     }
+}
+
+/// Whether the C string `name` (which may be NULL) is `expected`, compared up to the first byte
+/// that differs: a renamed capsule ("used_…") differs at its first, without measuring it first.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string.
+unsafe fn names_match(name: *const c_char, expected: &CStr) -> bool {
+    !name.is_null()
+        && expected
+            .to_bytes_with_nul()
+            .iter()
+            .enumerate()
+            // SAFETY: bytes before `name`'s NUL are read only while they matched `expected`'s
+            // non-NUL bytes, so the read stops at `name`'s NUL at the latest.
+            .all(|(i, &byte)| unsafe { *name.add(i) } as u8 == byte)
 }

@@ -79,6 +79,14 @@ pub(crate) fn prepare_dlpack_export(
             stream.map(|s| s.to_string()).unwrap_or_default()
         )));
     }
+    prepare_streamless_dlpack_export(py, array)
+}
+
+/// The generic rule of [`prepare_dlpack_export`] for `stream=None`, alone: pending work is
+/// completed first. Callers go straight here for a device whose backend has no rule for a
+/// consumer without a stream (`Interop::dlpack_orders_streamless_export`).
+pub(crate) fn prepare_streamless_dlpack_export(py: Python<'_>, array: &Array) -> PyResult<()> {
+    let buffer = array.buffer();
     if !buffer.needs_synchronize() {
         return Ok(());
     }

@@ -30,6 +30,10 @@ pub(crate) struct DlpackExport {
     pub(crate) template: Result<DlpackTemplate, String>,
     /// Why a zero-copy export to its own device is refused, if it is.
     pub(crate) refusal: Option<String>,
+    /// Whether the memory's backend orders a zero-copy export to its own device for a consumer
+    /// that passes no stream (`Interop::dlpack_orders_streamless_export`); where not, such an
+    /// export takes the generic rule without asking the backend.
+    pub(crate) streamless_rule: bool,
 }
 
 impl DlpackExport {
@@ -115,6 +119,10 @@ impl PyArray {
                 refusal: devbuf::dlpack::pointer_refusal(device)
                     .map(String::from)
                     .or_else(|| buffer.queue().interop().dlpack_export_refusal()),
+                streamless_rule: buffer
+                    .queue()
+                    .interop()
+                    .dlpack_orders_streamless_export(device),
             })
         })
     }
