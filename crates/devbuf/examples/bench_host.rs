@@ -37,6 +37,9 @@ fn median(values: &[f64]) -> f64 {
     sorted[sorted.len() / 2]
 }
 
+/// One devbuf side of a row: its case, its goal and one call.
+type Side<'a> = (&'static str, Option<f64>, &'a mut dyn FnMut());
+
 /// One case: devbuf's and the reference's ns per call in each round.
 struct Row {
     case: &'static str,
@@ -54,22 +57,45 @@ impl Row {
         goal: Option<f64>,
         (rounds, calls): (usize, usize),
         mut ours: impl FnMut(),
-        mut theirs: impl FnMut(),
+        theirs: impl FnMut(),
     ) -> Row {
-        time_ns(calls / 10 + 1, &mut ours);
-        time_ns(calls / 10 + 1, &mut theirs);
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        for _ in 0..rounds {
-            a.push(time_ns(calls, &mut ours));
-            b.push(time_ns(calls, &mut theirs));
+        let side: [Side; 1] = [(case, goal, &mut ours)];
+        let [row] = Row::against_one_reference(reference, (rounds, calls), theirs, side);
+        row
+    }
+
+    /// Rows whose devbuf sides share one measurement of the reference: each round times the
+    /// reference, then every side, `calls` calls each. glibc's `posix_memalign` takes 35–50 ns
+    /// here depending on the heap's history (which chunks its split leaves where), so a
+    /// reference timed separately for each row was not the same reference in every row.
+    fn against_one_reference<const N: usize>(
+        reference: &'static str,
+        (rounds, calls): (usize, usize),
+        mut theirs: impl FnMut(),
+        mut sides: [Side<'_>; N],
+    ) -> [Row; N] {
+        // One whole round of warm-up: the first calls of each side (caches, pools, the heap's
+        // first splits) are not its steady state.
+        time_ns(calls, &mut theirs);
+        for (_, _, ours) in &mut sides {
+            time_ns(calls, ours);
         }
-        Row {
+        let mut reference_ns = Vec::new();
+        let mut ours_ns = [(); N].map(|()| Vec::new());
+        for _ in 0..rounds {
+            reference_ns.push(time_ns(calls, &mut theirs));
+            for ((_, _, ours), times) in sides.iter_mut().zip(&mut ours_ns) {
+                times.push(time_ns(calls, ours));
+            }
+        }
+        let mut times = ours_ns.into_iter();
+        sides.map(|(case, goal, _)| Row {
             case,
             reference,
             goal,
-            ours: a,
-            theirs: b,
-        }
+            ours: times.next().unwrap_or_default(),
+            theirs: reference_ns.clone(),
+        })
     }
 
     fn ratios(&self) -> Vec<f64> {
@@ -205,36 +231,31 @@ fn main() -> Result<(), String> {
     }
     let queue = HostQueue::shared();
     let layout = Layout::from_size_align(1024, DEFAULT_ALIGNMENT).unwrap();
-    let std_alloc = || std_cycle(layout);
     let per_call = (ROUNDS, CALLS_PER_ROUND);
     let pool: Arc<dyn MemoryResource> =
         PoolResource::new(QueueResource::new(queue.clone()), PoolOptions::default());
-    let mut rows = vec![
-        Row::alternate(
-            "alloc+free 1 KiB, 256-byte aligned: `Buffer::alloc` (default resource)",
-            "`std::alloc`",
-            Some(1.0),
-            per_call,
-            || buffer_cycle(&queue),
-            std_alloc,
-        ),
-        Row::alternate(
-            "pool `allocate`+`deallocate` 1 KiB (the resource itself)",
-            "`std::alloc`",
-            Some(1.2),
-            per_call,
-            || pool_cycle(&pool, MemKind::Host),
-            std_alloc,
-        ),
-        Row::alternate(
-            "pooled `Buffer::alloc_from`+drop 1 KiB",
-            "`std::alloc`",
-            Some(1.0),
-            per_call,
-            || pooled_buffer_cycle(&pool),
-            std_alloc,
-        ),
-    ];
+    let mut rows = Vec::from(Row::against_one_reference(
+        "`std::alloc`",
+        per_call,
+        || std_cycle(layout),
+        [
+            (
+                "alloc+free 1 KiB, 256-byte aligned: `Buffer::alloc` (default resource)",
+                Some(1.0),
+                &mut || buffer_cycle(&queue),
+            ),
+            (
+                "pool `allocate`+`deallocate` 1 KiB (the resource itself)",
+                Some(1.2),
+                &mut || pool_cycle(&pool, MemKind::Host),
+            ),
+            (
+                "pooled `Buffer::alloc_from`+drop 1 KiB",
+                Some(1.0),
+                &mut || pooled_buffer_cycle(&pool),
+            ),
+        ],
+    ));
 
     const LEN: usize = 64 << 20;
     let src_vec = vec![7u8; LEN];
