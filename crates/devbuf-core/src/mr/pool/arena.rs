@@ -78,20 +78,9 @@ pub(super) struct Arena {
         HashMap<usize, (usize, AllocationDebug), BuildHasherDefault<AddressHasher>>,
     /// Freed addresses whose work may still be running, with the event that says when it is done.
     pub(super) deferred: Vec<(usize, Event)>,
-    /// Small blocks freed with no work pending, still handed out as far as the allocator and the
-    /// address map know, kept for the next request of the same size (see the module's notes).
-    pub(super) recent: Vec<RecentBlock>,
     /// Blocks with retired allocations and nothing else in use, taken out of `blocks` to go back
     /// upstream once the arena is unlocked (the runtime's free may wait for other libraries).
     pub(super) drained: Vec<Block>,
-}
-
-/// A freed block kept for reuse, with the request it was made for.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct RecentBlock {
-    pub(super) addr: usize,
-    pub(super) units: u32,
-    pub(super) align: usize,
 }
 
 /// An `offset_allocator::Allocation` (which has no `Debug`).
@@ -143,32 +132,6 @@ impl Arena {
             self.free(addr);
         } else {
             self.handed_out.remove(&addr);
-        }
-    }
-
-    /// Gives the blocks kept for reuse back to the allocator.
-    pub(super) fn free_recent(&mut self) {
-        for recent in std::mem::take(&mut self.recent) {
-            self.free(recent.addr);
-        }
-    }
-
-    /// A block kept for reuse that was made for the same request, if there is one.
-    pub(super) fn reuse_recent(&mut self, units: u32, align: usize) -> Option<NonNull<u8>> {
-        let index = self
-            .recent
-            .iter()
-            .rposition(|recent| recent.units == units && recent.align == align)?;
-        NonNull::new(self.recent.swap_remove(index).addr as *mut u8)
-    }
-
-    /// Frees the block at `addr`, made for a request of `units` aligned to `align`, with no work
-    /// pending on it: kept for reuse when it is small and there is room, else freed.
-    pub(super) fn free_now(&mut self, addr: usize, units: u32, align: usize) {
-        if units <= RECENT_MAX_UNITS && self.recent.len() < RECENT_BLOCKS {
-            self.recent.push(RecentBlock { addr, units, align });
-        } else {
-            self.free(addr);
         }
     }
 

@@ -8,6 +8,7 @@
 //! releases memory, so they never make it take more from upstream.
 
 mod arena;
+mod recent;
 
 use std::collections::HashMap;
 use std::ptr::NonNull;
@@ -20,7 +21,8 @@ use parking_lot::{Mutex, MutexGuard};
 use super::{Adaptor, FreeAfter, MemoryResource, refused};
 use crate::blocking::blocking;
 use crate::{Event, MemKind, Result};
-use arena::{Arena, Block, RECENT_BLOCKS, UNIT, slot_of, units_for};
+use arena::{Arena, Block, UNIT, slot_of, units_for};
+use recent::RecentBlocks;
 
 /// The smallest upstream block the pool asks for when it grows.
 const MIN_GROWTH: usize = 1 << 20;
@@ -46,6 +48,8 @@ pub struct PoolResource {
     initial_size: usize,
     maximum_size: Option<usize>,
     arenas: [Mutex<Arena>; 3],
+    /// Each arena's small freed blocks kept for reuse (see the module's notes), outside its lock.
+    recent: [RecentBlocks; 3],
     upstream_bytes: AtomicUsize,
     upstream_peak: AtomicUsize,
 }
@@ -78,7 +82,6 @@ impl PoolResource {
                 blocks: Vec::new(),
                 handed_out: HashMap::default(),
                 deferred: Vec::new(),
-                recent: Vec::with_capacity(RECENT_BLOCKS),
                 drained: Vec::new(),
             })
         };
@@ -87,6 +90,7 @@ impl PoolResource {
             initial_size: options.initial_size,
             maximum_size: options.maximum_size,
             arenas: MemKind::ALLOCATABLE.map(arena),
+            recent: Default::default(),
             upstream_bytes: AtomicUsize::new(0),
             upstream_peak: AtomicUsize::new(0),
         })
@@ -112,7 +116,7 @@ impl PoolResource {
         for arena in &self.arenas {
             let mut arena = arena.lock();
             arena.sweep_completed();
-            arena.free_recent();
+            self.free_recent(&mut arena);
             let mut done = std::mem::take(&mut arena.drained);
             for slot in &mut arena.blocks {
                 if slot.as_ref().is_some_and(Block::is_done)
@@ -229,6 +233,13 @@ impl PoolResource {
         }
     }
 
+    /// Gives the blocks kept for reuse back to `arena`'s allocator.
+    fn free_recent(&self, arena: &mut Arena) {
+        for addr in self.recent[slot_of(arena.kind)].take_all() {
+            arena.free(addr);
+        }
+    }
+
     /// How much to take from upstream for a request of `units` units that did not fit.
     fn growth(&self, units: usize) -> usize {
         // offset-allocator rounds a request up to its bin size (an eighth at most) when it looks
@@ -257,16 +268,16 @@ impl Adaptor for PoolResource {
         }
         let units = units_for(size, align).ok_or_else(too_large)?;
         let units32 = u32::try_from(units).map_err(|_| too_large())?;
-        let mut arena = self.arenas[slot_of(kind)].lock();
-        if let Some(ptr) = arena.reuse_recent(units32, align) {
+        if let Some(ptr) = self.recent[slot_of(kind)].take(units32, align) {
             return Ok(ptr);
         }
+        let mut arena = self.arenas[slot_of(kind)].lock();
         if let Some(ptr) = arena.try_allocate(units32, align) {
             return Ok(ptr);
         }
         // Before growing: the memory freed since, merged with its neighbours.
         arena.sweep_completed();
-        arena.free_recent();
+        self.free_recent(&mut arena);
         if let Some(ptr) = arena.try_allocate(units32, align) {
             self.give_back_drained(arena);
             return Ok(ptr);
@@ -315,19 +326,22 @@ impl Adaptor for PoolResource {
         align: usize,
         after: FreeAfter,
     ) {
-        let mut arena = self.arenas[slot_of(kind)].lock();
         let addr = ptr.as_ptr() as usize;
+        // Asked before locking: the arena's lock is not held across an event query.
+        let done = match &after {
+            FreeAfter::Now => true,
+            FreeAfter::Event(event) => event.is_complete().unwrap_or(false),
+            FreeAfter::ForeignWork => false,
+        };
+        let units = units_for(size, align).and_then(|units| u32::try_from(units).ok());
+        if done && units.is_some_and(|units| self.recent[slot_of(kind)].keep(addr, units, align)) {
+            return;
+        }
+        let mut arena = self.arenas[slot_of(kind)].lock();
         match after {
             FreeAfter::ForeignWork => arena.retire(addr),
-            FreeAfter::Event(event) if !event.is_complete().unwrap_or(false) => {
-                arena.deferred.push((addr, event))
-            }
-            FreeAfter::Now | FreeAfter::Event(_) => {
-                match units_for(size, align).and_then(|units| u32::try_from(units).ok()) {
-                    Some(units) => arena.free_now(addr, units, align),
-                    None => arena.free(addr),
-                }
-            }
+            FreeAfter::Event(event) if !done => arena.deferred.push((addr, event)),
+            FreeAfter::Now | FreeAfter::Event(_) => arena.free(addr),
         }
         self.give_back_drained(arena);
     }
@@ -336,7 +350,7 @@ impl Adaptor for PoolResource {
 impl Drop for PoolResource {
     fn drop(&mut self) {
         let mut blocks = Vec::new();
-        for arena in &mut self.arenas {
+        for (arena, recent) in self.arenas.iter_mut().zip(&self.recent) {
             let arena = arena.get_mut();
             arena.sweep_completed();
             // Work on the deferred blocks runs on the upstream queue, in order: freeing after
@@ -345,7 +359,9 @@ impl Drop for PoolResource {
             for (addr, _) in std::mem::take(&mut arena.deferred) {
                 arena.free(addr);
             }
-            arena.free_recent();
+            for addr in recent.take_all() {
+                arena.free(addr);
+            }
             // A block still in use by work whose wait failed is leaked: freeing it would be worse.
             let free = arena.blocks.drain(..).flatten().filter(Block::is_done);
             let done = free.chain(std::mem::take(&mut arena.drained));
