@@ -329,6 +329,7 @@ fn a_block_freed_with_pending_work_is_reused_only_after_it() {
     let resource: Arc<dyn MemoryResource> = host_pool();
     let (kind, size) = (MemKind::Host, 1024);
     let allocate = || resource.allocate(kind, size, DEFAULT_ALIGNMENT).unwrap();
+    // SAFETY: each block is freed once, as allocated, and nothing uses it.
     let free =
         |ptr, after| unsafe { resource.deallocate(ptr, kind, size, DEFAULT_ALIGNMENT, after) };
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -59,7 +59,7 @@ impl RecentBlocks {
         };
         let Some(entry) = u64::try_from(addr / UNIT)
             .ok()
-            .filter(|&at| addr % UNIT == 0 && at != 0 && at < 1 << (64 - REQUEST_BITS))
+            .filter(|&at| addr.is_multiple_of(UNIT) && at != 0 && at < 1 << (64 - REQUEST_BITS))
             .map(|at| at << REQUEST_BITS | request)
         else {
             return false;
