@@ -348,3 +348,34 @@ fn a_block_freed_with_pending_work_is_reused_only_after_it() {
         "a block whose work completed is reused at once"
     );
 }
+
+/// 8 threads allocating, filling, checking and freeing blocks of three small sizes through one
+/// pool, so that most requests take a kept block another thread has just freed (the kept blocks'
+/// atomic slots, without the arena's lock): no block is handed to two holders at once.
+#[test]
+fn eight_threads_sharing_kept_blocks_corrupt_nothing() {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let resource: Arc<dyn MemoryResource> = host_pool();
+    std::thread::scope(|scope| {
+        for thread in 0..8u8 {
+            let resource = &resource;
+            scope.spawn(move || {
+                let mut held: Vec<(Buffer, Vec<u8>)> = Vec::new();
+                for round in 0usize.. {
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                    let len = [256, 1024, 4096][(thread as usize + round) % 3];
+                    let bytes = pattern(len, thread.wrapping_add(round as u8));
+                    let buffer = alloc(resource, len);
+                    buffer.copy_from_host(&bytes).unwrap();
+                    held.push((buffer, bytes));
+                    if held.len() > 3 {
+                        let (buffer, bytes) = held.swap_remove(round % held.len());
+                        assert_eq!(buffer.to_vec().unwrap(), bytes, "thread {thread}");
+                    }
+                }
+            });
+        }
+    });
+}
