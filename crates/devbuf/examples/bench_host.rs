@@ -325,7 +325,9 @@ fn main() -> Result<(), String> {
     assert_eq!(dst_block.bytes(), src_block.bytes());
     rows.extend(opencl());
 
-    println!("{ROUNDS} alternating rounds of {CALLS_PER_ROUND} calls (two copies for the copy row)\n");
+    println!(
+        "{ROUNDS} alternating rounds of {CALLS_PER_ROUND} calls (two copies for the copy row)\n"
+    );
     println!("| case | devbuf | reference | devbuf / reference (spread of rounds) | goal |");
     println!("|---|---:|---:|---:|---|");
     for row in &rows {
