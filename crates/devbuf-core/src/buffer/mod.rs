@@ -257,6 +257,7 @@ impl Buffer {
     }
 
     /// Whether the host CPU may read and write these bytes directly.
+    #[inline]
     pub fn is_host_accessible(&self) -> bool {
         self.alloc.queue().host_accessible(self.alloc.kind)
     }
