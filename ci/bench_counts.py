@@ -9,6 +9,7 @@ and set-up cancel. Needs valgrind, the release build of bench_host and the packa
                                                with memory, matched by address in objdump -d)
   python ci/bench_counts.py --run CASE SIDE N  (what runs under callgrind) N calls of one side"""
 
+import array
 import collections
 import functools
 import os
@@ -34,6 +35,8 @@ PYTHON_CASES = {
         "memoryview": "np.asarray(host_memoryview)",
         # The floor: the cheapest exporter CPython has, asked for its buffer once per call.
         "bytearray": "np.asarray(host_bytearray)",
+        # The floor for devbuf's float32 view: CPython's exporter of the same format ('f').
+        "array.array('f')": "np.asarray(host_float_array)",
     }, "host"),
     "alloc": ("alloc+free 1 KiB host, default resource", {
         "devbuf": "devbuf.alloc(1024, 'host', device='host')",
@@ -79,7 +82,7 @@ def setup(kind):
     host = devbuf.alloc(1024, "host", device="host").view("float32")
     host_np = np.zeros(256, dtype=np.float32)
     names.update(host=host, host_np=host_np, host_memoryview=memoryview(host_np),
-                 host_bytearray=bytearray(1024))
+                 host_bytearray=bytearray(1024), host_float_array=array.array("f", bytes(1024)))
     if kind in ("sycl", "dpnp"):
         import dpctl.memory as dm
 

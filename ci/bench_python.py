@@ -3,6 +3,7 @@ dpctl doing the same work, in alternating rounds of the same run (ci/benchlib.py
 Markdown table: median ns per call of each side, the median of the per-round ratios and its
 spread, and each row's goal. Run through ci/bench, after the package is installed."""
 
+import array
 import sys
 
 import numpy as np
@@ -42,6 +43,11 @@ def main():
     host_bytearray = bytearray(1024)
     floors.compare_calls("`np.asarray` of a bytearray (CPython's cheapest buffer exporter)",
                          lambda: np.asarray(host_bytearray), lambda: np.asarray(host_memoryview),
+                         "of an existing memoryview")
+    # The same floor in devbuf's format: NumPy parses 'f' and checks float32 alignment.
+    host_float_array = array.array("f", bytes(1024))
+    floors.compare_calls("`np.asarray` of an `array.array('f')` (CPython's float32 exporter)",
+                         lambda: np.asarray(host_float_array), lambda: np.asarray(host_memoryview),
                          "of an existing memoryview")
 
     sycl = next((b for b in devbuf.backends() if b.name == "sycl" and b.available), None)

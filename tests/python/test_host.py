@@ -372,6 +372,35 @@ def test_alloc_arguments_are_sorted_checked_and_named_as_pyo3_names_them():
     assert error(1, "hostx") == (ValueError, 'kind: "hostx" is not one of "host", "device", "shared"', None)
 
 
+def test_dlpack_max_version_takes_subclasses_and_refuses_what_is_not_two_ints():
+    class Version(tuple):
+        pass
+
+    class Major(int):
+        pass
+
+    array = devbuf.alloc(16, device="host").view("float32")
+    for version in [(1, 0), Version((1, 3)), (Major(1), 0), (True, 0)]:
+        assert "versioned" in repr(array.__dlpack__(max_version=version)), version
+    assert "versioned" not in repr(array.__dlpack__(max_version=Version((0, 8))))
+    for malformed in [[1, 0], (1, 0, 0), (1,), ("1", 0), (1.0, 0), (2**70, 0), (-1, 0), 1]:
+        with pytest.raises(TypeError, match=r"max_version: expected a \(major, minor\) tuple of ints, got "):
+            array.__dlpack__(max_version=malformed)
+
+
+def test_dlpack_keywords_go_to_their_arguments_whatever_call_came_before():
+    # __dlpack__ keeps where the names of the last call site's keyword tuple go: each call site
+    # (its own tuple) must still get its own order, and an unknown name its TypeError.
+    array = devbuf.alloc(16, device="host").view("float32")
+    for _ in range(3):
+        assert "versioned" in repr(array.__dlpack__(max_version=(1, 0), copy=None))
+        assert "versioned" not in repr(array.__dlpack__(max_version=None, copy=False))
+        assert "versioned" in repr(array.__dlpack__(copy=None, max_version=(1, 0)))
+        assert "versioned" in repr(array.__dlpack__(**{"copy": None, "max_version": (1, 0)}))
+        with pytest.raises(TypeError, match="unexpected keyword argument 'versions'"):
+            array.__dlpack__(copy=None, versions=(1, 0))
+
+
 def test_dlpack_arguments_are_keyword_only_checked_and_named():
     import inspect
 

@@ -95,11 +95,13 @@ impl Layout {
     }
 
     /// The extent of each dimension.
+    #[inline]
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }
 
     /// Byte strides, one per dimension.
+    #[inline]
     pub fn strides(&self) -> &[isize] {
         &self.strides
     }
@@ -110,6 +112,7 @@ impl Layout {
     }
 
     /// Whether consumers of this view may not write through it.
+    #[inline]
     pub fn readonly(&self) -> bool {
         self.readonly
     }
@@ -127,16 +130,19 @@ impl Layout {
     }
 
     /// The number of dimensions.
+    #[inline]
     pub fn ndim(&self) -> usize {
         self.shape.len()
     }
 
     /// Number of elements.
+    #[inline]
     pub fn size(&self) -> usize {
         self.shape.iter().product()
     }
 
     /// Size of the elements in bytes (not the span they occupy).
+    #[inline]
     pub fn nbytes(&self) -> usize {
         self.size() * self.dtype.itemsize()
     }
@@ -313,12 +319,14 @@ impl Array {
     }
 
     /// Address of element 0.
+    #[inline]
     pub fn data_ptr(&self) -> usize {
         self.buffer.ptr() as usize + self.layout.offset
     }
 
     /// Whether writes through this view are refused: the view says so, or its memory may only be
     /// read ([`Buffer::is_read_only`]).
+    #[inline]
     pub fn readonly(&self) -> bool {
         self.layout.readonly || self.buffer.is_read_only()
     }

@@ -256,9 +256,11 @@ impl Buffer {
         self.alloc.read_only
     }
 
-    /// Whether the host CPU may read and write these bytes directly.
+    /// Whether the host CPU may read and write these bytes directly. Host memory is, on every
+    /// queue (what [`MemKind::Host`] means), told without asking the queue: the buffer protocol
+    /// asks on every export, and the question costs a chain of dependent loads.
     pub fn is_host_accessible(&self) -> bool {
-        self.alloc.queue().host_accessible(self.alloc.kind)
+        self.alloc.kind == MemKind::Host || self.alloc.queue().host_accessible(self.alloc.kind)
     }
 
     /// Whether two views share one allocation.

@@ -4,7 +4,8 @@
 //! An exported tensor owns a clone of the array's [`Buffer`], so the memory outlives the producer's
 //! Python object. Its deleter needs no GIL and never unwinds into the C caller.
 
-use std::cell::UnsafeCell;
+use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
+use std::cell::{Cell, UnsafeCell};
 use std::ffi::c_void;
 use std::mem::ManuallyDrop;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -191,6 +192,79 @@ struct Export<T> {
     left: AtomicU8,
 }
 
+thread_local! {
+    /// The memory of the export block last freed on this thread, for the next export made here:
+    /// a one-entry cache in front of the allocator (as `buffer::shared`'s spare record is), so
+    /// that an export does not pay glibc's `malloc` and `free` (~130 instructions, where NumPy's
+    /// `__dlpack__` pays `PyMem_Malloc`'s ~50, which needs the GIL a deleter may not hold). It
+    /// is per thread because the deleter runs on any thread: a block freed there becomes that
+    /// thread's spare, and each thread frees its own when it exits.
+    static SPARE_EXPORT: SpareExport = const { SpareExport(Cell::new(None)) };
+}
+
+/// Memory from `alloc` with [`EXPORT_LAYOUT`], holding nothing; freed when its thread exits.
+struct SpareExport(Cell<Option<NonNull<u8>>>);
+
+impl Drop for SpareExport {
+    fn drop(&mut self) {
+        if let Some(memory) = self.0.take() {
+            // SAFETY: the memory came from `alloc` with this layout and holds nothing.
+            unsafe { dealloc(memory.as_ptr(), EXPORT_LAYOUT) };
+        }
+    }
+}
+
+/// The layout of every export block, of either ABI (checked below), so that any spare serves
+/// any export without a check at run time.
+const EXPORT_LAYOUT: Layout = Layout::new::<[u128; 16]>();
+
+/// Whether an `Export<T>` fits [`EXPORT_LAYOUT`].
+const fn fits_export_layout<T>() -> bool {
+    size_of::<Export<T>>() <= EXPORT_LAYOUT.size()
+        && align_of::<Export<T>>() <= EXPORT_LAYOUT.align()
+}
+
+const _: () = assert!(
+    fits_export_layout::<DLManagedTensorVersioned>() && fits_export_layout::<DLManagedTensor>()
+);
+
+/// Memory for an export block: this thread's spare, or fresh.
+fn allocate_export<T>() -> NonNull<Export<T>> {
+    let spare = SPARE_EXPORT.try_with(|spare| spare.0.take()).ok().flatten();
+    spare
+        .unwrap_or_else(|| {
+            // SAFETY: the layout is not zero-sized.
+            let memory = unsafe { alloc(EXPORT_LAYOUT) };
+            NonNull::new(memory).unwrap_or_else(|| handle_alloc_error(EXPORT_LAYOUT))
+        })
+        .cast()
+}
+
+/// Drops the export block and keeps its memory as this thread's spare, unless the thread keeps
+/// one already (or is exiting).
+///
+/// # Safety
+/// `export` came from [`allocate_export`], holds a live `Export<T>`, and nobody uses it again.
+unsafe fn free_export<T>(export: *mut Export<T>) {
+    // SAFETY: the caller gives up the live block; it is dropped once, here.
+    unsafe { std::ptr::drop_in_place(export) };
+    let memory = export.cast::<u8>();
+    let kept = SPARE_EXPORT
+        .try_with(|spare| match spare.0.get() {
+            None => {
+                // SAFETY: `alloc` never returned null (checked in `allocate_export`).
+                spare.0.set(Some(unsafe { NonNull::new_unchecked(memory) }));
+                true
+            }
+            Some(_) => false,
+        })
+        .unwrap_or(false);
+    if !kept {
+        // SAFETY: the memory came from `alloc` with this layout and holds nothing now.
+        unsafe { dealloc(memory, EXPORT_LAYOUT) };
+    }
+}
+
 /// The consumer called the deleter: the memory is released and the consumer is done.
 const CONSUMER: u8 = 1;
 /// The capsule died, or there never was one.
@@ -226,8 +300,8 @@ unsafe fn leave<T>(export: *mut Export<T>, party: u8) {
     let last = left.load(Ordering::Acquire) & other != 0
         || left.fetch_or(party, Ordering::AcqRel) & other != 0;
     if last {
-        // SAFETY: both parties are done; the block was leaked from a Box in `export`.
-        drop(unsafe { Box::from_raw(export) });
+        // SAFETY: both parties are done; the block came from `allocate_export` in `export`.
+        unsafe { free_export(export) };
     }
 }
 
@@ -259,24 +333,27 @@ pub fn export<T: ManagedTensorAbi>(
     if array.readonly() {
         flags |= DlpackFlags::READ_ONLY;
     }
-    let mut export = Box::new(Export {
-        tensor: T::new(empty_tensor(template.device), delete_export::<T>, flags),
-        template,
-        buffer: UnsafeCell::new(ManuallyDrop::new(array.buffer().clone())),
-        left: AtomicU8::new(if in_capsule { 0 } else { CAPSULE }),
-    });
+    let raw = allocate_export::<T>();
+    // SAFETY: the memory fits an `Export<T>` (checked at `EXPORT_LAYOUT`) and holds nothing.
+    unsafe {
+        raw.as_ptr().write(Export {
+            tensor: T::new(empty_tensor(template.device), delete_export::<T>, flags),
+            template,
+            buffer: UnsafeCell::new(ManuallyDrop::new(array.buffer().clone())),
+            left: AtomicU8::new(if in_capsule { 0 } else { CAPSULE }),
+        })
+    };
     #[cfg(test)]
     LIVE_EXPORTS.with(|live| live.set(live.get() + 1));
-    // The tensor points into the boxed template, which stays put until the export is freed.
+    // SAFETY: the block was just written; nobody else has seen it yet.
+    let export = unsafe { &mut *raw.as_ptr() };
+    // The tensor points into the block's template, which stays put until the export is freed.
     let Export {
         tensor, template, ..
-    } = &mut *export;
+    } = export;
     template.fill(tensor.dl_tensor_mut());
-    let raw = Box::into_raw(export);
-    // SAFETY: `raw` is a live box; nobody else has seen it yet.
-    unsafe { (*raw).tensor.set_manager_ctx(raw.cast()) };
-    // SAFETY: Box::into_raw never returns null.
-    unsafe { NonNull::new_unchecked(raw.cast()) }
+    tensor.set_manager_ctx(raw.as_ptr().cast());
+    raw.cast()
 }
 
 /// The capsule's side of an export from [`export`] with `in_capsule`: call it from the capsule
@@ -298,14 +375,15 @@ pub unsafe fn release_capsule<T: ManagedTensorAbi>(tensor: NonNull<T>, consumed:
         // Unconsumed: no consumer received the tensor, or one called the deleter without
         // renaming the capsule (then it has left, and the memory is released); either way
         // nobody else can reach the block any more, which is the capsule's alone to free.
-        // SAFETY: the capsule has not left, so the block is alive; the block was leaked from a
-        // Box in `export`.
-        let mut export = unsafe { Box::from_raw(export) };
+        // SAFETY: the capsule has not left, so the block is alive.
+        let block = unsafe { &mut *export };
         // Acquire: a consumer that left released the memory on its own thread.
-        if export.left.load(Ordering::Acquire) & CONSUMER == 0 {
+        if block.left.load(Ordering::Acquire) & CONSUMER == 0 {
             // SAFETY: no consumer released the buffer, and none will: it is dropped here once.
-            unsafe { ManuallyDrop::drop(export.buffer.get_mut()) };
+            unsafe { ManuallyDrop::drop(block.buffer.get_mut()) };
         }
+        // SAFETY: the block came from `allocate_export` in `export`; nobody reaches it now.
+        unsafe { free_export(export) };
     }));
 }
 

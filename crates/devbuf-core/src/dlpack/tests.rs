@@ -140,3 +140,21 @@ fn a_deleter_on_another_thread_and_the_consumed_capsule_free_the_export_once() {
         assert_eq!(runs.load(Ordering::SeqCst), 1);
     }
 }
+
+#[test]
+fn the_block_of_an_export_freed_on_a_thread_serves_its_next_export() {
+    let (first, _) = counted_export();
+    // SAFETY: the capsule's reference, given back once.
+    unsafe { release_capsule(first, false) };
+    // A block of the same layout taken from the allocator in between: the allocator's own cache
+    // would hand it the freed block, the thread's spare keeps that for the next export.
+    // SAFETY: the layout is not zero-sized; the memory is freed below with it.
+    let between = unsafe { alloc(EXPORT_LAYOUT) };
+    let (second, _) = counted_export();
+    assert_eq!(second, first);
+    // SAFETY: as above; `between` came from `alloc` with this layout.
+    unsafe {
+        release_capsule(second, false);
+        dealloc(between, EXPORT_LAYOUT);
+    }
+}

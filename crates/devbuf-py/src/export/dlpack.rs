@@ -39,23 +39,8 @@ const CPU: DLDevice = DLDevice {
 /// The major version of `__dlpack__`'s `max_version=(major, minor)`; read directly, since this is
 /// on every consumer's hot path.
 pub(crate) fn major_version(max_version: &Bound<'_, PyAny>) -> PyResult<u32> {
-    let major = match max_version.cast::<PyTuple>() {
-        // SAFETY: index 0 of a live tuple of two, borrowed while the tuple lives; an int too large
-        // for a C long sets OverflowError, which is cleared (the TypeError below replaces it).
-        Ok(tuple) if tuple.len() == 2 => unsafe {
-            let item = ffi::PyTuple_GetItem(tuple.as_ptr(), 0);
-            if ffi::PyLong_Check(item) == 0 {
-                None
-            } else {
-                let major = ffi::PyLong_AsLong(item);
-                if major == -1 && !ffi::PyErr_Occurred().is_null() {
-                    ffi::PyErr_Clear();
-                }
-                u32::try_from(major).ok()
-            }
-        },
-        _ => None,
-    };
+    // SAFETY: a live object, borrowed for the call.
+    let major = unsafe { read_major_version(max_version.as_ptr()) };
     major.ok_or_else(|| {
         PyTypeError::new_err(format!(
             "max_version: expected a (major, minor) tuple of ints, got {}",
@@ -64,6 +49,37 @@ pub(crate) fn major_version(max_version: &Bound<'_, PyAny>) -> PyResult<u32> {
                 .map_or_else(|_| "?".into(), |r| r.to_string())
         ))
     })
+}
+
+/// The major version in `max_version`, if it is a tuple of two whose first item is an int that
+/// fits a `u32`. The exact types (what every caller passes) are told by their type object's
+/// address: under the stable ABI `PyTuple_Check` and `PyLong_Check` are calls that read the
+/// type's flags; subclasses take those.
+///
+/// # Safety
+/// `max_version` is a live object and the GIL is held.
+unsafe fn read_major_version(max_version: *mut ffi::PyObject) -> Option<u32> {
+    // SAFETY: (all) the caller's; an item borrowed from the tuple is used while the tuple lives;
+    // an int too large for a C long sets OverflowError, which is cleared (the caller's TypeError
+    // replaces it).
+    unsafe {
+        let is_tuple = ffi::Py_TYPE(max_version) == &raw mut ffi::PyTuple_Type
+            || ffi::PyTuple_Check(max_version) != 0;
+        if !is_tuple || ffi::PyTuple_Size(max_version) != 2 {
+            return None;
+        }
+        let item = ffi::PyTuple_GetItem(max_version, 0);
+        let is_int =
+            ffi::Py_TYPE(item) == &raw mut ffi::PyLong_Type || ffi::PyLong_Check(item) != 0;
+        if !is_int {
+            return None;
+        }
+        let major = ffi::PyLong_AsLong(item);
+        if major == -1 && !ffi::PyErr_Occurred().is_null() {
+            ffi::PyErr_Clear();
+        }
+        u32::try_from(major).ok()
+    }
 }
 
 /// `__dlpack__`, per the array API and DLPack 1.3: a versioned capsule when the consumer's

@@ -9,6 +9,7 @@
 
 use std::ffi::CStr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
@@ -69,29 +70,100 @@ fn names(py: Python<'_>) -> Names<'_, '_> {
 }
 
 impl<'a, 'py> Arguments<'a, 'py> {
-    fn slot(
-        &mut self,
-        candidates: &Names<'_, 'py>,
-        name: Borrowed<'_, 'py, PyString>,
-    ) -> PyResult<&mut Option<Borrowed<'a, 'py, PyAny>>> {
-        let position = match candidates.iter().position(|c| c.as_ptr() == name.as_ptr()) {
-            Some(position) => Some(position),
-            // A name built at run time (e.g. from **kwargs of a computed string): compare text.
-            None => candidates
-                .iter()
-                .position(|c| c.as_any().eq(name).unwrap_or(false)),
-        };
+    /// The argument of keyword `position` in [`Names`].
+    fn slot(&mut self, position: usize) -> &mut Option<Borrowed<'a, 'py, PyAny>> {
         match position {
-            Some(0) => Ok(&mut self.max_version),
-            Some(1) => Ok(&mut self.dl_device),
-            Some(2) => Ok(&mut self.copy),
-            Some(_) => Ok(&mut self.stream),
-            None => Err(PyTypeError::new_err(format!(
-                "__dlpack__() got an unexpected keyword argument {}",
-                name.repr()?
-            ))),
+            0 => &mut self.max_version,
+            1 => &mut self.dl_device,
+            2 => &mut self.copy,
+            _ => &mut self.stream,
         }
     }
+}
+
+/// The position in [`Names`] of keyword `name`, or the TypeError naming it.
+fn position(candidates: &Names<'_, '_>, name: Borrowed<'_, '_, PyString>) -> PyResult<usize> {
+    match candidates.iter().position(|c| c.as_ptr() == name.as_ptr()) {
+        Some(position) => Ok(position),
+        // A name built at run time (e.g. from **kwargs of a computed string): compare text.
+        None => candidates
+            .iter()
+            .position(|c| c.as_any().eq(name).unwrap_or(false))
+            .ok_or_else(|| match name.repr() {
+                Ok(repr) => PyTypeError::new_err(format!(
+                    "__dlpack__() got an unexpected keyword argument {repr}"
+                )),
+                Err(err) => err,
+            }),
+    }
+}
+
+/// The keyword-name tuple of the last call whose names were all `__dlpack__`'s (a strong
+/// reference, so its address names that tuple while it is kept), and the position in [`Names`]
+/// of each of its names: a call site passes the same tuple on every call (a constant of its code
+/// object; NumPy's `from_dlpack` keeps one), so a call with that tuple takes its arguments without
+/// a `PyTuple_GetItem` call per keyword (a function under the stable ABI) and a name search.
+/// Read and written only with the GIL held (the module runs under the GIL: it declares no
+/// free-threading support), so the two fields are consistent; atomics only make them `Sync`.
+struct LastKeywords {
+    names: AtomicPtr<ffi::PyObject>,
+    /// The tuple's length in bits 8 and up, each name's position in two bits from bit 0.
+    positions: AtomicU32,
+}
+
+static LAST_KEYWORDS: LastKeywords = LastKeywords {
+    names: AtomicPtr::new(std::ptr::null_mut()),
+    positions: AtomicU32::new(0),
+};
+
+/// Fills `arguments` from the keyword values (after the `nargs` positional ones in `args`).
+///
+/// # Safety
+/// `kwnames` is the call's live tuple of str and `args` holds one live value per name; the GIL
+/// is held.
+unsafe fn take_keywords<'a, 'py>(
+    py: Python<'py>,
+    arguments: &mut Arguments<'a, 'py>,
+    args: *const *mut ffi::PyObject,
+    kwnames: *mut ffi::PyObject,
+) -> PyResult<()> {
+    // SAFETY: (all) the caller's: one live value per keyword name, each live for the call.
+    let value = |index: usize| unsafe { Borrowed::from_ptr(py, *args.add(index)) };
+    if LAST_KEYWORDS.names.load(Ordering::Relaxed) == kwnames {
+        let positions = LAST_KEYWORDS.positions.load(Ordering::Relaxed);
+        for index in 0..(positions >> 8) as usize {
+            *arguments.slot((positions >> (2 * index)) as usize & 3) = Some(value(index));
+        }
+        return Ok(());
+    }
+    let candidates = names(py);
+    // SAFETY: kwnames is a tuple of str (the caller's).
+    let tuple = unsafe { Borrowed::from_ptr(py, kwnames).cast_unchecked::<PyTuple>() };
+    let mut positions = 0u32;
+    for (index, name) in tuple.iter_borrowed().enumerate() {
+        // SAFETY: keyword names are str (CPython checks).
+        let position = position(&candidates, unsafe { name.cast_unchecked::<PyString>() })?;
+        *arguments.slot(position) = Some(value(index));
+        if index < candidates.len() {
+            positions |= (position as u32) << (2 * index);
+        }
+    }
+    // More names than `__dlpack__` has means a repeated one: not worth keeping.
+    if tuple.len() <= candidates.len() {
+        // SAFETY: the GIL is held (the caller's): the new tuple is kept with a reference of its
+        // own, and the one it replaces loses the reference kept before.
+        unsafe {
+            ffi::Py_INCREF(kwnames);
+            let replaced = LAST_KEYWORDS.names.swap(kwnames, Ordering::Relaxed);
+            LAST_KEYWORDS
+                .positions
+                .store(positions | (tuple.len() as u32) << 8, Ordering::Relaxed);
+            if !replaced.is_null() {
+                ffi::Py_DECREF(replaced);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `value` unless it is None, extracted as `T`; the error names the argument.
@@ -131,16 +203,9 @@ fn call<'py>(
     }
     let mut arguments = Arguments::default();
     if !kwnames.is_null() {
-        let candidates = names(py);
-        // SAFETY: kwnames is a tuple of str; the values follow the positional ones in `args`.
-        let kwnames = unsafe { Borrowed::from_ptr(py, kwnames).cast_unchecked::<PyTuple>() };
-        for (index, name) in kwnames.iter_borrowed().enumerate() {
-            // SAFETY: CPython guarantees one value per keyword name, each live for the call.
-            let value = unsafe { Borrowed::from_ptr(py, *args.add(index)) };
-            // SAFETY: keyword names are str (CPython checks).
-            let name = unsafe { name.cast_unchecked::<PyString>() };
-            *arguments.slot(&candidates, name)? = Some(value);
-        }
+        // SAFETY: CPython passes a tuple of str and one value per name after the positional ones
+        // (none), with the GIL held.
+        unsafe { take_keywords(py, &mut arguments, args, kwnames)? };
     }
     let versioned = match arguments.max_version {
         Some(version) if !version.is_none() => crate::export::dlpack::major_version(&version)? >= 1,
