@@ -314,9 +314,15 @@ unsafe fn alloc_call(
         // `parse` checked the required one.
         return Err(PyTypeError::new_err("alloc() missing nbytes"));
     };
-    let nbytes: usize = fastcall::extract(nbytes, "nbytes")?;
+    let nbytes: usize = match exact_int(nbytes) {
+        Some(nbytes) => nbytes,
+        None => fastcall::extract(nbytes, "nbytes")?,
+    };
     let kind: &str = match kind {
-        Some(kind) => fastcall::extract(kind, "kind")?,
+        Some(kind) => match interned_kind(py, kind) {
+            Some(kind) => kind,
+            None => fastcall::extract(kind, "kind")?,
+        },
         None => "shared",
     };
     let device = device.filter(|device| !device.is_none());
@@ -343,4 +349,38 @@ unsafe fn alloc_call(
         stream.as_deref(),
     )?;
     Ok(made.into_ptr())
+}
+
+/// `value` as a `usize` when it is a plain int in range: what every call site passes, read
+/// without pyo3's generic conversion (a type check, a method lookup for `__index__`); anything
+/// else is `None`, and goes through `fastcall::extract` for the same value or pyo3's own error.
+fn exact_int(value: Borrowed<'_, '_, PyAny>) -> Option<usize> {
+    // SAFETY: a live object, with the thread attached (`value`'s token).
+    if unsafe { ffi::PyLong_CheckExact(value.as_ptr()) } == 0 {
+        return None;
+    }
+    // SAFETY: as above; an int.
+    let read = unsafe { ffi::PyLong_AsUnsignedLongLong(value.as_ptr()) };
+    if read == u64::MAX {
+        // Negative or too large (the error is set), or exactly the largest value: leave the
+        // value, and the error's text, to the generic path.
+        drop(PyErr::take(value.py()));
+        return None;
+    }
+    usize::try_from(read).ok()
+}
+
+/// The memory kind when `kind` is the very object of one of its interned names, as a literal
+/// `"host"` at a call site is (CPython interns identifier-like string constants): no UTF-8
+/// conversion; any other str goes through `fastcall::extract` and the kind's own parsing.
+fn interned_kind(py: Python<'_>, kind: Borrowed<'_, '_, PyAny>) -> Option<&'static str> {
+    let kinds = [
+        (intern!(py, "host"), "host"),
+        (intern!(py, "device"), "device"),
+        (intern!(py, "shared"), "shared"),
+    ];
+    kinds
+        .into_iter()
+        .find(|(name, _)| name.as_ptr() == kind.as_ptr())
+        .map(|(_, text)| text)
 }
