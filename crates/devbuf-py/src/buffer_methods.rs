@@ -253,7 +253,7 @@ fn alloc(
         return crate::mr::memory_resource::PyMemoryResource::alloc(&mr, nbytes, kind);
     }
     let queue = resolve_queue(py, device)?;
-    PyQueue::alloc(queue.bind(py), nbytes, kind, ipc)
+    PyQueue::alloc_on(py, queue, nbytes, kind, ipc)
 }
 
 const ALLOC_DOC: &CStr =
