@@ -189,12 +189,14 @@ impl PyArray {
 pub struct PyBuffer {}
 
 impl PyBuffer {
+    /// The buffer as a writable Buffer object: the bytes view as `Array::bytes` makes it, with
+    /// no further copy of it on the way into the object (the path of every allocation).
     pub(crate) fn wrap(
         py: Python<'_>,
         buffer: Buffer,
         queue: Py<PyQueue>,
     ) -> PyResult<Py<PyBuffer>> {
-        Self::wrap_readonly(py, buffer, queue, false)
+        Self::create(py, Array::bytes(buffer), queue)
     }
 
     pub(crate) fn wrap_readonly(
@@ -203,7 +205,10 @@ impl PyBuffer {
         queue: Py<PyQueue>,
         readonly: bool,
     ) -> PyResult<Py<PyBuffer>> {
-        let bytes = Array::bytes(buffer).into_readonly(readonly);
+        Self::create(py, Array::bytes(buffer).into_readonly(readonly), queue)
+    }
+
+    fn create(py: Python<'_>, bytes: Array, queue: Py<PyQueue>) -> PyResult<Py<PyBuffer>> {
         Py::new(
             py,
             PyClassInitializer::from(PyArray::new(bytes, queue)).add_subclass(PyBuffer {}),
