@@ -370,6 +370,17 @@ def test_alloc_arguments_are_sorted_checked_and_named_as_pyo3_names_them():
     assert error(1, stream=3) == (TypeError, "'int' object is not an instance of 'Stream'",
                                   ["while processing 'stream'"])
     assert error(1, "hostx") == (ValueError, 'kind: "hostx" is not one of "host", "device", "shared"', None)
+    # A plain int and an interned kind name are read on a short path; every other int and str
+    # on pyo3's, and both give the same value, or the same error and note.
+    class Int(int):
+        pass
+
+    assert devbuf.alloc(Int(8), "".join(["ho", "st"]), device="host").nbytes == 8
+    assert devbuf.alloc(True, "host", device="host").nbytes == 1
+    for value in (2**64, -1, 2**64 - 1):
+        assert error(value, "host", device="host") == error(Int(value), "host", device="host")
+    assert error(2**64) == (OverflowError, "int too big to convert", ["while processing 'nbytes'"])
+    assert error(2**64 - 1, "host", device="host")[0] is MemoryError
 
 
 def test_dlpack_max_version_takes_subclasses_and_refuses_what_is_not_two_ints():

@@ -297,6 +297,7 @@ impl Array {
     }
 
     /// The whole buffer as a one-dimensional array of bytes.
+    #[inline]
     pub fn bytes(buffer: Buffer) -> Array {
         let layout = Layout {
             dtype: DType::UINT8,

@@ -5,10 +5,11 @@ use std::ffi::CStr;
 
 use devbuf::{Array, Buffer, DType, Layout};
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+use pyo3::ffi;
 use pyo3::impl_::trampoline::{MethodDef, fastcall_cfunction_with_keywords};
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PySlice};
-use pyo3::{ffi, intern};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyInt, PySlice, PyString};
 
 use crate::errors::IntoPyResult;
 use crate::fastcall::{self, Signature};
@@ -253,7 +254,7 @@ fn alloc(
         return crate::mr::memory_resource::PyMemoryResource::alloc(&mr, nbytes, kind);
     }
     let queue = resolve_queue(py, device)?;
-    PyQueue::alloc(queue.bind(py), nbytes, kind, ipc)
+    PyQueue::alloc_on(py, queue, nbytes, kind, ipc)
 }
 
 const ALLOC_DOC: &CStr =
@@ -268,9 +269,11 @@ processes (see `Queue.alloc`); `mr=` allocates from that memory resource, on its
 a `device` other than the resource's is a ValueError naming both, and so is `ipc=True` (memory
 for sharing comes from the device, not from a resource).";
 
+const ALLOC_PARAMETERS: [&str; 6] = ["nbytes", "kind", "device", "ipc", "mr", "stream"];
+
 const ALLOC: Signature = Signature {
     name: "alloc()",
-    parameters: &["nbytes", "kind", "device", "ipc", "mr", "stream"],
+    parameters: &ALLOC_PARAMETERS,
     positional: 3,
     required: 1,
 };
@@ -299,14 +302,8 @@ unsafe fn alloc_call(
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> PyResult<*mut ffi::PyObject> {
-    let names = [
-        intern!(py, "nbytes"),
-        intern!(py, "kind"),
-        intern!(py, "device"),
-        intern!(py, "ipc"),
-        intern!(py, "mr"),
-        intern!(py, "stream"),
-    ];
+    let interned = AllocNames::get(py);
+    let names = interned.parameters.each_ref().map(|name| name.bind(py));
     // SAFETY: CPython's arguments, live for the call.
     let [nbytes, kind, device, ipc, mr, stream] =
         unsafe { ALLOC.parse(py, names, args, nargs, kwnames)? };
@@ -314,9 +311,15 @@ unsafe fn alloc_call(
         // `parse` checked the required one.
         return Err(PyTypeError::new_err("alloc() missing nbytes"));
     };
-    let nbytes: usize = fastcall::extract(nbytes, "nbytes")?;
+    let nbytes: usize = match exact_int(nbytes) {
+        Some(nbytes) => nbytes,
+        None => fastcall::extract(nbytes, "nbytes")?,
+    };
     let kind: &str = match kind {
-        Some(kind) => fastcall::extract(kind, "kind")?,
+        Some(kind) => match interned.kind(kind) {
+            Some(kind) => kind,
+            None => fastcall::extract(kind, "kind")?,
+        },
         None => "shared",
     };
     let device = device.filter(|device| !device.is_none());
@@ -343,4 +346,54 @@ unsafe fn alloc_call(
         stream.as_deref(),
     )?;
     Ok(made.into_ptr())
+}
+
+/// `value` as a `usize` when it is a plain int in range: what every call site passes, read
+/// without pyo3's generic conversion (a type check, a method lookup for `__index__`); anything
+/// else is `None`, and goes through `fastcall::extract` for the same value or pyo3's own error.
+fn exact_int(value: Borrowed<'_, '_, PyAny>) -> Option<usize> {
+    // SAFETY: a live object, with the thread attached (`value`'s token).
+    if unsafe { ffi::PyLong_CheckExact(value.as_ptr()) } == 0 {
+        return None;
+    }
+    // SAFETY: as above; an int.
+    let read = unsafe { ffi::PyLong_AsUnsignedLongLong(value.as_ptr()) };
+    if read == u64::MAX {
+        // Negative or too large (the error is set), or exactly the largest value: leave the
+        // value, and the error's text, to the generic path.
+        drop(PyErr::take(value.py()));
+        return None;
+    }
+    usize::try_from(read).ok()
+}
+
+/// The interned strs `devbuf.alloc` compares its arguments with, made once (one check per call
+/// instead of one per name).
+struct AllocNames {
+    /// `ALLOC.parameters`' names, in order.
+    parameters: [Py<PyString>; 6],
+    /// The memory kinds' names, with their text.
+    kinds: [(Py<PyString>, &'static str); 3],
+}
+
+impl AllocNames {
+    fn get(py: Python<'_>) -> &'static AllocNames {
+        static NAMES: PyOnceLock<AllocNames> = PyOnceLock::new();
+        NAMES.get_or_init(py, || AllocNames {
+            parameters: ALLOC_PARAMETERS.map(|name| PyString::intern(py, name).unbind()),
+            kinds: ["host", "device", "shared"]
+                .map(|kind| (PyString::intern(py, kind).unbind(), kind)),
+        })
+    }
+
+    /// The memory kind's text when `kind` is the very object of one of its interned names, as a
+    /// literal `"host"` at a call site is (CPython interns identifier-like string constants): no
+    /// UTF-8 conversion; any other str goes through `fastcall::extract` and the kind's own
+    /// parsing.
+    fn kind(&self, kind: Borrowed<'_, '_, PyAny>) -> Option<&'static str> {
+        self.kinds
+            .iter()
+            .find(|(name, _)| name.as_ptr() == kind.as_ptr())
+            .map(|(_, text)| *text)
+    }
 }

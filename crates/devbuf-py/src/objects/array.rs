@@ -2,10 +2,12 @@
 //! protocol exports. This file holds what they hold; their Python methods are in
 //! `array_methods` and `buffer_methods`, each protocol's export in `export`.
 
+use std::ops::Deref;
 use std::sync::OnceLock;
 
 use devbuf::dlpack::DlpackTemplate;
 use devbuf::{Array, Buffer};
+use once_cell::race::OnceBox;
 use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -21,6 +23,50 @@ pub(crate) struct ExportCache {
     pub(crate) cai: PyOnceLock<Py<PyDict>>,
     pub(crate) dlpack_device: PyOnceLock<Py<PyTuple>>,
     pub(crate) shape: PyOnceLock<Py<PyTuple>>,
+    /// What exporting through DLPack needs (see `PyArray::dlpack`).
+    dlpack: OnceLock<DlpackExport>,
+}
+
+/// A value that starts empty: what a [`LazyBox`] makes on first use.
+pub(crate) trait Empty {
+    fn empty() -> Self;
+}
+
+impl Empty for ExportCache {
+    fn empty() -> ExportCache {
+        ExportCache {
+            suai: PyOnceLock::new(),
+            cai: PyOnceLock::new(),
+            dlpack_device: PyOnceLock::new(),
+            shape: PyOnceLock::new(),
+            dlpack: OnceLock::new(),
+        }
+    }
+}
+
+impl<T> Empty for PyOnceLock<T> {
+    fn empty() -> PyOnceLock<T> {
+        PyOnceLock::new()
+    }
+}
+
+/// A `T` on the heap, made empty on first use: one null pointer until then. An array's export
+/// caches are this: most arrays (a fresh allocation) never export anything, and every object
+/// made moves and zeroes what it holds inline, and checks each cache when it is freed.
+pub(crate) struct LazyBox<T>(OnceBox<T>);
+
+impl<T> LazyBox<T> {
+    fn new() -> LazyBox<T> {
+        LazyBox(OnceBox::new())
+    }
+}
+
+impl<T: Empty> Deref for LazyBox<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        self.0.get_or_init(|| Box::new(T::empty()))
+    }
 }
 
 /// What a DLPack export of an array needs, prepared once per array.
@@ -67,13 +113,11 @@ pub struct PyArray {
     /// Its memory and layout, until `close()` lets go of them (see `objects::held`).
     held: HeldArray,
     pub(crate) queue: Py<PyQueue>,
-    /// What exporting through DLPack needs, prepared on first use. Boxed, like the dpctl view:
-    /// most arrays never need them, and every allocation moves and zeroes this struct.
-    dlpack: OnceLock<Box<DlpackExport>>,
-    pub(crate) cache: ExportCache,
+    /// What exports build once, DLPack's preparation included.
+    pub(crate) cache: LazyBox<ExportCache>,
     /// This array as dpctl memory, behind its dpctl attributes (see `export::dpctl_attrs`); `None`
     /// where dpctl cannot view it.
-    pub(crate) dpctl_view: PyOnceLock<Option<Box<DpctlView>>>,
+    pub(crate) dpctl_view: LazyBox<PyOnceLock<Option<Box<DpctlView>>>>,
 }
 
 impl PyArray {
@@ -81,14 +125,8 @@ impl PyArray {
         PyArray {
             held: HeldArray::new(array),
             queue,
-            dlpack: OnceLock::new(),
-            cache: ExportCache {
-                suai: PyOnceLock::new(),
-                cai: PyOnceLock::new(),
-                dlpack_device: PyOnceLock::new(),
-                shape: PyOnceLock::new(),
-            },
-            dpctl_view: PyOnceLock::new(),
+            cache: LazyBox::new(),
+            dpctl_view: LazyBox::new(),
         }
     }
 
@@ -111,10 +149,10 @@ impl PyArray {
     /// What exporting `array` (this object's, open) through DLPack needs (prepared once: exports
     /// are hot paths).
     pub(crate) fn dlpack(&self, array: &Array) -> &DlpackExport {
-        self.dlpack.get_or_init(|| {
+        self.cache.dlpack.get_or_init(|| {
             let buffer = array.buffer();
             let device = buffer.queue().interop().dlpack_device(buffer.kind());
-            Box::new(DlpackExport {
+            DlpackExport {
                 template: DlpackTemplate::new(array, device).map_err(|err| err.to_string()),
                 refusal: devbuf::dlpack::pointer_refusal(device)
                     .map(String::from)
@@ -123,7 +161,7 @@ impl PyArray {
                     .queue()
                     .interop()
                     .dlpack_orders_streamless_export(device),
-            })
+            }
         })
     }
 
@@ -151,12 +189,14 @@ impl PyArray {
 pub struct PyBuffer {}
 
 impl PyBuffer {
+    /// The buffer as a writable Buffer object: the bytes view as `Array::bytes` makes it, with
+    /// no further copy of it on the way into the object (the path of every allocation).
     pub(crate) fn wrap(
         py: Python<'_>,
         buffer: Buffer,
         queue: Py<PyQueue>,
     ) -> PyResult<Py<PyBuffer>> {
-        Self::wrap_readonly(py, buffer, queue, false)
+        Self::create(py, Array::bytes(buffer), queue)
     }
 
     pub(crate) fn wrap_readonly(
@@ -165,7 +205,10 @@ impl PyBuffer {
         queue: Py<PyQueue>,
         readonly: bool,
     ) -> PyResult<Py<PyBuffer>> {
-        let bytes = Array::bytes(buffer).into_readonly(readonly);
+        Self::create(py, Array::bytes(buffer).into_readonly(readonly), queue)
+    }
+
+    fn create(py: Python<'_>, bytes: Array, queue: Py<PyQueue>) -> PyResult<Py<PyBuffer>> {
         Py::new(
             py,
             PyClassInitializer::from(PyArray::new(bytes, queue)).add_subclass(PyBuffer {}),

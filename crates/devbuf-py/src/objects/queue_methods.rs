@@ -17,6 +17,31 @@ use crate::objects::event::PyEvent;
 use crate::objects::foreign_objects::{dpctl_queue, selector_of, sycl_queue_object};
 use crate::objects::queue::{PyQueue, handle_capsule};
 
+impl PyQueue {
+    /// `Queue.alloc` on `queue`, which the new Buffer keeps: a caller that owns a reference
+    /// (`devbuf.alloc`'s resolved queue) hands it over instead of taking one and dropping its own.
+    pub(crate) fn alloc_on(
+        py: Python<'_>,
+        queue: Py<PyQueue>,
+        nbytes: usize,
+        kind: &str,
+        ipc: bool,
+    ) -> PyResult<Py<PyBuffer>> {
+        let kind: MemKind = kind.parse().py()?;
+        let inner = &queue.get().queue;
+        let buffer = if ipc {
+            py.detach(|| devbuf::ipc::alloc_shareable(inner, kind, nbytes))
+        // Host allocations take tens of nanoseconds: releasing the GIL would cost more.
+        } else if inner.device().backend == devbuf::host::HOST {
+            Buffer::alloc(inner, kind, nbytes)
+        } else {
+            py.detach(|| Buffer::alloc(inner, kind, nbytes))
+        }
+        .py()?;
+        PyBuffer::wrap(py, buffer, queue)
+    }
+}
+
 #[pymethods]
 impl PyQueue {
     /// A new stream on `device` (a selector string, a Device, or None for the default device),
@@ -167,19 +192,7 @@ impl PyQueue {
         kind: &str,
         ipc: bool,
     ) -> PyResult<Py<PyBuffer>> {
-        let kind: MemKind = kind.parse().py()?;
-        let queue = &slf.get().queue;
-        let buffer = if ipc {
-            slf.py()
-                .detach(|| devbuf::ipc::alloc_shareable(queue, kind, nbytes))
-        // Host allocations take tens of nanoseconds: releasing the GIL would cost more.
-        } else if queue.device().backend == devbuf::host::HOST {
-            Buffer::alloc(queue, kind, nbytes)
-        } else {
-            slf.py().detach(|| Buffer::alloc(queue, kind, nbytes))
-        }
-        .py()?;
-        PyBuffer::wrap(slf.py(), buffer, slf.clone().unbind())
+        PyQueue::alloc_on(slf.py(), slf.clone().unbind(), nbytes, kind, ipc)
     }
 
     /// A new "SyclQueueRef" capsule holding a copy of this SYCL queue (what dpctl expects of a
