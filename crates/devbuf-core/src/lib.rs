@@ -38,6 +38,7 @@ mod kind;
 mod last_command;
 pub mod mr;
 mod queue;
+mod spare;
 mod stream;
 mod timing;
 

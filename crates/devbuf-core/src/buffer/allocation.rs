@@ -53,10 +53,6 @@ impl Release {
 /// The counted reference to an allocation that every view holds.
 pub(super) type SharedAllocation = Shared<Allocation>;
 
-// Every allocation's record is kept for the next on its thread (a malloc and a free less per
-// buffer): it must fit the spare's layout.
-const _: () = assert!(SharedAllocation::SPARED);
-
 /// Work enqueued on an allocation that may not have completed yet.
 pub(super) struct PendingWork {
     /// The devbuf queue it runs on; `None` for another library's queue (the producer of

@@ -1,11 +1,12 @@
 //! [`Shared`]: the counted reference every view of an allocation holds
 //! ([`super::allocation::SharedAllocation`]).
 
-use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
-use std::cell::Cell;
+use std::alloc::Layout;
 use std::ops::Deref;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering, fence};
+
+use crate::spare::{self, Spare};
 
 /// A counted reference to a `T`, in `std::sync::Arc`'s shape but cheaper on the
 /// allocate-and-drop path, the hottest a buffer has: there are no weak references (nothing needs
@@ -29,28 +30,13 @@ unsafe impl<T: Send + Sync> Send for Shared<T> {}
 unsafe impl<T: Send + Sync> Sync for Shared<T> {}
 
 thread_local! {
-    /// The memory of the record last freed on this thread, for the next one made here: a
-    /// one-entry cache in front of the allocator (as malloc's thread caches are,
-    /// without their size classes and checks), so that a loop that allocates and drops buffers
-    /// does not allocate and free their records (malloc and free: ~130 of the ~540 instructions
-    /// a host allocate+free took).
-    static SPARE: Spare = const { Spare(Cell::new(None)) };
+    /// The memory of the record last freed on this thread, for the next one made here
+    /// (malloc and free were ~130 of the ~540 instructions a host allocate+free took).
+    static SPARE: Spare = const { Spare::new(SPARE_LAYOUT) };
 }
 
-/// Memory from `alloc` with [`SPARE_LAYOUT`], holding nothing; freed when its thread exits.
-struct Spare(Cell<Option<NonNull<u8>>>);
-
-impl Drop for Spare {
-    fn drop(&mut self) {
-        if let Some(memory) = self.0.take() {
-            // SAFETY: the memory came from `alloc` with this layout and holds nothing.
-            unsafe { dealloc(memory.as_ptr(), SPARE_LAYOUT) };
-        }
-    }
-}
-
-/// The layout of every record that fits in it (a buffer's allocation's does: checked where it
-/// is defined), so that any spare serves any such record without a check at run time.
+/// The layout of every record (a buffer's allocation's fits it: checked where a record is
+/// made), so that any spare serves any record without a check at run time.
 const SPARE_LAYOUT: Layout = Layout::new::<[u128; 8]>();
 
 /// More references than this is a leak of references in a loop: abort, as `Arc` does, rather
@@ -58,31 +44,18 @@ const SPARE_LAYOUT: Layout = Layout::new::<[u128; 8]>();
 const MAX_COUNT: usize = isize::MAX as usize;
 
 impl<T> Shared<T> {
-    /// Whether `T`'s records are made in [`SPARE_LAYOUT`] and kept in [`SPARE`].
-    pub(super) const SPARED: bool = size_of::<Counted<T>>() <= SPARE_LAYOUT.size()
-        && align_of::<Counted<T>>() <= SPARE_LAYOUT.align();
-
-    /// The layout the memory of `T`'s records is allocated with.
-    const LAYOUT: Layout = if Self::SPARED {
-        SPARE_LAYOUT
-    } else {
-        Layout::new::<Counted<T>>()
-    };
-
     /// The record `value` makes, built in its place on the heap (rather than built, then moved
     /// there: for a buffer's allocation, a 150-byte `memcpy` call).
     #[inline]
     pub(super) fn new(value: impl FnOnce() -> T) -> Self {
-        let spare = if Self::SPARED {
-            SPARE.try_with(|spare| spare.0.take()).ok().flatten()
-        } else {
-            None
+        const {
+            assert!(
+                size_of::<Counted<T>>() <= SPARE_LAYOUT.size()
+                    && align_of::<Counted<T>>() <= SPARE_LAYOUT.align(),
+                "a record must fit the spare's layout"
+            )
         };
-        let memory = spare.unwrap_or_else(|| {
-            // SAFETY: the layout is not zero-sized.
-            let memory = unsafe { alloc(Self::LAYOUT) };
-            NonNull::new(memory).unwrap_or_else(|| handle_alloc_error(Self::LAYOUT))
-        });
+        let memory = spare::allocate(&SPARE, SPARE_LAYOUT);
         let memory = memory.cast::<Counted<T>>();
         // SAFETY: the memory fits a `Counted<T>` and holds nothing (fresh, or spare).
         unsafe {
@@ -144,23 +117,9 @@ impl<T> Drop for Shared<T> {
         let memory = self.0;
         // SAFETY: no other reference is left; the record is dropped once, here.
         unsafe { std::ptr::drop_in_place(memory.as_ptr()) };
-        let memory = memory.cast::<u8>();
-        // Kept for this thread's next record, unless it keeps one already (or is exiting).
-        let kept = Self::SPARED
-            && SPARE
-                .try_with(|spare| match spare.0.get() {
-                    None => {
-                        spare.0.set(Some(memory));
-                        true
-                    }
-                    Some(_) => false,
-                })
-                .unwrap_or(false);
-        if !kept {
-            // SAFETY: the memory came from `alloc` with this layout (in `new`), and the record
-            // in it was dropped.
-            unsafe { dealloc(memory.as_ptr(), Self::LAYOUT) }
-        }
+        // SAFETY: the memory came from `spare::allocate` with this spare and layout (in `new`),
+        // and the record in it was dropped.
+        unsafe { spare::free(&SPARE, memory.cast(), SPARE_LAYOUT) };
     }
 }
 

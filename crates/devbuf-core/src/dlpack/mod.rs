@@ -4,8 +4,8 @@
 //! An exported tensor owns a clone of the array's [`Buffer`], so the memory outlives the producer's
 //! Python object. Its deleter needs no GIL and never unwinds into the C caller.
 
-use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
-use std::cell::{Cell, UnsafeCell};
+use std::alloc::Layout;
+use std::cell::UnsafeCell;
 use std::ffi::c_void;
 use std::mem::ManuallyDrop;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -19,6 +19,7 @@ use dlpark::ffi::{
 };
 use smallvec::SmallVec;
 
+use crate::spare::{self, Spare};
 use crate::{Array, Buffer, Error, Owner, Result};
 
 /// The DLPack version devbuf produces.
@@ -193,25 +194,11 @@ struct Export<T> {
 }
 
 thread_local! {
-    /// The memory of the export block last freed on this thread, for the next export made here:
-    /// a one-entry cache in front of the allocator (as `buffer::shared`'s spare record is), so
-    /// that an export does not pay glibc's `malloc` and `free` (~130 instructions, where NumPy's
-    /// `__dlpack__` pays `PyMem_Malloc`'s ~50, which needs the GIL a deleter may not hold). It
-    /// is per thread because the deleter runs on any thread: a block freed there becomes that
-    /// thread's spare, and each thread frees its own when it exits.
-    static SPARE_EXPORT: SpareExport = const { SpareExport(Cell::new(None)) };
-}
-
-/// Memory from `alloc` with [`EXPORT_LAYOUT`], holding nothing; freed when its thread exits.
-struct SpareExport(Cell<Option<NonNull<u8>>>);
-
-impl Drop for SpareExport {
-    fn drop(&mut self) {
-        if let Some(memory) = self.0.take() {
-            // SAFETY: the memory came from `alloc` with this layout and holds nothing.
-            unsafe { dealloc(memory.as_ptr(), EXPORT_LAYOUT) };
-        }
-    }
+    /// The memory of the export block last freed on this thread, for the next export made here,
+    /// so that an export does not pay glibc's `malloc` and `free` (~130 instructions, where
+    /// NumPy's `__dlpack__` pays `PyMem_Malloc`'s ~50, which needs the GIL a deleter may not
+    /// hold).
+    static SPARE_EXPORT: Spare = const { Spare::new(EXPORT_LAYOUT) };
 }
 
 /// The layout of every export block, of either ABI (checked below), so that any spare serves
@@ -230,14 +217,7 @@ const _: () = assert!(
 
 /// Memory for an export block: this thread's spare, or fresh.
 fn allocate_export<T>() -> NonNull<Export<T>> {
-    let spare = SPARE_EXPORT.try_with(|spare| spare.0.take()).ok().flatten();
-    spare
-        .unwrap_or_else(|| {
-            // SAFETY: the layout is not zero-sized.
-            let memory = unsafe { alloc(EXPORT_LAYOUT) };
-            NonNull::new(memory).unwrap_or_else(|| handle_alloc_error(EXPORT_LAYOUT))
-        })
-        .cast()
+    spare::allocate(&SPARE_EXPORT, EXPORT_LAYOUT).cast()
 }
 
 /// Drops the export block and keeps its memory as this thread's spare, unless the thread keeps
@@ -246,22 +226,15 @@ fn allocate_export<T>() -> NonNull<Export<T>> {
 /// # Safety
 /// `export` came from [`allocate_export`], holds a live `Export<T>`, and nobody uses it again.
 unsafe fn free_export<T>(export: *mut Export<T>) {
-    // SAFETY: the caller gives up the live block; it is dropped once, here.
-    unsafe { std::ptr::drop_in_place(export) };
-    let memory = export.cast::<u8>();
-    let kept = SPARE_EXPORT
-        .try_with(|spare| match spare.0.get() {
-            None => {
-                // SAFETY: `alloc` never returned null (checked in `allocate_export`).
-                spare.0.set(Some(unsafe { NonNull::new_unchecked(memory) }));
-                true
-            }
-            Some(_) => false,
-        })
-        .unwrap_or(false);
-    if !kept {
-        // SAFETY: the memory came from `alloc` with this layout and holds nothing now.
-        unsafe { dealloc(memory, EXPORT_LAYOUT) };
+    // SAFETY: the caller gives up the live block (non-null: it came from `allocate_export`); it
+    // is dropped once, here; its memory came from `spare::allocate` with this spare and layout.
+    unsafe {
+        std::ptr::drop_in_place(export);
+        spare::free(
+            &SPARE_EXPORT,
+            NonNull::new_unchecked(export.cast()),
+            EXPORT_LAYOUT,
+        );
     }
 }
 

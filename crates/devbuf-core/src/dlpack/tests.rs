@@ -1,6 +1,7 @@
 use super::*;
 use crate::{DType, Layout, MemKind, Owner, Queue, host::HostQueue};
 use dlpark::ffi::DLDeviceType;
+use std::alloc::{alloc, dealloc};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
