@@ -399,6 +399,20 @@ def test_dlpack_max_version_takes_subclasses_and_refuses_what_is_not_two_ints():
             array.__dlpack__(max_version=malformed)
 
 
+def test_dlpack_max_version_is_read_again_for_every_other_tuple():
+    # __dlpack__ keeps the major version of the last exact tuple it read (by identity: NumPy passes
+    # one tuple on every call): that tuple repeats its answer, any other is read afresh.
+    array = devbuf.alloc(16, device="host").view("float32")
+    versioned, legacy = (1, 0), (0, 8)
+    for _ in range(3):
+        assert "versioned" in repr(array.__dlpack__(max_version=versioned))
+        assert "versioned" in repr(array.__dlpack__(max_version=versioned))
+        assert "versioned" not in repr(array.__dlpack__(max_version=legacy))
+        assert "versioned" not in repr(array.__dlpack__(max_version=legacy))
+        with pytest.raises(TypeError, match=r"max_version: expected a \(major, minor\) tuple"):
+            array.__dlpack__(max_version=(1, 0, 0))
+
+
 def test_dlpack_keywords_go_to_their_arguments_whatever_call_came_before():
     # __dlpack__ keeps where the names of the last call site's keyword tuple go: each call site
     # (its own tuple) must still get its own order, and an unknown name its TypeError.

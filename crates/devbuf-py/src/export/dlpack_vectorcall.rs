@@ -211,6 +211,23 @@ fn call<'py>(
         Some(version) if !version.is_none() => crate::export::dlpack::major_version(&version)? >= 1,
         _ => false,
     };
+    let given = |value: Option<Borrowed<'_, '_, PyAny>>| value.is_some_and(|v| !v.is_none());
+    if !given(arguments.dl_device) && !given(arguments.copy) && !given(arguments.stream) {
+        return crate::export::dlpack::dlpack_as_is(this.get(), py, versioned);
+    }
+    general(py, this, arguments, versioned)
+}
+
+/// Every call with a `dl_device`, `copy` or `stream` (kept out of [`call`]'s code, see
+/// [`crate::export::dlpack::dlpack_as_is`]).
+#[cold]
+#[inline(never)]
+fn general<'py>(
+    py: Python<'py>,
+    this: Borrowed<'_, 'py, PyArray>,
+    arguments: Arguments<'_, 'py>,
+    versioned: bool,
+) -> PyResult<Bound<'py, PyCapsule>> {
     let dl_device = optional::<(i32, i32)>(
         arguments.dl_device,
         "dl_device",
