@@ -136,6 +136,26 @@ unsafe fn take_keywords<'a, 'py>(
         }
         return Ok(());
     }
+    // SAFETY: the caller's.
+    unsafe { read_and_keep_keywords(py, arguments, args, kwnames) }
+}
+
+/// [`take_keywords`] for a keyword tuple other than the last one: the names are read, and the
+/// tuple kept in [`LAST_KEYWORDS`] (out of line: the call's hot code stays small, see
+/// [`crate::export::dlpack::dlpack_as_is`]).
+///
+/// # Safety
+/// As for [`take_keywords`].
+#[cold]
+#[inline(never)]
+unsafe fn read_and_keep_keywords<'a, 'py>(
+    py: Python<'py>,
+    arguments: &mut Arguments<'a, 'py>,
+    args: *const *mut ffi::PyObject,
+    kwnames: *mut ffi::PyObject,
+) -> PyResult<()> {
+    // SAFETY: (all) the caller's: one live value per keyword name, each live for the call.
+    let value = |index: usize| unsafe { Borrowed::from_ptr(py, *args.add(index)) };
     let candidates = names(py);
     // SAFETY: kwnames is a tuple of str (the caller's).
     let tuple = unsafe { Borrowed::from_ptr(py, kwnames).cast_unchecked::<PyTuple>() };
@@ -197,9 +217,7 @@ fn call<'py>(
     let this = unsafe { Borrowed::from_ptr(py, slf).cast_unchecked::<PyArray>() };
     // A METH_FASTCALL method gets the plain count (no PY_VECTORCALL_ARGUMENTS_OFFSET bit).
     if nargs != 0 {
-        return Err(PyTypeError::new_err(format!(
-            "__dlpack__() takes keyword arguments only ({nargs} positional given)"
-        )));
+        return Err(positional_arguments(nargs));
     }
     let mut arguments = Arguments::default();
     if !kwnames.is_null() {
@@ -236,6 +254,13 @@ fn general<'py>(
     let copy = optional::<bool>(arguments.copy, "copy", "None or a bool")?;
     let stream = arguments.stream.as_deref();
     crate::export::dlpack::dlpack(this.get(), py, stream, versioned, dl_device, copy)
+}
+
+#[cold]
+fn positional_arguments(nargs: ffi::Py_ssize_t) -> PyErr {
+    PyTypeError::new_err(format!(
+        "__dlpack__() takes keyword arguments only ({nargs} positional given)"
+    ))
 }
 
 unsafe extern "C" fn dlpack_vectorcall(
