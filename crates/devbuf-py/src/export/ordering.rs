@@ -85,10 +85,19 @@ pub(crate) fn prepare_dlpack_export(
 /// The generic rule of [`prepare_dlpack_export`] for `stream=None`, alone: pending work is
 /// completed first. Callers go straight here for a device whose backend has no rule for a
 /// consumer without a stream (`Interop::dlpack_orders_streamless_export`).
+#[inline]
 pub(crate) fn prepare_streamless_dlpack_export(py: Python<'_>, array: &Array) -> PyResult<()> {
-    let buffer = array.buffer();
-    if !buffer.needs_synchronize() {
+    if !array.buffer().needs_synchronize() {
         return Ok(());
     }
+    synchronize(py, array)
+}
+
+/// Waits for the memory's pending work with the GIL released (out of line: exports are hot paths,
+/// and most have nothing to wait for).
+#[cold]
+#[inline(never)]
+fn synchronize(py: Python<'_>, array: &Array) -> PyResult<()> {
+    let buffer = array.buffer();
     py.detach(|| buffer.synchronize()).py()
 }
