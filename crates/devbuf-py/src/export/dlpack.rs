@@ -3,7 +3,6 @@
 
 use std::ffi::{CStr, c_char};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 use devbuf::dlpack::{self, DlpackTemplate, ManagedTensorAbi};
 use devbuf::dlpark::DlpackFlags;
@@ -15,6 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyTuple};
 
 use crate::errors::IntoPyResult;
+use crate::export::last_object::LastObject;
 use crate::export::ordering;
 use crate::objects::array::PyArray;
 
@@ -40,27 +40,16 @@ const CPU: DLDevice = DLDevice {
 /// The major version of `__dlpack__`'s `max_version=(major, minor)`; read directly, since this is
 /// on every consumer's hot path.
 pub(crate) fn major_version(max_version: &Bound<'_, PyAny>) -> PyResult<u32> {
-    let tuple = max_version.as_ptr();
-    if LAST_MAX_VERSION.tuple.load(Ordering::Relaxed) == tuple {
-        return Ok(LAST_MAX_VERSION.major.load(Ordering::Relaxed));
+    match LAST_MAX_VERSION.answer_for(max_version.as_ptr()) {
+        Some(major) => Ok(major),
+        None => read_and_keep_major_version(max_version),
     }
-    read_and_keep_major_version(max_version)
 }
 
-/// The last exact tuple `max_version` read (a strong reference, so that its address names that
-/// tuple while it is kept) and its major version: a consumer passes the same tuple on every call
-/// (NumPy's `from_dlpack` keeps one; a call site's literal is a constant of its code), and a
-/// tuple's items never change. Read and written only with the GIL held (the module declares no
-/// free-threading support), so the two fields are consistent; atomics only make them `Sync`.
-struct LastMaxVersion {
-    tuple: AtomicPtr<ffi::PyObject>,
-    major: AtomicU32,
-}
-
-static LAST_MAX_VERSION: LastMaxVersion = LastMaxVersion {
-    tuple: AtomicPtr::new(std::ptr::null_mut()),
-    major: AtomicU32::new(0),
-};
+/// The last exact tuple `max_version` read, with its major version: a consumer passes the same
+/// tuple on every call (NumPy's `from_dlpack` keeps one; a call site's literal is a constant of
+/// its code), and a tuple's items never change.
+static LAST_MAX_VERSION: LastObject = LastObject::new();
 
 #[inline(never)]
 fn read_and_keep_major_version(max_version: &Bound<'_, PyAny>) -> PyResult<u32> {
@@ -74,16 +63,11 @@ fn read_and_keep_major_version(max_version: &Bound<'_, PyAny>) -> PyResult<u32> 
                 .map_or_else(|_| "?".into(), |r| r.to_string())
         )));
     };
-    // SAFETY: the GIL is held: the tuple is kept with a reference of its own (an exact tuple:
-    // a subclass could be mutable in other ways), and the one it replaces loses the one kept.
+    // SAFETY: the GIL is held and the tuple is live; an exact tuple's items never change (a
+    // subclass could answer differently in other ways: not kept).
     unsafe {
         if ffi::Py_TYPE(tuple) == &raw mut ffi::PyTuple_Type {
-            ffi::Py_INCREF(tuple);
-            LAST_MAX_VERSION.major.store(major, Ordering::Relaxed);
-            let replaced = LAST_MAX_VERSION.tuple.swap(tuple, Ordering::Relaxed);
-            if !replaced.is_null() {
-                ffi::Py_DECREF(replaced);
-            }
+            LAST_MAX_VERSION.keep(tuple, major);
         }
     }
     Ok(major)

@@ -9,13 +9,13 @@
 
 use std::ffi::CStr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyString, PyTuple, PyType};
 use pyo3::{ffi, intern};
 
+use crate::export::last_object::LastObject;
 use crate::objects::array::PyArray;
 
 const DOC: &CStr =
@@ -98,23 +98,13 @@ fn position(candidates: &Names<'_, '_>, name: Borrowed<'_, '_, PyString>) -> PyR
     }
 }
 
-/// The keyword-name tuple of the last call whose names were all `__dlpack__`'s (a strong
-/// reference, so its address names that tuple while it is kept), and the position in [`Names`]
-/// of each of its names: a call site passes the same tuple on every call (a constant of its code
-/// object; NumPy's `from_dlpack` keeps one), so a call with that tuple takes its arguments without
-/// a `PyTuple_GetItem` call per keyword (a function under the stable ABI) and a name search.
-/// Read and written only with the GIL held (the module runs under the GIL: it declares no
-/// free-threading support), so the two fields are consistent; atomics only make them `Sync`.
-struct LastKeywords {
-    names: AtomicPtr<ffi::PyObject>,
-    /// The tuple's length in bits 8 and up, each name's position in two bits from bit 0.
-    positions: AtomicU32,
-}
-
-static LAST_KEYWORDS: LastKeywords = LastKeywords {
-    names: AtomicPtr::new(std::ptr::null_mut()),
-    positions: AtomicU32::new(0),
-};
+/// The keyword-name tuple of the last call whose names were all `__dlpack__`'s, with the
+/// position in [`Names`] of each of its names (the tuple's length in bits 8 and up, each name's
+/// position in two bits from bit 0): a call site passes the same tuple on every call (a constant
+/// of its code object; NumPy's `from_dlpack` keeps one), so a call with that tuple takes its
+/// arguments without a `PyTuple_GetItem` call per keyword (a function under the stable ABI) and
+/// a name search.
+static LAST_KEYWORDS: LastObject = LastObject::new();
 
 /// Fills `arguments` from the keyword values (after the `nargs` positional ones in `args`).
 ///
@@ -129,15 +119,14 @@ unsafe fn take_keywords<'a, 'py>(
 ) -> PyResult<()> {
     // SAFETY: (all) the caller's: one live value per keyword name, each live for the call.
     let value = |index: usize| unsafe { Borrowed::from_ptr(py, *args.add(index)) };
-    if LAST_KEYWORDS.names.load(Ordering::Relaxed) == kwnames {
-        let positions = LAST_KEYWORDS.positions.load(Ordering::Relaxed);
-        for index in 0..(positions >> 8) as usize {
-            *arguments.slot((positions >> (2 * index)) as usize & 3) = Some(value(index));
-        }
-        return Ok(());
+    let Some(positions) = LAST_KEYWORDS.answer_for(kwnames) else {
+        // SAFETY: the caller's.
+        return unsafe { read_and_keep_keywords(py, arguments, value, kwnames) };
+    };
+    for index in 0..(positions >> 8) as usize {
+        *arguments.slot((positions >> (2 * index)) as usize & 3) = Some(value(index));
     }
-    // SAFETY: the caller's.
-    unsafe { read_and_keep_keywords(py, arguments, args, kwnames) }
+    Ok(())
 }
 
 /// [`take_keywords`] for a keyword tuple other than the last one: the names are read, and the
@@ -145,17 +134,16 @@ unsafe fn take_keywords<'a, 'py>(
 /// [`crate::export::dlpack::dlpack_as_is`]).
 ///
 /// # Safety
-/// As for [`take_keywords`].
+/// `kwnames` is the call's live tuple of str, `value(index)` the value of its name `index`;
+/// the GIL is held.
 #[cold]
 #[inline(never)]
 unsafe fn read_and_keep_keywords<'a, 'py>(
     py: Python<'py>,
     arguments: &mut Arguments<'a, 'py>,
-    args: *const *mut ffi::PyObject,
+    value: impl Fn(usize) -> Borrowed<'a, 'py, PyAny>,
     kwnames: *mut ffi::PyObject,
 ) -> PyResult<()> {
-    // SAFETY: (all) the caller's: one live value per keyword name, each live for the call.
-    let value = |index: usize| unsafe { Borrowed::from_ptr(py, *args.add(index)) };
     let candidates = names(py);
     // SAFETY: kwnames is a tuple of str (the caller's).
     let tuple = unsafe { Borrowed::from_ptr(py, kwnames).cast_unchecked::<PyTuple>() };
@@ -170,18 +158,9 @@ unsafe fn read_and_keep_keywords<'a, 'py>(
     }
     // More names than `__dlpack__` has means a repeated one: not worth keeping.
     if tuple.len() <= candidates.len() {
-        // SAFETY: the GIL is held (the caller's): the new tuple is kept with a reference of its
-        // own, and the one it replaces loses the reference kept before.
-        unsafe {
-            ffi::Py_INCREF(kwnames);
-            let replaced = LAST_KEYWORDS.names.swap(kwnames, Ordering::Relaxed);
-            LAST_KEYWORDS
-                .positions
-                .store(positions | (tuple.len() as u32) << 8, Ordering::Relaxed);
-            if !replaced.is_null() {
-                ffi::Py_DECREF(replaced);
-            }
-        }
+        // SAFETY: the GIL is held (the caller's) and the tuple is live; a tuple's names never
+        // change.
+        unsafe { LAST_KEYWORDS.keep(kwnames, positions | (tuple.len() as u32) << 8) };
     }
     Ok(())
 }

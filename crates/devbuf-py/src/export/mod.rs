@@ -9,4 +9,5 @@ pub(crate) mod dlpack_exchange_api;
 pub(crate) mod dlpack_vectorcall;
 pub(crate) mod dpctl_attrs;
 pub(crate) mod interface_dicts;
+pub(crate) mod last_object;
 pub(crate) mod ordering;
