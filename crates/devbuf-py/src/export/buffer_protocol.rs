@@ -8,6 +8,12 @@ use pyo3::prelude::*;
 
 use crate::errors::IntoPyResult;
 use crate::objects::array::PyArray;
+use devbuf::{Array, Buffer, Layout};
+
+/// The flag bits that ask for a contiguity (C, Fortran or either), beyond `PyBUF_STRIDES`.
+const CONTIGUITY_BITS: c_int =
+    (ffi::PyBUF_C_CONTIGUOUS | ffi::PyBUF_F_CONTIGUOUS | ffi::PyBUF_ANY_CONTIGUOUS)
+        & !ffi::PyBUF_STRIDES;
 
 /// The buffer protocol, for host-accessible memory.
 ///
@@ -22,48 +28,32 @@ pub(crate) unsafe fn get_buffer(
     let array = this.array(slf.py())?;
     let buffer = array.buffer();
     let layout = array.layout();
+    // Every refusal is built out of line (cold): the call's hot code stays in a few cache lines,
+    // which it shares on every call with NumPy's and CPython's (see BENCHMARKS.md).
     if !buffer.is_host_accessible() {
-        return Err(PyBufferError::new_err(format!(
-            "{} memory on {:?} is not host-accessible: use to_bytes(), or DLPack with a device-aware consumer",
-            buffer.kind(),
-            buffer.device().selector
-        )));
+        return Err(not_host_accessible(&array));
     }
     if flags & ffi::PyBUF_WRITABLE != 0 && array.readonly() {
-        return Err(PyBufferError::new_err("the array is read-only"));
+        return Err(read_only());
     }
     // Contiguity is computed only where the consumer asks for it (NumPy asks for strides).
-    let (c, f) = (|| layout.is_c_contiguous(), || layout.is_f_contiguous());
-    let contiguity_ok = if flags & ffi::PyBUF_ANY_CONTIGUOUS == ffi::PyBUF_ANY_CONTIGUOUS {
-        c() || f()
-    } else if flags & ffi::PyBUF_C_CONTIGUOUS == ffi::PyBUF_C_CONTIGUOUS {
-        c()
-    } else if flags & ffi::PyBUF_F_CONTIGUOUS == ffi::PyBUF_F_CONTIGUOUS {
-        f()
-    } else {
-        flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES || c()
-    };
-    if !contiguity_ok {
-        return Err(PyBufferError::new_err(format!(
-            "the requested contiguity does not hold for byte strides {:?}",
-            layout.strides()
-        )));
+    if (flags & CONTIGUITY_BITS != 0 || flags & ffi::PyBUF_STRIDES != ffi::PyBUF_STRIDES)
+        && !contiguity_holds(layout, flags)
+    {
+        return Err(not_contiguous(layout));
     }
     let format = if flags & ffi::PyBUF_FORMAT != 0 {
-        layout
-            .dtype()
-            .buffer_format()
-            .ok_or_else(|| {
-                PyBufferError::new_err(format!("{} has no buffer-protocol format", layout.dtype()))
-            })?
-            .as_ptr()
+        match layout.dtype().buffer_format() {
+            Some(format) => format.as_ptr(),
+            None => return Err(no_format(layout)),
+        }
     } else {
         std::ptr::null()
     };
     // Device work still running on the memory must finish before the host reads it: devbuf's,
     // and once the memory was handed out, other libraries' on the queues devbuf knows of.
     if buffer.needs_synchronize() {
-        slf.py().detach(|| buffer.synchronize()).py()?;
+        synchronize(slf.py(), buffer)?;
     }
     let ndim = layout.ndim();
     // A consumer may keep this object and the pointer past the view (NumPy's `frombuffer`
@@ -98,4 +88,57 @@ pub(crate) unsafe fn get_buffer(
         (*view).internal = std::ptr::null_mut();
     }
     Ok(())
+}
+
+/// Whether `layout` has the contiguity `flags` ask for (none without strides means C order).
+#[inline(never)]
+fn contiguity_holds(layout: &Layout, flags: c_int) -> bool {
+    let (c, f) = (|| layout.is_c_contiguous(), || layout.is_f_contiguous());
+    if flags & ffi::PyBUF_ANY_CONTIGUOUS == ffi::PyBUF_ANY_CONTIGUOUS {
+        c() || f()
+    } else if flags & ffi::PyBUF_C_CONTIGUOUS == ffi::PyBUF_C_CONTIGUOUS {
+        c()
+    } else if flags & ffi::PyBUF_F_CONTIGUOUS == ffi::PyBUF_F_CONTIGUOUS {
+        f()
+    } else {
+        flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES || c()
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn synchronize(py: Python<'_>, buffer: &Buffer) -> PyResult<()> {
+    py.detach(|| buffer.synchronize()).py()
+}
+
+#[cold]
+#[inline(never)]
+fn not_host_accessible(array: &Array) -> PyErr {
+    let buffer = array.buffer();
+    PyBufferError::new_err(format!(
+        "{} memory on {:?} is not host-accessible: use to_bytes(), or DLPack with a device-aware consumer",
+        buffer.kind(),
+        buffer.device().selector
+    ))
+}
+
+#[cold]
+#[inline(never)]
+fn read_only() -> PyErr {
+    PyBufferError::new_err("the array is read-only")
+}
+
+#[cold]
+#[inline(never)]
+fn not_contiguous(layout: &Layout) -> PyErr {
+    PyBufferError::new_err(format!(
+        "the requested contiguity does not hold for byte strides {:?}",
+        layout.strides()
+    ))
+}
+
+#[cold]
+#[inline(never)]
+fn no_format(layout: &Layout) -> PyErr {
+    PyBufferError::new_err(format!("{} has no buffer-protocol format", layout.dtype()))
 }
