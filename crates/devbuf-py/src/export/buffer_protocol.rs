@@ -1,6 +1,6 @@
 //! The buffer protocol of an `Array` (and so a `Buffer`), for host-accessible memory.
 
-use std::ffi::c_int;
+use std::ffi::{c_char, c_int};
 
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
@@ -8,7 +8,8 @@ use pyo3::prelude::*;
 
 use crate::errors::IntoPyResult;
 use crate::objects::array::PyArray;
-use devbuf::{Array, Buffer, Layout};
+use crate::objects::held::OpenArray;
+use devbuf::{Array, Layout, MemKind};
 
 /// The flag bits that ask for a contiguity (C, Fortran or either), beyond `PyBUF_STRIDES`.
 const CONTIGUITY_BITS: c_int =
@@ -24,14 +25,47 @@ pub(crate) unsafe fn get_buffer(
     view: *mut ffi::Py_buffer,
     flags: c_int,
 ) -> PyResult<()> {
-    let this = slf.get();
-    let array = this.array(slf.py())?;
+    let array = slf.get().array(slf.py())?;
+    let buffer = array.buffer();
+    // What NumPy and memoryview ask (strides, no contiguity) of host memory with nothing to wait
+    // for: one test of each, then the view. Anything else takes the checks one by one, out of
+    // line: this call's hot code shares the instruction cache with NumPy's and CPython's on every
+    // call (see BENCHMARKS.md).
+    if buffer.kind() == MemKind::Host
+        && (flags & ffi::PyBUF_WRITABLE == 0 || !array.readonly())
+        && flags & (CONTIGUITY_BITS | ffi::PyBUF_STRIDES) == ffi::PyBUF_STRIDES
+        && let Some(format) = array.layout().dtype().buffer_format()
+        && !buffer.needs_synchronize()
+    {
+        let format = if flags & ffi::PyBUF_FORMAT != 0 {
+            format.as_ptr()
+        } else {
+            std::ptr::null()
+        };
+        // SAFETY: the caller's.
+        unsafe { fill(slf, &array, view, flags, format) };
+        return Ok(());
+    }
+    // SAFETY: the caller's.
+    unsafe { get_buffer_checked(slf, &array, view, flags) }
+}
+
+/// [`get_buffer`] for every other request or memory: each check in turn, with its refusal.
+///
+/// # Safety
+/// As for [`get_buffer`].
+#[cold]
+#[inline(never)]
+unsafe fn get_buffer_checked(
+    slf: &Bound<'_, PyArray>,
+    array: &OpenArray<'_>,
+    view: *mut ffi::Py_buffer,
+    flags: c_int,
+) -> PyResult<()> {
     let buffer = array.buffer();
     let layout = array.layout();
-    // Every refusal is built out of line (cold): the call's hot code stays in a few cache lines,
-    // which it shares on every call with NumPy's and CPython's (see BENCHMARKS.md).
     if !buffer.is_host_accessible() {
-        return Err(not_host_accessible(&array));
+        return Err(not_host_accessible(array));
     }
     if flags & ffi::PyBUF_WRITABLE != 0 && array.readonly() {
         return Err(read_only());
@@ -53,9 +87,26 @@ pub(crate) unsafe fn get_buffer(
     // Device work still running on the memory must finish before the host reads it: devbuf's,
     // and once the memory was handed out, other libraries' on the queues devbuf knows of.
     if buffer.needs_synchronize() {
-        synchronize(slf.py(), buffer)?;
+        slf.py().detach(|| buffer.synchronize()).py()?;
     }
-    let ndim = layout.ndim();
+    // SAFETY: the caller's.
+    unsafe { fill(slf, array, view, flags, format) };
+    Ok(())
+}
+
+/// Fills `view` with `array` (of `slf`), as `flags` ask, once every check has passed.
+///
+/// # Safety
+/// As for [`get_buffer`].
+#[inline(always)]
+unsafe fn fill(
+    slf: &Bound<'_, PyArray>,
+    array: &OpenArray<'_>,
+    view: *mut ffi::Py_buffer,
+    flags: c_int,
+    format: *const c_char,
+) {
+    let layout = array.layout();
     // A consumer may keep this object and the pointer past the view (NumPy's `frombuffer`
     // releases the view at once): `close()` leaves the array to the object from now on.
     array.anchor();
@@ -69,7 +120,7 @@ pub(crate) unsafe fn get_buffer(
         (*view).readonly = array.readonly() as c_int;
         (*view).itemsize = layout.dtype().itemsize() as ffi::Py_ssize_t;
         (*view).format = format.cast_mut();
-        (*view).ndim = ndim as c_int;
+        (*view).ndim = layout.ndim() as c_int;
         (*view).shape = if flags & ffi::PyBUF_ND == ffi::PyBUF_ND {
             layout.shape().as_ptr().cast::<ffi::Py_ssize_t>().cast_mut()
         } else {
@@ -87,7 +138,6 @@ pub(crate) unsafe fn get_buffer(
         (*view).suboffsets = std::ptr::null_mut();
         (*view).internal = std::ptr::null_mut();
     }
-    Ok(())
 }
 
 /// Whether `layout` has the contiguity `flags` ask for (none without strides means C order).
@@ -103,12 +153,6 @@ fn contiguity_holds(layout: &Layout, flags: c_int) -> bool {
     } else {
         flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES || c()
     }
-}
-
-#[cold]
-#[inline(never)]
-fn synchronize(py: Python<'_>, buffer: &Buffer) -> PyResult<()> {
-    py.detach(|| buffer.synchronize()).py()
 }
 
 #[cold]
