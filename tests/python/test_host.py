@@ -112,6 +112,23 @@ def test_typed_views_follow_numpy_conventions():
         buffer.view("float128")
 
 
+def test_buffer_protocol_checks_the_contiguity_a_consumer_asks_for():
+    # PyBUF_ND without strides asks for C order; each *_CONTIGUOUS flag for its own order.
+    nd, strides = 0x0008, 0x0018
+    c_order, f_order, any_order = 0x0020 | strides, 0x0040 | strides, 0x0080 | strides
+    fortran = devbuf.alloc(48, device="host").view("float32", shape=(2, 3), strides=(4, 8))
+    for flags in (strides, f_order, any_order, 0x0100 | strides):
+        get_buffer(fortran, flags)
+    for flags in (nd, c_order):
+        with pytest.raises(BufferError, match="contiguity does not hold"):
+            get_buffer(fortran, flags)
+    gapped = devbuf.alloc(48, device="host").view("float32", shape=(3,), strides=(8,))
+    get_buffer(gapped, strides)
+    for flags in (nd, c_order, f_order, any_order):
+        with pytest.raises(BufferError, match="contiguity does not hold"):
+            get_buffer(gapped, flags)
+
+
 @pytest.mark.parametrize(
     "make",
     [

@@ -311,6 +311,33 @@ unsafe fn alloc_call(
         // `parse` checked the required one.
         return Err(PyTypeError::new_err("alloc() missing nbytes"));
     };
+    // The common call (a plain int, a literal kind, no ipc, mr or stream): straight to the queue.
+    // Every other call takes `alloc_general`, out of line: this call's hot code shares the
+    // instruction cache with CPython's on every call (see BENCHMARKS.md).
+    if ipc.is_none()
+        && mr.is_none()
+        && stream.is_none()
+        && let Some(nbytes) = exact_int(nbytes)
+        && let Some(kind) = kind.map_or(Some("shared"), |kind| interned.kind(kind))
+    {
+        let queue = resolve_queue(py, device.filter(|device| !device.is_none()).as_deref())?;
+        return Ok(PyQueue::alloc_on(py, queue, nbytes, kind, false)?.into_ptr());
+    }
+    alloc_general(py, interned, [Some(nbytes), kind, device, ipc, mr, stream])
+}
+
+/// [`alloc_call`] for every call but the common one: each argument extracted in turn, with
+/// pyo3's errors.
+#[cold]
+#[inline(never)]
+fn alloc_general(
+    py: Python<'_>,
+    interned: &AllocNames,
+    [nbytes, kind, device, ipc, mr, stream]: fastcall::Arguments<'_, '_, 6>,
+) -> PyResult<*mut ffi::PyObject> {
+    let Some(nbytes) = nbytes else {
+        return Err(PyTypeError::new_err("alloc() missing nbytes"));
+    };
     let nbytes: usize = match exact_int(nbytes) {
         Some(nbytes) => nbytes,
         None => fastcall::extract(nbytes, "nbytes")?,

@@ -259,6 +259,7 @@ impl Buffer {
     /// Whether the host CPU may read and write these bytes directly. Host memory is, on every
     /// queue (what [`MemKind::Host`] means), told without asking the queue: the buffer protocol
     /// asks on every export, and the question costs a chain of dependent loads.
+    #[inline]
     pub fn is_host_accessible(&self) -> bool {
         self.alloc.kind == MemKind::Host || self.alloc.queue().host_accessible(self.alloc.kind)
     }

@@ -14,6 +14,7 @@ use pyo3::types::{PyDict, PyTuple};
 use crate::errors::IntoPyResult;
 use crate::export::ordering;
 use crate::objects::array::PyArray;
+use crate::objects::held::OpenArray;
 
 /// Memory of the backend `protocol` describes, else an AttributeError naming that backend.
 fn require_protocol(array: &Array, protocol: Protocol, attribute: &str) -> PyResult<()> {
@@ -48,10 +49,27 @@ fn strides_value<'py>(py: Python<'py>, strides: Option<Vec<i64>>) -> PyResult<Bo
 /// SUAI and CAI consumers keep the exporting object, not a share of the memory: the first export
 /// anchors the array to the object (a later `close()` leaves it there).
 pub(crate) fn suai<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-    const ATTRIBUTE: &str = "__sycl_usm_array_interface__";
     let array = this.array(py)?;
-    let cached = this.cache.suai.get_or_try_init(py, || {
-        require_protocol(&array, Protocol::Suai, ATTRIBUTE)?;
+    // Built on the first access, out of line: every later one is a copy, and its code shares the
+    // instruction cache with CPython's on every call (see BENCHMARKS.md).
+    let cached = match this.cache.suai.get(py) {
+        Some(cached) => cached,
+        None => first_suai(this, &array, py)?,
+    };
+    order_pending_work_on_own_queue(&array, py)?;
+    cached.bind(py).copy()
+}
+
+#[cold]
+#[inline(never)]
+fn first_suai<'a>(
+    this: &'a PyArray,
+    array: &OpenArray<'_>,
+    py: Python<'_>,
+) -> PyResult<&'a Py<PyDict>> {
+    const ATTRIBUTE: &str = "__sycl_usm_array_interface__";
+    this.cache.suai.get_or_try_init(py, || {
+        require_protocol(array, Protocol::Suai, ATTRIBUTE)?;
         array.buffer().mark_exported();
         array.anchor();
         let build = || -> PyResult<Py<PyDict>> {
@@ -68,9 +86,7 @@ pub(crate) fn suai<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, 
             Ok(dict.unbind())
         };
         build().map_err(|err| as_attribute_error(err, py, ATTRIBUTE))
-    })?;
-    order_pending_work_on_own_queue(&array, py)?;
-    cached.bind(py).copy()
+    })
 }
 
 /// A SYCL consumer orders its work on our queue (SUAI's `syclobj`, `sycl_queue`): pending work
