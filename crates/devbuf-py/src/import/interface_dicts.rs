@@ -7,6 +7,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 use pyo3::{ffi, intern};
+use smallvec::SmallVec;
 
 use crate::errors::IntoPyResult;
 use crate::import::buffer_protocol::import_buffer_protocol;
@@ -16,11 +17,14 @@ use crate::objects::array::PyArray;
 use crate::objects::foreign_objects;
 use crate::objects::queue::shared_queue;
 
+/// A dimension list held on the stack (a heap allocation only past four dimensions).
+type Dims = SmallVec<[i64; 4]>;
+
 /// A tuple of ints (what producers write) read item by item; any other sequence through pyo3's
 /// generic extraction, which also rejects a str.
-fn ints(sequence: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
+fn ints(sequence: &Bound<'_, PyAny>) -> PyResult<Dims> {
     let Ok(tuple) = sequence.cast::<PyTuple>() else {
-        return sequence.extract();
+        return sequence.extract::<Vec<i64>>().map(Dims::from_vec);
     };
     tuple
         .iter_borrowed()
@@ -40,13 +44,45 @@ fn pointer_and_readonly(data: &Bound<'_, PyAny>) -> PyResult<(usize, bool)> {
     }
 }
 
+/// The keys CAI and SUAI share, converted from Python: what core's [`InterfaceDict`] borrows (the
+/// sequences here, the typestr from the producer's str, which this holds).
+struct ReadDict<'py> {
+    version: i64,
+    data: Option<(usize, bool)>,
+    shape: Dims,
+    typestr: Bound<'py, PyString>,
+    strides: Option<Dims>,
+    descr: Option<Vec<(String, String)>>,
+}
+
+impl ReadDict<'_> {
+    /// Core's view of the keys (`offset` and `has_mask` are the caller's).
+    fn interface_dict(&self) -> PyResult<InterfaceDict<'_>> {
+        Ok(InterfaceDict {
+            version: self.version,
+            data: self.data.unwrap_or((0, false)),
+            shape: &self.shape,
+            typestr: self.typestr.to_str().map_err(typed("typestr", "a str"))?,
+            descr: self.descr.as_deref(),
+            strides: self.strides.as_deref(),
+            offset: 0,
+            has_mask: false,
+        })
+    }
+}
+
+/// A TypeError naming `key` and the Python type it should have had.
+fn typed(key: &'static str, what: &'static str) -> impl FnOnce(PyErr) -> PyErr {
+    move |_| PyTypeError::new_err(format!("{key}: expected {what}"))
+}
+
 /// Reads the keys CAI and SUAI share (the type description under `descr_name`: SUAI's
 /// `typedescr`, CAI's `descr`); a wrong Python type is a TypeError naming the key.
-fn read_interface_dict<'py>(
-    dict: &Bound<'py, PyAny>,
+fn read_interface_dict<'a, 'py>(
+    dict: &'a Bound<'py, PyAny>,
     protocol: &str,
     descr_name: &'static str,
-) -> PyResult<(InterfaceDict, Option<Bound<'py, PyDict>>)> {
+) -> PyResult<(ReadDict<'py>, &'a Bound<'py, PyDict>)> {
     let py = dict.py();
     let dict = dict
         .cast::<PyDict>()
@@ -55,17 +91,14 @@ fn read_interface_dict<'py>(
         dict.get_item(key)?
             .ok_or_else(|| PyValueError::new_err(format!("{}: missing from {protocol}", key)))
     };
-    let typed = |key: &'static str, what: &'static str| {
-        move |_: PyErr| PyTypeError::new_err(format!("{key}: expected {what}"))
-    };
     let version = required(intern!(py, "version"))?
         .extract::<i64>()
         .map_err(typed("version", "an int"))?;
     let shape =
         ints(&required(intern!(py, "shape"))?).map_err(typed("shape", "a tuple of ints"))?;
     let typestr = required(intern!(py, "typestr"))?
-        .extract::<String>()
-        .map_err(typed("typestr", "a str"))?;
+        .cast_into::<PyString>()
+        .map_err(|_| PyTypeError::new_err("typestr: expected a str"))?;
     let data = match dict.get_item(intern!(py, "data"))? {
         None => None,
         Some(data) => Some(
@@ -92,18 +125,15 @@ fn read_interface_dict<'py>(
         ),
         _ => None,
     };
-    let parsed = InterfaceDict {
+    let read = ReadDict {
         version,
-        data: data.unwrap_or((0, false)),
+        data,
         shape,
         typestr,
-        descr,
         strides,
-        offset: 0,
-        has_mask: false,
+        descr,
     };
-    let present = data.is_some().then(|| dict.clone());
-    Ok((parsed, present))
+    Ok((read, dict))
 }
 
 /// With `sync`, our later work on the memory is ordered after the producer's queue (`syclobj`);
@@ -114,9 +144,8 @@ pub(crate) fn import_suai<'py>(
     dict: &Bound<'py, PyAny>,
     sync: bool,
 ) -> PyResult<Bound<'py, PyArray>> {
-    let (mut parsed, with_data) =
-        read_interface_dict(dict, "__sycl_usm_array_interface__", "typedescr")?;
-    let Some(dict) = with_data else {
+    let (read, dict) = read_interface_dict(dict, "__sycl_usm_array_interface__", "typedescr")?;
+    if read.data.is_none() {
         // The spec's fallback for host-accessible USM: no `data`, use the buffer protocol. A fault
         // is still SUAI's, naming the key.
         // SAFETY: `obj` is a live object.
@@ -127,7 +156,8 @@ pub(crate) fn import_suai<'py>(
             ));
         }
         return import_buffer_protocol(py, obj);
-    };
+    }
+    let mut parsed = read.interface_dict()?;
     parsed.offset = match dict.get_item(intern!(py, "offset"))? {
         Some(offset) if !offset.is_none() => offset
             .extract()
@@ -165,9 +195,13 @@ pub(crate) fn import_cai<'py>(
     dict: &Bound<'py, PyAny>,
     sync: bool,
 ) -> PyResult<Bound<'py, PyArray>> {
-    let (mut parsed, with_data) = read_interface_dict(dict, "__cuda_array_interface__", "descr")?;
-    let dict = with_data
-        .ok_or_else(|| PyValueError::new_err("data: missing from __cuda_array_interface__"))?;
+    let (read, dict) = read_interface_dict(dict, "__cuda_array_interface__", "descr")?;
+    if read.data.is_none() {
+        return Err(PyValueError::new_err(
+            "data: missing from __cuda_array_interface__",
+        ));
+    }
+    let mut parsed = read.interface_dict()?;
     parsed.has_mask = dict
         .get_item(intern!(py, "mask"))?
         .is_some_and(|mask| !mask.is_none());
