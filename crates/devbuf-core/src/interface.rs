@@ -184,14 +184,7 @@ pub unsafe fn import_dltensor(tensor: &DLTensor, readonly: bool) -> Result<Forei
             Error::invalid("byte_offset", format!("{} overflows", tensor.byte_offset))
         })?;
     let element0 = if tensor.data.is_null() { 0 } else { element0 };
-    import_strided(
-        dtype,
-        shape,
-        strides.as_deref(),
-        element0,
-        readonly,
-        "data",
-    )
+    import_strided(dtype, shape, strides.as_deref(), element0, readonly, "data")
 }
 
 /// The element type from `typestr`, checked against `descr` (CAI) / `typedescr` (SUAI).

@@ -3,6 +3,7 @@
 use devbuf::interface::{self, InterfaceDict};
 use devbuf::interop::ProducerStream;
 use devbuf::{ForeignObject, Owner};
+use pyo3::Borrowed;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
@@ -76,48 +77,92 @@ fn typed(key: &'static str, what: &'static str) -> impl FnOnce(PyErr) -> PyErr {
     move |_| PyTypeError::new_err(format!("{key}: expected {what}"))
 }
 
-/// Reads the keys CAI and SUAI share (the type description under `descr_name`: SUAI's
-/// `typedescr`, CAI's `descr`); a wrong Python type is a TypeError naming the key.
-fn read_interface_dict<'a, 'py>(
-    dict: &'a Bound<'py, PyAny>,
+/// The values of `names` in `dict`, read in one pass over its items instead of one lookup per name
+/// (each hashes and probes again). A producer's keys are, as a rule, the very interned strs
+/// `names` holds and match by identity; any other str key matches by its text.
+fn items<'py, const N: usize>(
+    dict: &Bound<'py, PyDict>,
+    names: [&Bound<'py, PyString>; N],
+) -> [Option<Bound<'py, PyAny>>; N] {
+    let py = dict.py();
+    let mut found = [const { None }; N];
+    let mut at: ffi::Py_ssize_t = 0;
+    let (mut key, mut value) = (std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: `dict` is a live dict, and nothing in the loop runs Python code (no key's `__eq__`
+    // is called), so it cannot change under the walk, and each borrowed value is alive when it is
+    // taken as a strong reference.
+    while unsafe { ffi::PyDict_Next(dict.as_ptr(), &mut at, &mut key, &mut value) } != 0 {
+        let slot = names
+            .iter()
+            .position(|name| name.as_ptr() == key)
+            .or_else(|| {
+                // SAFETY: a key of the live dict, borrowed for this comparison only.
+                let key = unsafe { Borrowed::from_ptr(py, key) };
+                let key = key.cast::<PyString>().ok()?;
+                let text = key.to_str().ok()?;
+                names
+                    .iter()
+                    .position(|name| name.to_str().is_ok_and(|name| name == text))
+            });
+        if let Some(slot) = slot {
+            // SAFETY: a value of the live dict, taken as a strong reference at once.
+            found[slot] = Some(unsafe { Borrowed::from_ptr(py, value) }.to_owned());
+        }
+    }
+    found
+}
+
+/// Reads the keys CAI and SUAI share and the protocol's own three, `keys`: its type description
+/// (SUAI's `typedescr`, CAI's `descr`, named `descr_name`) and two more, whose values come back
+/// unconverted. A wrong Python type is a TypeError naming the key.
+fn read_interface_dict<'py>(
+    dict: &Bound<'py, PyAny>,
     protocol: &str,
     descr_name: &'static str,
-) -> PyResult<(ReadDict<'py>, &'a Bound<'py, PyDict>)> {
+    keys: [&Bound<'py, PyString>; 3],
+) -> PyResult<(ReadDict<'py>, [Option<Bound<'py, PyAny>>; 2])> {
     let py = dict.py();
     let dict = dict
         .cast::<PyDict>()
         .map_err(|_| PyTypeError::new_err(format!("{protocol} is not a dict")))?;
-    let required = |key: &Bound<'py, PyString>| -> PyResult<Bound<'py, PyAny>> {
-        dict.get_item(key)?
-            .ok_or_else(|| PyValueError::new_err(format!("{}: missing from {protocol}", key)))
+    let [descr_key, first, second] = keys;
+    let [version, shape, typestr, data, strides, descr, first, second] = items(
+        dict,
+        [
+            intern!(py, "version"),
+            intern!(py, "shape"),
+            intern!(py, "typestr"),
+            intern!(py, "data"),
+            intern!(py, "strides"),
+            descr_key,
+            first,
+            second,
+        ],
+    );
+    let required = |value: Option<Bound<'py, PyAny>>, key: &str| {
+        value.ok_or_else(|| PyValueError::new_err(format!("{key}: missing from {protocol}")))
     };
-    let version = required(intern!(py, "version"))?
+    let version = required(version, "version")?
         .extract::<i64>()
         .map_err(typed("version", "an int"))?;
-    let shape =
-        ints(&required(intern!(py, "shape"))?).map_err(typed("shape", "a tuple of ints"))?;
-    let typestr = required(intern!(py, "typestr"))?
+    let shape = ints(&required(shape, "shape")?).map_err(typed("shape", "a tuple of ints"))?;
+    let typestr = required(typestr, "typestr")?
         .cast_into::<PyString>()
         .map_err(|_| PyTypeError::new_err("typestr: expected a str"))?;
-    let data = match dict.get_item(intern!(py, "data"))? {
+    let data = match data {
         None => None,
         Some(data) => Some(
             pointer_and_readonly(&data)
                 .map_err(typed("data", "a tuple (int pointer, bool read-only)"))?,
         ),
     };
-    let strides = match dict.get_item(intern!(py, "strides"))? {
+    let strides = match strides {
         Some(strides) if !strides.is_none() => {
             Some(ints(&strides).map_err(typed("strides", "None or a tuple of ints"))?)
         }
         _ => None,
     };
-    let descr_key = if descr_name == "typedescr" {
-        intern!(py, "typedescr")
-    } else {
-        intern!(py, "descr")
-    };
-    let descr = match dict.get_item(descr_key)? {
+    let descr = match descr {
         Some(descr) if !descr.is_none() => Some(
             descr
                 .extract::<Vec<(String, String)>>()
@@ -133,7 +178,7 @@ fn read_interface_dict<'a, 'py>(
         strides,
         descr,
     };
-    Ok((read, dict))
+    Ok((read, [first, second]))
 }
 
 /// With `sync`, our later work on the memory is ordered after the producer's queue (`syclobj`);
@@ -144,7 +189,16 @@ pub(crate) fn import_suai<'py>(
     dict: &Bound<'py, PyAny>,
     sync: bool,
 ) -> PyResult<Bound<'py, PyArray>> {
-    let (read, dict) = read_interface_dict(dict, "__sycl_usm_array_interface__", "typedescr")?;
+    let (read, [offset, syclobj]) = read_interface_dict(
+        dict,
+        "__sycl_usm_array_interface__",
+        "typedescr",
+        [
+            intern!(py, "typedescr"),
+            intern!(py, "offset"),
+            intern!(py, "syclobj"),
+        ],
+    )?;
     if read.data.is_none() {
         // The spec's fallback for host-accessible USM: no `data`, use the buffer protocol. A fault
         // is still SUAI's, naming the key.
@@ -158,13 +212,13 @@ pub(crate) fn import_suai<'py>(
         return import_buffer_protocol(py, obj);
     }
     let mut parsed = read.interface_dict()?;
-    parsed.offset = match dict.get_item(intern!(py, "offset"))? {
+    parsed.offset = match offset {
         Some(offset) if !offset.is_none() => offset
             .extract()
             .map_err(|_| PyTypeError::new_err("offset: expected an int"))?,
         _ => 0,
     };
-    let syclobj = dict.get_item(intern!(py, "syclobj"))?.ok_or_else(|| {
+    let syclobj = syclobj.ok_or_else(|| {
         PyValueError::new_err("syclobj: missing from __sycl_usm_array_interface__")
     })?;
     let foreign = interface::import_suai(&parsed).py()?;
@@ -195,17 +249,24 @@ pub(crate) fn import_cai<'py>(
     dict: &Bound<'py, PyAny>,
     sync: bool,
 ) -> PyResult<Bound<'py, PyArray>> {
-    let (read, dict) = read_interface_dict(dict, "__cuda_array_interface__", "descr")?;
+    let (read, [mask, stream]) = read_interface_dict(
+        dict,
+        "__cuda_array_interface__",
+        "descr",
+        [
+            intern!(py, "descr"),
+            intern!(py, "mask"),
+            intern!(py, "stream"),
+        ],
+    )?;
     if read.data.is_none() {
         return Err(PyValueError::new_err(
             "data: missing from __cuda_array_interface__",
         ));
     }
     let mut parsed = read.interface_dict()?;
-    parsed.has_mask = dict
-        .get_item(intern!(py, "mask"))?
-        .is_some_and(|mask| !mask.is_none());
-    let stream = match dict.get_item(intern!(py, "stream"))? {
+    parsed.has_mask = mask.is_some_and(|mask| !mask.is_none());
+    let stream = match stream {
         Some(stream) if !stream.is_none() => Some(
             stream
                 .extract::<i64>()
