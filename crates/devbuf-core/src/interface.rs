@@ -220,13 +220,14 @@ pub fn import_strided(
     readonly: bool,
     pointer_key: &'static str,
 ) -> Result<ForeignLayout> {
-    let shape = shape
-        .iter()
-        .map(|&n| {
+    let mut extents = SmallVec::<[usize; 4]>::new();
+    for &n in shape {
+        extents.push(
             usize::try_from(n)
-                .map_err(|_| Error::invalid("shape", format!("extent {n} is negative")))
-        })
-        .collect::<Result<SmallVec<[usize; 4]>>>()?;
+                .map_err(|_| Error::invalid("shape", format!("extent {n} is negative")))?,
+        );
+    }
+    let shape = extents;
     let strides = strides
         .map(|strides| {
             strides

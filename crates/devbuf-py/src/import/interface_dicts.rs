@@ -27,10 +27,11 @@ fn ints(sequence: &Bound<'_, PyAny>) -> PyResult<Dims> {
     let Ok(tuple) = sequence.cast::<PyTuple>() else {
         return sequence.extract::<Vec<i64>>().map(Dims::from_vec);
     };
-    tuple
-        .iter_borrowed()
-        .map(|item| item.extract::<i64>())
-        .collect()
+    let mut dims = Dims::new();
+    for item in tuple.iter_borrowed() {
+        dims.push(item.extract()?);
+    }
+    Ok(dims)
 }
 
 /// `data`'s `(pointer, read-only)` tuple read item by item (what producers write); any other
