@@ -10,6 +10,7 @@ use pyo3::types::{PyDict, PyString, PyTuple};
 use pyo3::{ffi, intern};
 use smallvec::SmallVec;
 
+use crate::buffer_methods::exact_int;
 use crate::errors::IntoPyResult;
 use crate::import::buffer_protocol::import_buffer_protocol;
 use crate::import::ordering;
@@ -21,6 +22,23 @@ use crate::objects::queue::shared_queue;
 /// A dimension list held on the stack (a heap allocation only past four dimensions).
 type Dims = SmallVec<[i64; 4]>;
 
+/// `value` as an `i64` when it is a plain int in range (what producers write), read without
+/// pyo3's generic conversion; anything else goes through pyo3's extraction, which reads it or
+/// makes the error.
+fn int(value: Borrowed<'_, '_, PyAny>) -> PyResult<i64> {
+    // SAFETY: a live object, with the thread attached (`value`'s token).
+    if unsafe { ffi::PyLong_CheckExact(value.as_ptr()) } != 0 {
+        // SAFETY: as above; an int.
+        let read = unsafe { ffi::PyLong_AsLongLong(value.as_ptr()) };
+        if read != -1 || !PyErr::occurred(value.py()) {
+            return Ok(read);
+        }
+        // Out of range: the generic path makes the error again.
+        drop(PyErr::take(value.py()));
+    }
+    value.extract()
+}
+
 /// A tuple of ints (what producers write) read item by item; any other sequence through pyo3's
 /// generic extraction, which also rejects a str.
 fn ints(sequence: &Bound<'_, PyAny>) -> PyResult<Dims> {
@@ -29,7 +47,7 @@ fn ints(sequence: &Bound<'_, PyAny>) -> PyResult<Dims> {
     };
     let mut dims = Dims::new();
     for item in tuple.iter_borrowed() {
-        dims.push(item.extract()?);
+        dims.push(int(item)?);
     }
     Ok(dims)
 }
@@ -38,10 +56,14 @@ fn ints(sequence: &Bound<'_, PyAny>) -> PyResult<Dims> {
 /// sequence through pyo3's generic extraction.
 fn pointer_and_readonly(data: &Bound<'_, PyAny>) -> PyResult<(usize, bool)> {
     match data.cast::<PyTuple>() {
-        Ok(tuple) if tuple.len() == 2 => Ok((
-            tuple.get_borrowed_item(0)?.extract()?,
-            tuple.get_borrowed_item(1)?.extract()?,
-        )),
+        Ok(tuple) if tuple.len() == 2 => {
+            let pointer = tuple.get_borrowed_item(0)?;
+            let pointer = match exact_int(pointer) {
+                Some(pointer) => pointer,
+                None => pointer.extract()?,
+            };
+            Ok((pointer, tuple.get_borrowed_item(1)?.extract()?))
+        }
         _ => data.extract(),
     }
 }
@@ -143,9 +165,8 @@ fn read_interface_dict<'py>(
     let required = |value: Option<Bound<'py, PyAny>>, key: &str| {
         value.ok_or_else(|| PyValueError::new_err(format!("{key}: missing from {protocol}")))
     };
-    let version = required(version, "version")?
-        .extract::<i64>()
-        .map_err(typed("version", "an int"))?;
+    let version =
+        int(required(version, "version")?.as_borrowed()).map_err(typed("version", "an int"))?;
     let shape = ints(&required(shape, "shape")?).map_err(typed("shape", "a tuple of ints"))?;
     let typestr = required(typestr, "typestr")?
         .cast_into::<PyString>()
@@ -214,8 +235,7 @@ pub(crate) fn import_suai<'py>(
     }
     let mut parsed = read.interface_dict()?;
     parsed.offset = match offset {
-        Some(offset) if !offset.is_none() => offset
-            .extract()
+        Some(offset) if !offset.is_none() => int(offset.as_borrowed())
             .map_err(|_| PyTypeError::new_err("offset: expected an int"))?,
         _ => 0,
     };
