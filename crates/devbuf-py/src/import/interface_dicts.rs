@@ -127,7 +127,11 @@ fn items<'py, const N: usize>(
                     .iter()
                     .position(|name| name.to_str().is_ok_and(|name| name == text))
             });
-        if let Some(slot) = slot {
+        // The first key of a name wins (a str subclass may hash apart from an equal str), so no
+        // reference is dropped, and no finalizer run, during the walk.
+        if let Some(slot) = slot
+            && found[slot].is_none()
+        {
             // SAFETY: a value of the live dict, taken as a strong reference at once.
             found[slot] = Some(unsafe { Borrowed::from_ptr(py, value) }.to_owned());
         }
