@@ -170,3 +170,24 @@ def test_failed_imports_neither_leak_nor_free_the_producer(collect=None):
     del capsule
     gc.collect()
     assert alive() is None
+
+
+def test_keys_that_are_not_the_interned_strs_are_read_too():
+    # devbuf reads a dict in one pass, matching keys by identity with its interned names first: a
+    # producer's keys built at run time, or a str subclass, must be found by their text.
+    class Key(str):
+        pass
+
+    def fresh(text):
+        key = "".join(list(text))
+        assert key == text and key is not text
+        return key
+
+    for make in (fresh, Key):
+        for attribute, good, key, changes, message in [
+            ("__sycl_usm_array_interface__", GOOD_SUAI, "offset", {"offset": -2}, "^offset: -2 is negative"),
+            ("__cuda_array_interface__", GOOD_CAI, "mask", {"mask": GOOD_CAI}, "^mask: masked arrays"),
+        ]:
+            producer = Producer(attribute, {make(k): v for k, v in {**good, **changes}.items()})
+            with pytest.raises(ValueError, match=message):
+                devbuf.asarray(producer)

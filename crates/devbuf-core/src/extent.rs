@@ -240,9 +240,9 @@ mod tests {
         import_cai(&InterfaceDict {
             version: 3,
             data: (data, false),
-            shape: shape.to_vec(),
-            typestr: "<f4".into(),
-            strides: strides.map(<[_]>::to_vec),
+            shape,
+            typestr: "<f4",
+            strides,
             ..Default::default()
         })
         .unwrap()

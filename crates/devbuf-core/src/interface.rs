@@ -16,22 +16,24 @@ use smallvec::SmallVec;
 use crate::{Array, DType, Error, Layout, Result, check_ndim};
 
 /// The keys of a CAI or SUAI dictionary, after the caller converted each Python value to its Rust
-/// type (a wrong Python type is the caller's error to report, naming the key).
+/// type (a wrong Python type is the caller's error to report, naming the key). The sequences and
+/// the typestr are borrowed: an import reads them where the caller keeps them (its stack, the
+/// producer's str) and copies nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct InterfaceDict {
+pub struct InterfaceDict<'a> {
     /// The protocol version (CAI 2 or 3, SUAI 1).
     pub version: i64,
     /// `(address, read-only)`.
     pub data: (usize, bool),
     /// The extent of each dimension.
-    pub shape: Vec<i64>,
+    pub shape: &'a [i64],
     /// The element type, as NumPy's array-interface typestr (`<f4`, `|b1`...).
-    pub typestr: String,
+    pub typestr: &'a str,
     /// CAI's `descr` or SUAI's `typedescr`: `(name, typestr)` pairs.
-    pub descr: Option<Vec<(String, String)>>,
+    pub descr: Option<&'a [(String, String)]>,
     /// The step between elements of each dimension (CAI: bytes; SUAI: elements); `None` when
     /// C-contiguous.
-    pub strides: Option<Vec<i64>>,
+    pub strides: Option<&'a [i64]>,
     /// SUAI's `offset`, in elements. Always 0 for CAI.
     pub offset: i64,
     /// Whether CAI's `mask` was given and not `None`.
@@ -72,11 +74,10 @@ pub fn import_cai(dict: &InterfaceDict) -> Result<ForeignLayout> {
         ));
     }
     let dtype = parse_dtype(dict, "descr")?;
-    let strides = dict.strides.clone();
     import_strided(
         dtype,
-        &dict.shape,
-        strides,
+        dict.shape,
+        dict.strides,
         dict.data.0,
         dict.data.1,
         "data",
@@ -124,11 +125,18 @@ pub fn import_suai(dict: &InterfaceDict) -> Result<ForeignLayout> {
                     s.checked_mul(itemsize)
                         .ok_or_else(|| Error::invalid("strides", format!("{s} elements overflows")))
                 })
-                .collect::<Result<Vec<_>>>()
+                .collect::<Result<SmallVec<[i64; 4]>>>()
         })
         .transpose()?;
     let key = if dict.offset == 0 { "data" } else { "offset" };
-    import_strided(dtype, &dict.shape, strides, element0, dict.data.1, key)
+    import_strided(
+        dtype,
+        dict.shape,
+        strides.as_deref(),
+        element0,
+        dict.data.1,
+        key,
+    )
 }
 
 /// Validates a DLTensor: its shape, strides (in elements; `NULL` means C order), dtype and
@@ -167,7 +175,7 @@ pub unsafe fn import_dltensor(tensor: &DLTensor, readonly: bool) -> Result<Forei
                     s.checked_mul(itemsize)
                         .ok_or_else(|| Error::invalid("strides", format!("{s} elements overflows")))
                 })
-                .collect::<Result<Vec<_>>>()?,
+                .collect::<Result<SmallVec<[i64; 4]>>>()?,
         )
     };
     let element0 = (tensor.data as usize)
@@ -176,14 +184,14 @@ pub unsafe fn import_dltensor(tensor: &DLTensor, readonly: bool) -> Result<Forei
             Error::invalid("byte_offset", format!("{} overflows", tensor.byte_offset))
         })?;
     let element0 = if tensor.data.is_null() { 0 } else { element0 };
-    import_strided(dtype, shape, strides, element0, readonly, "data")
+    import_strided(dtype, shape, strides.as_deref(), element0, readonly, "data")
 }
 
 /// The element type from `typestr`, checked against `descr` (CAI) / `typedescr` (SUAI).
 fn parse_dtype(dict: &InterfaceDict, descr_key: &'static str) -> Result<DType> {
-    let dtype = DType::from_typestr(&dict.typestr)?;
-    if let Some(descr) = &dict.descr {
-        let plain = match descr.as_slice() {
+    let dtype = DType::from_typestr(dict.typestr)?;
+    if let Some(descr) = dict.descr {
+        let plain = match descr {
             [(name, typestr)] => {
                 name.is_empty() && DType::from_typestr(typestr).ok() == Some(dtype)
             }
@@ -207,23 +215,24 @@ fn parse_dtype(dict: &InterfaceDict, descr_key: &'static str) -> Result<DType> {
 pub fn import_strided(
     dtype: DType,
     shape: &[i64],
-    strides: Option<Vec<i64>>,
+    strides: Option<&[i64]>,
     element0: usize,
     readonly: bool,
     pointer_key: &'static str,
 ) -> Result<ForeignLayout> {
-    let shape = shape
-        .iter()
-        .map(|&n| {
+    let mut extents = SmallVec::<[usize; 4]>::new();
+    for &n in shape {
+        extents.push(
             usize::try_from(n)
-                .map_err(|_| Error::invalid("shape", format!("extent {n} is negative")))
-        })
-        .collect::<Result<SmallVec<[usize; 4]>>>()?;
+                .map_err(|_| Error::invalid("shape", format!("extent {n} is negative")))?,
+        );
+    }
+    let shape = extents;
     let strides = strides
         .map(|strides| {
             strides
-                .into_iter()
-                .map(|s| {
+                .iter()
+                .map(|&s| {
                     isize::try_from(s)
                         .map_err(|_| Error::invalid("strides", format!("{s} overflows")))
                 })
@@ -312,13 +321,13 @@ mod tests {
     use super::*;
     use dlpark::ffi::{DLDataType, DLDataTypeCode, DLDevice, DLDeviceType};
 
-    fn cai(shape: &[i64], strides: Option<&[i64]>, data: usize) -> InterfaceDict {
+    fn cai<'a>(shape: &'a [i64], strides: Option<&'a [i64]>, data: usize) -> InterfaceDict<'a> {
         InterfaceDict {
             version: 3,
             data: (data, false),
-            shape: shape.to_vec(),
-            typestr: "<f4".into(),
-            strides: strides.map(<[_]>::to_vec),
+            shape,
+            typestr: "<f4",
+            strides,
             ..Default::default()
         }
     }
@@ -336,9 +345,9 @@ mod tests {
         let dict = InterfaceDict {
             version: 1,
             data: (0x2000, true),
-            shape: vec![4],
-            typestr: "<f8".into(),
-            strides: Some(vec![-2]),
+            shape: &[4],
+            typestr: "<f8",
+            strides: Some(&[-2]),
             offset: 6,
             ..Default::default()
         };
@@ -380,7 +389,7 @@ mod tests {
         );
         bad(
             InterfaceDict {
-                typestr: "<q8".into(),
+                typestr: "<q8",
                 ..cai(&[2], None, 0x1000)
             },
             "typestr",
@@ -393,14 +402,14 @@ mod tests {
         bad(cai(&[3], Some(&[-4]), 0x4), "strides");
         bad(
             InterfaceDict {
-                descr: Some(vec![("x".into(), "<f4".into()), ("y".into(), "<f4".into())]),
+                descr: Some(&[("x".into(), "<f4".into()), ("y".into(), "<f4".into())]),
                 ..cai(&[2], None, 0x1000)
             },
             "descr",
         );
         // A plain descr and an empty array with a null pointer are fine.
         import_cai(&InterfaceDict {
-            descr: Some(vec![(String::new(), "<f4".into())]),
+            descr: Some(&[(String::new(), "<f4".into())]),
             ..cai(&[2], None, 0x1000)
         })
         .unwrap();

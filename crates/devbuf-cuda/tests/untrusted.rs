@@ -11,12 +11,12 @@ use devbuf_core::{Buffer, Error, MemKind};
 
 use common::{fresh, shared};
 
-fn cai(shape: &[i64], data: usize) -> InterfaceDict {
+fn cai(shape: &[i64], data: usize) -> InterfaceDict<'_> {
     InterfaceDict {
         version: 3,
         data: (data, false),
-        shape: shape.to_vec(),
-        typestr: "|u1".into(),
+        shape,
+        typestr: "|u1",
         ..Default::default()
     }
 }

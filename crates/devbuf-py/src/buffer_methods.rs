@@ -378,7 +378,7 @@ fn alloc_general(
 /// `value` as a `usize` when it is a plain int in range: what every call site passes, read
 /// without pyo3's generic conversion (a type check, a method lookup for `__index__`); anything
 /// else is `None`, and goes through `fastcall::extract` for the same value or pyo3's own error.
-fn exact_int(value: Borrowed<'_, '_, PyAny>) -> Option<usize> {
+pub(crate) fn exact_int(value: Borrowed<'_, '_, PyAny>) -> Option<usize> {
     // SAFETY: a live object, with the thread attached (`value`'s token).
     if unsafe { ffi::PyLong_CheckExact(value.as_ptr()) } == 0 {
         return None;

@@ -61,7 +61,7 @@ pub(crate) fn import_buffer_protocol<'py>(
             std::slice::from_raw_parts(view.strides, ndim)
                 .iter()
                 .map(|&s| s as i64)
-                .collect()
+                .collect::<Vec<_>>()
         });
         (format, shape, strides)
     };
@@ -69,7 +69,7 @@ pub(crate) fn import_buffer_protocol<'py>(
     let foreign = interface::import_strided(
         dtype,
         &shape,
-        strides,
+        strides.as_deref(),
         view.buf as usize,
         view.readonly != 0,
         "data",
