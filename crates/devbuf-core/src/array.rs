@@ -296,6 +296,17 @@ impl Array {
         Ok(Array { buffer, layout })
     }
 
+    /// Views `buffer` through `layout`, which an import already checked against exactly this
+    /// buffer's bytes (see [`Array::from_foreign`]).
+    pub(crate) fn fitting(buffer: Buffer, layout: Layout) -> Array {
+        debug_assert!(
+            layout
+                .check_fits(buffer.ptr() as usize, buffer.len(), "offset")
+                .is_ok()
+        );
+        Array { buffer, layout }
+    }
+
     /// The whole buffer as a one-dimensional array of bytes.
     #[inline]
     pub fn bytes(buffer: Buffer) -> Array {

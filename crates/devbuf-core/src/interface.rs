@@ -13,7 +13,9 @@
 use dlpark::ffi::DLTensor;
 use smallvec::SmallVec;
 
-use crate::{Array, DType, Error, Layout, Result, check_ndim};
+use std::sync::Arc;
+
+use crate::{Array, Buffer, DType, Error, Layout, MemKind, Owner, Queue, Result, check_ndim};
 
 /// The keys of a CAI or SUAI dictionary, after the caller converted each Python value to its Rust
 /// type (a wrong Python type is the caller's error to report, naming the key). The sequences and
@@ -40,15 +42,34 @@ pub struct InterfaceDict<'a> {
     pub has_mask: bool,
 }
 
-/// Where an imported array's elements are.
+/// Where an imported array's elements are, as this module's imports checked them: every element
+/// lies inside the `len` bytes at `base`, aligned for its type. Only this crate makes or changes
+/// one, so [`Array::from_foreign`] need not check the fit again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ForeignLayout {
     /// Address of the lowest byte any element occupies (element 0's address for empty arrays).
-    pub base: usize,
+    pub(crate) base: usize,
     /// Bytes from `base` to the end of the highest element (0 for empty arrays).
-    pub len: usize,
+    pub(crate) len: usize,
     /// The elements' layout relative to `base`.
-    pub layout: Layout,
+    pub(crate) layout: Layout,
+}
+
+impl ForeignLayout {
+    /// Address of the lowest byte any element occupies (element 0's address for empty arrays).
+    pub fn base(&self) -> usize {
+        self.base
+    }
+
+    /// Bytes from [`ForeignLayout::base`] to the end of the highest element (0 for empty arrays).
+    pub fn byte_len(&self) -> usize {
+        self.len
+    }
+
+    /// The elements' layout relative to [`ForeignLayout::base`].
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
 }
 
 /// The CAI versions devbuf reads.
@@ -284,6 +305,24 @@ pub struct SuaiFields {
 }
 
 impl Array {
+    /// Foreign memory viewed through the layout an import checked against it: the buffer spans
+    /// exactly `foreign`'s bytes, so the fit [`Array::new`] would check again holds already.
+    ///
+    /// # Safety
+    /// As for [`crate::Buffer::from_foreign`], for `foreign.byte_len()` bytes at `foreign.base()`.
+    pub unsafe fn from_foreign(
+        queue: Arc<dyn Queue>,
+        foreign: ForeignLayout,
+        kind: MemKind,
+        owner: Owner,
+    ) -> Array {
+        // SAFETY: the caller's contract.
+        let buffer = unsafe {
+            Buffer::from_foreign(queue, foreign.base as *mut u8, foreign.len, kind, owner)
+        };
+        Array::fitting(buffer, foreign.layout)
+    }
+
     /// CAI's `data[0]`: element 0's address, or 0 for an empty array (CAI v3's rule).
     pub fn cai_data(&self) -> usize {
         if self.layout().size() == 0 {

@@ -247,7 +247,7 @@ pub(crate) fn import_suai<'py>(
         PyValueError::new_err("syclobj: missing from __sycl_usm_array_interface__")
     })?;
     let foreign = interface::import_suai(&parsed).py()?;
-    let resolved = foreign_objects::queue_from_syclobj(py, &syclobj, foreign.base)?;
+    let resolved = foreign_objects::queue_from_syclobj(py, &syclobj, foreign.base())?;
     let key = if parsed.offset == 0 { "data" } else { "offset" };
     let array = wrap_foreign(
         py,
@@ -302,7 +302,7 @@ pub(crate) fn import_cai<'py>(
     let foreign = interface::import_cai(&parsed).py()?;
     // An empty array has no memory to classify (the spec makes its `data` 0): any queue of the
     // protocol's backend will do.
-    let selector = if foreign.len == 0 {
+    let selector = if foreign.byte_len() == 0 {
         devbuf::backend_for(devbuf::Protocol::Cai)
             .map(|backend| backend.name())
             .ok_or_else(|| {
@@ -312,7 +312,7 @@ pub(crate) fn import_cai<'py>(
             })?
             .to_string()
     } else {
-        let base = foreign.base;
+        let base = foreign.base();
         let queue = py
             .detach(|| devbuf::queue_for_pointer(devbuf::Protocol::Cai, base))
             .py()?;

@@ -3,7 +3,7 @@
 //! runtime that does not know it refuses it), and an owner keeps it alive.
 
 use devbuf::interface::ForeignLayout;
-use devbuf::{Array, Buffer, MemKind, Owner, extent};
+use devbuf::{Array, MemKind, Owner, extent};
 use pyo3::prelude::*;
 
 use crate::errors::IntoPyResult;
@@ -43,17 +43,8 @@ pub(crate) fn wrap_classified<'py>(
     owner: Owner,
 ) -> PyResult<Bound<'py, PyArray>> {
     let runtime_queue = queue.get().queue.clone();
-    // SAFETY: the protocol promised `len` bytes at `base` reachable by this device, alive while
-    // `owner` is held.
-    let buffer = unsafe {
-        Buffer::from_foreign(
-            runtime_queue,
-            foreign.base as *mut u8,
-            foreign.len,
-            kind,
-            owner,
-        )
-    };
-    let array = Array::new(buffer, foreign.layout).py()?;
+    // SAFETY: the protocol promised the span's bytes reachable by this device, alive while `owner`
+    // is held.
+    let array = unsafe { Array::from_foreign(runtime_queue, foreign, kind, owner) };
     Ok(PyArray::wrap(py, array, queue)?.into_bound(py))
 }
