@@ -243,20 +243,14 @@ pub fn import_strided(
 ) -> Result<ForeignLayout> {
     let mut extents = SmallVec::<[usize; 4]>::new();
     for &n in shape {
-        extents.push(
-            usize::try_from(n)
-                .map_err(|_| Error::invalid("shape", format!("extent {n} is negative")))?,
-        );
+        extents.push(usize::try_from(n).map_err(|_| negative_extent(n))?);
     }
     let shape = extents;
     let strides = strides
         .map(|strides| {
             strides
                 .iter()
-                .map(|&s| {
-                    isize::try_from(s)
-                        .map_err(|_| Error::invalid("strides", format!("{s} overflows")))
-                })
+                .map(|&s| isize::try_from(s).map_err(|_| overflowing_stride(s)))
                 .collect::<Result<SmallVec<[isize; 4]>>>()
         })
         .transpose()?;
@@ -269,27 +263,50 @@ pub fn import_strided(
         });
     };
     if element0 == 0 {
-        return Err(Error::invalid(
-            pointer_key,
-            "is a null pointer for a non-empty array",
-        ));
+        return Err(null_pointer(pointer_key));
     }
     let base = element0 as i128 + low;
     let len = end - low;
     // No allocation is larger than isize::MAX bytes (Rust's and C's object size limit).
     if base < 0 || base + len > usize::MAX as i128 || len > isize::MAX as i128 {
-        return Err(Error::invalid(
-            "strides",
-            format!(
-                "{:?} reach outside the address space from {element0:#x}",
-                at_element0.strides()
-            ),
-        ));
+        return Err(outside_address_space(&at_element0, element0));
     }
     let (base, len, offset) = (base as usize, len as usize, (-low) as usize);
     let layout = at_element0.with_offset(offset);
     layout.check_fits(base, len, pointer_key)?;
     Ok(ForeignLayout { base, len, layout })
+}
+
+// `import_strided`'s errors, out of its hot code.
+
+#[cold]
+#[inline(never)]
+fn negative_extent(n: i64) -> Error {
+    Error::invalid("shape", format!("extent {n} is negative"))
+}
+
+#[cold]
+#[inline(never)]
+fn overflowing_stride(stride: i64) -> Error {
+    Error::invalid("strides", format!("{stride} overflows"))
+}
+
+#[cold]
+#[inline(never)]
+fn null_pointer(pointer_key: &'static str) -> Error {
+    Error::invalid(pointer_key, "is a null pointer for a non-empty array")
+}
+
+#[cold]
+#[inline(never)]
+fn outside_address_space(at_element0: &Layout, element0: usize) -> Error {
+    Error::invalid(
+        "strides",
+        format!(
+            "{:?} reach outside the address space from {element0:#x}",
+            at_element0.strides()
+        ),
+    )
 }
 
 /// SUAI's view of an array: `data` (a USM pointer into the allocation), `offset` and `strides`

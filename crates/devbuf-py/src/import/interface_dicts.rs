@@ -4,6 +4,7 @@ use devbuf::interface::{self, InterfaceDict};
 use devbuf::interop::ProducerStream;
 use devbuf::{ForeignObject, Owner};
 use pyo3::Borrowed;
+use pyo3::conversion::FromPyObjectOwned;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
@@ -36,14 +37,22 @@ fn int(value: Borrowed<'_, '_, PyAny>) -> PyResult<i64> {
         // Out of range: the generic path makes the error again.
         drop(PyErr::take(value.py()));
     }
-    value.extract()
+    extract_slowly(value)
+}
+
+/// pyo3's generic extraction: what `int`, `ints` and `pointer_and_readonly` fall back on for what
+/// producers rarely write (and for every error), kept out of the hot path's code.
+#[cold]
+#[inline(never)]
+fn extract_slowly<'py, T: FromPyObjectOwned<'py>>(value: Borrowed<'_, 'py, PyAny>) -> PyResult<T> {
+    value.extract().map_err(Into::into)
 }
 
 /// A tuple of ints (what producers write) read item by item; any other sequence through pyo3's
 /// generic extraction, which also rejects a str.
 fn ints(sequence: &Bound<'_, PyAny>) -> PyResult<Dims> {
     let Ok(tuple) = sequence.cast::<PyTuple>() else {
-        return sequence.extract::<Vec<i64>>().map(Dims::from_vec);
+        return extract_slowly::<Vec<i64>>(sequence.as_borrowed()).map(Dims::from_vec);
     };
     let mut dims = Dims::new();
     for item in tuple.iter_borrowed() {
@@ -60,11 +69,20 @@ fn pointer_and_readonly(data: &Bound<'_, PyAny>) -> PyResult<(usize, bool)> {
             let pointer = tuple.get_borrowed_item(0)?;
             let pointer = match exact_int(pointer) {
                 Some(pointer) => pointer,
-                None => pointer.extract()?,
+                None => extract_slowly(pointer)?,
             };
-            Ok((pointer, tuple.get_borrowed_item(1)?.extract()?))
+            let readonly = tuple.get_borrowed_item(1)?;
+            // SAFETY: comparing addresses with the interpreter's two bools reads nothing.
+            let readonly = if readonly.as_ptr() == unsafe { ffi::Py_True() } {
+                true
+            } else if readonly.as_ptr() == unsafe { ffi::Py_False() } {
+                false
+            } else {
+                extract_slowly(readonly)?
+            };
+            Ok((pointer, readonly))
         }
-        _ => data.extract(),
+        _ => extract_slowly(data.as_borrowed()),
     }
 }
 
@@ -97,7 +115,38 @@ impl ReadDict<'_> {
 
 /// A TypeError naming `key` and the Python type it should have had.
 fn typed(key: &'static str, what: &'static str) -> impl FnOnce(PyErr) -> PyErr {
-    move |_| PyTypeError::new_err(format!("{key}: expected {what}"))
+    move |_| type_error(key, what)
+}
+
+#[cold]
+#[inline(never)]
+fn type_error(key: &'static str, what: &'static str) -> PyErr {
+    PyTypeError::new_err(format!("{key}: expected {what}"))
+}
+
+/// A ValueError: `key` is missing from the `protocol`'s dict.
+#[cold]
+#[inline(never)]
+fn missing(key: &str, protocol: &str) -> PyErr {
+    PyValueError::new_err(format!("{key}: missing from {protocol}"))
+}
+
+/// The type description's pairs (rare: producers of plain dtypes leave it out or `None`).
+#[cold]
+#[inline(never)]
+fn descr_pairs(
+    descr: &Bound<'_, PyAny>,
+    descr_name: &'static str,
+) -> PyResult<Vec<(String, String)>> {
+    descr
+        .extract::<Vec<(String, String)>>()
+        .map_err(typed(descr_name, "a list of (name, typestr) tuples"))
+}
+
+#[cold]
+#[inline(never)]
+fn not_a_dict(protocol: &str) -> PyErr {
+    PyTypeError::new_err(format!("{protocol} is not a dict"))
 }
 
 /// The values of `names` in `dict`, read in one pass over its items instead of one lookup per name
@@ -149,9 +198,7 @@ fn read_interface_dict<'py>(
     keys: [&Bound<'py, PyString>; 3],
 ) -> PyResult<(ReadDict<'py>, [Option<Bound<'py, PyAny>>; 2])> {
     let py = dict.py();
-    let dict = dict
-        .cast::<PyDict>()
-        .map_err(|_| PyTypeError::new_err(format!("{protocol} is not a dict")))?;
+    let dict = dict.cast::<PyDict>().map_err(|_| not_a_dict(protocol))?;
     let [descr_key, first, second] = keys;
     let [version, shape, typestr, data, strides, descr, first, second] = items(
         dict,
@@ -166,9 +213,8 @@ fn read_interface_dict<'py>(
             second,
         ],
     );
-    let required = |value: Option<Bound<'py, PyAny>>, key: &str| {
-        value.ok_or_else(|| PyValueError::new_err(format!("{key}: missing from {protocol}")))
-    };
+    let required =
+        |value: Option<Bound<'py, PyAny>>, key: &str| value.ok_or_else(|| missing(key, protocol));
     let version =
         int(required(version, "version")?.as_borrowed()).map_err(typed("version", "an int"))?;
     let shape = ints(&required(shape, "shape")?).map_err(typed("shape", "a tuple of ints"))?;
@@ -189,11 +235,7 @@ fn read_interface_dict<'py>(
         _ => None,
     };
     let descr = match descr {
-        Some(descr) if !descr.is_none() => Some(
-            descr
-                .extract::<Vec<(String, String)>>()
-                .map_err(typed(descr_name, "a list of (name, typestr) tuples"))?,
-        ),
+        Some(descr) if !descr.is_none() => Some(descr_pairs(&descr, descr_name)?),
         _ => None,
     };
     let read = ReadDict {
