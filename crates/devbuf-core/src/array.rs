@@ -210,6 +210,13 @@ impl Layout {
                 ),
             ));
         }
+        self.check_alignment(base, pointer_key)
+    }
+
+    /// Checks that element 0 (at `base` plus the offset) and the strides are aligned for the
+    /// element type: the part of [`Layout::check_fits`] an import needs when the span it wraps is
+    /// the elements' own extent, which they fit by construction.
+    pub(crate) fn check_alignment(&self, base: usize, pointer_key: &'static str) -> Result<()> {
         let align = self.dtype.alignment();
         let element0 = base.wrapping_add(self.offset);
         if !element0.is_multiple_of(align) {
