@@ -95,6 +95,28 @@ def test_every_syclobj_form_dpctl_accepts(sycl, syclobj):
     assert ours.to_bytes() == bytes(range(64))
 
 
+@pytest.mark.parametrize(
+    "flag, readonly",
+    [(False, False), (True, True), (np.bool_(False), False), (np.bool_(True), True)],
+    ids=["False", "True", "np.False_", "np.True_"],
+)
+def test_the_read_only_flag_in_data_is_honoured_whatever_bool_carries_it(sycl, flag, readonly):
+    # Python's own bools are read by identity, any other bool (NumPy's) by pyo3's extraction.
+    theirs = dm.MemoryUSMShared(64)
+
+    class Producer:
+        __sycl_usm_array_interface__ = {
+            "version": 1,
+            "data": (theirs._pointer, flag),
+            "shape": (64,),
+            "typestr": "|u1",
+            "syclobj": theirs.sycl_queue,
+        }
+
+    ours = devbuf.asarray(Producer())
+    assert ours.readonly is readonly
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_claim_past_the_end_of_dpctl_memory_is_refused(sycl, kind):
     """dpctl's C API bounds no allocation: devbuf checks that a span's first and last byte are the
