@@ -12,7 +12,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyInt, PySlice, PyString};
 
 use crate::errors::IntoPyResult;
-use crate::fastcall::{self, Signature};
+use crate::fastcall::{self, Signature, exact_int};
 use crate::objects::array::{PyArray, PyBuffer};
 use crate::objects::foreign_objects::resolve_queue;
 use crate::objects::queue::PyQueue;
@@ -323,21 +323,19 @@ unsafe fn alloc_call(
         let queue = resolve_queue(py, device.filter(|device| !device.is_none()).as_deref())?;
         return Ok(PyQueue::alloc_on(py, queue, nbytes, kind, false)?.into_ptr());
     }
-    alloc_general(py, interned, [Some(nbytes), kind, device, ipc, mr, stream])
+    alloc_general(py, interned, nbytes, [kind, device, ipc, mr, stream])
 }
 
 /// [`alloc_call`] for every call but the common one: each argument extracted in turn, with
 /// pyo3's errors.
 #[cold]
 #[inline(never)]
-fn alloc_general(
-    py: Python<'_>,
+fn alloc_general<'py>(
+    py: Python<'py>,
     interned: &AllocNames,
-    [nbytes, kind, device, ipc, mr, stream]: fastcall::Arguments<'_, '_, 6>,
+    nbytes: Borrowed<'_, 'py, PyAny>,
+    [kind, device, ipc, mr, stream]: fastcall::Arguments<'_, 'py, 5>,
 ) -> PyResult<*mut ffi::PyObject> {
-    let Some(nbytes) = nbytes else {
-        return Err(PyTypeError::new_err("alloc() missing nbytes"));
-    };
     let nbytes: usize = match exact_int(nbytes) {
         Some(nbytes) => nbytes,
         None => fastcall::extract(nbytes, "nbytes")?,
@@ -373,25 +371,6 @@ fn alloc_general(
         stream.as_deref(),
     )?;
     Ok(made.into_ptr())
-}
-
-/// `value` as a `usize` when it is a plain int in range: what every call site passes, read
-/// without pyo3's generic conversion (a type check, a method lookup for `__index__`); anything
-/// else is `None`, and goes through `fastcall::extract` for the same value or pyo3's own error.
-pub(crate) fn exact_int(value: Borrowed<'_, '_, PyAny>) -> Option<usize> {
-    // SAFETY: a live object, with the thread attached (`value`'s token).
-    if unsafe { ffi::PyLong_CheckExact(value.as_ptr()) } == 0 {
-        return None;
-    }
-    // SAFETY: as above; an int.
-    let read = unsafe { ffi::PyLong_AsUnsignedLongLong(value.as_ptr()) };
-    if read == u64::MAX {
-        // Negative or too large (the error is set), or exactly the largest value: leave the
-        // value, and the error's text, to the generic path.
-        drop(PyErr::take(value.py()));
-        return None;
-    }
-    usize::try_from(read).ok()
 }
 
 /// The interned strs `devbuf.alloc` compares its arguments with, made once (one check per call

@@ -181,3 +181,22 @@ pub(crate) fn add(
         .map_err(|_| PyValueError::new_err("a function name is not UTF-8"))?;
     module.add(name, made)
 }
+
+/// `value` as a `usize` when it is a plain int in range: what every call site passes, read
+/// without pyo3's generic conversion (a type check, a method lookup for `__index__`); anything
+/// else is `None`, and goes through [`extract`] for the same value or pyo3's own error.
+pub(crate) fn exact_int(value: Borrowed<'_, '_, PyAny>) -> Option<usize> {
+    // SAFETY: a live object, with the thread attached (`value`'s token).
+    if unsafe { ffi::PyLong_CheckExact(value.as_ptr()) } == 0 {
+        return None;
+    }
+    // SAFETY: as above; an int.
+    let read = unsafe { ffi::PyLong_AsUnsignedLongLong(value.as_ptr()) };
+    if read == u64::MAX {
+        // Negative or too large (the error is set), or exactly the largest value: leave the
+        // value, and the error's text, to the generic path.
+        drop(PyErr::take(value.py()));
+        return None;
+    }
+    usize::try_from(read).ok()
+}

@@ -11,8 +11,8 @@ use pyo3::types::{PyDict, PyString, PyTuple};
 use pyo3::{ffi, intern};
 use smallvec::SmallVec;
 
-use crate::buffer_methods::exact_int;
 use crate::errors::IntoPyResult;
+use crate::fastcall::exact_int;
 use crate::import::buffer_protocol::import_buffer_protocol;
 use crate::import::ordering;
 use crate::import::wrap::wrap_foreign;
