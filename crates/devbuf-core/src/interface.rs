@@ -245,7 +245,6 @@ pub fn import_strided(
     for &n in shape {
         extents.push(usize::try_from(n).map_err(|_| negative_extent(n))?);
     }
-    let shape = extents;
     let strides = strides
         .map(|strides| {
             strides
@@ -254,7 +253,7 @@ pub fn import_strided(
                 .collect::<Result<SmallVec<[isize; 4]>>>()
         })
         .transpose()?;
-    let at_element0 = Layout::new(dtype, &shape, strides.as_deref(), 0, readonly)?;
+    let at_element0 = Layout::new(dtype, &extents, strides.as_deref(), 0, readonly)?;
     let Some((low, end)) = at_element0.extent() else {
         return Ok(ForeignLayout {
             base: element0,
