@@ -10,12 +10,13 @@
 //! upstream.
 
 mod arena;
+mod magazine;
 mod recent;
 
 use std::collections::HashMap;
 use std::ptr::NonNull;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 
 use offset_allocator::Allocator;
 use parking_lot::{Mutex, MutexGuard};
@@ -24,6 +25,7 @@ use super::{Adaptor, FreeAfter, MemoryResource, refused};
 use crate::blocking::blocking;
 use crate::{Event, MemKind, Result};
 use arena::{Arena, Block, UNIT, slot_of, units_for};
+use magazine::Magazine;
 use recent::RecentBlocks;
 
 /// The smallest upstream block the pool asks for when it grows.
@@ -52,6 +54,10 @@ pub struct PoolResource {
     arenas: [Mutex<Arena>; 3],
     /// Each arena's small freed blocks kept for reuse (see the module's notes), outside its lock.
     recent: [RecentBlocks; 3],
+    /// Every thread's magazine for this pool ([`magazine`]): freed blocks kept for that thread.
+    magazines: Mutex<Vec<Arc<Magazine>>>,
+    /// This pool, for the threads' magazines to give their blocks back to when they go.
+    me: Weak<PoolResource>,
     upstream_bytes: AtomicUsize,
     upstream_peak: AtomicUsize,
 }
@@ -87,12 +93,14 @@ impl PoolResource {
                 drained: Vec::new(),
             })
         };
-        Arc::new(PoolResource {
+        Arc::new_cyclic(|me| PoolResource {
             upstream,
             initial_size: options.initial_size,
             maximum_size: options.maximum_size,
             arenas: MemKind::ALLOCATABLE.map(arena),
             recent: Default::default(),
+            magazines: Mutex::default(),
+            me: me.clone(),
             upstream_bytes: AtomicUsize::new(0),
             upstream_peak: AtomicUsize::new(0),
         })
@@ -235,11 +243,23 @@ impl PoolResource {
         }
     }
 
-    /// Gives the blocks kept for reuse back to `arena`'s allocator.
+    /// Gives the blocks kept for reuse, in the shared slots and every thread's magazine, back to
+    /// `arena`'s allocator.
     fn free_recent(&self, arena: &mut Arena) {
-        for addr in self.recent[slot_of(arena.kind)].take_all() {
+        let slot = slot_of(arena.kind);
+        for addr in self.recent[slot].take_all() {
             arena.free(addr);
         }
+        for addr in magazine::take_back_all(self, slot) {
+            arena.free(addr);
+        }
+    }
+
+    /// Frees a block a thread's magazine kept, in arena `slot`.
+    fn free_kept(&self, slot: usize, addr: usize) {
+        let mut arena = self.arenas[slot].lock();
+        arena.free(addr);
+        self.give_back_drained(arena);
     }
 
     /// How much to take from upstream for a request of `units` units that did not fit.
@@ -270,8 +290,14 @@ impl Adaptor for PoolResource {
         }
         let units = units_for(size, align).ok_or_else(too_large)?;
         let units32 = u32::try_from(units).map_err(|_| too_large())?;
-        if let Some(ptr) = self.recent[slot_of(kind)].take(units32, align) {
-            return Ok(ptr);
+        if let Some(request) = recent::request(units32, align) {
+            let slot = slot_of(kind);
+            if let Some(ptr) = magazine::take(self, slot, request) {
+                return Ok(ptr);
+            }
+            if let Some(ptr) = self.recent[slot].take(request) {
+                return Ok(ptr);
+            }
         }
         let mut arena = self.arenas[slot_of(kind)].lock();
         if let Some(ptr) = arena.try_allocate(units32, align) {
@@ -335,8 +361,15 @@ impl Adaptor for PoolResource {
             FreeAfter::Event(event) => event.is_complete().unwrap_or(false),
             FreeAfter::ForeignWork => false,
         };
-        let units = units_for(size, align).and_then(|units| u32::try_from(units).ok());
-        if done && units.is_some_and(|units| self.recent[slot_of(kind)].keep(addr, units, align)) {
+        let slot = slot_of(kind);
+        let kept = units_for(size, align)
+            .and_then(|units| u32::try_from(units).ok())
+            .and_then(|units| recent::request(units, align))
+            .and_then(|request| recent::entry(addr, request));
+        if done
+            && let Some(entry) = kept
+            && (magazine::keep(self, slot, entry) || self.recent[slot].keep(entry))
+        {
             return;
         }
         let mut arena = self.arenas[slot_of(kind)].lock();
@@ -352,6 +385,7 @@ impl Adaptor for PoolResource {
 impl Drop for PoolResource {
     fn drop(&mut self) {
         let mut blocks = Vec::new();
+        let magazines = std::mem::take(self.magazines.get_mut());
         for (arena, recent) in self.arenas.iter_mut().zip(&self.recent) {
             let arena = arena.get_mut();
             arena.sweep_completed();
@@ -362,6 +396,11 @@ impl Drop for PoolResource {
                 arena.free(addr);
             }
             for addr in recent.take_all() {
+                arena.free(addr);
+            }
+            // No thread can be using this pool's magazines now: their blocks come back as they
+            // are.
+            for addr in magazine::take_all_dropped(&magazines, slot_of(arena.kind)) {
                 arena.free(addr);
             }
             // A block still in use by work whose wait failed is leaked: freeing it would be worse.

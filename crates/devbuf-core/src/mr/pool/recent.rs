@@ -24,46 +24,55 @@ pub(super) struct RecentBlocks {
 
 /// A request's bits in a slot; `None` for one whose block is not kept.
 #[inline]
-fn request(units: u32, align: usize) -> Option<u64> {
+pub(super) fn request(units: u32, align: usize) -> Option<u64> {
     (units <= RECENT_MAX_UNITS)
         .then(|| u64::from(units) << ALIGN_BITS | u64::from(align.trailing_zeros()))
 }
 
+/// The slot entry of the block at `addr` (a multiple of the unit) made for `request`; `None` for
+/// an address a slot cannot hold.
+#[inline]
+pub(super) fn entry(addr: usize, request: u64) -> Option<u64> {
+    u64::try_from(addr / UNIT)
+        .ok()
+        .filter(|&at| addr.is_multiple_of(UNIT) && at != 0 && at < 1 << (64 - REQUEST_BITS))
+        .map(|at| at << REQUEST_BITS | request)
+}
+
+/// Whether a slot's `entry` holds a block made for `request`.
+#[inline]
+pub(super) fn holds(entry: u64, request: u64) -> bool {
+    entry != 0 && entry & REQUEST_MASK == request
+}
+
+/// The address of the block in a (non-empty) slot entry.
+#[inline]
+pub(super) fn address(entry: u64) -> usize {
+    (entry >> REQUEST_BITS) as usize * UNIT
+}
+
 impl RecentBlocks {
-    /// A kept block made for the same request, taken out, if there is one.
+    /// A kept block made for `request` ([`request`]), taken out, if there is one.
     #[inline]
-    pub(super) fn take(&self, units: u32, align: usize) -> Option<NonNull<u8>> {
-        let request = request(units, align)?;
+    pub(super) fn take(&self, request: u64) -> Option<NonNull<u8>> {
         for slot in &self.slots {
             let entry = slot.load(Ordering::Relaxed);
             // Acquire: the thread that freed the block was done with it before its release.
-            if entry != 0
-                && entry & REQUEST_MASK == request
+            if holds(entry, request)
                 && slot
                     .compare_exchange(entry, 0, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
-                return NonNull::new(((entry >> REQUEST_BITS) as usize * UNIT) as *mut u8);
+                return NonNull::new(address(entry) as *mut u8);
             }
         }
         None
     }
 
-    /// Keeps the block at `addr` (a multiple of the unit), made for a request of `units` aligned
-    /// to `align`, with no work pending on it; `false` when it is not kept (too large, an
-    /// address the slot cannot hold, or no slot free): the caller frees it.
+    /// Keeps the block of `entry` ([`entry`]), with no work pending on it; `false` when no slot
+    /// is free: the caller frees it.
     #[inline]
-    pub(super) fn keep(&self, addr: usize, units: u32, align: usize) -> bool {
-        let Some(request) = request(units, align) else {
-            return false;
-        };
-        let Some(entry) = u64::try_from(addr / UNIT)
-            .ok()
-            .filter(|&at| addr.is_multiple_of(UNIT) && at != 0 && at < 1 << (64 - REQUEST_BITS))
-            .map(|at| at << REQUEST_BITS | request)
-        else {
-            return false;
-        };
+    pub(super) fn keep(&self, entry: u64) -> bool {
         self.slots.iter().any(|slot| {
             slot.load(Ordering::Relaxed) == 0
                 && slot
@@ -76,7 +85,7 @@ impl RecentBlocks {
     pub(super) fn take_all(&self) -> impl Iterator<Item = usize> + '_ {
         self.slots.iter().filter_map(|slot| {
             let entry = slot.swap(0, Ordering::Acquire);
-            (entry != 0).then(|| (entry >> REQUEST_BITS) as usize * UNIT)
+            (entry != 0).then(|| address(entry))
         })
     }
 }
@@ -85,33 +94,37 @@ impl RecentBlocks {
 mod tests {
     use super::*;
 
+    /// The entry of the block at `at` units made for `units` aligned to `align`.
+    fn kept(at: usize, units: u32, align: usize) -> u64 {
+        entry(at * UNIT, request(units, align).unwrap()).unwrap()
+    }
+
     #[test]
     fn a_block_is_reused_only_for_the_request_it_was_made_for() {
         let recent = RecentBlocks::default();
-        assert!(recent.keep(4 * UNIT, 4, 256));
-        assert_eq!(recent.take(4, 512), None);
-        assert_eq!(recent.take(3, 256), None);
-        assert_eq!(
-            recent.take(4, 256).map(|p| p.as_ptr() as usize),
-            Some(4 * UNIT)
-        );
-        assert_eq!(recent.take(4, 256), None);
+        assert!(recent.keep(kept(4, 4, 256)));
+        assert_eq!(recent.take(request(4, 512).unwrap()), None);
+        assert_eq!(recent.take(request(3, 256).unwrap()), None);
+        let taken = recent.take(request(4, 256).unwrap());
+        assert_eq!(taken.map(|p| p.as_ptr() as usize), Some(4 * UNIT));
+        assert_eq!(recent.take(request(4, 256).unwrap()), None);
     }
 
     #[test]
     fn at_most_the_slots_are_kept_and_all_come_back() {
         let recent = RecentBlocks::default();
         for at in 1..=RECENT_BLOCKS {
-            assert!(recent.keep(at * UNIT, 1, 1));
+            assert!(recent.keep(kept(at, 1, 1)));
         }
-        assert!(!recent.keep((RECENT_BLOCKS + 1) * UNIT, 1, 1));
-        assert!(!recent.keep(UNIT, RECENT_MAX_UNITS + 1, 1));
+        assert!(!recent.keep(kept(RECENT_BLOCKS + 1, 1, 1)));
+        assert_eq!(request(RECENT_MAX_UNITS + 1, 1), None);
+        assert_eq!(entry(UNIT + 1, request(1, 1).unwrap()), None);
         let mut back: Vec<usize> = recent.take_all().collect();
         back.sort_unstable();
         assert_eq!(
             back,
             (1..=RECENT_BLOCKS).map(|at| at * UNIT).collect::<Vec<_>>()
         );
-        assert_eq!(recent.take(1, 1), None);
+        assert_eq!(recent.take(request(1, 1).unwrap()), None);
     }
 }
