@@ -168,27 +168,3 @@ fn a_take_back_waits_for_an_owner_in_the_middle_of_an_access() {
     kept.busy.store(false, Ordering::Release);
     assert_eq!(taker.join().unwrap().len(), 1);
 }
-
-/// Threads allocating and freeing while others release the pool never share a block: each writes
-/// its own byte and reads it back.
-#[test]
-fn threads_using_their_magazines_while_the_pool_is_released_never_share_a_block() {
-    let (pool, resource) = host_pool(PoolOptions::default());
-    thread::scope(|scope| {
-        for byte in 1..=3u8 {
-            let resource = &resource;
-            scope.spawn(move || {
-                for _ in 0..20_000 {
-                    let buffer = alloc(resource, 512);
-                    buffer.fill(byte).unwrap();
-                    assert!(buffer.to_vec().unwrap().iter().all(|&b| b == byte));
-                }
-            });
-        }
-        scope.spawn(|| {
-            for _ in 0..2_000 {
-                pool.release();
-            }
-        });
-    });
-}

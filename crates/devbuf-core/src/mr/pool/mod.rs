@@ -4,9 +4,11 @@
 //! In front of the allocator, each arena keeps a few small blocks freed with no work pending for the
 //! next request of exactly the same size, as malloc's thread caches do: the allocate-use-free loop
 //! of one size, the pool's most common use, then skips the allocator and the address map (most of
-//! a pooled allocation's ~80 ns here), and the arena's lock too: they sit in atomic slots
-//! ([`recent::RecentBlocks`]), one compare-exchange to take or keep one. They are given back to
-//! the allocator before the pool grows or releases memory, so they never make it take more from
+//! a pooled allocation's ~80 ns here), and the arena's lock too. Each thread first keeps one such
+//! block per kind in its own magazine ([`magazine`]: plain loads and stores, no atomic
+//! read-modify-write); the rest sit in atomic slots shared by all threads
+//! ([`recent::RecentBlocks`]), one compare-exchange to take or keep one. Both are given back to the
+//! allocator before the pool grows or releases memory, so they never make it take more from
 //! upstream.
 
 mod arena;

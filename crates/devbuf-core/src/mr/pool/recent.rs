@@ -1,6 +1,8 @@
 //! [`RecentBlocks`]: the small blocks an arena keeps for the next request of the same size, in
 //! atomic slots outside the arena's lock, so that the allocate-use-free loop of one size takes
-//! one atomic read-modify-write each way and no lock.
+//! one atomic read-modify-write each way and no lock where the thread's own magazine
+//! ([`super::magazine`]) has no block or no room. The slots' entries encode a block and the
+//! request it was made for; the magazines use the same.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
