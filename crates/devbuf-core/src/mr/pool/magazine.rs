@@ -17,11 +17,46 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, compiler_fence};
 use std::sync::{Arc, OnceLock, Weak};
 
-use super::PoolResource;
+use parking_lot::Mutex;
+
 use super::recent::{address, holds};
 
 /// How many pools a thread keeps magazines for; the least recently adopted goes back first.
 const POOLS_PER_THREAD: usize = 4;
+
+/// What a thread's magazine gives its blocks back to when the thread is done with it: the pool.
+pub(super) trait Home: Send + Sync + std::fmt::Debug {
+    /// The home's registry of magazines.
+    fn magazines(&self) -> &Magazines;
+    /// Frees a block a magazine kept, of arena `slot`.
+    fn free_kept(&self, slot: usize, addr: usize);
+}
+
+/// A pool's magazines, one per thread that kept one of its blocks. Its address (inside the pool)
+/// is the pool's identity for the threads.
+#[derive(Debug)]
+pub(super) struct Magazines {
+    list: Mutex<Vec<Arc<Magazine>>>,
+    /// The pool, for the threads' magazines to give their blocks back to when they go.
+    home: Weak<dyn Home>,
+}
+
+impl Magazines {
+    /// The registry of the pool `home` will point to.
+    pub(super) fn new(home: Weak<dyn Home>) -> Self {
+        Magazines {
+            list: Mutex::new(Vec::new()),
+            home,
+        }
+    }
+
+    /// Takes every block out of the magazines of a pool being dropped (no thread can be using
+    /// them), arena `slot`'s: their addresses.
+    pub(super) fn take_all_dropped(&mut self, slot: usize) -> Vec<usize> {
+        let list = self.list.get_mut();
+        list.iter().filter_map(|m| m.take_out(slot)).collect()
+    }
+}
 
 /// The blocks one thread keeps for one pool, shared by that thread (its owner) and the pool.
 #[derive(Debug, Default)]
@@ -95,7 +130,7 @@ impl Magazine {
 /// The calling thread's magazine for `pool`, if it has one: its block of arena `slot` made for
 /// `request`, taken out.
 #[inline]
-pub(super) fn take(pool: &PoolResource, slot: usize, request: u64) -> Option<NonNull<u8>> {
+pub(super) fn take(pool: &Magazines, slot: usize, request: u64) -> Option<NonNull<u8>> {
     let addr = LOCAL
         .try_with(|local| local.magazine_of(pool)?.take(slot, request))
         .ok()??;
@@ -106,7 +141,7 @@ pub(super) fn take(pool: &PoolResource, slot: usize, request: u64) -> Option<Non
 /// magazine for `pool`, which the thread adopts first if it has none; `false` when it is not kept
 /// (the place is taken, or the thread keeps no magazine).
 #[inline]
-pub(super) fn keep(pool: &PoolResource, slot: usize, entry: u64) -> bool {
+pub(super) fn keep(pool: &Magazines, slot: usize, entry: u64) -> bool {
     LOCAL
         .try_with(|local| {
             let magazine = match local.magazine_of(pool) {
@@ -122,9 +157,9 @@ pub(super) fn keep(pool: &PoolResource, slot: usize, entry: u64) -> bool {
 
 /// Takes every thread's block of arena `slot` out of `pool`'s magazines (see the module's notes),
 /// for the pool to free: their addresses.
-pub(super) fn take_back_all(pool: &PoolResource, slot: usize) -> Vec<usize> {
+pub(super) fn take_back_all(pool: &Magazines, slot: usize) -> Vec<usize> {
     // Held throughout: a second take-back must not clear `revoked` while this one swaps.
-    let magazines = pool.magazines.lock();
+    let magazines = pool.list.lock();
     if magazines.is_empty() {
         return Vec::new();
     }
@@ -150,12 +185,6 @@ pub(super) fn take_back_all(pool: &PoolResource, slot: usize) -> Vec<usize> {
     taken
 }
 
-/// Takes every block out of the magazines of a pool being dropped (no thread can be using them),
-/// arena `slot`'s.
-pub(super) fn take_all_dropped(magazines: &[Arc<Magazine>], slot: usize) -> Vec<usize> {
-    magazines.iter().filter_map(|m| m.take_out(slot)).collect()
-}
-
 thread_local! {
     static LOCAL: Local = const { Local::new() };
 }
@@ -163,11 +192,21 @@ thread_local! {
 /// The calling thread's magazines, one per pool it adopted (at most [`POOLS_PER_THREAD`]).
 struct Local {
     /// The pool of `magazine`, the one last used (null for none): the fast path's test.
-    pool: Cell<*const PoolResource>,
+    pool: Cell<*const Magazines>,
     magazine: Cell<*const Magazine>,
     /// The magazines, each with its pool (whose `Weak` keeps the pool's address from being
     /// reused by another pool while the thread may compare it).
-    held: RefCell<Vec<(Weak<PoolResource>, Arc<Magazine>)>>,
+    held: RefCell<Vec<Held>>,
+}
+
+/// A thread's magazine for one pool.
+struct Held {
+    /// The pool's registry: its identity.
+    pool: *const Magazines,
+    /// The pool (which keeps `pool`'s address from being reused by another pool while the thread
+    /// may compare it).
+    home: Weak<dyn Home>,
+    magazine: Arc<Magazine>,
 }
 
 impl Local {
@@ -181,7 +220,7 @@ impl Local {
 
     /// This thread's magazine for `pool`, if it has one.
     #[inline]
-    fn magazine_of(&self, pool: &PoolResource) -> Option<&Magazine> {
+    fn magazine_of(&self, pool: &Magazines) -> Option<&Magazine> {
         if ptr::eq(self.pool.get(), pool) {
             // SAFETY: `magazine` is one of `held`'s, which keeps it alive until it is evicted,
             // which resets both cells first.
@@ -192,19 +231,19 @@ impl Local {
 
     /// The magazine for `pool` among those held, made the fast path's.
     #[cold]
-    fn find(&self, pool: &PoolResource) -> Option<&Magazine> {
+    fn find(&self, pool: &Magazines) -> Option<&Magazine> {
         let held = self.held.borrow();
-        let (_, magazine) = held.iter().find(|(p, _)| ptr::eq(p.as_ptr(), pool))?;
+        let magazine = Arc::as_ptr(&held.iter().find(|h| ptr::eq(h.pool, pool))?.magazine);
         self.pool.set(pool);
-        self.magazine.set(Arc::as_ptr(magazine));
+        self.magazine.set(magazine);
         // SAFETY: as in `magazine_of`: held until evicted, which resets the cells.
-        Some(unsafe { &*Arc::as_ptr(magazine) })
+        Some(unsafe { &*magazine })
     }
 
     /// Starts a magazine for `pool` (evicting the oldest past [`POOLS_PER_THREAD`]); `None` where
     /// threads keep none.
     #[cold]
-    fn adopt(&self, pool: &PoolResource) -> Option<&Magazine> {
+    fn adopt(&self, pool: &Magazines) -> Option<&Magazine> {
         if !barrier_registered() {
             return None;
         }
@@ -212,13 +251,17 @@ impl Local {
             let mut held = self.held.borrow_mut();
             let evicted = (held.len() >= POOLS_PER_THREAD).then(|| held.remove(0));
             let magazine = Arc::new(Magazine::default());
-            pool.magazines.lock().push(Arc::clone(&magazine));
-            held.push((pool.me.clone(), magazine));
+            pool.list.lock().push(Arc::clone(&magazine));
+            held.push(Held {
+                pool,
+                home: pool.home.clone(),
+                magazine,
+            });
             evicted
         };
         self.pool.set(ptr::null());
-        if let Some((pool, magazine)) = evicted {
-            give_back(&pool, &magazine);
+        if let Some(evicted) = evicted {
+            evicted.give_back();
         }
         self.find(pool)
     }
@@ -227,22 +270,28 @@ impl Local {
 impl Drop for Local {
     fn drop(&mut self) {
         self.pool.set(ptr::null());
-        for (pool, magazine) in self.held.take() {
-            give_back(&pool, &magazine);
+        for held in self.held.take() {
+            held.give_back();
         }
     }
 }
 
-/// Returns a magazine's blocks to its pool, if the pool is still alive (a dropped one took them),
-/// and unregisters it there.
-fn give_back(pool: &Weak<PoolResource>, magazine: &Arc<Magazine>) {
-    let Some(pool) = pool.upgrade() else {
-        return;
-    };
-    pool.magazines.lock().retain(|m| !Arc::ptr_eq(m, magazine));
-    for slot in 0..magazine.blocks.len() {
-        if let Some(addr) = magazine.take_out(slot) {
-            pool.free_kept(slot, addr);
+impl Held {
+    /// Returns the magazine's blocks to its pool, if the pool is still alive (a dropped one took
+    /// them), and unregisters it there.
+    fn give_back(self) {
+        let Some(home) = self.home.upgrade() else {
+            return;
+        };
+        let magazine = &self.magazine;
+        home.magazines()
+            .list
+            .lock()
+            .retain(|m| !Arc::ptr_eq(m, magazine));
+        for slot in 0..magazine.blocks.len() {
+            if let Some(addr) = magazine.take_out(slot) {
+                home.free_kept(slot, addr);
+            }
         }
     }
 }
@@ -291,5 +340,4 @@ fn heavy_barrier() -> bool {
 }
 
 #[cfg(test)]
-#[path = "magazine_tests.rs"]
 mod tests;

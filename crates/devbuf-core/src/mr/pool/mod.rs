@@ -27,7 +27,7 @@ use super::{Adaptor, FreeAfter, MemoryResource, refused};
 use crate::blocking::blocking;
 use crate::{Event, MemKind, Result};
 use arena::{Arena, Block, UNIT, slot_of, units_for};
-use magazine::Magazine;
+use magazine::{Home, Magazines};
 use recent::RecentBlocks;
 
 /// The smallest upstream block the pool asks for when it grows.
@@ -57,9 +57,7 @@ pub struct PoolResource {
     /// Each arena's small freed blocks kept for reuse (see the module's notes), outside its lock.
     recent: [RecentBlocks; 3],
     /// Every thread's magazine for this pool ([`magazine`]): freed blocks kept for that thread.
-    magazines: Mutex<Vec<Arc<Magazine>>>,
-    /// This pool, for the threads' magazines to give their blocks back to when they go.
-    me: Weak<PoolResource>,
+    magazines: Magazines,
     upstream_bytes: AtomicUsize,
     upstream_peak: AtomicUsize,
 }
@@ -101,8 +99,7 @@ impl PoolResource {
             maximum_size: options.maximum_size,
             arenas: MemKind::ALLOCATABLE.map(arena),
             recent: Default::default(),
-            magazines: Mutex::default(),
-            me: me.clone(),
+            magazines: Magazines::new(me.clone() as Weak<dyn Home>),
             upstream_bytes: AtomicUsize::new(0),
             upstream_peak: AtomicUsize::new(0),
         })
@@ -252,16 +249,9 @@ impl PoolResource {
         for addr in self.recent[slot].take_all() {
             arena.free(addr);
         }
-        for addr in magazine::take_back_all(self, slot) {
+        for addr in magazine::take_back_all(&self.magazines, slot) {
             arena.free(addr);
         }
-    }
-
-    /// Frees a block a thread's magazine kept, in arena `slot`.
-    fn free_kept(&self, slot: usize, addr: usize) {
-        let mut arena = self.arenas[slot].lock();
-        arena.free(addr);
-        self.give_back_drained(arena);
     }
 
     /// How much to take from upstream for a request of `units` units that did not fit.
@@ -294,7 +284,7 @@ impl Adaptor for PoolResource {
         let units32 = u32::try_from(units).map_err(|_| too_large())?;
         if let Some(request) = recent::request(units32, align) {
             let slot = slot_of(kind);
-            if let Some(ptr) = magazine::take(self, slot, request) {
+            if let Some(ptr) = magazine::take(&self.magazines, slot, request) {
                 return Ok(ptr);
             }
             if let Some(ptr) = self.recent[slot].take(request) {
@@ -370,7 +360,7 @@ impl Adaptor for PoolResource {
             .and_then(|request| recent::entry(addr, request));
         if done
             && let Some(entry) = kept
-            && (magazine::keep(self, slot, entry) || self.recent[slot].keep(entry))
+            && (magazine::keep(&self.magazines, slot, entry) || self.recent[slot].keep(entry))
         {
             return;
         }
@@ -384,10 +374,22 @@ impl Adaptor for PoolResource {
     }
 }
 
+// The threads' magazines give their blocks back here.
+impl Home for PoolResource {
+    fn magazines(&self) -> &Magazines {
+        &self.magazines
+    }
+
+    fn free_kept(&self, slot: usize, addr: usize) {
+        let mut arena = self.arenas[slot].lock();
+        arena.free(addr);
+        self.give_back_drained(arena);
+    }
+}
+
 impl Drop for PoolResource {
     fn drop(&mut self) {
         let mut blocks = Vec::new();
-        let magazines = std::mem::take(self.magazines.get_mut());
         for (arena, recent) in self.arenas.iter_mut().zip(&self.recent) {
             let arena = arena.get_mut();
             arena.sweep_completed();
@@ -402,7 +404,7 @@ impl Drop for PoolResource {
             }
             // No thread can be using this pool's magazines now: their blocks come back as they
             // are.
-            for addr in magazine::take_all_dropped(&magazines, slot_of(arena.kind)) {
+            for addr in self.magazines.take_all_dropped(slot_of(arena.kind)) {
                 arena.free(addr);
             }
             // A block still in use by work whose wait failed is leaked: freeing it would be worse.

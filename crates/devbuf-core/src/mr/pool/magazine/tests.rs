@@ -50,7 +50,10 @@ fn a_block_freed_on_another_thread_is_kept_there_and_comes_back_at_its_exit() {
     })
     .join()
     .unwrap();
-    assert!(pool.magazines.lock().is_empty(), "unregistered at exit");
+    assert!(
+        pool.magazines.list.lock().is_empty(),
+        "unregistered at exit"
+    );
     assert!(nothing_handed_out(&pool), "its block back in the arena");
 }
 
@@ -131,8 +134,8 @@ fn a_thread_gives_back_its_oldest_magazine_past_its_pools() {
     };
     kept.wait();
     let (first, last) = (&pools[0].0, &pools[4].0);
-    assert!(first.magazines.lock().is_empty() && nothing_handed_out(first));
-    assert_eq!(last.magazines.lock().len(), 1);
+    assert!(first.magazines.list.lock().is_empty() && nothing_handed_out(first));
+    assert_eq!(last.magazines.list.lock().len(), 1);
     done.wait();
     worker.join().unwrap();
 }
@@ -156,12 +159,12 @@ fn an_owner_leaves_its_magazine_alone_while_it_is_taken_back() {
 fn a_take_back_waits_for_an_owner_in_the_middle_of_an_access() {
     let (pool, resource) = host_pool(PoolOptions::default());
     drop(alloc(&resource, 1000));
-    let kept = Arc::clone(&pool.magazines.lock()[0]);
+    let kept = Arc::clone(&pool.magazines.list.lock()[0]);
     // This thread's magazine, as if its owner were between reading and writing its block.
     kept.busy.store(true, Ordering::Relaxed);
     let taker = {
         let pool = Arc::clone(&pool);
-        thread::spawn(move || take_back_all(&pool, slot_of(MemKind::Host)))
+        thread::spawn(move || take_back_all(&pool.magazines, slot_of(MemKind::Host)))
     };
     thread::sleep(Duration::from_millis(100));
     assert!(!taker.is_finished(), "took the block from under its owner");
