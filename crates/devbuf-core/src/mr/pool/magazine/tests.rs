@@ -105,8 +105,8 @@ fn release_and_growth_take_back_what_other_threads_keep() {
         })
     };
     kept.wait();
-    // The pool may not grow: the large block needs the room the worker's block takes.
-    drop(alloc(&resource, 900 << 10));
+    // The pool may not grow, and the large block needs all of it, the worker's block's room too.
+    drop(alloc(&resource, 1000 << 10));
     done.wait();
     kept.wait();
     pool.release();
