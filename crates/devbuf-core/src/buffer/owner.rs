@@ -16,6 +16,11 @@ pub enum Owner {
 /// reached a buffer (an import refused after it took ownership), right away instead of leaking.
 pub struct RunOnDrop(Option<Box<dyn FnOnce() + Send>>);
 
+// SAFETY: a `RunOnDrop` offers nothing through a shared reference (no method takes `&self`): it
+// is only ever run, by value, when dropped. Sharing one between threads can therefore not call
+// its deleter from two of them, and an allocation that holds one may be shared.
+unsafe impl Sync for RunOnDrop {}
+
 impl Drop for RunOnDrop {
     fn drop(&mut self) {
         if let Some(delete) = self.0.take() {

@@ -291,23 +291,16 @@ pub(crate) fn import_suai<'py>(
     let foreign = interface::import_suai(&parsed).py()?;
     let resolved = foreign_objects::queue_from_syclobj(py, &syclobj, foreign.base())?;
     let key = if parsed.offset == 0 { "data" } else { "offset" };
-    let array = wrap_foreign(
+    // The producer may still have work on the memory in its queue: ours is ordered after it.
+    let producer = resolved.producer.filter(|_| sync);
+    wrap_foreign(
         py,
         foreign,
         resolved.queue,
         Owner::keep_alive(obj.clone().unbind()),
         key,
-    )?;
-    // The producer may still have work on the memory in its queue: ours is ordered after it.
-    if sync && let Some(producer) = resolved.producer {
-        array
-            .get()
-            .array(py)?
-            .buffer()
-            .record_producer(producer)
-            .py()?;
-    }
-    Ok(array)
+        producer,
+    )
 }
 
 pub(crate) fn import_cai<'py>(
@@ -367,6 +360,7 @@ pub(crate) fn import_cai<'py>(
         queue,
         Owner::keep_alive(obj.clone().unbind()),
         "data",
+        None,
     )?;
     let stream = match stream {
         Some(value) => ForeignObject::Int(value),
