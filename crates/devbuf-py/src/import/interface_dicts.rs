@@ -292,7 +292,7 @@ pub(crate) fn import_suai<'py>(
     let resolved = foreign_objects::queue_from_syclobj(py, &syclobj, foreign.base())?;
     let key = if parsed.offset == 0 { "data" } else { "offset" };
     // The producer may still have work on the memory in its queue: ours is ordered after it.
-    let producer = resolved.producer.filter(|_| sync);
+    let producer = if sync { resolved.producer } else { None };
     wrap_foreign(
         py,
         foreign,
