@@ -73,13 +73,15 @@ struct VtableOf<T>(std::marker::PhantomData<T>);
 
 impl<T: Any + Send + Sync> VtableOf<T> {
     const INLINE: KeptVtable = KeptVtable {
-        // SAFETY (both): the slot holds a live `T` (`KeptAlive::new`).
+        // SAFETY: the slot holds a live `T` (`KeptAlive::new`).
         get: |slot| unsafe { &*slot.cast::<T>() },
+        // SAFETY: as above; `KeptAlive`'s drop runs this once.
         drop: |slot| unsafe { slot.cast::<T>().drop_in_place() },
     };
     const BOXED: KeptVtable = KeptVtable {
-        // SAFETY (both): the slot holds a live `Box<T>` (`KeptAlive::new`).
+        // SAFETY: the slot holds a live `Box<T>` (`KeptAlive::new`).
         get: |slot| unsafe { &**slot.cast::<Box<T>>() },
+        // SAFETY: as above; `KeptAlive`'s drop runs this once.
         drop: |slot| unsafe { slot.cast::<Box<T>>().drop_in_place() },
     };
 }
