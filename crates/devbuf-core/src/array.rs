@@ -267,12 +267,14 @@ impl Layout {
 
 /// C-order byte strides for `shape`.
 fn c_strides(shape: &[usize], itemsize: usize) -> Dims<isize> {
-    let mut strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
+    // Pushed from the last dimension and turned around: `smallvec!` of zeros first is a call.
+    let mut strides = Dims::<isize>::new();
     let mut step = itemsize as isize;
-    for (stride, &n) in strides.iter_mut().zip(shape).rev() {
-        *stride = step;
+    for &n in shape.iter().rev() {
+        strides.push(step);
         step = step.wrapping_mul(n.max(1) as isize);
     }
+    strides.reverse();
     strides
 }
 

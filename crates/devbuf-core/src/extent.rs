@@ -7,6 +7,8 @@
 //! runtime allows. An import is refused unless every byte it claims lies in that one allocation,
 //! so that no copy, fill or host view of it reaches past memory that exists.
 
+use std::ops::Range;
+
 use crate::interface::ForeignLayout;
 use crate::interop::Holder;
 use crate::{Error, MemKind, Queue, Result};
@@ -25,74 +27,113 @@ pub fn check_extent(
     if foreign.len == 0 {
         return Ok(MemKind::Unknown);
     }
-    let layout = &foreign.layout;
     // `interface` bounded the span inside the address space.
     let (first, end) = (foreign.base, foreign.base + foreign.len);
-    let element0 = first + layout.offset();
-    let reach_key = if layout.is_c_contiguous() {
-        "shape"
-    } else {
-        "strides"
-    };
-    let device = &queue.device().selector;
-    let claim = || {
-        format!(
-            "shape {:?} with byte strides {:?} spans {} bytes at {first:#x}..{end:#x}",
-            layout.shape(),
-            layout.strides(),
-            foreign.len
-        )
-    };
+    let element0 = first + foreign.layout.offset();
     match queue.interop().holder_of(element0 as *const u8)? {
-        Holder::Unknown => Err(Error::invalid(
-            pointer_key,
-            format!(
-                "{element0:#x} is not memory of {device:?} (the runtime classifies it as unknown)"
-            ),
-        )),
+        Holder::Unknown => Err(unknown_pointer(queue, element0, pointer_key)),
         Holder::Unchecked => Ok(MemKind::Unknown),
         Holder::Allocation { kind, range } => {
-            let allocation = || {
-                format!(
-                    "the {}-byte allocation at {:#x} on {device:?} that holds element 0",
-                    range.len(),
-                    range.start
-                )
-            };
-            if first < range.start {
-                return Err(Error::invalid(
-                    "strides",
-                    format!("{}: it starts before {}", claim(), allocation()),
-                ));
-            }
-            if end > range.end {
-                return Err(Error::invalid(
-                    reach_key,
-                    format!("{}: it reaches past the end of {}", claim(), allocation()),
-                ));
+            if first < range.start || end > range.end {
+                return Err(outside_allocation(queue, foreign, &range));
             }
             Ok(kind)
         }
         unbounded @ Holder::Unbounded { kind, .. } => {
             // The runtime cannot say where the allocation ends: the first and the last byte must
             // at least be the same memory on the same device.
-            for (address, key) in [(first, "strides"), (end - 1, reach_key)] {
+            for address in [first, end - 1] {
                 if address != element0
                     && queue.interop().holder_of(address as *const u8)? != unbounded
                 {
-                    return Err(Error::invalid(
-                        key,
-                        format!(
-                            "{}: its byte at {address:#x} is not {kind} memory of the device \
-                             on {device:?} that holds element 0",
-                            claim()
-                        ),
-                    ));
+                    return Err(other_memory(queue, foreign, address, kind));
                 }
             }
             Ok(kind)
         }
     }
+}
+
+// `check_extent`'s errors, out of its hot code (an import's runtime queries evict it as it is).
+
+/// The key for elements that reach past the end: "shape" for a C-contiguous layout, else
+/// "strides".
+fn reach_key(foreign: &ForeignLayout) -> &'static str {
+    if foreign.layout.is_c_contiguous() {
+        "shape"
+    } else {
+        "strides"
+    }
+}
+
+/// What the descriptor claims, for the errors.
+fn claim(foreign: &ForeignLayout) -> String {
+    let (first, end) = (foreign.base, foreign.base + foreign.len);
+    format!(
+        "shape {:?} with byte strides {:?} spans {} bytes at {first:#x}..{end:#x}",
+        foreign.layout.shape(),
+        foreign.layout.strides(),
+        foreign.len
+    )
+}
+
+#[cold]
+#[inline(never)]
+fn unknown_pointer(queue: &dyn Queue, element0: usize, pointer_key: &'static str) -> Error {
+    let device = &queue.device().selector;
+    Error::invalid(
+        pointer_key,
+        format!("{element0:#x} is not memory of {device:?} (the runtime classifies it as unknown)"),
+    )
+}
+
+#[cold]
+#[inline(never)]
+fn outside_allocation(queue: &dyn Queue, foreign: &ForeignLayout, range: &Range<usize>) -> Error {
+    let allocation = format!(
+        "the {}-byte allocation at {:#x} on {:?} that holds element 0",
+        range.len(),
+        range.start,
+        queue.device().selector
+    );
+    if foreign.base < range.start {
+        Error::invalid(
+            "strides",
+            format!("{}: it starts before {allocation}", claim(foreign)),
+        )
+    } else {
+        Error::invalid(
+            reach_key(foreign),
+            format!(
+                "{}: it reaches past the end of {allocation}",
+                claim(foreign)
+            ),
+        )
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn other_memory(
+    queue: &dyn Queue,
+    foreign: &ForeignLayout,
+    address: usize,
+    kind: MemKind,
+) -> Error {
+    let key = if address == foreign.base {
+        "strides"
+    } else {
+        reach_key(foreign)
+    };
+    Error::invalid(
+        key,
+        format!(
+            "{}: its byte at {address:#x} is not {kind} memory of the device on {:?} that holds \
+             element 0",
+            claim(foreign),
+            queue.device().selector
+        ),
+    )
 }
 
 #[cfg(test)]

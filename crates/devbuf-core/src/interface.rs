@@ -15,7 +15,9 @@ use smallvec::SmallVec;
 
 use std::sync::Arc;
 
-use crate::{Array, Buffer, DType, Error, Layout, MemKind, Owner, Queue, Result, check_ndim};
+use crate::{
+    Array, Buffer, DType, Error, ForeignQueue, Layout, MemKind, Owner, Queue, Result, check_ndim,
+};
 
 /// The keys of a CAI or SUAI dictionary, after the caller converted each Python value to its Rust
 /// type (a wrong Python type is the caller's error to report, naming the key). The sequences and
@@ -325,6 +327,8 @@ pub struct SuaiFields {
 impl Array {
     /// Foreign memory viewed through the layout an import checked against it: the buffer spans
     /// exactly `foreign`'s bytes, so the fit [`Array::new`] would check again holds already.
+    /// With `producer`, the producer's queue, which may still have work on the memory: later work
+    /// is ordered after it ([`Buffer::record_producer`]).
     ///
     /// # Safety
     /// As for [`crate::Buffer::from_foreign`], for `foreign.byte_len()` bytes at `foreign.base()`.
@@ -333,10 +337,17 @@ impl Array {
         foreign: ForeignLayout,
         kind: MemKind,
         owner: Owner,
+        producer: Option<Arc<dyn ForeignQueue>>,
     ) -> Array {
+        let (ptr, len) = (foreign.base as *mut u8, foreign.len);
         // SAFETY: the caller's contract.
         let buffer = unsafe {
-            Buffer::from_foreign(queue, foreign.base as *mut u8, foreign.len, kind, owner)
+            match producer {
+                Some(producer) => {
+                    Buffer::from_foreign_produced_by(queue, ptr, len, kind, owner, producer)
+                }
+                None => Buffer::from_foreign(queue, ptr, len, kind, owner),
+            }
         };
         Array::fitting(buffer, foreign.layout)
     }

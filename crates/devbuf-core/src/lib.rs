@@ -48,7 +48,7 @@ pub mod conformance;
 pub use array::{Array, Layout, MAX_NDIM, check_ndim};
 pub use backend::{Availability, Backend, split_selector};
 pub use blocking::{blocking, set_blocking_hook};
-pub use buffer::{Buffer, Owner};
+pub use buffer::{Buffer, KeptAlive, Owner};
 pub use dlpark;
 pub use dtype::{ByteOrder, DType, ScalarKind};
 pub use error::{Error, Result};

@@ -32,10 +32,11 @@ pub(super) enum Release {
         size: usize,
         align: usize,
     },
-    /// Foreign memory: drop the owner (taken out exactly once, in `Drop`).
+    /// Foreign memory: drop the owner (taken out exactly once, in `Drop`; read through `&self`
+    /// only as a keep-alive object, which is `Sync`).
     Foreign {
         queue: Arc<dyn Queue>,
-        owner: Mutex<Option<Owner>>,
+        owner: Option<Owner>,
     },
 }
 
@@ -77,59 +78,55 @@ impl PendingWork {
 #[derive(Default)]
 pub(super) struct PendingList {
     pub(super) work: Vec<PendingWork>,
-    /// The queues of the library that produced imported memory, boxed: most allocations are
-    /// devbuf's own and have none, and every allocation's record is built and dropped on the
-    /// hot path.
-    producers: Option<Box<Producers>>,
-}
-
-/// The queues of the library that produced imported memory.
-#[derive(Default)]
-struct Producers {
-    /// Its queue while devbuf has not yet ordered anything after its work there. An event is
-    /// recorded on it (a barrier: microseconds) only when devbuf first needs one, so that
-    /// imports nobody waits on cost nothing; the event then covers the producer's work up to
-    /// that moment, which includes its work at import.
+    /// The queue of the library that produced imported memory while devbuf has not yet ordered
+    /// anything after its work there. An event is recorded on it (a barrier: microseconds) only
+    /// when devbuf first needs one, so that imports nobody waits on cost nothing; the event then
+    /// covers the producer's work up to that moment, which includes its work at import. Held in
+    /// place (every SUAI import sets it): a box of its own cost an allocation and a free per
+    /// import.
     unordered: Option<Arc<dyn ForeignQueue>>,
-    /// Its queue when its protocol asks that its later work there wait for ours (CAI v3's
-    /// consumer rule): every command devbuf enqueues without waiting for it is made to precede
-    /// that queue's later work. Not pending work itself.
-    held_back: Option<Arc<dyn ForeignQueue>>,
+    /// The producer's queue when its protocol asks that its later work there wait for ours (CAI
+    /// v3's consumer rule), boxed: few allocations have one, and every allocation's record is
+    /// built and dropped on the hot path. Not pending work itself.
+    held_back: Option<Box<Arc<dyn ForeignQueue>>>,
 }
 
 impl PendingList {
+    /// A list whose only entry is `producer`'s queue, not yet ordered after (see
+    /// [`PendingList::set_producer`]).
+    pub(super) fn produced_by(producer: Arc<dyn ForeignQueue>) -> PendingList {
+        PendingList {
+            work: Vec::new(),
+            unordered: Some(producer),
+            held_back: None,
+        }
+    }
+
     pub(super) fn is_empty(&self) -> bool {
-        self.work.is_empty()
-            && self
-                .producers
-                .as_ref()
-                .is_none_or(|p| p.unordered.is_none())
+        self.work.is_empty() && self.unordered.is_none()
     }
 
     /// Makes `producer` the producer's queue whose work devbuf has not yet ordered anything
     /// after.
     pub(super) fn set_producer(&mut self, producer: Arc<dyn ForeignQueue>) {
-        self.producers.get_or_insert_default().unordered = Some(producer);
+        self.unordered = Some(producer);
     }
 
     /// Makes `producer` the queue whose later work must wait for devbuf's commands.
     pub(super) fn set_held_back(&mut self, producer: Arc<dyn ForeignQueue>) {
-        self.producers.get_or_insert_default().held_back = Some(producer);
+        self.held_back = Some(Box::new(producer));
     }
 
     /// The queue whose later work must wait for devbuf's commands, if any.
     pub(super) fn held_back(&self) -> Option<&Arc<dyn ForeignQueue>> {
-        self.producers.as_ref()?.held_back.as_ref()
+        self.held_back.as_deref()
     }
 
     /// Records the event of the producer's queue, if that has not been done yet.
     pub(super) fn record_producer_event(&mut self) -> Result<()> {
-        let Some(producers) = &mut self.producers else {
-            return Ok(());
-        };
-        if let Some(producer) = &producers.unordered {
+        if let Some(producer) = &self.unordered {
             let event = producer.record_event()?;
-            producers.unordered = None;
+            self.unordered = None;
             self.work.push(PendingWork {
                 queue: None,
                 event,
@@ -167,6 +164,14 @@ pub(super) struct Pending {
 }
 
 impl Pending {
+    /// Pending work of `list`, which nothing shares yet.
+    pub(super) fn of(list: PendingList) -> Pending {
+        Pending {
+            any: AtomicBool::new(!list.is_empty()),
+            list: Mutex::new(list),
+        }
+    }
+
     #[inline]
     pub(super) fn is_empty(&self) -> bool {
         !self.any.load(Ordering::Acquire)
@@ -250,6 +255,13 @@ impl Drop for Allocation {
         // The common case, kept short: memory devbuf allocated, never handed out, with no work
         // recorded on it goes straight back.
         if pending.is_empty() && !exported {
+            // Foreign memory with no work of ours on it: its owner goes now.
+            if let Release::Foreign { owner, .. } = &mut self.release {
+                if let Some(owner) = owner.take() {
+                    let_go(owner);
+                }
+                return;
+            }
             let (kind, ptr) = (self.kind, NonNull::new(self.base as *mut u8));
             match (&self.release, ptr) {
                 (Release::Queue { queue, size, align }, Some(ptr)) => {
@@ -353,19 +365,21 @@ impl Allocation {
                 };
                 let done =
                     (pending.iter().all(|w| w.queue.is_none()) && !wait_device) || blocking(ours);
-                let owner = owner.get_mut().take();
+                let owner = owner.take();
                 match owner {
-                    Some(owner) if done => {
-                        // A panicking deleter must not unwind into a C caller (DLPack deleters
-                        // run this from `extern "C"` code); the panic message has already been
-                        // printed.
-                        let _ = catch_unwind(AssertUnwindSafe(move || drop(owner)));
-                    }
+                    Some(owner) if done => let_go(owner),
                     owner => std::mem::forget(owner),
                 }
             }
         }
     }
+}
+
+/// Drops the owner of foreign memory after its last view. A panicking deleter must not unwind
+/// into a C caller (DLPack deleters run this from `extern "C"` code); the panic message has
+/// already been printed.
+fn let_go(owner: Owner) {
+    let _ = catch_unwind(AssertUnwindSafe(move || drop(owner)));
 }
 
 /// Refuses allocations `queue` cannot make.

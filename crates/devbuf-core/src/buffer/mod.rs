@@ -19,12 +19,12 @@ use std::sync::Arc;
 
 use std::sync::atomic::AtomicU8;
 
-use parking_lot::Mutex;
-
 use crate::mr::{self, MemoryResource};
-use crate::{DEFAULT_ALIGNMENT, DeviceInfo, Error, MemKind, Queue, Result};
-use allocation::{Allocation, Pending, Release, SharedAllocation, check_allocation, exported};
-pub use owner::Owner;
+use crate::{DEFAULT_ALIGNMENT, DeviceInfo, Error, ForeignQueue, MemKind, Queue, Result};
+use allocation::{
+    Allocation, Pending, PendingList, Release, SharedAllocation, check_allocation, exported,
+};
+pub use owner::{KeptAlive, Owner};
 
 /// A contiguous range of bytes in one allocation; cheap to clone, and every clone or sub-view
 /// keeps the allocation alive.
@@ -154,7 +154,26 @@ impl Buffer {
         owner: Owner,
     ) -> Buffer {
         // SAFETY: the caller's contract.
-        unsafe { Self::foreign(queue, ptr, len, kind, owner, false) }
+        unsafe { Self::foreign(queue, ptr, len, kind, owner, false, PendingList::default()) }
+    }
+
+    /// Wraps foreign memory, as [`Buffer::from_foreign`], whose producer may still have work on
+    /// it in `producer`, its queue: as [`Buffer::record_producer`] right after, without taking
+    /// the lock (nothing else views the buffer yet).
+    ///
+    /// # Safety
+    /// As for [`Buffer::from_foreign`].
+    pub unsafe fn from_foreign_produced_by(
+        queue: Arc<dyn Queue>,
+        ptr: *mut u8,
+        len: usize,
+        kind: MemKind,
+        owner: Owner,
+        producer: Arc<dyn ForeignQueue>,
+    ) -> Buffer {
+        let pending = PendingList::produced_by(producer);
+        // SAFETY: the caller's contract.
+        unsafe { Self::foreign(queue, ptr, len, kind, owner, false, pending) }
     }
 
     /// Wraps foreign memory that may only be read, as [`Buffer::from_foreign`]: every write
@@ -170,7 +189,7 @@ impl Buffer {
         owner: Owner,
     ) -> Buffer {
         // SAFETY: the caller's contract; nothing writes through a read-only buffer.
-        unsafe { Self::foreign(queue, ptr, len, kind, owner, true) }
+        unsafe { Self::foreign(queue, ptr, len, kind, owner, true, PendingList::default()) }
     }
 
     /// # Safety
@@ -182,6 +201,7 @@ impl Buffer {
         kind: MemKind,
         owner: Owner,
         read_only: bool,
+        pending: PendingList,
     ) -> Buffer {
         Buffer {
             alloc: SharedAllocation::new(|| Allocation {
@@ -189,9 +209,9 @@ impl Buffer {
                 kind,
                 release: Release::Foreign {
                     queue,
-                    owner: Mutex::new(Some(owner)),
+                    owner: Some(owner),
                 },
-                pending: Pending::default(),
+                pending: Pending::of(pending),
                 exported: AtomicU8::new(exported::NO),
                 read_only,
             }),
@@ -242,7 +262,7 @@ impl Buffer {
     /// allocation is found again from its buffers).
     pub fn keep_alive<T: Any + Clone>(&self) -> Option<T> {
         match &self.alloc.release {
-            Release::Foreign { owner, .. } => match &*owner.lock() {
+            Release::Foreign { owner, .. } => match owner {
                 Some(Owner::KeepAlive(keep)) => keep.downcast_ref::<T>().cloned(),
                 _ => None,
             },

@@ -3,6 +3,7 @@
 use super::*;
 use crate::{Event, ForeignQueue};
 use crate::{HostQueue, QueueEvent};
+use parking_lot::Mutex;
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 

@@ -154,38 +154,35 @@ impl DType {
     /// Parses a NumPy array-interface typestr such as `"<f4"`, `"|b1"` or `">i8"` (`"|f4"`, as
     /// NumPy reads it, is native order).
     pub fn from_typestr(typestr: &str) -> Result<DType> {
-        let bad = |why: &str| Error::invalid("typestr", format!("{typestr:?} {why}"));
-        let mut chars = typestr.chars();
-        let order = match chars.next() {
-            Some('<') => ByteOrder::Little,
-            Some('>') => ByteOrder::Big,
+        let bytes = typestr.as_bytes();
+        let order = match bytes.first() {
+            Some(b'<') => ByteOrder::Little,
+            Some(b'>') => ByteOrder::Big,
             // '|' ("not applicable") on a multi-byte type is read as native order, as NumPy
             // reads it: dpctl and dpnp write '|' for every type (`"|f4"`).
-            Some('|' | '=') => ByteOrder::NATIVE,
-            _ => {
-                return Err(bad(
-                    "does not start with a byte order ('<', '>', '|' or '=')",
-                ));
-            }
+            Some(b'|' | b'=') => ByteOrder::NATIVE,
+            _ => return Err(bad_typestr(typestr, NO_ORDER)),
         };
-        let kind = match chars.next() {
-            Some('b') => ScalarKind::Bool,
-            Some('i') => ScalarKind::Int,
-            Some('u') => ScalarKind::UInt,
-            Some('f') => ScalarKind::Float,
-            Some('c') => ScalarKind::Complex,
-            _ => {
-                return Err(bad(
-                    "has a type code devbuf does not support (use b, i, u, f or c)",
-                ));
-            }
+        let kind = match bytes.get(1) {
+            Some(b'b') => ScalarKind::Bool,
+            Some(b'i') => ScalarKind::Int,
+            Some(b'u') => ScalarKind::UInt,
+            Some(b'f') => ScalarKind::Float,
+            Some(b'c') => ScalarKind::Complex,
+            _ => return Err(bad_typestr(typestr, BAD_CODE)),
         };
-        let itemsize: usize = chars
-            .as_str()
-            .parse()
-            .map_err(|_| bad("has no valid item size"))?;
-        DType::new(kind, itemsize, order)
-            .ok_or_else(|| bad("is not a supported size for its type code"))
+        // The sizes typestrs carry (one or two digits) read directly; anything else as `usize`'s
+        // `FromStr` reads it (the byte order and the type code are ASCII, so byte 2 starts a char).
+        let itemsize = match &bytes[2..] {
+            [digit @ b'0'..=b'9'] => usize::from(digit - b'0'),
+            [tens @ b'0'..=b'9', ones @ b'0'..=b'9'] => {
+                usize::from(tens - b'0') * 10 + usize::from(ones - b'0')
+            }
+            _ => typestr[2..]
+                .parse()
+                .map_err(|_| bad_typestr(typestr, NO_SIZE))?,
+        };
+        DType::new(kind, itemsize, order).ok_or_else(|| bad_typestr(typestr, BAD_SIZE))
     }
 
     /// The NumPy typestr. bfloat16 has none.
@@ -395,6 +392,18 @@ impl fmt::Display for DType {
         }
         Ok(())
     }
+}
+
+const NO_ORDER: &str = "does not start with a byte order ('<', '>', '|' or '=')";
+const BAD_CODE: &str = "has a type code devbuf does not support (use b, i, u, f or c)";
+const NO_SIZE: &str = "has no valid item size";
+const BAD_SIZE: &str = "is not a supported size for its type code";
+
+/// `from_typestr`'s error, out of its hot code.
+#[cold]
+#[inline(never)]
+fn bad_typestr(typestr: &str, why: &str) -> Error {
+    Error::invalid("typestr", format!("{typestr:?} {why}"))
 }
 
 #[cfg(test)]

@@ -51,6 +51,31 @@ fn dlpack_codes_round_trip_including_bfloat16() {
 }
 
 #[test]
+fn typestr_sizes_read_as_usize_reads_them() {
+    // The one- and two-digit sizes are read without `FromStr`: the same answers, and the same
+    // errors, for every size text.
+    for size in [
+        "1", "4", "04", "+4", "004", "8", "16", "99", "", "x", "4 ", "\u{661}", "-4",
+    ] {
+        let expected = size
+            .parse::<usize>()
+            .ok()
+            .map(|n| DType::new(ScalarKind::Complex, n, ByteOrder::Little));
+        let typestr = format!("<c{size}");
+        match (DType::from_typestr(&typestr), expected) {
+            (Ok(dtype), Some(Some(expected))) => assert_eq!(dtype, expected, "{typestr}"),
+            (Err(err), Some(None)) => assert!(err.to_string().ends_with("type code"), "{err}"),
+            (Err(err), None) => assert!(err.to_string().ends_with("item size"), "{err}"),
+            (read, expected) => panic!("{typestr}: {read:?}, expected {expected:?}"),
+        }
+    }
+    for (typestr, why) in [("", "byte order"), ("<", "type code"), ("<f", "item size")] {
+        let err = DType::from_typestr(typestr).unwrap_err().to_string();
+        assert!(err.contains(why), "{typestr:?}: {err}");
+    }
+}
+
+#[test]
 fn bad_types_name_their_key() {
     for bad in ["f4", "<x4", "<f3", "<f", "|f3", "<c4", "<b2", "|b2", ""] {
         let err = DType::from_typestr(bad).unwrap_err();

@@ -76,5 +76,5 @@ pub(crate) fn import_buffer_protocol<'py>(
     )
     .py()?;
     let queue = shared_queue(py, devbuf::host::HOST)?;
-    wrap_foreign(py, foreign, queue, Owner::keep_alive(held), "data")
+    wrap_foreign(py, foreign, queue, Owner::keep_alive(held), "data", None)
 }

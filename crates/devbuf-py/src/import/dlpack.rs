@@ -260,7 +260,7 @@ fn import_managed<'py>(
     take()?;
     // SAFETY: we own the tensor now; the owner deletes it once after the last view.
     let owner = unsafe { tensor.into_owner() };
-    wrap_classified(py, foreign, queue, kind, owner)
+    wrap_classified(py, foreign, queue, kind, owner, None)
 }
 
 /// Takes ownership of a tensor that came without a capsule (deleting it if it cannot be imported).

@@ -220,7 +220,7 @@ fn read_interface_dict<'py>(
     let shape = ints(&required(shape, "shape")?).map_err(typed("shape", "a tuple of ints"))?;
     let typestr = required(typestr, "typestr")?
         .cast_into::<PyString>()
-        .map_err(|_| PyTypeError::new_err("typestr: expected a str"))?;
+        .map_err(|_| type_error("typestr", "a str"))?;
     let data = match data {
         None => None,
         Some(data) => Some(
@@ -249,6 +249,24 @@ fn read_interface_dict<'py>(
     Ok((read, [first, second]))
 }
 
+/// The spec's fallback for host-accessible USM: no `data`, use the buffer protocol (rare: out of
+/// the import's hot code). A fault is still SUAI's, naming the key.
+#[cold]
+#[inline(never)]
+fn suai_without_data<'py>(
+    py: Python<'py>,
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyArray>> {
+    // SAFETY: `obj` is a live object.
+    if unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } == 0 {
+        return Err(PyValueError::new_err(
+            "data: missing from __sycl_usm_array_interface__, and the object has no buffer \
+             protocol to fall back on",
+        ));
+    }
+    import_buffer_protocol(py, obj)
+}
+
 /// With `sync`, our later work on the memory is ordered after the producer's queue (`syclobj`);
 /// without, the caller takes that over (as for DLPack and CAI).
 pub(crate) fn import_suai<'py>(
@@ -268,46 +286,29 @@ pub(crate) fn import_suai<'py>(
         ],
     )?;
     if read.data.is_none() {
-        // The spec's fallback for host-accessible USM: no `data`, use the buffer protocol. A fault
-        // is still SUAI's, naming the key.
-        // SAFETY: `obj` is a live object.
-        if unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } == 0 {
-            return Err(PyValueError::new_err(
-                "data: missing from __sycl_usm_array_interface__, and the object has no buffer \
-                 protocol to fall back on",
-            ));
-        }
-        return import_buffer_protocol(py, obj);
+        return suai_without_data(py, obj);
     }
     let mut parsed = read.interface_dict()?;
     parsed.offset = match offset {
-        Some(offset) if !offset.is_none() => int(offset.as_borrowed())
-            .map_err(|_| PyTypeError::new_err("offset: expected an int"))?,
+        Some(offset) if !offset.is_none() => {
+            int(offset.as_borrowed()).map_err(typed("offset", "an int"))?
+        }
         _ => 0,
     };
-    let syclobj = syclobj.ok_or_else(|| {
-        PyValueError::new_err("syclobj: missing from __sycl_usm_array_interface__")
-    })?;
+    let syclobj = syclobj.ok_or_else(|| missing("syclobj", "__sycl_usm_array_interface__"))?;
     let foreign = interface::import_suai(&parsed).py()?;
     let resolved = foreign_objects::queue_from_syclobj(py, &syclobj, foreign.base())?;
     let key = if parsed.offset == 0 { "data" } else { "offset" };
-    let array = wrap_foreign(
+    // The producer may still have work on the memory in its queue: ours is ordered after it.
+    let producer = if sync { resolved.producer } else { None };
+    wrap_foreign(
         py,
         foreign,
         resolved.queue,
         Owner::keep_alive(obj.clone().unbind()),
         key,
-    )?;
-    // The producer may still have work on the memory in its queue: ours is ordered after it.
-    if sync && let Some(producer) = resolved.producer {
-        array
-            .get()
-            .array(py)?
-            .buffer()
-            .record_producer(producer)
-            .py()?;
-    }
-    Ok(array)
+        producer,
+    )
 }
 
 pub(crate) fn import_cai<'py>(
@@ -367,6 +368,7 @@ pub(crate) fn import_cai<'py>(
         queue,
         Owner::keep_alive(obj.clone().unbind()),
         "data",
+        None,
     )?;
     let stream = match stream {
         Some(value) => ForeignObject::Int(value),

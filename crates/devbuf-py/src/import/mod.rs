@@ -213,6 +213,13 @@ pub fn asarray<'py>(
     sync: bool,
     kind: Option<&str>,
 ) -> PyResult<Bound<'py, PyArray>> {
+    if copy.is_none() && device.is_none() && kind.is_none() {
+        // The plain call: a view of `obj`'s memory wherever it is (a closed array of ours is
+        // still refused).
+        let array = import_object(py, obj, false, sync)?;
+        array.get().array(py)?;
+        return Ok(array);
+    }
     let kind = kind.map(str::parse::<MemKind>).transpose().py()?;
     let array = import_object(py, obj, false, sync)?;
     let queue = device.map(|d| resolve_queue(py, Some(d))).transpose()?;

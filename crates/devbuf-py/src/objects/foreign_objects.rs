@@ -146,6 +146,16 @@ pub(crate) fn queue_from_syclobj(
     syclobj: &Bound<'_, PyAny>,
     data: usize,
 ) -> PyResult<ContextQueue> {
+    // Only objects of other kinds than those below are cached: a hit is asked first (the common
+    // case: a producer hands out one queue object for all its arrays).
+    if let Some(Some(resolved)) = CONTEXT_QUEUES.with(py, |cache| {
+        cache
+            .iter()
+            .find(|(obj, _)| obj.is(syclobj))
+            .map(|(_, resolved)| resolved.clone_ref(py))
+    }) {
+        return Ok(resolved);
+    }
     if let Ok(queue) = syclobj.cast::<PyQueue>() {
         return Ok(ContextQueue {
             producer: devbuf::exchange::as_foreign_queue(&queue.get().queue),
@@ -154,16 +164,6 @@ pub(crate) fn queue_from_syclobj(
     }
     // Strings and capsules are not cached: a string is cheap to resolve, a capsule is made per use.
     let by_identity = !syclobj.is_instance_of::<PyString>() && syclobj.cast::<PyCapsule>().is_err();
-    if by_identity
-        && let Some(Some(resolved)) = CONTEXT_QUEUES.with(py, |cache| {
-            cache
-                .iter()
-                .find(|(obj, _)| obj.is(syclobj))
-                .map(|(_, resolved)| resolved.clone_ref(py))
-        })
-    {
-        return Ok(resolved);
-    }
     let resolved = ask(syclobj, |object| {
         // SAFETY: `ask` holds the capsule a handle was read from for the call.
         py.detach(|| unsafe { devbuf::queue_for_suai_context(object, data) })
