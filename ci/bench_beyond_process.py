@@ -3,6 +3,7 @@ in alternating rounds of the same run (ci/benchlib.py). Prints a Markdown table.
 ci/bench, after the package is installed."""
 
 import argparse
+import gc
 import importlib.util
 import multiprocessing
 import pickle
@@ -15,7 +16,10 @@ import devbuf
 from benchlib import Report, Row, load_average
 
 NBYTES = 64 << 20
-DASK_ROUNDS = 41
+# A/A runs (--aa: two identical sides) of 41 rounds read 0.95-1.08 with the machine loaded and
+# 0.97-1.03 quiet (the rounds of one run spread 0.3-4x): too coarse for a 5% goal. The median of
+# 81 rounds wanders about 1/sqrt(2) as far.
+DASK_ROUNDS = 81
 
 
 def pickle5_round_trip(x):
@@ -111,14 +115,16 @@ def dask_cases(report, host, reference, aa):
             return run
 
         def settled():
-            """Returns once no process of the cluster holds a key: the previous run's future
-            released and its 64 MiB freed on the scheduler and the workers (which happens after
-            `gather` returns), so that no run shares the machine with the one before it."""
+            """Returns once no process of the cluster holds a key (the previous run's future
+            released and its 64 MiB freed on the scheduler and the workers, which happens after
+            `gather` returns) and the client's garbage is collected, so that no run shares the
+            machine with the one before it."""
             deadline = time.monotonic() + 30
             while client.run_on_scheduler(scheduler_keys) or any(client.run(worker_keys).values()):
                 if time.monotonic() > deadline:
                     raise RuntimeError("the Dask cluster still holds keys 30 s after the last run")
                 time.sleep(0.001)
+            gc.collect()
 
         case = "Dask `scatter` + `gather`, 64 MiB, 2-worker LocalCluster"
         sides = [(case, host, reference, "NumPy array", 1.05)]

@@ -89,9 +89,9 @@ def seconds_rounds(ours, theirs, rounds, settle=None):
     """Seconds per run of two callables, in alternating rounds. Every other round runs the peer
     first: a run long enough to disturb the machine (a 64 MiB scatter through two workers) leaves
     the side that follows it a different machine, and always the same side would read it. Before
-    each run `settle` (when given) waits until the previous run's work has finished, and the
-    garbage collector runs; it is paused during the run, as timeit does, so that no run is charged
-    a collection of garbage the other side left."""
+    each run `settle` (when given) waits until the previous run's work has finished; the garbage
+    collector is paused during the run, as timeit does, so that no run is charged a collection of
+    garbage the other side left."""
     samples = ([], [])
     runs = (ours, theirs)
     for round_number in range(rounds):
@@ -103,8 +103,8 @@ def seconds_rounds(ours, theirs, rounds, settle=None):
 
 
 def time_without_gc(run):
-    """Seconds one call of `run` takes, garbage collected before and paused during the call."""
-    gc.collect()
+    """Seconds one call of `run` takes, the garbage collector paused during the call. (Not run
+    before it: a collection just before a call of microseconds leaves it cold caches.)"""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
