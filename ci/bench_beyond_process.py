@@ -2,6 +2,9 @@
 in alternating rounds of the same run (ci/benchlib.py). Prints a Markdown table. Run through
 ci/bench, after the package is installed."""
 
+import argparse
+import gc
+import importlib.util
 import multiprocessing
 import pickle
 import sys
@@ -13,6 +16,10 @@ import devbuf
 from benchlib import Report, Row, load_average
 
 NBYTES = 64 << 20
+# A/A runs (--aa: two identical sides) of 41 rounds read 0.93-1.08 on the loaded 2-core VM (the
+# rounds of one run spread 0.2-4.4x; BENCHMARKS.md, "The Dask row's harness"): too coarse for a 5%
+# goal. The median of 81 rounds wanders about 1/sqrt(2) as far.
+DASK_ROUNDS = 81
 
 
 def pickle5_round_trip(x):
@@ -45,12 +52,7 @@ def child(conn):
         conn.send("idle")
 
 
-def main():
-    host = devbuf.alloc(NBYTES, "host", device="host")
-    host.fill(1)
-    reference = np.ones(NBYTES, dtype=np.uint8)
-
-    report = Report("beyond one process")
+def pickle_and_ipc(report, host, reference):
     report.compare_runs("pickle protocol 5 dumps + loads, 64 MiB host buffer (out-of-band)",
                         pickle5_round_trip(host), pickle5_round_trip(reference), "NumPy array", 1.1,
                         rounds=51)
@@ -91,32 +93,85 @@ def main():
                    "the buffer pickled through a pipe", ipc_times, copy_times, "pickled copy", 0.01))
     report.add(Row(report.section, "`devbuf.open_ipc` alone, in the child", open_times, [], ""))
 
-    try:
-        import distributed
-    except ImportError:
+
+def dask_cases(report, host, reference, aa):
+    """Scatter + gather of 64 MiB on a 2-worker LocalCluster, devbuf against a NumPy array; with
+    `aa`, also each side against an identical copy of itself."""
+    import distributed
+
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        # Every scatter goes to the same worker, so that both sides of a round take the same path
+        # (left to itself the scheduler sends them round-robin: the two sides of a round to
+        # different workers).
+        worker = [min(client.scheduler_info()["workers"])]
+
+        def scatter_gather(x):
+            def run():
+                future = client.scatter(x, hash=False, workers=worker)
+                client.gather(future)
+                del future
+
+            return run
+
+        def settled():
+            """Returns once no process of the cluster holds a key (the previous run's future
+            released and its 64 MiB freed on the scheduler and the workers, which happens after
+            `gather` returns) and the client's garbage is collected, so that no run shares the
+            machine with the one before it."""
+            deadline = time.monotonic() + 30
+            while client.run_on_scheduler(scheduler_keys) or any(client.run(worker_keys).values()):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the Dask cluster still holds keys 30 s after the last run")
+                time.sleep(0.001)
+            gc.collect()
+
+        case = "Dask `scatter` + `gather`, 64 MiB, 2-worker LocalCluster"
+        sides = [(case, host, reference, "NumPy array", 1.05)]
+        if aa:
+            sides += [(f"A/A: {case}, NumPy", reference, np.ones_like(reference), "an identical NumPy array", None),
+                      (f"A/A: {case}, devbuf", host, host_ones(), "an identical devbuf array", None)]
+        for name, ours, theirs, what, goal in sides:
+            scatter_gather(ours)()  # warm-up: connections, imports on the workers
+            scatter_gather(theirs)()
+            report.compare_runs(name, scatter_gather(ours), scatter_gather(theirs), what, goal, rounds=DASK_ROUNDS,
+                                settle=settled)
+
+
+def scheduler_keys(dask_scheduler):
+    return len(dask_scheduler.tasks)
+
+
+def worker_keys(dask_worker):
+    return len(dask_worker.data) + len(dask_worker.state.tasks)
+
+
+def host_ones():
+    """64 MiB of devbuf host memory, every byte 1 (as the NumPy arrays are)."""
+    x = devbuf.alloc(NBYTES, "host", device="host")
+    x.fill(1)
+    return x
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--dask-only", action="store_true", help="skip the pickle and IPC rows")
+    parser.add_argument("--aa", action="store_true",
+                        help="add A/A rows to the Dask case (a NumPy array against an identical one, devbuf "
+                             "against devbuf): how far apart two identical sides read in this harness")
+    args = parser.parse_args()
+    host = host_ones()
+    reference = np.ones(NBYTES, dtype=np.uint8)
+
+    report = Report("beyond one process")
+    if not args.dask_only:
+        pickle_and_ipc(report, host, reference)
+    if importlib.util.find_spec("distributed") is None:
         report.skip("Dask cases", "distributed is not installed")
     else:
-        with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
-                                      dashboard_address=None) as cluster, distributed.Client(cluster) as client:
-
-            def scatter_gather(x):
-                def run():
-                    future = client.scatter(x, hash=False)
-                    client.gather(future)
-                    del future
-
-                return run
-
-            scatter_gather(host)()  # warm-up: connections, imports on the workers
-            scatter_gather(reference)()
-            # Whole rounds swing by ±50% on a loaded 2-core VM (three processes share it): 41
-            # rounds keep the median of the ratios within a few percent from run to run.
-            report.compare_runs("Dask `scatter` + `gather`, 64 MiB, 2-worker LocalCluster",
-                                scatter_gather(host), scatter_gather(reference), "NumPy array", 1.05,
-                                rounds=41)
-
+        dask_cases(report, host, reference, args.aa)
     report.print(f"Python {sys.version.split()[0]}, NumPy {np.__version__}, devbuf {devbuf.__version__}; "
-                 f"alternating rounds (51 pickle, 9 IPC, 41 Dask); {load_average()} at the end")
+                 f"alternating rounds (51 pickle, 9 IPC, {DASK_ROUNDS} Dask); {load_average()} at the end")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 median of the per-round ratios, a goal per row, and the rows printed as Markdown and, when
 DEVBUF_BENCH_JSON names a file, appended to it as JSON lines (see ci/bench_compare.py)."""
 
+import gc
 import json
 import os
 import statistics
@@ -84,18 +85,35 @@ def per_call_rounds(ours, theirs, rounds, number):
     return samples
 
 
-def seconds_rounds(ours, theirs, rounds):
+def seconds_rounds(ours, theirs, rounds, settle=None):
     """Seconds per run of two callables, in alternating rounds. Every other round runs the peer
     first: a run long enough to disturb the machine (a 64 MiB scatter through two workers) leaves
-    the side that follows it a different machine, and always the same side would read it."""
+    the side that follows it a different machine, and always the same side would read it. Before
+    each run `settle` (when given) waits until the previous run's work has finished; the garbage
+    collector is paused during the run, as timeit does, so that no run is charged a collection of
+    garbage the other side left."""
     samples = ([], [])
     runs = (ours, theirs)
     for round_number in range(rounds):
         for side in (0, 1) if round_number % 2 == 0 else (1, 0):
-            start = time.perf_counter()
-            runs[side]()
-            samples[side].append(time.perf_counter() - start)
+            if settle is not None:
+                settle()
+            samples[side].append(time_without_gc(runs[side]))
     return samples
+
+
+def time_without_gc(run):
+    """Seconds one call of `run` takes, the garbage collector paused during the call. (Not run
+    before it: a collection just before a call of microseconds leaves it cold caches.)"""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        run()
+        return time.perf_counter() - start
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class Report:
@@ -108,8 +126,8 @@ class Report:
         samples = per_call_rounds(ours, theirs, rounds, number)
         self.rows.append(Row(self.section, case, *samples, reference, goal, unit="ns"))
 
-    def compare_runs(self, case, ours, theirs, reference, goal=None, rounds=ROUNDS):
-        samples = seconds_rounds(ours, theirs, rounds)
+    def compare_runs(self, case, ours, theirs, reference, goal=None, rounds=ROUNDS, settle=None):
+        samples = seconds_rounds(ours, theirs, rounds, settle)
         self.rows.append(Row(self.section, case, *samples, reference, goal))
 
     def add(self, row):
