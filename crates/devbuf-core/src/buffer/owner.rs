@@ -54,6 +54,10 @@ impl fmt::Debug for Owner {
 /// A keep-alive object of any type, held in place when it is no larger than a pointer (a Python
 /// object's reference, an `Arc`: every import's owner) and boxed otherwise. A box of its own cost
 /// every import an allocation and a free; this is the size of `Box<dyn Any>` either way.
+///
+/// Not the `smallbox` crate: its `SmallBox<dyn Any, S1>` keeps the inline space beside a whole
+/// fat pointer (24 bytes, not 16), which would push foreign memory's record past the 128-byte
+/// per-thread spare it is made in (`buffer/shared.rs`).
 pub struct KeptAlive {
     /// The object itself when it fits, else a `Box` of it: what `vtable` was made for.
     slot: MaybeUninit<usize>,
