@@ -140,16 +140,7 @@ pub fn import_suai(dict: &InterfaceDict) -> Result<ForeignLayout> {
     })?;
     let strides = dict
         .strides
-        .as_ref()
-        .map(|strides| {
-            strides
-                .iter()
-                .map(|&s| {
-                    s.checked_mul(itemsize)
-                        .ok_or_else(|| Error::invalid("strides", format!("{s} elements overflows")))
-                })
-                .collect::<Result<SmallVec<[i64; 4]>>>()
-        })
+        .map(|strides| byte_strides(strides, itemsize))
         .transpose()?;
     let key = if dict.offset == 0 { "data" } else { "offset" };
     import_strided(
@@ -191,15 +182,7 @@ pub unsafe fn import_dltensor(tensor: &DLTensor, readonly: bool) -> Result<Forei
     let strides = if tensor.strides.is_null() {
         None
     } else {
-        Some(
-            read(tensor.strides)
-                .iter()
-                .map(|&s| {
-                    s.checked_mul(itemsize)
-                        .ok_or_else(|| Error::invalid("strides", format!("{s} elements overflows")))
-                })
-                .collect::<Result<SmallVec<[i64; 4]>>>()?,
-        )
+        Some(byte_strides(read(tensor.strides), itemsize)?)
     };
     let element0 = (tensor.data as usize)
         .checked_add(tensor.byte_offset as usize)
@@ -208,6 +191,17 @@ pub unsafe fn import_dltensor(tensor: &DLTensor, readonly: bool) -> Result<Forei
         })?;
     let element0 = if tensor.data.is_null() { 0 } else { element0 };
     import_strided(dtype, shape, strides.as_deref(), element0, readonly, "data")
+}
+
+/// Strides given in elements (SUAI, DLPack) as byte strides, for [`import_strided`].
+fn byte_strides(strides: &[i64], itemsize: i64) -> Result<SmallVec<[i64; 4]>> {
+    strides
+        .iter()
+        .map(|&s| {
+            s.checked_mul(itemsize)
+                .ok_or_else(|| Error::invalid("strides", format!("{s} elements overflows")))
+        })
+        .collect()
 }
 
 /// The element type from `typestr`, checked against `descr` (CAI) / `typedescr` (SUAI).
