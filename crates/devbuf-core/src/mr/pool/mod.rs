@@ -282,8 +282,8 @@ impl Adaptor for PoolResource {
         }
         let units = units_for(size, align).ok_or_else(too_large)?;
         let units32 = u32::try_from(units).map_err(|_| too_large())?;
+        let slot = slot_of(kind);
         if let Some(request) = recent::request(units32, align) {
-            let slot = slot_of(kind);
             if let Some(ptr) = magazine::take(&self.magazines, slot, request) {
                 return Ok(ptr);
             }
@@ -291,7 +291,7 @@ impl Adaptor for PoolResource {
                 return Ok(ptr);
             }
         }
-        let mut arena = self.arenas[slot_of(kind)].lock();
+        let mut arena = self.arenas[slot].lock();
         if let Some(ptr) = arena.try_allocate(units32, align) {
             return Ok(ptr);
         }
@@ -319,7 +319,7 @@ impl Adaptor for PoolResource {
                     .map(|(addr, event)| (addr, event.wait().is_ok()))
                     .collect()
             });
-            arena = self.arenas[slot_of(kind)].lock();
+            arena = self.arenas[slot].lock();
             for (addr, done) in waited {
                 arena.free_or_forget(addr, done);
             }
@@ -364,7 +364,7 @@ impl Adaptor for PoolResource {
         {
             return;
         }
-        let mut arena = self.arenas[slot_of(kind)].lock();
+        let mut arena = self.arenas[slot].lock();
         match after {
             FreeAfter::ForeignWork => arena.retire(addr),
             FreeAfter::Event(event) if !done => arena.deferred.push((addr, event)),
