@@ -3,7 +3,9 @@
 //! Each variant maps to one Python exception class (see `devbuf-py`), and every message names the
 //! key, value or operation at fault so that a user can act on it without reading our code.
 
+use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use crate::MemKind;
 
@@ -89,7 +91,62 @@ pub enum Error {
         /// The runtime's error code and message.
         message: String,
     },
+
+    /// Code devbuf called back failed (a memory resource written in Python): `source` is what it
+    /// raised, which reaches devbuf's caller unchanged (in Python, the very exception raised),
+    /// through every resource and adaptor in between.
+    #[error("{context}: {source}")]
+    Raised {
+        /// What devbuf was doing when the callback failed.
+        context: String,
+        /// What the callback raised.
+        source: Raised,
+    },
 }
+
+/// An error raised by code devbuf called back, carried inside [`Error::Raised`] as it was raised.
+/// Errors are compared by identity: two `Raised` are equal when they carry the same error.
+#[derive(Clone)]
+pub struct Raised(Arc<dyn std::error::Error + Send + Sync>);
+
+impl Raised {
+    /// Carries `error` as raised.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Raised(Arc::new(error))
+    }
+
+    /// The error raised, when it is a `T`.
+    pub fn downcast_ref<T: std::error::Error + 'static>(&self) -> Option<&T> {
+        let error: &(dyn std::error::Error + 'static) = &*self.0;
+        error.downcast_ref()
+    }
+}
+
+impl fmt::Debug for Raised {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for Raised {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for Raised {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for Raised {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Raised {}
 
 impl Error {
     /// A malformed descriptor value; `key` names the descriptor key.

@@ -54,6 +54,59 @@ pub fn check_extent(
     }
 }
 
+/// Checks what a memory resource handed out for `size` bytes of `kind` memory on `queue` (one
+/// written in Python, whose addresses are untrusted input as import descriptors are): the span
+/// must not wrap past the end of the address space, the runtime must classify `ptr` as `kind`
+/// memory of the queue's device, and the whole span must lie in that one allocation, as far as
+/// the runtime can tell ([`Holder`]; the host backend cannot tell foreign host memory from
+/// garbage, and vouches for neither). The error's key is "ptr"; its message says what the
+/// runtime answered.
+pub fn check_handed_out(queue: &dyn Queue, ptr: usize, size: usize, kind: MemKind) -> Result<()> {
+    let refused = |why: String| {
+        Error::invalid(
+            "ptr",
+            format!(
+                "{ptr:#x} for {size} bytes of {kind} memory on {:?}: {why}",
+                queue.device().selector
+            ),
+        )
+    };
+    let Some(end) = ptr.checked_add(size) else {
+        return Err(refused("the span wraps past the end of the address space".into()));
+    };
+    if size == 0 {
+        return Ok(());
+    }
+    match queue.interop().holder_of(ptr as *const u8)? {
+        Holder::Unchecked => Ok(()),
+        Holder::Unknown => Err(refused("the runtime does not know the address".into())),
+        Holder::Allocation { kind: found, .. } | Holder::Unbounded { kind: found, .. }
+            if found != kind =>
+        {
+            Err(refused(format!("the runtime classifies it as {found} memory")))
+        }
+        Holder::Allocation { range, .. } if ptr < range.start || end > range.end => {
+            Err(refused(format!(
+                "it reaches past the end of the {}-byte allocation at {:#x} that holds it",
+                range.len(),
+                range.start
+            )))
+        }
+        Holder::Allocation { .. } => Ok(()),
+        unbounded @ Holder::Unbounded { .. } => {
+            // The runtime cannot say where the allocation ends: the last byte must at least be
+            // the same memory on the same device.
+            if queue.interop().holder_of((end - 1) as *const u8)? != unbounded {
+                return Err(refused(format!(
+                    "its last byte at {:#x} is not {kind} memory of the same device",
+                    end - 1
+                )));
+            }
+            Ok(())
+        }
+    }
+}
+
 // `check_extent`'s errors, out of its hot code (an import's runtime queries evict it as it is).
 
 /// The key for elements that reach past the end: "shape" for a C-contiguous layout, else
@@ -342,5 +395,33 @@ mod tests {
         let theirs = [0f32; 4];
         let foreign = cai(&[4], None, theirs.as_ptr() as usize);
         assert_eq!(check(foreign).unwrap(), MemKind::Unknown);
+    }
+
+    #[test]
+    fn memory_a_resource_hands_out_must_be_the_kind_asked_and_hold_the_whole_span() {
+        for bounded in [true, false] {
+            let queue = Answering::queue(bounded);
+            let buffer = Buffer::alloc(&queue, MemKind::Device, 4096).unwrap();
+            let base = buffer.ptr() as usize;
+            let check = |ptr: usize, size: usize, kind: MemKind| {
+                check_handed_out(&*queue, ptr, size, kind).map_err(|err| err.to_string())
+            };
+            check(base, 4096, MemKind::Device).unwrap();
+            check(base + 4000, 96, MemKind::Device).unwrap();
+            let wrong_kind = check(base, 4096, MemKind::Host).unwrap_err();
+            assert!(wrong_kind.contains("classifies it as device memory"), "{wrong_kind}");
+            let too_long = check(base, 4097, MemKind::Device).unwrap_err();
+            assert!(too_long.starts_with("ptr: "), "{too_long}");
+            let elsewhere = [0u8; 64];
+            let unknown = check(elsewhere.as_ptr() as usize, 64, MemKind::Device).unwrap_err();
+            assert!(unknown.contains("does not know"), "{unknown}");
+            let wraps = check(usize::MAX - 4095, 8192, MemKind::Device).unwrap_err();
+            assert!(wraps.contains("wraps past the end"), "{wraps}");
+        }
+        // The host backend vouches for no foreign host memory, but never for a wrapping span.
+        let host = HostQueue::shared();
+        let theirs = [0u8; 64];
+        check_handed_out(&*host, theirs.as_ptr() as usize, 64, MemKind::Host).unwrap();
+        assert!(check_handed_out(&*host, usize::MAX - 4095, 8192, MemKind::Host).is_err());
     }
 }

@@ -51,7 +51,7 @@ pub use blocking::{blocking, set_blocking_hook};
 pub use buffer::{Buffer, KeptAlive, Owner};
 pub use dlpark;
 pub use dtype::{ByteOrder, DType, ScalarKind};
-pub use error::{Error, Result};
+pub use error::{Error, Raised, Result};
 pub use event::{CompletedEvent, Event, ForeignQueue, QueueEvent};
 pub use exchange::{Protocol, ResolvedQueue};
 pub use host::{HostBackend, HostQueue};

@@ -6,14 +6,31 @@ use devbuf::Layout;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule, PyDict, PyTuple};
+use pyo3::{PyTraverseError, PyVisit};
 
 use crate::errors::IntoPyResult;
 use crate::objects::array::{PyArray, PyBuffer};
 use crate::objects::device::PyDevice;
+use crate::objects::python_owner::visit_owner;
 use crate::objects::queue::PyQueue;
 
 #[pymethods]
 impl PyArray {
+    /// The Python object that keeps imported memory alive, for the garbage collector: a cycle
+    /// through an import's owner is collected (see `objects::python_owner`).
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        match self.held().for_traversal() {
+            Some(array) => visit_owner(array.buffer(), &visit),
+            None => Ok(()),
+        }
+    }
+
+    /// Breaks a cycle the collector found: lets go of the memory as `close()` does (once no use
+    /// is in progress, and never under a consumer that keeps this object).
+    fn __clear__(&self) {
+        Python::attach(|py| self.held().close(py));
+    }
+
     /// The extent of each dimension.
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {

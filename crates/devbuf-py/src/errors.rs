@@ -1,62 +1,36 @@
 //! devbuf errors as Python exceptions: one class per kind of failure (see the design page).
 
-use std::cell::RefCell;
-
 use devbuf::Error;
 use pyo3::exceptions::{PyBufferError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::{PyErr, Python};
 
-thread_local! {
-    /// What Python code called by devbuf (a memory resource written in Python) raised, with the
-    /// message of the devbuf error that carries it out: `to_py` raises the original when that
-    /// error reaches Python.
-    static CARRIED: RefCell<Vec<(String, PyErr)>> = const { RefCell::new(Vec::new()) };
-}
-
-/// The most exceptions kept for `to_py` (one per call an adaptor retried before giving up).
-const CARRIED_KEPT: usize = 4;
-
-/// Has `error`, on its way out through devbuf, raise `raised` when it reaches Python.
-pub(crate) fn carry(error: &Error, raised: PyErr) {
-    let _ = CARRIED.try_with(|carried| {
-        let mut carried = carried.borrow_mut();
-        if carried.len() == CARRIED_KEPT {
-            carried.remove(0);
-        }
-        carried.push((error.to_string(), raised));
-    });
-}
-
-/// The exception carried by the devbuf error whose message is `message`, if it carries one;
-/// anything else carried on this thread was dropped on the way and is let go.
-fn take_carried(message: &str) -> Option<PyErr> {
-    CARRIED
-        .try_with(|carried| {
-            let mut carried = carried.borrow_mut();
-            let at = carried.iter().position(|(known, _)| known == message);
-            let found = at.map(|at| carried.swap_remove(at).1);
-            carried.clear();
-            found
-        })
-        .ok()
-        .flatten()
-}
-
-/// The Python exception for a devbuf error: for one that carries what a memory resource written
-/// in Python raised, that very exception.
-pub fn to_py(err: Error) -> PyErr {
-    let message = err.to_string();
-    if let Some(raised) = take_carried(&message) {
-        return raised;
+/// The devbuf error that carries `raised` (what Python code devbuf called, a memory resource
+/// written in Python, raised) out through devbuf, `context` saying what devbuf was doing:
+/// `to_py` raises `raised` itself when the error reaches Python.
+pub(crate) fn carry(context: String, raised: PyErr) -> Error {
+    Error::Raised {
+        context,
+        source: devbuf::Raised::new(raised),
     }
+}
+
+/// The Python exception for a devbuf error: for one that carries what Python code raised, that
+/// very exception.
+pub fn to_py(err: Error) -> PyErr {
     match err {
+        Error::Raised { source, .. } => match source.downcast_ref::<PyErr>() {
+            Some(raised) => Python::attach(|py| raised.clone_ref(py)),
+            None => PyRuntimeError::new_err(source.to_string()),
+        },
         Error::InvalidDescriptor { .. }
         | Error::DeviceNotFound { .. }
-        | Error::Unsupported { .. } => PyValueError::new_err(message),
-        Error::InvalidType { .. } => PyTypeError::new_err(message),
-        Error::Unexportable(_) => PyBufferError::new_err(message),
-        Error::OutOfMemory { .. } => PyMemoryError::new_err(message),
-        Error::Unavailable { .. } | Error::Runtime { .. } => PyRuntimeError::new_err(message),
+        | Error::Unsupported { .. } => PyValueError::new_err(err.to_string()),
+        Error::InvalidType { .. } => PyTypeError::new_err(err.to_string()),
+        Error::Unexportable(_) => PyBufferError::new_err(err.to_string()),
+        Error::OutOfMemory { .. } => PyMemoryError::new_err(err.to_string()),
+        Error::Unavailable { .. } | Error::Runtime { .. } => {
+            PyRuntimeError::new_err(err.to_string())
+        }
     }
 }
 

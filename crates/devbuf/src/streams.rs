@@ -52,7 +52,22 @@ pub unsafe fn adopt_stream(
         reason: format!("no backend compiled in takes {protocol:?} streams"),
     };
     let backend = backend_for(protocol).ok_or_else(unsupported)?;
-    let spec = selector.map(|selector| split_selector(selector).1);
+    let spec = match selector.map(split_selector) {
+        None => None,
+        Some((name, spec)) if name == backend.name() => Some(spec),
+        // Only a device of the backend whose streams `protocol` numbers can own the handle.
+        Some(_) => {
+            return Err(Error::invalid(
+                "device",
+                format!(
+                    "{:?} cannot own a {name} stream handle: name a {name} device (\"{name}\" or \
+                     \"{name}:N\"), or leave device out for the stream's own device",
+                    selector.unwrap_or_default(),
+                    name = backend.name(),
+                ),
+            ));
+        }
+    };
     // SAFETY: the caller's promise.
     unsafe { backend.adopt_stream(spec, handle, owner) }.ok_or_else(unsupported)?
 }

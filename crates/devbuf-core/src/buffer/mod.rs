@@ -270,6 +270,23 @@ impl Buffer {
         }
     }
 
+    /// The keep-alive object of this foreign memory while this view is the only reference to
+    /// its allocation, else `None`: what a garbage collector may count as held through this view
+    /// alone (Python's, through an import's `__traverse__`; an allocation other views or pending
+    /// work share is never reported, so that no reference is counted twice).
+    pub fn sole_keep_alive(&self) -> Option<&KeptAlive> {
+        if !self.alloc.is_unique() {
+            return None;
+        }
+        match &self.alloc.release {
+            Release::Foreign {
+                owner: Some(Owner::KeepAlive(keep)),
+                ..
+            } => Some(keep),
+            _ => None,
+        }
+    }
+
     /// Whether the memory may only be read ([`Buffer::from_foreign_read_only`]): fills and copies
     /// into it are refused.
     pub fn is_read_only(&self) -> bool {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::Buffer;
 use super::ordering::record_enqueued;
-use super::transfer::reaches;
+use super::transfer::check_reaches;
 use crate::{Error, Event, Queue, Result};
 
 impl Buffer {
@@ -15,7 +15,7 @@ impl Buffer {
     /// [`Buffer::enqueue_copy_from`]'s.
     pub fn enqueue_fill_on(&self, byte: u8, queue: &Arc<dyn Queue>) -> Result<Event> {
         self.check_writable()?;
-        self.check_reaches(queue, "a fill")?;
+        check_reaches(queue, self, "a fill")?;
         self.order_on(queue)?;
         if self.len > 0 {
             // SAFETY: the view is in range and reachable by `queue`; the allocation records the
@@ -38,7 +38,7 @@ impl Buffer {
                 ),
             ));
         }
-        self.check_reaches(queue, "a copy to the host")?;
+        check_reaches(queue, self, "a copy to the host")?;
         if self.len == 0 {
             return Ok(());
         }
@@ -46,17 +46,6 @@ impl Buffer {
         // SAFETY: `dst` is exclusively borrowed host memory; we wait before returning.
         unsafe { queue.copy(dst.as_mut_ptr(), self.ptr(), self.len)? };
         self.finish_on(queue, &[])
-    }
-
-    fn check_reaches(&self, queue: &Arc<dyn Queue>, what: &str) -> Result<()> {
-        if reaches(queue, self) {
-            return Ok(());
-        }
-        Err(Error::Unsupported {
-            device: queue.device().selector.clone(),
-            what: what.into(),
-            reason: format!("the queue cannot reach {self:?}"),
-        })
     }
 }
 

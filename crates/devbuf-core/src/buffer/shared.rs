@@ -72,6 +72,12 @@ impl<T> Shared<T> {
         a.0 == b.0
     }
 
+    /// Whether this is the only reference to the record (as `Arc::strong_count(..) == 1`: no
+    /// other can appear meanwhile except by cloning this one).
+    pub(super) fn is_unique(&self) -> bool {
+        self.counted().count.load(Ordering::Acquire) == 1
+    }
+
     fn counted(&self) -> &Counted<T> {
         // SAFETY: the record lives while any reference does, and this is one.
         unsafe { self.0.as_ref() }

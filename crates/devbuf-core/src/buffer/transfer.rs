@@ -68,13 +68,7 @@ impl Buffer {
             self.same_allocation(src) && ranges_overlap(self, src)
         })?;
         for side in [self, src] {
-            if !reaches(queue, side) {
-                return Err(Error::Unsupported {
-                    device: queue.device().selector.clone(),
-                    what: "an asynchronous copy".into(),
-                    reason: format!("the queue cannot reach {side:?}"),
-                });
-            }
+            check_reaches(queue, side, "a copy")?;
         }
         self.order_on(queue)?;
         src.order_on(queue)?;
@@ -216,6 +210,25 @@ pub(super) fn reaches(queue: &Arc<dyn Queue>, buffer: &Buffer) -> bool {
     Arc::ptr_eq(queue, buffer.queue())
         || buffer.is_host_accessible()
         || queue.kind_of(buffer.ptr()) != MemKind::Unknown
+}
+
+/// A [`reaches`] that says, when `queue` cannot reach `buffer` for `what`, which memory it is and
+/// which stream can (key "stream": the argument Python's and the protocols' callers pass it as).
+pub(super) fn check_reaches(queue: &Arc<dyn Queue>, buffer: &Buffer, what: &str) -> Result<()> {
+    if reaches(queue, buffer) {
+        return Ok(());
+    }
+    let own = &buffer.queue().device().selector;
+    Err(Error::invalid(
+        "stream",
+        format!(
+            "a stream of {:?} cannot reach the {} bytes of {} memory on {own:?} for {what}; pass a \
+             stream of {own:?}, or none",
+            queue.device().selector,
+            buffer.len(),
+            buffer.kind(),
+        ),
+    ))
 }
 
 fn ranges_overlap(a: &Buffer, b: &Buffer) -> bool {

@@ -10,26 +10,8 @@ use pyo3::prelude::*;
 use crate::errors::IntoPyResult;
 use crate::import::wrap::wrap_foreign;
 use crate::objects::array::PyArray;
+use crate::objects::python_owner::HeldBuffer;
 use crate::objects::queue::shared_queue;
-
-/// A Py_buffer held until the last view of its memory is gone, released under the GIL.
-pub(crate) struct HeldBuffer(pub(crate) Box<ffi::Py_buffer>);
-
-// SAFETY: the view is only touched again in Drop, under the GIL.
-unsafe impl Send for HeldBuffer {}
-// SAFETY: as above; shared references never touch it.
-unsafe impl Sync for HeldBuffer {}
-
-impl Drop for HeldBuffer {
-    fn drop(&mut self) {
-        // After interpreter shutdown there is nothing left to release to.
-        // SAFETY: Py_IsInitialized may be called at any time.
-        if unsafe { ffi::Py_IsInitialized() } != 0 {
-            // SAFETY: the view was filled by PyObject_GetBuffer and is released once.
-            Python::attach(|_| unsafe { ffi::PyBuffer_Release(&mut *self.0) });
-        }
-    }
-}
 
 pub(crate) fn import_buffer_protocol<'py>(
     py: Python<'py>,

@@ -310,13 +310,18 @@ impl PyMemoryResource {
     ) -> PyResult<usize> {
         let kind: MemKind = kind.parse().py()?;
         let backing = backing(slf)?;
-        let address = match &backing.source {
-            Source::Devbuf(handouts) => handouts.allocate(kind, nbytes).py()?,
-            Source::Python(_) => return Err(must_implement(slf, "allocate")),
+        let Source::Devbuf(handouts) = &backing.source else {
+            return Err(must_implement(slf, "allocate"));
         };
+        let address = handouts.allocate(kind, nbytes).py()?;
         if let Some(stream) = stream {
-            // The stream's later work follows the allocation on the resource's queue.
-            order_after(slf.py(), &stream.get().queue, &backing.queue.get().queue)?;
+            // The stream's later work follows the allocation on the resource's queue; memory
+            // the caller never learns the address of goes back before the error is raised.
+            let ordered = order_after(slf.py(), &stream.get().queue, &backing.queue.get().queue);
+            if let Err(err) = ordered {
+                handouts.deallocate(address, kind, nbytes).py()?;
+                return Err(err);
+            }
         }
         Ok(address)
     }

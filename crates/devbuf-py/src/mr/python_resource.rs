@@ -52,16 +52,14 @@ impl PythonResource {
         }))
     }
 
-    /// The devbuf error that carries `err` out of `allocate` (raised as `err` by `errors::to_py`).
+    /// The devbuf error that carries `err` out of `allocate`: `errors::to_py` raises `err` itself.
     fn raised(&self, kind: MemKind, size: usize, err: PyErr) -> devbuf::Error {
-        let error = devbuf::Error::OutOfMemory {
-            kind,
-            size,
-            device: self.queue.device().selector.clone(),
-            reason: format!("{}.allocate raised {err}", self.name),
-        };
-        crate::errors::carry(&error, err);
-        error
+        let context = format!(
+            "cannot allocate {size} bytes of {kind} memory on {} from {}",
+            self.queue.device().selector,
+            self.name
+        );
+        crate::errors::carry(context, err)
     }
 
     fn allocate_attached(
@@ -97,27 +95,37 @@ impl PythonResource {
             ));
             self.raised(kind, size, err)
         })?;
-        let misaligned = address % align != 0;
-        match NonNull::new(address as *mut u8) {
-            Some(ptr) if !misaligned => Ok(ptr),
-            ptr => {
-                if let Some(ptr) = ptr {
-                    // Not usable, but it was handed out: it goes back.
-                    self.call_deallocate(py, ptr, kind, size);
-                }
-                let err = PyValueError::new_err(format!(
-                    "{}.allocate returned {address:#x} for {size} bytes; devbuf needs a non-null \
-                     address aligned to {align} bytes",
-                    self.name
-                ));
-                Err(self.raised(kind, size, err))
+        let Some(ptr) = NonNull::new(address as *mut u8).filter(|_| address % align == 0) else {
+            if address != 0 {
+                // Not usable, but it was handed out: it goes back.
+                self.call_deallocate(py, address, kind, size);
             }
+            let err = PyValueError::new_err(format!(
+                "{}.allocate returned {address:#x} for {size} bytes; devbuf needs a non-null \
+                 address aligned to {align} bytes",
+                self.name
+            ));
+            return Err(self.raised(kind, size, err));
+        };
+        // The address is untrusted, as an import's pointer is: the runtime must know it as
+        // `kind` memory of this device, all `size` bytes of it.
+        if let Err(refused) = devbuf::extent::check_handed_out(&*self.queue, address, size, kind) {
+            self.call_deallocate(py, address, kind, size);
+            let err = match refused {
+                devbuf::Error::InvalidDescriptor { message, .. } => PyValueError::new_err(format!(
+                    "{}.allocate returned {message}; a resource returns memory of the kind asked, \
+                     on its own device",
+                    self.name
+                )),
+                other => crate::errors::to_py(other),
+            };
+            return Err(self.raised(kind, size, err));
         }
+        Ok(ptr)
     }
 
-    fn call_deallocate(&self, py: Python<'_>, ptr: NonNull<u8>, kind: MemKind, size: usize) {
+    fn call_deallocate(&self, py: Python<'_>, address: usize, kind: MemKind, size: usize) {
         let object = self.object.bind(py);
-        let address = ptr.as_ptr() as usize;
         if let Err(err) =
             object.call_method1(intern!(py, "deallocate"), (address, size, kind.as_str()))
         {
@@ -166,7 +174,7 @@ impl MemoryResource for PythonResource {
             return;
         }
         // Past the interpreter's end nothing can be called: the memory goes with the process.
-        Python::try_attach(|py| self.call_deallocate(py, ptr, kind, size));
+        Python::try_attach(|py| self.call_deallocate(py, ptr.as_ptr() as usize, kind, size));
     }
 
     fn as_any(&self) -> &dyn std::any::Any {

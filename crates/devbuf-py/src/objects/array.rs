@@ -131,7 +131,12 @@ impl PyArray {
     }
 
     pub(crate) fn wrap(py: Python<'_>, array: Array, queue: Py<PyQueue>) -> PyResult<Py<PyArray>> {
-        Py::new(py, PyArray::new(array, queue))
+        let owned = array.buffer().is_owned();
+        let object = Py::new(py, PyArray::new(array, queue))?;
+        if owned {
+            untrack(object.as_any());
+        }
+        Ok(object)
     }
 
     /// The array, for one use: a ValueError once the object is closed. Every use of the memory
@@ -209,9 +214,23 @@ impl PyBuffer {
     }
 
     fn create(py: Python<'_>, bytes: Array, queue: Py<PyQueue>) -> PyResult<Py<PyBuffer>> {
-        Py::new(
+        let owned = bytes.buffer().is_owned();
+        let object = Py::new(
             py,
             PyClassInitializer::from(PyArray::new(bytes, queue)).add_subclass(PyBuffer {}),
-        )
+        )?;
+        if owned {
+            untrack(object.as_any());
+        }
+        Ok(object)
     }
+}
+
+/// Takes a new array of devbuf's own memory off the garbage collector's list: it holds no Python
+/// object that could close a cycle (only imports do: `python_owner`), so collections need not
+/// visit it, as CPython leaves tuples of atoms untracked.
+fn untrack(object: &Py<PyAny>) {
+    // SAFETY: a live object of a GC type (Array's `__traverse__`), untracked once, before any
+    // other code saw it; its deallocation untracks only what is still tracked.
+    unsafe { pyo3::ffi::PyObject_GC_UnTrack(object.as_ptr().cast()) };
 }

@@ -58,6 +58,15 @@ impl HeldArray {
         })
     }
 
+    /// The array, for the garbage collector's `__traverse__` (which may not use a `Python`
+    /// token); `None` once released.
+    pub(crate) fn for_traversal(&self) -> Option<&Array> {
+        // SAFETY: the collector holds the GIL while it traverses; the array is only replaced
+        // with the GIL held and outside any traversal (`release` takes it out before dropping
+        // it, and the drop, which may collect, sees the cell empty).
+        unsafe { (*self.array.get()).as_ref() }
+    }
+
     pub(crate) fn is_closed(&self, _gil: Python<'_>) -> bool {
         self.closed.get()
     }

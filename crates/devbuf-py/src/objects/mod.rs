@@ -5,7 +5,8 @@
 //! `streams`); then the Device's and the Stream's Python methods, which reach all of these
 //! (`device_methods`, `queue_methods`). Array's and Buffer's methods reach every protocol, so they
 //! sit above the protocols' modules, in `array_methods` and `buffer_methods`. `gil_cell`, below
-//! them all, holds the layer's caches.
+//! them all, holds the layer's caches; `python_owner`, what Python objects keep imported memory
+//! alive, and how the garbage collector sees them.
 
 pub(crate) mod array;
 pub(crate) mod default_device;
@@ -15,6 +16,7 @@ pub(crate) mod event;
 pub(crate) mod foreign_objects;
 pub(crate) mod gil_cell;
 pub(crate) mod held;
+pub(crate) mod python_owner;
 pub(crate) mod queue;
 pub(crate) mod queue_methods;
 pub(crate) mod streams;
