@@ -72,7 +72,9 @@ pub fn check_handed_out(queue: &dyn Queue, ptr: usize, size: usize, kind: MemKin
         )
     };
     let Some(end) = ptr.checked_add(size) else {
-        return Err(refused("the span wraps past the end of the address space".into()));
+        return Err(refused(
+            "the span wraps past the end of the address space".into(),
+        ));
     };
     if size == 0 {
         return Ok(());
@@ -83,7 +85,9 @@ pub fn check_handed_out(queue: &dyn Queue, ptr: usize, size: usize, kind: MemKin
         Holder::Allocation { kind: found, .. } | Holder::Unbounded { kind: found, .. }
             if found != kind =>
         {
-            Err(refused(format!("the runtime classifies it as {found} memory")))
+            Err(refused(format!(
+                "the runtime classifies it as {found} memory"
+            )))
         }
         Holder::Allocation { range, .. } if ptr < range.start || end > range.end => {
             Err(refused(format!(
@@ -409,7 +413,10 @@ mod tests {
             check(base, 4096, MemKind::Device).unwrap();
             check(base + 4000, 96, MemKind::Device).unwrap();
             let wrong_kind = check(base, 4096, MemKind::Host).unwrap_err();
-            assert!(wrong_kind.contains("classifies it as device memory"), "{wrong_kind}");
+            assert!(
+                wrong_kind.contains("classifies it as device memory"),
+                "{wrong_kind}"
+            );
             let too_long = check(base, 4097, MemKind::Device).unwrap_err();
             assert!(too_long.starts_with("ptr: "), "{too_long}");
             let elsewhere = [0u8; 64];

@@ -18,8 +18,8 @@ use pyo3::types::{PyByteArray, PyTuple};
 use pyo3::{create_exception, ffi};
 
 use crate::errors::IntoPyResult;
-use crate::objects::python_owner::HeldBuffer;
 use crate::objects::array::{PyArray, PyBuffer};
+use crate::objects::python_owner::HeldBuffer;
 use crate::objects::queue::{PyQueue, shared_queue};
 
 create_exception!(

@@ -68,7 +68,7 @@ impl Buffer {
             self.same_allocation(src) && ranges_overlap(self, src)
         })?;
         for side in [self, src] {
-            check_reaches(queue, side, "a copy")?;
+            check_reaches(queue, side, Access::Copy)?;
         }
         self.order_on(queue)?;
         src.order_on(queue)?;
@@ -212,10 +212,32 @@ pub(super) fn reaches(queue: &Arc<dyn Queue>, buffer: &Buffer) -> bool {
         || queue.kind_of(buffer.ptr()) != MemKind::Unknown
 }
 
-/// A [`reaches`] that says, when `queue` cannot reach `buffer` for `what`, which memory it is and
+/// Whether `queue` can fill `buffer`: a device runtime's fill takes only memory it knows (CUDA
+/// refuses pageable host memory; Intel's runtimes may crash on a pointer they do not know), so
+/// host memory of another runtime is filled only by the host backend's queues.
+fn fills(queue: &Arc<dyn Queue>, buffer: &Buffer) -> bool {
+    Arc::ptr_eq(queue, buffer.queue())
+        || queue.kind_of(buffer.ptr()) != MemKind::Unknown
+        || (queue.device().backend == crate::host::HOST && buffer.is_host_accessible())
+}
+
+/// What a queue is asked to do with a buffer it did not make.
+#[derive(Clone, Copy)]
+pub(super) enum Access {
+    Fill,
+    Copy,
+    CopyToHost,
+}
+
+/// Whether `queue` can do `access` on `buffer`; if not, an error saying which memory it is and
 /// which stream can (key "stream": the argument Python's and the protocols' callers pass it as).
-pub(super) fn check_reaches(queue: &Arc<dyn Queue>, buffer: &Buffer, what: &str) -> Result<()> {
-    if reaches(queue, buffer) {
+pub(super) fn check_reaches(queue: &Arc<dyn Queue>, buffer: &Buffer, access: Access) -> Result<()> {
+    let (reached, what) = match access {
+        Access::Fill => (fills(queue, buffer), "a fill"),
+        Access::Copy => (reaches(queue, buffer), "a copy"),
+        Access::CopyToHost => (reaches(queue, buffer), "a copy to the host"),
+    };
+    if reached {
         return Ok(());
     }
     let own = &buffer.queue().device().selector;
