@@ -365,3 +365,46 @@ def test_the_resource_and_stream_fuzzer_short_profile():
 
     tally = run(int(os.environ.get("DEVBUF_SURFACE_FUZZ_INPUTS", "2000")), seed=39)
     assert sum(accepted for accepted, _ in tally.values()) > 0 and sum(refused for _, refused in tally.values()) > 0
+
+
+# -- A CUDA primary context reset by another library.
+
+RESETS = {
+    # Numba's cuda.close() calls cuDevicePrimaryCtxReset; the driver call itself, for when Numba
+    # is not installed.
+    "numba": "from numba import cuda\ncuda.current_context()\ncuda.close()",
+    "driver": "ok(cu.cuDevicePrimaryCtxReset_v2(_device))",
+}
+
+
+@pytest.mark.parametrize("reset", RESETS)
+def test_no_new_host_view_of_memory_that_died_with_a_reset_context(reset):
+    # Before: np.asarray, memoryview and pickle-5 handed out the freed pages and segfaulted.
+    require_backend("cuda")
+    if reset == "numba":
+        pytest.importorskip("numba.cuda")
+    in_child(
+        f"""
+        import pickle
+        pinned = devbuf.alloc(1 << 22, "host", device="cuda:0")
+        np.asarray(pinned)[:] = 3
+        kept = np.asarray(pinned)  # a view handed out before: the reset is its library's doing
+        exec({RESETS[reset]!r})
+        views = {{
+            "np.asarray": lambda: np.asarray(pinned),
+            "memoryview": lambda: memoryview(pinned),
+            "pickle-5": lambda: pickle.dumps(pinned, protocol=5, buffer_callback=lambda b: None),
+        }}
+        for name, view in views.items():
+            try:
+                view()
+                raise SystemExit(f"{{name}} handed out memory that died with the context")
+            except RuntimeError as refused:
+                assert "primary context of cuda:0 was reset" in str(refused), str(refused)
+        # A stream made after the reset lives in the new context: its memory is served.
+        fresh = devbuf.alloc(64, "host", device="cuda:0", stream=devbuf.Stream("cuda:0"))
+        np.asarray(fresh)[:] = 1
+        assert fresh.to_bytes() == b"\\1" * 64
+        """,
+        "cuda",
+    )

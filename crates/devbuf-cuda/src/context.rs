@@ -19,6 +19,9 @@ pub(crate) struct PrimaryContext {
     ordinal: u32,
     device: CUdevice,
     raw: CUcontext,
+    /// The context's id when retained (`cuCtxGetId`, CUDA 12.0; `None` from a driver without
+    /// it): a reset gives the context a new one.
+    id: Option<u64>,
 }
 
 // SAFETY: a CUcontext is a driver handle usable from any thread (each call makes it current on its
@@ -40,11 +43,38 @@ impl PrimaryContext {
         call("cuDevicePrimaryCtxRetain", || unsafe {
             sys::cuDevicePrimaryCtxRetain(&mut raw, device)
         })?;
+        let id = context_id(raw).ok();
         Ok(PrimaryContext {
             ordinal,
             device,
             raw,
+            id,
         })
+    }
+
+    /// An error once the context is no longer the one retained: another library reset the
+    /// device's primary context (Numba's `cuda.close()`, the runtime's `cudaDeviceReset`), which
+    /// "destroy[s] all allocations and reset[s] all state on the primary context" (the
+    /// documentation of `cuDevicePrimaryCtxReset`). The driver tells so by a new id for the
+    /// context, or by refusing to name it; a driver without `cuCtxGetId` cannot tell.
+    pub fn check_not_reset(&self) -> Result<(), DriverError> {
+        let Some(retained) = self.id else {
+            return Ok(());
+        };
+        match context_id(self.raw) {
+            Ok(id) if id == retained => Ok(()),
+            Ok(_) => Err(DriverError {
+                operation: "cuCtxGetId",
+                code: Some(sys::CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED),
+                message: format!(
+                    "the primary context of cuda:{} was reset since devbuf retained it (by \
+                     another library: Numba's cuda.close(), cudaDeviceReset), which freed every \
+                     allocation in it",
+                    self.ordinal
+                ),
+            }),
+            Err(err) => Err(err),
+        }
     }
 
     /// The device's ordinal.
@@ -101,6 +131,17 @@ pub(crate) fn synchronize_active_primary_contexts(device_count: u32) -> Result<(
         }
     }
     Ok(())
+}
+
+/// The id the driver gives `context` (`cuCtxGetId`): "unique for the life of the program", so a
+/// context made again, after a reset, has another.
+fn context_id(context: CUcontext) -> Result<u64, DriverError> {
+    let mut id = 0;
+    // SAFETY: `id` is a valid out-pointer; a stale or destroyed context is an error code.
+    call("cuCtxGetId", || unsafe {
+        sys::cuCtxGetId(context, &mut id)
+    })?;
+    Ok(id)
 }
 
 /// Proof that a context is current on this thread; restores the previous one when dropped.

@@ -38,6 +38,11 @@ impl Interop for CudaQueue {
         })
     }
 
+    /// The context retained when the queue was made is still the device's primary context.
+    fn check_memory_alive(&self) -> Result<()> {
+        Ok(self.context().check_not_reset()?)
+    }
+
     fn dlpack_device(&self, kind: MemKind) -> DLDevice {
         let (device_type, device_id) = match kind {
             MemKind::Device => (DLDeviceType::CUDA, self.ordinal() as i32),

@@ -270,6 +270,13 @@ impl Buffer {
         }
     }
 
+    /// An error once the memory is gone with its context although devbuf still holds it
+    /// ([`crate::Interop::check_memory_alive`]): host views check it before handing out pages.
+    #[inline]
+    pub fn check_alive(&self) -> Result<()> {
+        self.alloc.queue().interop().check_memory_alive()
+    }
+
     /// The keep-alive object of this foreign memory while this view is the only reference to
     /// its allocation, else `None`: what a garbage collector may count as held through this view
     /// alone (Python's, through an import's `__traverse__`; an allocation other views or pending

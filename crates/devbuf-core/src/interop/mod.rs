@@ -89,6 +89,14 @@ pub trait Interop: Send + Sync {
     /// event; a barrier on a SYCL queue, whose last command does not cover theirs).
     fn handed_out_event(&self) -> Result<Event>;
 
+    /// An error once the memory of this queue's context is gone although devbuf still holds it:
+    /// the runtime says the context died under devbuf (on CUDA, another library reset the
+    /// primary context, which frees every allocation in it). No new host view may then hand out
+    /// its pages. Runtimes whose contexts cannot die under devbuf keep the default.
+    fn check_memory_alive(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Whether [`crate::Queue::wait_device`] covers every queue other libraries may use this
     /// queue's memory on once it was handed out, so that devbuf may free it, or a pool hand it out
     /// again, after that wait. Where it does not (SYCL: other libraries' own queues are out of its

@@ -36,6 +36,7 @@ pub(crate) unsafe fn get_buffer(
         && flags & (CONTIGUITY_BITS | ffi::PyBUF_STRIDES) == ffi::PyBUF_STRIDES
         && let Some(format) = array.layout().dtype().buffer_format()
         && !buffer.needs_synchronize()
+        && buffer.check_alive().is_ok()
     {
         let format = if flags & ffi::PyBUF_FORMAT != 0 {
             format.as_ptr()
@@ -67,6 +68,8 @@ unsafe fn get_buffer_checked(
     if !buffer.is_host_accessible() {
         return Err(not_host_accessible(array));
     }
+    // Memory that died with its context (another library reset it) is not handed out again.
+    buffer.check_alive().py()?;
     if flags & ffi::PyBUF_WRITABLE != 0 && array.readonly() {
         return Err(read_only());
     }
