@@ -11,7 +11,7 @@ use std::ptr;
 
 use cudarc::driver::sys::{self, CUcontext, CUdevice};
 
-use crate::loader::{DriverError, call};
+use crate::loader::{CONTEXT_ID_ENTRY_POINT, DriverError, call};
 
 /// A device's primary context, retained while this value lives.
 #[derive(Debug)]
@@ -64,7 +64,7 @@ impl PrimaryContext {
         match context_id(self.raw) {
             Ok(id) if id == retained => Ok(()),
             Ok(_) => Err(DriverError {
-                operation: "cuCtxGetId",
+                operation: CONTEXT_ID_ENTRY_POINT,
                 code: Some(sys::CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED),
                 message: format!(
                     "the primary context of cuda:{} was reset since devbuf retained it (by \
