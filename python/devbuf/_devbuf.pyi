@@ -98,7 +98,9 @@ class Stream:
     ) -> Stream: ...
     @staticmethod
     def from_handle(handle: int, device: str | Device | Stream | None = None, *, owner: Any = None) -> Stream:
-        """Adopts a CUstream handle; ``owner`` (kept alive while devbuf uses it) keeps it alive."""
+        """Adopts a CUstream handle; ``owner`` (kept alive while devbuf uses it) keeps it alive.
+        ``device``, when given, must be a CUDA device ("cuda", "cuda:N"): any other is a
+        ValueError naming ``device``."""
     @property
     def device(self) -> Device: ...
     @property
@@ -343,7 +345,11 @@ def conformance_matrix() -> list[tuple[str, list[tuple[str, str, str]]]]: ...
 # devbuf.mr (see devbuf/mr.py)
 @disjoint_base
 class MemoryResource:
-    """Allocates and frees memory of one device; subclass it to write a resource in Python."""
+    """Allocates and frees memory of one device; subclass it to write a resource in Python.
+
+    The address a subclass's ``allocate`` returns is checked by the device's runtime (kind,
+    device, extent, where the runtime can tell): one it does not vouch for is given back through
+    ``deallocate`` and raised as a ValueError naming the resource."""
 
     def __init__(self, device: str | Device | Queue | Any | None = None, upstream_mr: MemoryResource | None = None) -> None: ...
     @property

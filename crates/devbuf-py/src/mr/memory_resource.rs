@@ -31,7 +31,9 @@ use crate::objects::queue::PyQueue;
 /// 256 bytes, and `deallocate(ptr, nbytes, kind)`. devbuf calls `deallocate` once for each
 /// address, with what `allocate` was given, after the work devbuf knows of on that memory is done.
 /// What `allocate` raises reaches the caller; what `deallocate` raises is reported through
-/// `sys.unraisablehook`, as for `__del__`.
+/// `sys.unraisablehook`, as for `__del__`. The address `allocate` returns is checked by the
+/// device's runtime (kind, device and extent, where the runtime can tell): one it does not vouch
+/// for goes back through `deallocate` and is a ValueError naming the resource.
 #[pyclass(frozen, subclass, module = "devbuf.mr", name = "MemoryResource")]
 pub struct PyMemoryResource {
     /// Set when a devbuf resource is made, and by `__init__` for one written in Python.

@@ -82,7 +82,8 @@ impl PyQueue {
     }
 
     /// A stream for `handle`, another library's stream as `__cuda_stream__` numbers it (a
-    /// `CUstream` as an int), on `device` (default: the device the stream belongs to). `owner`,
+    /// `CUstream` as an int), on `device` (default: the device the stream belongs to; only a
+    /// CUDA device can own the handle, any other is a ValueError naming `device`). `owner`,
     /// which keeps the stream alive, is held while devbuf uses it: without one, the caller keeps
     /// the stream alive for as long as this Stream and the memory allocated on it live.
     #[staticmethod]
