@@ -21,6 +21,16 @@ pub enum Protocol {
     Cai,
 }
 
+/// The protocol as users meet it, for messages.
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Protocol::Suai => "__sycl_usm_array_interface__",
+            Protocol::Cai => "__cuda_array_interface__",
+        })
+    }
+}
+
 /// What a protocol's context object resolves to.
 #[derive(Debug)]
 pub struct ResolvedQueue {

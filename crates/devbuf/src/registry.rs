@@ -113,7 +113,7 @@ pub fn queue_for_pointer(protocol: Protocol, ptr: usize) -> Result<Arc<dyn Queue
         .unwrap_or_else(|| {
             Err(Error::invalid(
                 "data",
-                format!("{ptr:#x}: no backend compiled into devbuf speaks {protocol:?}"),
+                format!("{ptr:#x}: no backend compiled into devbuf speaks {protocol}"),
             ))
         })
 }

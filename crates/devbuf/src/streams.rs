@@ -49,7 +49,7 @@ pub unsafe fn adopt_stream(
     let unsupported = || Error::Unsupported {
         device: selector.unwrap_or("").to_owned(),
         what: "adopting a stream".into(),
-        reason: format!("no backend compiled in takes {protocol:?} streams"),
+        reason: format!("no backend compiled into devbuf speaks {protocol}, whose stream it is"),
     };
     let backend = backend_for(protocol).ok_or_else(unsupported)?;
     let spec = match selector.map(split_selector) {
