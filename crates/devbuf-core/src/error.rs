@@ -218,3 +218,35 @@ impl FromStr for MemKind {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("raised by a callback")]
+    struct Callback;
+
+    /// What a callback raised travels as the error's `source`, found again by its type, and an
+    /// error equals only itself (its clones).
+    #[test]
+    fn a_raised_error_is_carried_as_the_source() {
+        let error = Error::Raised {
+            context: "cannot allocate".into(),
+            source: Raised::new(Callback),
+        };
+        assert_eq!(error.to_string(), "cannot allocate: raised by a callback");
+        let Error::Raised { source, .. } = &error else {
+            unreachable!()
+        };
+        assert!(source.downcast_ref::<Callback>().is_some());
+        assert!(source.downcast_ref::<std::fmt::Error>().is_none());
+        assert!(std::error::Error::source(&error).is_some());
+        assert_eq!(error.clone(), error);
+        let other = Error::Raised {
+            context: "cannot allocate".into(),
+            source: Raised::new(Callback),
+        };
+        assert_ne!(other, error);
+    }
+}

@@ -71,3 +71,29 @@ pub unsafe fn adopt_stream(
     // SAFETY: the caller's promise.
     unsafe { backend.adopt_stream(spec, handle, owner) }.ok_or_else(unsupported)?
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A device that cannot own a CUDA stream is refused in the words the caller wrote, whether
+    /// or not a CUDA runtime is loaded: never adopted on cuda:0, never renamed "cuda:...".
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn only_a_device_of_the_streams_backend_can_own_an_adopted_handle() {
+        for selector in ["host", "sycl", "nope", "opencl:0:0", ""] {
+            // SAFETY: refused before the handle is looked at.
+            let adopted = unsafe { adopt_stream(Protocol::Cai, Some(selector), 1, Box::new(())) };
+            match adopted {
+                Err(Error::InvalidDescriptor { key, message }) => {
+                    assert_eq!(key, "device");
+                    assert!(
+                        message.starts_with(&format!("{selector:?} cannot own a cuda stream")),
+                        "{message}"
+                    );
+                }
+                other => panic!("{selector:?}: {other:?}"),
+            }
+        }
+    }
+}
