@@ -335,6 +335,20 @@ def test_stream_from_handle_refuses_a_device_that_cannot_own_the_handle(selector
         devbuf.Stream.from_handle(1, device=selector)
 
 
+def test_a_stream_handle_the_protocol_refuses_names_the_argument_it_came_in():
+    # Before: "stream: 0 is ambiguous ..." for an argument the caller passed as `handle`.
+    require_backend("cuda")
+    with pytest.raises(ValueError, match=r"^handle: 0 is ambiguous"):
+        devbuf.Stream.from_handle(0)
+
+    class Ambiguous:
+        def __cuda_stream__(self):
+            return (0, 0)
+
+    with pytest.raises(ValueError, match=r"^__cuda_stream__: 0 is ambiguous"):
+        devbuf.Stream(Ambiguous())
+
+
 CALLS = {
     "fill": lambda memory, stream: memory.fill(1, stream=stream),
     "copy_from": lambda memory, stream: memory.copy_from(bytes(64), stream=stream),

@@ -94,7 +94,7 @@ impl PyQueue {
         device: Option<&Bound<'_, PyAny>>,
         owner: Option<Py<PyAny>>,
     ) -> PyResult<Py<PyQueue>> {
-        crate::objects::streams::adopt_handle(py, handle, device, owner)
+        crate::objects::streams::adopt_handle(py, handle, device, owner, "handle")
     }
 
     /// Records an Event that completes once all work enqueued on this stream so far has. With

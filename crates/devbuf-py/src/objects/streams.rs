@@ -2,7 +2,7 @@
 //! CuPy, devbuf's own) and raw handles with an owner. The backend that speaks CUDA's protocols
 //! makes the queue; the Python object that keeps the stream alive rides inside it.
 
-use devbuf::Protocol;
+use devbuf::{Error, Protocol};
 use pyo3::exceptions::PyTypeError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -34,16 +34,19 @@ pub(crate) fn adopt_cuda_stream(
             "__cuda_stream__: version {version} is unknown (devbuf reads version 0)"
         )));
     }
-    adopt_handle(py, handle, device, Some(obj.clone().unbind())).map(Some)
+    let owner = Some(obj.clone().unbind());
+    adopt_handle(py, handle, device, owner, "__cuda_stream__").map(Some)
 }
 
 /// A Stream on `handle` (a `CUstream` as `__cuda_stream__` numbers it) on `device` (default: the
-/// stream's own device), holding `owner` while devbuf uses the stream.
+/// stream's own device), holding `owner` while devbuf uses the stream. A handle the stream
+/// protocol refuses is an error naming `key`, what the caller passed it as.
 pub(crate) fn adopt_handle(
     py: Python<'_>,
     handle: usize,
     device: Option<&Bound<'_, PyAny>>,
     owner: Option<Py<PyAny>>,
+    key: &'static str,
 ) -> PyResult<Py<PyQueue>> {
     let selector = device.map(selector_of).transpose()?;
     let owner: devbuf::StreamOwner = match owner {
@@ -55,6 +58,14 @@ pub(crate) fn adopt_handle(
             // SAFETY: `owner` keeps the stream alive (`__cuda_stream__`'s object, or the
             // caller's promise for a bare handle, as `Stream.from_handle` documents).
             unsafe { devbuf::adopt_stream(Protocol::Cai, selector.as_deref(), handle, owner) }
+        })
+        .map_err(|err| match err {
+            // The protocols call the handle `stream`; the caller passed it as `key`.
+            Error::InvalidDescriptor {
+                key: "stream",
+                message,
+            } => Error::InvalidDescriptor { key, message },
+            err => err,
         })
         .py()?;
     PyQueue::wrap(py, queue)
