@@ -180,11 +180,15 @@ pub fn set_cai_export_stream(enabled: bool) {
 /// or `None`; the memory is marked handed out on that queue, where the consumer will work
 /// (CAI v3 tells it to). `None` when [`set_cai_export_stream`] turned the option off.
 pub fn cai_export_stream(buffer: &Buffer) -> Result<Option<usize>> {
-    buffer.mark_exported();
     if !CAI_EXPORT_STREAM.load(Ordering::Relaxed) {
+        buffer.mark_exported();
         return Ok(None);
     }
-    let Some(queue) = buffer.sync_queue(buffer.queue())? else {
+    // Asked before this export marks the memory handed out: a first export has no other
+    // consumer's work to order after.
+    let sync = buffer.sync_queue(buffer.queue());
+    buffer.mark_exported();
+    let Some(queue) = sync? else {
         return Ok(None);
     };
     buffer.hand_out_on(&queue);

@@ -56,16 +56,6 @@ pub fn synchronize_stream(queue: &Arc<dyn Queue>) -> Result<()> {
     queue.wait()
 }
 
-/// Whether all work enqueued on `queue` so far has completed, whoever enqueued it, without
-/// blocking: a devbuf stream's `query`.
-pub fn stream_is_idle(queue: &Arc<dyn Queue>) -> Result<bool> {
-    if queue.interop().untracked_foreign_work() {
-        queue.interop().handed_out_event()?.is_complete()
-    } else {
-        queue.is_idle()
-    }
-}
-
 /// Makes work enqueued on `later` from now on wait for all work enqueued on `earlier` so far,
 /// whoever enqueued it, on the device where the runtime can (nothing when they are one queue: it
 /// runs in order). A stream-ordered allocation handed to `later`, or memory given back on

@@ -368,6 +368,12 @@ impl Queue for SyclQueue {
         Ok(Event::new(self.event(event)))
     }
 
+    /// Other libraries enqueue on copies of this queue, which its last command does not cover: a
+    /// barrier does (what a stream's `query` means to dpctl's users too).
+    fn is_idle(&self) -> Result<bool> {
+        self.event(Arc::new(self.barrier()?)).is_complete()
+    }
+
     fn wait_event(&self, event: &Event) -> Result<()> {
         match event.downcast_ref::<SyclEvent>() {
             // Our own event: the queue is in order, so later work already follows it.

@@ -104,7 +104,7 @@ pub(crate) fn cai<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, P
     let array = this.array(py)?;
     let cached = this.cache.cai.get_or_try_init(py, || {
         require_protocol(&array, Protocol::Cai, ATTRIBUTE)?;
-        array.buffer().mark_exported();
+        // Marked handed out by `cai_export_stream`, after it decided what the export names.
         array.anchor();
         let build = || -> PyResult<Py<PyDict>> {
             let layout = array.layout();

@@ -153,8 +153,7 @@ impl PyQueue {
     /// Whether all work enqueued on this stream so far has completed (other libraries' included),
     /// without waiting.
     fn query(&self, py: Python<'_>) -> PyResult<bool> {
-        py.detach(|| devbuf::stream::stream_is_idle(&self.queue))
-            .py()
+        py.detach(|| self.queue.is_idle()).py()
     }
 
     /// The device this queue runs on.
