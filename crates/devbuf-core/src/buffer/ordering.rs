@@ -120,7 +120,10 @@ impl Buffer {
         if home.interop().untracked_foreign_work() {
             queues.push(Arc::clone(home));
         }
-        queues.extend(self.alloc.pending.lock().handed_out().iter().cloned());
+        // Locked only where other queues were recorded: host views of exported memory are hot.
+        if self.alloc.exported.load(Ordering::Relaxed) == exported::ELSEWHERE_TOO {
+            queues.extend(self.alloc.pending.lock().handed_out().iter().cloned());
+        }
         queues
     }
 
