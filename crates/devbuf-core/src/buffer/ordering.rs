@@ -238,7 +238,13 @@ impl Buffer {
         } else {
             exported::YES
         };
-        self.alloc.exported.store(state, Ordering::Relaxed);
+        // Only from "never": another thread may have recorded other queues meanwhile.
+        let _ = self.alloc.exported.compare_exchange(
+            exported::NO,
+            state,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
     }
 
     /// Whether work devbuf recorded on this allocation may still be running.
