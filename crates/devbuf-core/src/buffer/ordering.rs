@@ -1,6 +1,6 @@
-//! The work pending on a [`Buffer`]'s allocation, and the ordering rules around it (design.md,
-//! "The model"): devbuf's own work on several queues, a producer's work devbuf waits for, and
-//! other libraries' work once the memory was handed out.
+//! The work pending on a [`Buffer`]'s allocation, and the ordering rules around it
+//! (docs/architecture.md, "The ordering invariant"): devbuf's own work on several queues, a
+//! producer's work devbuf waits for, and other libraries' work once the memory was handed out.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
