@@ -1,9 +1,8 @@
 """The `conformance-matrix` directive: the conformance matrix (`python -m devbuf matrix`), run
-while the site is built and written as a table, one row per device, one column per check and per
-consumer library, each cell pass / FAIL / skip with its reason in a note below."""
+while the site is built and written as a table, one row per check and per consumer library, one
+column per device, each cell pass / FAIL / skip with its reason in a note below."""
 
 from docutils import nodes
-from docutils.statemachine import StringList
 from sphinx.util.docutils import SphinxDirective
 
 import devbuf
@@ -11,7 +10,8 @@ from devbuf import _consumers
 from devbuf._devbuf import conformance_matrix
 
 
-def _rows():
+def _matrix():
+    """(devices, [(check, [cell per device])], notes): one row per check and consumer library."""
     notes: list[str] = []
 
     def cell(status, reason):
@@ -22,41 +22,50 @@ def _rows():
         return f"{status} [{notes.index(reason) + 1}]"
 
     rows = conformance_matrix()
+    devices = [label for label, _ in rows]
     checks = [check for check, _, _ in rows[0][1]] if rows else []
-    header = ["device"] + checks + [name for name, _ in _consumers.CONSUMERS]
-    table = []
-    for label, outcomes in rows:
-        cells = [cell(status, reason) for _, status, reason in outcomes]
-        cells += [cell(*_consumers.run(check, label)) for _, check in _consumers.CONSUMERS]
-        table.append([label] + cells)
-    return header, table, notes
+    cells = {label: [cell(status, reason) for _, status, reason in outcomes] for label, outcomes in rows}
+    for label in devices:
+        cells[label] += [cell(*_consumers.run(check, label)) for _, check in _consumers.CONSUMERS]
+    names = checks + [name for name, _ in _consumers.CONSUMERS]
+    return devices, [(name, [cells[label][i] for label in devices]) for i, name in enumerate(names)], notes
 
 
-def _literal(text):
-    # A table cell in reStructuredText: one line, with backquotes and pipes made harmless.
-    return "``" + text.replace("`", "'").replace("|", "/") + "``" if text else ""
+def _table(header, rows):
+    """A docutils table of literal cells (built as nodes: the page may be Markdown or RST)."""
+    group = nodes.tgroup(cols=len(header))
+    group += [nodes.colspec(colwidth=1) for _ in header]
+
+    def row(values):
+        line = nodes.row()
+        for value in values:
+            line += nodes.entry("", nodes.paragraph("", "", nodes.literal(text=value)))
+        return line
+
+    head, body = nodes.thead(), nodes.tbody()
+    head += row(header)
+    body += [row(values) for values in rows]
+    group += [head, body]
+    table = nodes.table(classes=["conformance-matrix"])
+    table += group
+    return table
 
 
 class ConformanceMatrix(SphinxDirective):
     has_content = False
 
     def run(self):
-        header, table, notes = _rows()
-        lines = [".. list-table::", "   :header-rows: 1", "   :class: conformance-matrix", ""]
-        for row in [header] + table:
-            lines.append(f"   * - {_literal(row[0])}")
-            lines.extend(f"     - {_literal(value)}" for value in row[1:])
-        container = nodes.container()
-        self.state.nested_parse(StringList(lines, source="conformance-matrix"), self.content_offset, container)
+        devices, rows, notes = _matrix()
+        table = _table(["check"] + devices, [[name] + cells for name, cells in rows])
         # The notes are prose from the checks: text nodes, never parsed as markup.
         listed = nodes.enumerated_list()
         for note in notes:
             listed += nodes.list_item("", nodes.paragraph(text=note))
         doubles = [device.selector for device in devbuf.devices() if device.test_double]
-        found = [listed]
+        found = [table, listed]
         if doubles:
             found.append(nodes.paragraph(text=f"NOT hardware: {', '.join(doubles)} (a runtime's test double)."))
-        return container.children + found
+        return found
 
 
 def setup(app):
