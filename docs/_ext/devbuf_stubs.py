@@ -9,11 +9,12 @@ attribute types from them, and a docstring from them where the module has none o
 
 import ast
 import pathlib
+import re
 from dataclasses import dataclass
 
 STUBS = pathlib.Path(__file__).resolve().parents[2] / "python" / "devbuf" / "_devbuf.pyi"
 # What CPython gives slot wrappers: not documentation of devbuf's.
-GENERIC_DOCSTRINGS = ("Return self", "Implement ", "Create and return a new object", "Initialize self")
+GENERIC_DOCSTRINGS = ("Return self", "Return len(self)", "Implement ", "Create and return a new object", "Initialize self")
 
 
 @dataclass
@@ -104,6 +105,12 @@ def setup(app):
         stub = stubs.get(_key(name))
         if stub is None:
             return
+        # Some docstrings open with a call of their own (`devbuf.asarray(obj, ...)`: a sentence
+        # follows it); the typed signature above says the same.
+        short = re.escape(name.rsplit(".", 1)[-1])
+        if lines and (call := re.match(rf"`(?:[\w.]+\.)?{short}\([^`]*\)`[:,]?\s*", lines[0])):
+            rest = lines[0][call.end():]
+            lines[0] = rest[:1].upper() + rest[1:]
         generic = not lines or lines[0].startswith(GENERIC_DOCSTRINGS)
         if generic and stub.doc:
             lines[:] = stub.doc.splitlines()

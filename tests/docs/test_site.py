@@ -227,3 +227,19 @@ def test_the_render_check_fails_on_a_page_that_overflows_or_misses_content(tmp_p
     empty_problems = " ".join(problems(render(empty, WIDTHS["desktop"], tmp_path / "profile")))
     assert "no title" in empty_problems and "characters of text" in empty_problems
     assert "figure not drawn" in empty_problems
+
+
+def test_the_api_reference_is_typed_and_has_the_protocols():
+    arrays = SITE / "reference" / "arrays.html"
+    if not arrays.exists():
+        pytest.fail(f"no site at {SITE}: build it with ci/docs")
+    ids = parse(arrays).ids
+    protocols = ["__dlpack__", "__dlpack_device__", "__dlpack_c_exchange_api__", "__cuda_array_interface__",
+                 "__sycl_usm_array_interface__"]
+    missing = [name for name in protocols if f"devbuf.Array.{name}" not in ids]
+    assert not missing and "devbuf.Buffer.__getitem__" in ids, missing
+    text = re.sub(r"<[^>]+>", "", html.unescape(arrays.read_text()))
+    # Types from the stubs: pyo3's own signatures carry none.
+    assert "kind: Literal['host', 'device', 'shared'] = 'shared'" in text
+    assert "__dlpack_device__() → tuple[int, int]" in text
+    assert "Type: tuple[int, ...]" in text  # Array.shape
