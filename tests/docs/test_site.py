@@ -29,6 +29,9 @@ NOT_CHECKED = ("_static", "_sources", "rust")
 WIDTHS = {"desktop": (1280, 900), "narrow": (500, 900)}
 # What a page must show at least, in characters of text.
 MIN_TEXT = 400
+# A figure drawn narrower than this share of its own width is too small to read: a page narrower
+# than the drawing shrinks it, text and all.
+MIN_FIGURE_SCALE = 0.6
 
 
 def pages():
@@ -133,9 +136,11 @@ window.addEventListener("load", () => {
   const figures = [...(article ? article.querySelectorAll("object, img") : [])].map((el) => {
     const box = el.getBoundingClientRect();
     // An SVG figure is an <object>: drawn when its document loaded and holds the drawing.
-    const loaded = el.tagName === "IMG" ? el.naturalWidth > 0
-      : !!(el.contentDocument && el.contentDocument.querySelector("svg g"));
-    return {src: el.getAttribute("data") || el.getAttribute("src"), width: box.width, height: box.height, loaded};
+    const svg = el.contentDocument && el.contentDocument.documentElement;
+    const loaded = el.tagName === "IMG" ? el.naturalWidth > 0 : !!(svg && svg.querySelector("g"));
+    const natural = el.tagName === "IMG" ? el.naturalWidth : (loaded ? svg.width.baseVal.value : 0);
+    return {src: el.getAttribute("data") || el.getAttribute("src"), width: box.width, height: box.height,
+            loaded, scale: natural ? box.width / natural : 0};
   });
   const report = {
     width, scrollWidth: root.scrollWidth, spilling: spilling.slice(0, 8),
@@ -190,9 +195,10 @@ def problems(report):
     if report["text"] < MIN_TEXT:
         found.append(f"only {report['text']} characters of text")
     for figure in report["figures"]:
-        # Drawn, and not shrunk to an unreadable strip by a page narrower than the drawing.
         if figure["height"] < 40 or figure["width"] < 40 or not figure["loaded"]:
             found.append(f"figure not drawn: {figure}")
+        elif figure["scale"] < MIN_FIGURE_SCALE:
+            found.append(f"figure shrunk past reading: {figure}")
     return found
 
 
