@@ -48,6 +48,7 @@ READERS = {
     "pickle": "set(pickle.loads(pickle.dumps(memory, protocol=5)).to_bytes())",
     "np.asarray": "set(np.asarray(memory).tolist())",
     "np.from_dlpack(cpu)": "set(np.from_dlpack(memory, device='cpu').tolist())",
+    "get(stream=R)": "set(memory.view('uint8').get(stream=devbuf.Stream('cuda:0')).tolist())",
 }
 HOST_VIEWS = ["np.asarray", "np.from_dlpack(cpu)"]
 

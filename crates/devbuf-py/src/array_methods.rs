@@ -142,8 +142,7 @@ impl PyArray {
                     "stream: a stream of {on:?} cannot order the free of memory on {own:?}"
                 )));
             }
-            let recorded = py.detach(|| queue.record_event()).py()?;
-            buffer.record_work(queue, recorded);
+            py.detach(|| buffer.release_after_stream(queue)).py()?;
         }
         self.held().close(py);
         Ok(())
