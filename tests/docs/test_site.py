@@ -171,7 +171,7 @@ def render(page, size, workdir):
     copy.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
     try:
         done = subprocess.run(
-            [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-dev-shm-usage",
              # The probe reads each figure's document, which file: pages may only with this.
              "--allow-file-access-from-files",
              f"--user-data-dir={workdir}", f"--window-size={size[0]},{size[1]}",
