@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 STUBS = pathlib.Path(__file__).resolve().parents[2] / "python" / "devbuf" / "_devbuf.pyi"
 # What CPython gives slot wrappers: not documentation of devbuf's.
-GENERIC_DOCSTRINGS = ("Return self", "Return len(self)", "Implement ", "Create and return a new object", "Initialize self")
+GENERIC_DOCSTRINGS = (
+    "Return self", "Return len(self)", "Implement ", "Create and return a new object", "Initialize self"
+)
 
 
 @dataclass

@@ -99,7 +99,9 @@ def test_every_link_inside_the_site_reaches_its_target():
 
 
 def test_the_link_checker_finds_a_missing_page_and_a_missing_anchor(tmp_path):
-    (tmp_path / "a.html").write_text('<h1 id="top">A</h1><a href="b.html">b</a><a href="a.html#nowhere">x</a><a href="#top">t</a>')
+    (tmp_path / "a.html").write_text(
+        '<h1 id="top">A</h1><a href="b.html">b</a><a href="a.html#nowhere">x</a><a href="#top">t</a>'
+    )
     found = broken_links(tmp_path / "a.html", {})
     assert len(found) == 2 and "no file" in found[0] and "#nowhere" in found[1]
 
@@ -171,7 +173,8 @@ def render(page, size, workdir):
     copy.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
     try:
         done = subprocess.run(
-            [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-dev-shm-usage",
+            [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-dev-shm-usage",
              # The probe reads each figure's document, which file: pages may only with this.
              "--allow-file-access-from-files",
              f"--user-data-dir={workdir}", f"--window-size={size[0]},{size[1]}",
