@@ -62,16 +62,19 @@ class Sycl:
         return dm.as_usm_memory(type("Raw", (), {"__sycl_usm_array_interface__": suai})())
 
     def consumer_writes(self, memory, value, protocol, stream):
+        """Writes `value` over `memory` as `protocol`'s consumer; returns the devbuf stream it
+        wrote on."""
         if protocol == "suai":
             theirs = self.dm.as_usm_memory(memory)  # devbuf's SUAI export: its syclobj queue
-            queue = theirs.sycl_queue
+            queue, on = theirs.sycl_queue, memory.queue
         else:
             # A devbuf stream's queue as DLPack's stream: the consumer writes back there.
-            queue = stream.sycl_queue
+            queue, on = stream.sycl_queue, stream
             memory.__dlpack__(stream=queue, max_version=(1, 0))
             theirs = self.raw(memory.ptr, queue)
         queue.memcpy_async(self.scratch[1], self.scratch[0], 4 * self.nbytes)
         queue.memcpy_async(theirs, self.source(value, queue), self.nbytes)
+        return on
 
     def second_consumer_reads(self, memory):
         theirs = self.dm.as_usm_memory(memory)
@@ -126,17 +129,23 @@ class Cuda:
                                         ctypes.c_size_t(self.nbytes), ctypes.c_void_p(stream)))
 
     def consumer_writes(self, memory, value, protocol, stream):
+        """Writes `value` over `memory` as `protocol`'s consumer; returns the devbuf stream it
+        wrote on (None for the legacy default stream)."""
         if protocol == "cai":
             interface = memory.__cuda_array_interface__
-            self.memset(interface["data"][0], value, interface["stream"] or 1)
+            handle = interface["stream"] or 1
+            data = interface["data"][0]
         elif protocol in ("dlpack-stream", "dlpack-none"):
             handle = stream.stream if protocol == "dlpack-stream" else None
             capsule = memory.__dlpack__(stream=handle, max_version=(1, 0))
             data = ctypes.c_void_p.from_address(self.capsule_pointer(capsule, b"dltensor_versioned") + 32).value
-            self.memset(data, value, handle or 1)
+            handle = handle or 1
         else:
             data = self.consumer.describe(memory)["data"]
-            self.memset(data, value, self.consumer.current_stream(memory, *memory.__dlpack_device__()))
+            handle = self.consumer.current_stream(memory, *memory.__dlpack_device__())
+        self.memset(data, value, handle)
+        known = [*self.streams, memory.queue, self.device.default_stream]
+        return next((s for s in known if s.stream == handle), None)
 
     def second_consumer_reads(self, memory):
         # CAI v3: a consumer on its own stream waits for the stream the export names.
@@ -165,6 +174,9 @@ class Machine(RuleBasedStateMachine):
     def start(self):
         self.pool = devbuf.mr.PoolMemoryResource(devbuf.mr.QueueMemoryResource(self.backend.device))
         self.expected = {}
+        # The devbuf stream the last unfinished write of each memory ran on (None: none, or not one
+        # of devbuf's streams), for the rule that checks what a stream's own waits cover.
+        self.writer = {}
 
     def stream(self, index):
         return None if index is None else self.backend.streams[index]
@@ -198,14 +210,33 @@ class Machine(RuleBasedStateMachine):
     def devbuf_fills(self, memory, value, stream, blocking):
         memory.fill(value, stream=self.stream(stream), blocking=blocking)
         self.expected[id(memory)] = value
+        self.writer[id(memory)] = None if blocking else (self.stream(stream) or memory.queue)
 
     @rule(memory=memories, value=VALUES, protocol=st.sampled_from(["cai", "suai", "dlpack-stream", "dlpack-none", "exchange"]),
           stream=st.sampled_from([0, 1]))
     def consumer_writes(self, memory, value, protocol, stream):
         if protocol not in self.backend.protocols:
             protocol = self.backend.protocols[0]
-        self.backend.consumer_writes(memory, value, protocol, self.backend.streams[stream])
+        on = self.backend.consumer_writes(memory, value, protocol, self.backend.streams[stream])
         self.expected[id(memory)] = value
+        self.writer[id(memory)] = on
+
+    @rule(memory=memories, how=st.sampled_from(["synchronize", "record", "wait"]))
+    def a_stream_waits_for_the_last_writer(self, memory, how):
+        # A devbuf stream's own waits cover all work on it, the consumer's included: the host
+        # then reads the bytes without asking devbuf.
+        stream = self.writer.get(id(memory))
+        if stream is None or memory.kind == "device":
+            return
+        if how == "synchronize":
+            stream.synchronize()
+        elif how == "record":
+            stream.record().synchronize()
+        else:
+            other = devbuf.Stream(self.backend.device)
+            other.wait(stream)
+            other.synchronize()
+        self.check(memory, ctypes.string_at(memory.ptr, memory.nbytes), f"the host after {how}()")
 
     @rule(memory=memories, reader=st.sampled_from(["to_bytes", "host view", "get", "copy_from", "pickle", "re-export"]))
     def devbuf_reads(self, memory, reader):
@@ -224,11 +255,13 @@ class Machine(RuleBasedStateMachine):
         else:
             seen = self.backend.second_consumer_reads(memory)
         self.check(memory, seen, reader)
+        self.writer[id(memory)] = None
 
     @rule(memory=consumes(memories), stream=st.sampled_from([None, 0, 1]), value=VALUES)
     def free_and_reuse(self, memory, stream, value):
         kind = memory.kind
         del self.expected[id(memory)]
+        self.writer.pop(id(memory), None)
         memory.close(stream=self.stream(stream))
         del memory
         again = devbuf.alloc(self.backend.nbytes, kind, mr=self.pool)

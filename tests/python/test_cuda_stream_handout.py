@@ -14,7 +14,7 @@ import pathlib
 
 import pytest
 
-from test_cuda_consumer_ordering import scenario
+from test_cuda_consumer_ordering import BUSY, scenario
 from test_cuda_ordering import run
 
 
@@ -70,13 +70,15 @@ def test_a_cai_consumer_on_a_user_stream_comes_before_devbuf(cuda, how, kind, re
 def test_an_ipc_export_after_a_cai_consumer_on_a_user_stream_carries_its_bytes(cuda):
     # CUDA IPC shares device memory only.
     run(
-        """
+        BUSY
+        + """
         import subprocess, sys
         S = devbuf.Stream("cuda:0")
         memory = devbuf.alloc(N, "device", device="cuda:0", ipc=True)
         memory.fill(0)
         memory.fill(1, stream=S, blocking=False)
         interface = memory.__cuda_array_interface__
+        busy(interface["stream"])
         memset(interface["data"][0], 7, N, interface["stream"])
         handle = bytes(memory.ipc_handle())
         child = subprocess.run(

@@ -10,6 +10,7 @@ only the stream's wait stands between the consumer's write and the read. The arr
 bytes."""
 
 import ctypes
+import time
 
 import numpy as np
 import pytest
@@ -55,9 +56,17 @@ class RawSuai:
 
 
 def ones(queue):
+    # Callers keep it until the copy from it is done: dpctl's free of USM waits for the queue.
     memory = dm.MemoryUSMShared(NBYTES, queue=queue)
     np.frombuffer(memory, np.float32)[:] = 1
     return memory
+
+
+def busy(queue):
+    """Work queued before the consumer's write, so that the write lands late (kept alive by the
+    returned event's copies until then)."""
+    scratch = [dm.MemoryUSMDevice(4 * NBYTES, queue=queue) for _ in range(2)]
+    return scratch, queue.memcpy_async(scratch[1], scratch[0], 4 * NBYTES)
 
 
 WAITS = {
@@ -87,8 +96,9 @@ def test_the_recipe_for_an_adopted_queue_holds_after_devbufs_own_work_on_it(sycl
     queue = dpctl.SyclQueue(sycl.selector.removeprefix("sycl:"), property="in_order")
     adopted = devbuf.Stream(queue)
     memory = devbuf.alloc(NBYTES, "shared", device=sycl)
-    memory.fill(0, stream=adopted)  # devbuf's own (completed) command on the queue
-    copy = queue.memcpy_async(dm.as_usm_memory(RawSuai(memory.ptr, queue)), ones(queue), NBYTES)
+    memory.fill(0, stream=adopted, blocking=False)  # devbuf's own command on the queue
+    source = ones(queue)
+    copy = queue.memcpy_async(dm.as_usm_memory(RawSuai(memory.ptr, queue)), source, NBYTES)
     reader = devbuf.Stream(sycl)
     reader.wait(adopted.record())
     reader.synchronize()
@@ -102,8 +112,10 @@ def test_a_dlpack_consumer_on_a_devbuf_streams_queue_comes_before_devbuf(sycl):
     memory.fill(0)
     capsule = memory.view("float32").__dlpack__(stream=stream.sycl_queue, max_version=(1, 0))
     queue = stream.sycl_queue  # the consumer writes back on the queue it passed
-    queue.memcpy_async(dm.as_usm_memory(RawSuai(memory.ptr, queue)), ones(queue), NBYTES)
-    assert np.frombuffer(memory[NBYTES - 4 :].to_bytes(), np.float32)[0] == 1
+    source = ones(queue)
+    copy = queue.memcpy_async(dm.as_usm_memory(RawSuai(memory.ptr, queue)), source, NBYTES)
+    assert np.asarray(memory.view("float32"))[-1] == 1, "a host view before the consumer's write"
+    copy.wait()
     del capsule
 
 
@@ -111,12 +123,18 @@ def test_a_block_deallocated_on_a_stream_waits_for_dpctls_work_there(sycl):
     pool = devbuf.mr.PoolMemoryResource(devbuf.mr.QueueMemoryResource(sycl))
     stream = devbuf.Stream(sycl)
     ptr = pool.allocate(NBYTES, "shared", stream=stream)
+    scratch = devbuf.alloc(64, "shared", device=sycl)
+    scratch.fill(0, stream=stream, blocking=False)  # devbuf's own (short) command on the stream
     queue = stream.sycl_queue
-    copy = queue.memcpy_async(dm.as_usm_memory(RawSuai(ptr, queue)), ones(queue), NBYTES)
+    source = ones(queue)
+    earlier = busy(queue)
+    copy = queue.memcpy_async(dm.as_usm_memory(RawSuai(ptr, queue)), source, NBYTES)
     pool.deallocate(ptr, NBYTES, "shared", stream=stream)
+    time.sleep(0.01)  # devbuf's own command is done by now; dpctl's copy is not
     again = devbuf.alloc(NBYTES, "shared", mr=pool)
     ctypes.memset(again.ptr, 0, NBYTES)  # the next owner writes from the host
     copy.wait()
+    del earlier
     assert again[NBYTES - 1 :].to_bytes() == b"\x00", "dpctl's copy landed in the new owner's block"
 
 
@@ -124,12 +142,16 @@ def test_close_on_a_stream_waits_for_all_work_there_not_only_devbufs(sycl):
     pool = devbuf.mr.PoolMemoryResource(devbuf.mr.QueueMemoryResource(sycl))
     stream = devbuf.Stream(sycl)
     memory = devbuf.alloc(NBYTES, "shared", mr=pool)
-    memory.fill(0, stream=stream)  # devbuf's own command on the stream, completed
+    memory[:64].fill(0, stream=stream, blocking=False)  # devbuf's own (short) command on it
     queue = stream.sycl_queue
     ptr = memory.ptr
-    copy = queue.memcpy_async(dm.as_usm_memory(RawSuai(ptr, queue)), ones(queue), NBYTES)
+    source = ones(queue)
+    earlier = busy(queue)
+    copy = queue.memcpy_async(dm.as_usm_memory(RawSuai(ptr, queue)), source, NBYTES)
     memory.close(stream=stream)
+    time.sleep(0.01)  # devbuf's own command is done by now; dpctl's copy is not
     again = devbuf.alloc(NBYTES, "shared", mr=pool)
     ctypes.memset(again.ptr, 0, NBYTES)
     copy.wait()
+    del earlier
     assert again[NBYTES - 1 :].to_bytes() == b"\x00", "dpctl's copy landed in the new owner's block"

@@ -134,10 +134,16 @@ pub unsafe fn prepare_dlpack_export(
 ) -> Result<()> {
     // SAFETY: the caller's promise about `stream`.
     if let Some(done) = unsafe { order_dlpack_export(buffer, device, stream) } {
-        return done.map(|()| buffer.mark_exported());
+        if done.is_ok() {
+            buffer.mark_exported();
+        }
+        return done;
     }
     match stream {
-        ForeignObject::Int(-1) => return Ok(buffer.mark_exported()),
+        ForeignObject::Int(-1) => {
+            buffer.mark_exported();
+            return Ok(());
+        }
         ForeignObject::Nothing => {}
         other if device.device_type == DLDeviceType::CPU => {
             return Err(Error::invalid(
