@@ -298,7 +298,7 @@ impl PyArray {
         crate::export::interface_dicts::cai(self, py)
     }
 
-    /// The `dpctl.SyclQueue` of SYCL memory (dpnp and dpctl.tensor compute on it), where dpctl
+    /// The `dpctl.SyclQueue` of SYCL memory (dpnp and dpnp.tensor compute on it), where dpctl
     /// imports.
     #[getter]
     fn sycl_queue(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
