@@ -29,6 +29,15 @@ pub enum Error {
         message: String,
     },
 
+    /// An index names a position outside its dimension (Python: IndexError).
+    #[error("{key}: {message}")]
+    IndexOutOfBounds {
+        /// The argument at fault.
+        key: &'static str,
+        /// The position, the axis and its extent.
+        message: String,
+    },
+
     /// The memory cannot be exported through the requested protocol (Python: BufferError).
     #[error("{0}")]
     Unexportable(String),

@@ -45,10 +45,10 @@ mod timing;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 
-pub use array::{Array, Layout, MAX_NDIM, check_ndim};
+pub use array::{Array, Index, Layout, MAX_NDIM, check_ndim};
 pub use backend::{Availability, Backend, split_selector};
 pub use blocking::{blocking, set_blocking_hook};
-pub use buffer::{Buffer, KeptAlive, Owner};
+pub use buffer::{Buffer, KeptAlive, Owner, Runs};
 pub use dlpark;
 pub use dtype::{ByteOrder, DType, ScalarKind};
 pub use error::{Error, Result};

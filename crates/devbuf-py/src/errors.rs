@@ -3,7 +3,9 @@
 use std::cell::RefCell;
 
 use devbuf::Error;
-use pyo3::exceptions::{PyBufferError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{
+    PyBufferError, PyIndexError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError,
+};
 use pyo3::{PyErr, Python};
 
 thread_local! {
@@ -54,6 +56,7 @@ pub fn to_py(err: Error) -> PyErr {
         | Error::DeviceNotFound { .. }
         | Error::Unsupported { .. } => PyValueError::new_err(message),
         Error::InvalidType { .. } => PyTypeError::new_err(message),
+        Error::IndexOutOfBounds { .. } => PyIndexError::new_err(message),
         Error::Unexportable(_) => PyBufferError::new_err(message),
         Error::OutOfMemory { .. } => PyMemoryError::new_err(message),
         Error::Unavailable { .. } | Error::Runtime { .. } => PyRuntimeError::new_err(message),

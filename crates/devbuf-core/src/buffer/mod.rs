@@ -9,6 +9,7 @@ mod on_queue;
 mod ordering;
 mod owner;
 mod shared;
+mod strided;
 mod transfer;
 
 use std::any::Any;
@@ -25,6 +26,7 @@ use allocation::{
     Allocation, Pending, PendingList, Release, SharedAllocation, check_allocation, exported,
 };
 pub use owner::{KeptAlive, Owner};
+pub use strided::Runs;
 
 /// A contiguous range of bytes in one allocation; cheap to clone, and every clone or sub-view
 /// keeps the allocation alive.
