@@ -2,6 +2,7 @@
 //! validated, whatever protocol they came from.
 
 mod copy;
+mod fill;
 mod index;
 mod reshape;
 

@@ -50,7 +50,7 @@ pub use backend::{Availability, Backend, split_selector};
 pub use blocking::{blocking, set_blocking_hook};
 pub use buffer::{Buffer, KeptAlive, Owner, Runs};
 pub use dlpark;
-pub use dtype::{ByteOrder, DType, ScalarKind};
+pub use dtype::{ByteOrder, DType, Scalar, ScalarKind};
 pub use error::{Error, Result};
 pub use event::{CompletedEvent, Event, ForeignQueue, QueueEvent};
 pub use exchange::{Protocol, ResolvedQueue};
