@@ -1,13 +1,16 @@
 """Type stubs for devbuf's extension module."""
 
 from collections.abc import Sequence
-from typing import Any, Literal, SupportsIndex, final
+from types import EllipsisType
+from typing import Any, Literal, SupportsIndex, final, overload
 
 import numpy as np
 from numpy.typing import DTypeLike
 from typing_extensions import Self, disjoint_base
 
 _Kind = Literal["host", "device", "shared"]
+_Index = SupportsIndex | slice | EllipsisType | None
+_Shape = SupportsIndex | Sequence[SupportsIndex]
 
 # The extension module's own __all__ (pyo3 lists every name it adds, private ones included).
 __all__ = [
@@ -25,6 +28,11 @@ __all__ = [
     "set_default_device",
     "_default_device_reason",
     "alloc",
+    "empty",
+    "zeros",
+    "full",
+    "empty_like",
+    "zeros_like",
     "get_elapsed_time",
     "asarray",
     "from_dlpack",
@@ -224,8 +232,22 @@ class Array:
     def __dlpack_device__(self) -> tuple[int, int]: ...
     def copy_from(self, source: Any, *, blocking: bool = True, stream: Stream | None = None) -> None:
         """Copies ``source`` in: of this array's dtype (else TypeError) and shape (else
-        ValueError), or, into a Buffer, any source of its size; with ``blocking=False`` the copy
-        is only enqueued, and the pending copy keeps ``source`` alive until it completes."""
+        ValueError), or, into a Buffer, any source of its size (its elements in C order); either
+        side may have any layout, and only the elements' bytes move. With ``blocking=False`` the
+        copy is only enqueued, and the pending copy keeps ``source`` alive until it completes."""
+    def __getitem__(self, key: _Index | tuple[_Index, ...], /) -> Array:
+        """A view: NumPy's basic indexing (ints, slices with any step, ``...``, ``None``); one
+        element is a 0-d array, as CuPy's."""
+    def reshape(self, *shape: SupportsIndex | Sequence[SupportsIndex], copy: bool | None = None) -> Array:
+        """A view where the strides allow (NumPy's rule); else a C-contiguous copy
+        (``copy=None``) or a ValueError (``copy=False``); ``copy=True`` always copies."""
+    @property
+    def T(self) -> Array: ...
+    def transpose(self, *axes: SupportsIndex | Sequence[SupportsIndex]) -> Array: ...
+    def copy(self) -> Array:
+        """A C-contiguous copy on the same device, of the same kind of memory."""
+    def to_device(self, device: str | Device | Queue | Any, /) -> Array:
+        """This array when it is on ``device``, else a copy there (device memory)."""
     def to_bytes(self, stream: Stream | None = None) -> bytes: ...
     def get(self, stream: Queue | None = None, out: np.ndarray[Any, Any] | None = None) -> np.ndarray[Any, Any]:
         """The elements copied to the host as a NumPy array (CuPy's name), or into ``out``; the
@@ -275,7 +297,11 @@ class Buffer(Array):
         the same way; see README, "Ordering, both ways"."""
     def ipc_handle(self, *, readonly: bool = False) -> IpcHandle:
         """Opens this buffer's memory in another process; read-only when asked or when the buffer is."""
-    def __getitem__(self, index: slice, /) -> Buffer: ...
+    @overload  # type: ignore[override]
+    def __getitem__(self, key: slice, /) -> Buffer | Array:
+        """A step-1 slice is a Buffer sharing the allocation; any other index an Array's."""
+    @overload
+    def __getitem__(self, key: _Index | tuple[_Index, ...], /) -> Array: ...
 
 @final
 class IpcHandle:
@@ -315,6 +341,56 @@ def alloc(
     mr: MemoryResource | None = None,
     stream: Stream | None = None,
 ) -> Buffer: ...
+def empty(
+    shape: _Shape,
+    dtype: DTypeLike | None = None,
+    *,
+    kind: _Kind | None = None,
+    device: str | Device | Queue | Any | None = None,
+    stream: Stream | None = None,
+    mr: MemoryResource | None = None,
+) -> Array:
+    """An uninitialised C-contiguous array (float64 by default), allocated as alloc() allocates."""
+def zeros(
+    shape: _Shape,
+    dtype: DTypeLike | None = None,
+    *,
+    kind: _Kind | None = None,
+    device: str | Device | Queue | Any | None = None,
+    stream: Stream | None = None,
+    mr: MemoryResource | None = None,
+) -> Array: ...
+def full(
+    shape: _Shape,
+    fill_value: bool | int | float | complex | Any,
+    dtype: DTypeLike | None = None,
+    *,
+    kind: _Kind | None = None,
+    device: str | Device | Queue | Any | None = None,
+    stream: Stream | None = None,
+    mr: MemoryResource | None = None,
+) -> Array:
+    """Every element ``fill_value``, converted as NumPy's ``full`` converts it (a value that does
+    not fit is a ValueError); without ``dtype``, the value's own."""
+def empty_like(
+    prototype: Any,
+    dtype: DTypeLike | None = None,
+    *,
+    kind: _Kind | None = None,
+    device: str | Device | Queue | Any | None = None,
+    stream: Stream | None = None,
+    mr: MemoryResource | None = None,
+) -> Array:
+    """``empty`` of ``prototype``'s shape, and by default its dtype, kind and device."""
+def zeros_like(
+    prototype: Any,
+    dtype: DTypeLike | None = None,
+    *,
+    kind: _Kind | None = None,
+    device: str | Device | Queue | Any | None = None,
+    stream: Stream | None = None,
+    mr: MemoryResource | None = None,
+) -> Array: ...
 def get_elapsed_time(start: Event, end: Event) -> float:
     """Milliseconds from ``start`` to ``end`` (CuPy's form of ``end - start``)."""
 def open_ipc(handle: IpcHandle | bytes) -> Buffer: ...

@@ -29,7 +29,8 @@ pub enum Error {
         message: String,
     },
 
-    /// An index names a position outside its dimension (Python: IndexError).
+    /// An index reaches past the array: a position outside its dimension, more entries than
+    /// dimensions (Python: IndexError).
     #[error("{key}: {message}")]
     IndexOutOfBounds {
         /// The argument at fault.

@@ -4,7 +4,7 @@
 use std::ffi::CStr;
 
 use devbuf::{Array, Buffer, DType, Layout};
-use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::impl_::trampoline::{MethodDef, fastcall_cfunction_with_keywords};
 use pyo3::prelude::*;
@@ -122,28 +122,29 @@ impl PyBuffer {
         slf.py().detach(|| buffer.synchronize()).py()
     }
 
-    /// `buffer[start:stop]`: a sub-buffer sharing ownership of the allocation.
-    fn __getitem__(slf: &Bound<'_, Self>, index: &Bound<'_, PySlice>) -> PyResult<Py<PyBuffer>> {
+    /// `buffer[start:stop]`: a sub-buffer sharing ownership of the allocation. Any other index
+    /// is an Array's (a Buffer is a one-dimensional `uint8` array): `buffer[8]` a 0-d view of
+    /// one byte, `buffer[::2]` a strided `uint8` view.
+    fn __getitem__(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let contiguous = key
+            .cast::<PySlice>()
+            .ok()
+            .filter(|slice| slice.getattr("step").is_ok_and(|step| step.is_none()));
+        let Some(slice) = contiguous else {
+            return crate::array_views::getitem(slf.as_super(), key).map(Py::into_any);
+        };
         let this = slf.as_super().get();
-        let array = this.array(slf.py())?;
+        let array = this.array(py)?;
         let buffer = array.buffer();
-        let indices = index.indices(buffer.len() as isize)?;
-        if indices.step != 1 {
-            return Err(PyIndexError::new_err(
-                "Buffer slices must be contiguous (step 1)",
-            ));
-        }
+        let indices = slice.indices(buffer.len() as isize)?;
         let (start, stop) = (
             indices.start as usize,
             indices.stop.max(indices.start) as usize,
         );
         let part = buffer.slice(start..stop).py()?;
-        PyBuffer::wrap_readonly(
-            slf.py(),
-            part,
-            this.queue.clone_ref(slf.py()),
-            array.readonly(),
-        )
+        let part = PyBuffer::wrap_readonly(py, part, this.queue.clone_ref(py), array.readonly())?;
+        Ok(part.into_any())
     }
 
     fn __repr__(slf: &Bound<'_, Self>) -> String {
@@ -204,7 +205,7 @@ fn is_owned(buffer: &Buffer) -> bool {
 }
 
 /// `devbuf.alloc` (its Python documentation is [`ALLOC_DOC`]).
-fn alloc(
+pub(crate) fn alloc(
     py: Python<'_>,
     nbytes: usize,
     kind: &str,

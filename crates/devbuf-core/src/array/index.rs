@@ -83,9 +83,9 @@ impl Layout {
     /// dimensions the rest leaves, and `None` inserts a dimension of extent 1. Dimensions the
     /// index does not reach are kept whole.
     ///
-    /// Errors name the index: more entries than dimensions or two ellipses (`index: ...`, a
-    /// ValueError in Python), a step of zero, and a position outside its dimension
-    /// ([`Error::IndexOutOfBounds`], an IndexError).
+    /// Errors name the index: two ellipses or a step of zero (`index: ...`, a ValueError in
+    /// Python), and a position outside its dimension or more entries than dimensions
+    /// ([`Error::IndexOutOfBounds`], an IndexError, as NumPy raises).
     ///
     /// ```
     /// use devbuf_core::{DType, Index, Layout};
@@ -113,14 +113,14 @@ impl Layout {
             .filter(|i| matches!(i, Index::At(_) | Index::Slice { .. }))
             .count();
         if consuming > self.ndim() {
-            return Err(Error::invalid(
-                "index",
-                format!(
+            return Err(Error::IndexOutOfBounds {
+                key: "index",
+                message: format!(
                     "too many indices: the array has {} dimension{} and the index {consuming}",
                     self.ndim(),
                     if self.ndim() == 1 { "" } else { "s" }
                 ),
-            ));
+            });
         }
         let mut shape = Dims::<usize>::new();
         let mut strides = Dims::<isize>::new();
