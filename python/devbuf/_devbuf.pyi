@@ -59,7 +59,9 @@ __version__: str
 class Device:
     """A device of one backend, usable or not."""
 
-    def __new__(cls, selector: str | None = None) -> Device: ...
+    def __new__(cls, selector: str | Device | None = None) -> Device:
+        """A selector string ("cuda:0", "sycl:gpu", "host") or a Device; an int is a TypeError
+        naming the selector it likely means (cuda.core's Device(0) is Device("cuda:0"))."""
     @property
     def backend(self) -> str: ...
     @property
@@ -274,6 +276,8 @@ class Array:
 class Buffer(Array):
     """Bytes with an owner; also a one-dimensional uint8 Array."""
 
+    def __new__(cls, *_args: Any, **_kwargs: Any) -> Buffer:
+        """Always a TypeError naming devbuf.alloc: Buffers come from alloc and imports."""
     @property
     def nbytes(self) -> int: ...
     @property

@@ -172,12 +172,18 @@ impl PyArray {
     #[getter]
     fn buffer(&self, py: Python<'_>) -> PyResult<Py<PyBuffer>> {
         let array = self.array(py)?;
-        PyBuffer::wrap_readonly(
+        let buffer = PyBuffer::wrap_readonly(
             py,
             array.buffer().clone(),
             self.queue.clone_ref(py),
             array.readonly(),
-        )
+        )?;
+        buffer
+            .bind(py)
+            .as_super()
+            .get()
+            .inherit_readonly_origin(self);
+        Ok(buffer)
     }
 
     /// Copies `source` (anything `devbuf.asarray` takes: DLPack, SUAI, CAI or buffer-protocol
@@ -203,7 +209,10 @@ impl PyArray {
         let this = slf.get();
         let destination = this.array(py)?;
         if destination.readonly() {
-            return Err(PyValueError::new_err("copy_from: this array is read-only"));
+            return Err(PyValueError::new_err(format!(
+                "copy_from: this array is read-only: {}",
+                this.readonly_reason(&destination)
+            )));
         }
         let imported = crate::import::import_object(py, source, false, true)?;
         let source = imported.get().array(py)?;

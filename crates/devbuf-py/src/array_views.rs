@@ -17,11 +17,13 @@ fn view(array: &Bound<'_, PyArray>, layout: Layout) -> PyResult<Py<PyArray>> {
     let py = array.py();
     let this = array.get();
     let buffer = this.array(py)?.buffer().clone();
-    PyArray::wrap(
+    let made = PyArray::wrap(
         py,
         Array::new(buffer, layout).py()?,
         this.queue.clone_ref(py),
-    )
+    )?;
+    made.get().inherit_readonly_origin(this);
+    Ok(made)
 }
 
 /// `x[key]`: ints, slices (any step), `...` and `None`, alone or in a tuple; a view.

@@ -19,6 +19,20 @@ use crate::objects::queue::PyQueue;
 
 #[pymethods]
 impl PyBuffer {
+    /// Buffers are made by `devbuf.alloc` (and imports), not by the class: `Buffer(1024)` says so.
+    #[new]
+    #[pyo3(signature = (*_args, **_kwargs))]
+    fn new(
+        _args: &Bound<'_, pyo3::types::PyTuple>,
+        _kwargs: Option<&Bound<'_, pyo3::types::PyDict>>,
+    ) -> PyResult<PyClassInitializer<PyBuffer>> {
+        Err(PyTypeError::new_err(
+            "Buffer: buffers are not made by the class; allocate with devbuf.alloc(nbytes, \
+             kind, device) (cuda.core's Device.allocate, CuPy's cuda.alloc), or wrap existing \
+             memory with devbuf.asarray(obj)",
+        ))
+    }
+
     /// Number of bytes.
     #[getter]
     fn nbytes(slf: &Bound<'_, Self>) -> PyResult<usize> {
@@ -90,9 +104,13 @@ impl PyBuffer {
         stream: Option<&Bound<'_, PyQueue>>,
     ) -> PyResult<()> {
         let value = byte_value(value)?;
-        let array = slf.as_super().get().array(slf.py())?;
+        let this = slf.as_super().get();
+        let array = this.array(slf.py())?;
         if array.readonly() {
-            return Err(PyValueError::new_err("fill: this buffer is read-only"));
+            return Err(PyValueError::new_err(format!(
+                "fill: this buffer is read-only: {}",
+                this.readonly_reason(&array)
+            )));
         }
         let buffer = array.buffer();
         if let Some(stream) = stream {
@@ -144,6 +162,7 @@ impl PyBuffer {
         );
         let part = buffer.slice(start..stop).py()?;
         let part = PyBuffer::wrap_readonly(py, part, this.queue.clone_ref(py), array.readonly())?;
+        part.bind(py).as_super().get().inherit_readonly_origin(this);
         Ok(part.into_any())
     }
 
@@ -339,18 +358,22 @@ fn alloc_general<'py>(
 ) -> PyResult<*mut ffi::PyObject> {
     let nbytes: usize = match exact_int(nbytes) {
         Some(nbytes) => nbytes,
-        None => fastcall::extract(nbytes, "nbytes")?,
+        None => byte_count(nbytes)?,
     };
     let kind: &str = match kind {
         Some(kind) => match interned.kind(kind) {
             Some(kind) => kind,
-            None => fastcall::extract(kind, "kind")?,
+            None => kind
+                .extract()
+                .map_err(|_| wrong_type(kind, "kind", "\"host\", \"device\" or \"shared\""))?,
         },
         None => "shared",
     };
     let device = device.filter(|device| !device.is_none());
     let ipc = match ipc {
-        Some(ipc) => fastcall::extract(ipc, "ipc")?,
+        Some(ipc) => ipc
+            .extract()
+            .map_err(|_| wrong_type(ipc, "ipc", "True or False"))?,
         None => false,
     };
     let mr = mr.filter(|mr| !mr.is_none());
@@ -358,7 +381,7 @@ fn alloc_general<'py>(
         Some(stream) => Some(
             stream
                 .cast::<PyQueue>()
-                .map_err(|err| fastcall::note(py, err.into(), "stream"))?,
+                .map_err(|_| wrong_type(stream, "stream", "a devbuf.Stream"))?,
         ),
         None => None,
     };
@@ -372,6 +395,35 @@ fn alloc_general<'py>(
         stream.as_deref(),
     )?;
     Ok(made.into_ptr())
+}
+
+/// A TypeError naming `parameter`, what it takes and the type it got.
+fn wrong_type(value: Borrowed<'_, '_, PyAny>, parameter: &str, expected: &str) -> PyErr {
+    let got = value
+        .get_type()
+        .name()
+        .map_or_else(|_| "?".into(), |name| name.to_string());
+    PyTypeError::new_err(format!("{parameter}: expected {expected}, got {got}"))
+}
+
+/// `alloc`'s `nbytes` when it is not a plain non-negative int: an int index (NumPy's) is taken;
+/// a negative or huge one is a ValueError and anything else a TypeError, each naming `nbytes`.
+fn byte_count(nbytes: Borrowed<'_, '_, PyAny>) -> PyResult<usize> {
+    if let Ok(n) = nbytes.extract::<usize>() {
+        return Ok(n);
+    }
+    match nbytes.extract::<i128>() {
+        Ok(n) if n < 0 => Err(PyValueError::new_err(format!(
+            "nbytes: {n} is negative; alloc takes a number of bytes, 0 or more"
+        ))),
+        Ok(n) => Err(PyValueError::new_err(format!(
+            "nbytes: {n} bytes is more than any device's address space"
+        ))),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "nbytes: expected an int number of bytes, got {}",
+            nbytes.get_type().name()?
+        ))),
+    }
 }
 
 /// The interned strs `devbuf.alloc` compares its arguments with, made once (one check per call
@@ -395,7 +447,7 @@ impl AllocNames {
 
     /// The memory kind's text when `kind` is the very object of one of its interned names, as a
     /// literal `"host"` at a call site is (CPython interns identifier-like string constants): no
-    /// UTF-8 conversion; any other str goes through `fastcall::extract` and the kind's own
+    /// UTF-8 conversion; any other str is extracted and goes through the kind's own
     /// parsing.
     fn kind(&self, kind: Borrowed<'_, '_, PyAny>) -> Option<&'static str> {
         self.kinds

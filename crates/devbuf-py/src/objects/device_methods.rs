@@ -2,7 +2,9 @@
 //! the shared queues, the default device and other libraries' device objects, so they sit above
 //! those modules (what a Device holds is in `device`).
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
+use pyo3::types::{PyInt, PyString};
 
 use crate::errors::IntoPyResult;
 use crate::objects::default_device::{
@@ -16,10 +18,35 @@ use crate::objects::queue::{PyQueue, shared_queue};
 impl PyDevice {
     /// The device a selector names: "host", "sycl", "sycl:<filter string>", "cuda", "cuda:N",
     /// "opencl", "opencl:P:D", or nothing for the default device.
+    /// A Device is taken as it is. An int is refused with the selector it likely means:
+    /// cuda.core's and CuPy's `Device(0)` is `Device("cuda:0")` here, where every backend numbers
+    /// its own devices.
     #[new]
     #[pyo3(signature = (selector = None))]
-    fn new(py: Python<'_>, selector: Option<&str>) -> PyResult<Py<PyDevice>> {
-        let queue = match selector {
+    fn new(py: Python<'_>, selector: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyDevice>> {
+        let selector = match selector {
+            None => None,
+            Some(device) if device.is_instance_of::<PyDevice>() => {
+                return Ok(device.cast::<PyDevice>()?.clone().unbind());
+            }
+            Some(text) if text.is_instance_of::<PyString>() => Some(text.extract::<String>()?),
+            Some(number) if number.is_instance_of::<PyInt>() => {
+                return Err(PyTypeError::new_err(format!(
+                    "selector: Device takes a selector string, not the int {number}: \
+                     Device(\"cuda:{number}\") for CUDA device {number} (cuda.core's and CuPy's \
+                     Device({number})), \"sycl:gpu\", \"opencl:0:{number}\", \"host\"; \
+                     devbuf.devices() lists them"
+                )));
+            }
+            Some(other) => {
+                return Err(PyTypeError::new_err(format!(
+                    "selector: expected a selector string (\"cuda:0\", \"sycl:gpu\", \"host\") \
+                     or a Device, got {}",
+                    other.get_type().name()?
+                )));
+            }
+        };
+        let queue = match selector.as_deref() {
             None | Some("") => current_default(py)?,
             Some(selector) => shared_queue(py, selector)?,
         };
