@@ -50,6 +50,7 @@ __all__ = [
     "TrackingResourceAdaptor",
     "set_current_device_resource",
     "get_current_device_resource",
+    "reset_current_device_resource",
     "DeviceFallbackWarning",
 ]
 
@@ -447,9 +448,23 @@ class PoolMemoryResource(MemoryResource):
         upstream_mr: MemoryResource,
         initial_pool_size: int | None = None,
         maximum_pool_size: int | None = None,
-    ) -> Self: ...
+        *,
+        kind: _Kind | None = None,
+    ) -> Self:
+        """Takes ``initial_pool_size`` bytes of ``kind`` memory from upstream now (MemoryError when
+        it cannot); ``initial_pool_size`` over ``maximum_pool_size`` is a ValueError."""
     def release(self) -> None: ...
     def pool_size(self) -> int: ...
+    @property
+    def initial_pool_size(self) -> int: ...
+    @property
+    def maximum_pool_size(self) -> int | None: ...
+    @property
+    def used_bytes(self) -> int:
+        """Bytes handed out now, every kind together."""
+    @property
+    def free_bytes(self) -> int:
+        """Bytes held from upstream and not handed out: ``pool_size() - used_bytes``."""
 
 @final
 class LimitingResourceAdaptor(MemoryResource):
@@ -475,3 +490,6 @@ def set_current_device_resource(mr: MemoryResource, kind: _Kind | None = None) -
 def get_current_device_resource(
     device: str | Device | Queue | Any | None = None, kind: _Kind = "shared"
 ) -> MemoryResource: ...
+def reset_current_device_resource(device: str | Device | Queue | Any | None = None, kind: _Kind | None = None) -> None:
+    """Back to the device's own allocator for ``kind`` (every kind when None), as before any
+    set_current_device_resource (RMM's C++ reset_current_device_resource_ref)."""

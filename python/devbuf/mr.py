@@ -20,6 +20,7 @@ from ._devbuf import (
     StatisticsResourceAdaptor,
     TrackingResourceAdaptor,
     get_current_device_resource,
+    reset_current_device_resource,
     set_current_device_resource,
 )
 
@@ -31,6 +32,7 @@ __all__ = [
     "StatisticsResourceAdaptor",
     "TrackingResourceAdaptor",
     "get_current_device_resource",
+    "reset_current_device_resource",
     "set_current_device_resource",
     "statistics",
 ]
