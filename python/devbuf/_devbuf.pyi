@@ -92,7 +92,7 @@ class Device:
     @property
     def default_stream(self) -> Stream:
         """The device's shared queue, where devbuf's work runs when no ``stream=`` is given."""
-    def create_stream(self, *, non_blocking: bool = True, priority: int | None = None) -> Stream: ...
+    def create_stream(self, *, non_blocking: bool = True, priority: int | None = None, timing: bool = False) -> Stream: ...
     def __enter__(self) -> Device:
         """`with device:` makes this device the current thread's default until the block ends."""
     def __exit__(self, *exc_info: object) -> bool: ...
@@ -105,8 +105,15 @@ class Stream:
     # `device` may also be another library's stream: anything with __cuda_stream__, or a
     # dpctl.SyclQueue (the same sycl::queue when it is in order); a Stream is returned as is.
     def __new__(
-        cls, device: str | Device | Any | None = None, *, non_blocking: bool = True, priority: int | None = None
-    ) -> Stream: ...
+        cls,
+        device: str | Device | Any | None = None,
+        *,
+        non_blocking: bool = True,
+        priority: int | None = None,
+        timing: bool = False,
+    ) -> Stream:
+        """``timing=True``: a stream whose events can keep time (on SYCL a profiling queue; CUDA
+        and host streams time either way)."""
     @staticmethod
     def from_handle(handle: int, device: str | Device | Stream | None = None, *, owner: Any = None) -> Stream:
         """Adopts a CUstream handle; ``owner`` (kept alive while devbuf uses it) keeps it alive."""
@@ -121,7 +128,8 @@ class Stream:
         """This SYCL queue as a dpctl.SyclQueue; AttributeError off SYCL or without dpctl."""
     def record(self, *, timing: bool = False) -> Event:
         """An Event that completes once the work enqueued on this stream so far has; with
-        ``timing=True`` (CUDA, host) it also keeps when, for ``end - start``."""
+        ``timing=True`` (CUDA, host; SYCL on a stream made with ``timing=True``) it also keeps
+        when, for ``end - start``."""
     def wait(self, event_or_stream: Event | Stream | None = None) -> None:
         """With an Event or a Stream: later work here waits for it on the device. Without: blocks
         the host until this stream's work is done (``synchronize()``)."""

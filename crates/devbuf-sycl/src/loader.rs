@@ -159,6 +159,7 @@ required_symbols!(
     DPCTLDevice_Hash,
     DPCTLEvent_Delete,
     DPCTLEvent_GetCommandExecutionStatus,
+    DPCTLEvent_GetProfilingInfoEnd,
     DPCTLEvent_Wait,
     DPCTLFilterSelector_Create,
     DPCTLQueue_AreEq,

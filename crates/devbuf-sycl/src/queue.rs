@@ -77,11 +77,32 @@ pub struct SyclQueue {
     /// Whether the context has several devices (then a pointer's device, not the context alone,
     /// decides the queue for its memory).
     pub(crate) multi_device_context: bool,
+    /// Whether the queue was made with profiling, so that its events carry timestamps.
+    pub(crate) profiling: bool,
 }
 
 impl SyclQueue {
     /// A new in-order queue on `device` in `context`.
     pub(crate) fn create(context: Context, device: Device) -> Result<SyclQueue> {
+        Self::create_with(context, device, sys::DPCTLQueuePropertyType_DPCTL_IN_ORDER)
+    }
+
+    /// A new in-order queue with profiling (`property::queue::enable_profiling`): its events
+    /// keep when their commands ran, so [`Queue::record_timed_event`] works on it. The runtime
+    /// then timestamps every command on the queue (see docs/guide/streams.md for the cost).
+    pub(crate) fn create_profiling(context: Context, device: Device) -> Result<SyclQueue> {
+        let properties = sys::DPCTLQueuePropertyType_DPCTL_IN_ORDER
+            | sys::DPCTLQueuePropertyType_DPCTL_ENABLE_PROFILING;
+        let mut queue = Self::create_with(context, device, properties)?;
+        queue.profiling = true;
+        Ok(queue)
+    }
+
+    fn create_with(
+        context: Context,
+        device: Device,
+        properties: sys::DPCTLQueuePropertyType,
+    ) -> Result<SyclQueue> {
         let rt = device.rt;
         // SAFETY: both handles are live; the call catches the runtime's exceptions and returns a
         // new queue we own, or null.
@@ -90,7 +111,7 @@ impl SyclQueue {
                 context.as_ptr(),
                 device.as_ptr(),
                 Some(report_async_error),
-                sys::DPCTLQueuePropertyType_DPCTL_IN_ORDER as c_int,
+                properties as c_int,
             )
         };
         // SAFETY: `raw` is null or a queue we own.
@@ -111,6 +132,7 @@ impl SyclQueue {
             dlpack_id: device.dpctl_index(),
             last: LastCommand::default(),
             identity: Arc::new(()),
+            profiling: false,
             queue,
             context,
         }
@@ -205,6 +227,7 @@ impl SyclQueue {
         SyclEvent {
             event,
             recorded_by: Arc::clone(&self.identity),
+            timed: false,
         }
     }
 
@@ -365,6 +388,22 @@ impl Queue for SyclQueue {
             None => Arc::new(self.barrier()?),
         };
         Ok(Event::new(self.event(event)))
+    }
+
+    fn record_timed_event(&self) -> Result<Event> {
+        if !self.profiling {
+            return Err(Error::Unsupported {
+                device: self.info.selector.clone(),
+                what: "a timed event".into(),
+                reason: "a SYCL queue keeps timestamps only when made with profiling: record on \
+                         a stream made with timing=True (devbuf.Stream(device, timing=True))"
+                    .into(),
+            });
+        }
+        // A barrier: its command ends once everything enqueued before it has, whoever did it.
+        let mut event = self.event(Arc::new(self.barrier()?));
+        event.timed = true;
+        Ok(Event::new(event))
     }
 
     fn wait_event(&self, event: &Event) -> Result<()> {

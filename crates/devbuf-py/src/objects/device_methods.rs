@@ -147,18 +147,20 @@ impl PyDevice {
         shared_queue(py, &self.info.selector)
     }
 
-    /// A new stream on this device: `devbuf.Stream(device, non_blocking=..., priority=...)`, by
-    /// cuda.core's name.
-    #[pyo3(signature = (*, non_blocking = true, priority = None))]
+    /// A new stream on this device: `devbuf.Stream(device, non_blocking=..., priority=...,
+    /// timing=...)`, by cuda.core's name.
+    #[pyo3(signature = (*, non_blocking = true, priority = None, timing = false))]
     fn create_stream(
         &self,
         py: Python<'_>,
         non_blocking: bool,
         priority: Option<i32>,
+        timing: bool,
     ) -> PyResult<Py<PyQueue>> {
         let options = devbuf::StreamOptions {
             non_blocking,
             priority,
+            timing,
         };
         let queue = py
             .detach(|| devbuf::open_stream(&self.info.selector, options))

@@ -47,16 +47,19 @@ impl PyQueue {
     /// A new stream on `device` (a selector string, a Device, or None for the default device),
     /// made as cuda.core's `Device.create_stream` and CuPy's `Stream` make theirs: `non_blocking`
     /// (CUDA: no synchronisation with the legacy default stream) and `priority` (CUDA: lower is
-    /// more urgent; SYCL has none). Or another library's stream adopted, kept alive while devbuf
+    /// more urgent; SYCL has none); `timing=True` makes its events able to keep time (SYCL: a
+    /// profiling queue; CUDA and host streams time either way). Or another library's stream
+    /// adopted, kept alive while devbuf
     /// uses it: anything with `__cuda_stream__` (cuda.core, CuPy, devbuf's own), or a
     /// `dpctl.SyclQueue` (the same `sycl::queue` when it is in order).
     #[new]
-    #[pyo3(signature = (device = None, *, non_blocking = true, priority = None))]
+    #[pyo3(signature = (device = None, *, non_blocking = true, priority = None, timing = false))]
     fn new(
         py: Python<'_>,
         device: Option<&Bound<'_, PyAny>>,
         non_blocking: bool,
         priority: Option<i32>,
+        timing: bool,
     ) -> PyResult<Py<PyQueue>> {
         if let Some(device) = device {
             if let Ok(ours) = device.cast::<PyQueue>() {
@@ -76,6 +79,7 @@ impl PyQueue {
         let options = devbuf::StreamOptions {
             non_blocking,
             priority,
+            timing,
         };
         let queue = py.detach(|| devbuf::open_stream(&selector, options)).py()?;
         PyQueue::wrap(py, queue)
@@ -97,8 +101,8 @@ impl PyQueue {
     }
 
     /// Records an Event that completes once all work enqueued on this stream so far has. With
-    /// `timing=True` the event also keeps when it completed, for `end - start` (CUDA, host; a
-    /// ValueError on backends whose events have no timing).
+    /// `timing=True` the event also keeps when it completed, for `end - start` (CUDA, host, and
+    /// SYCL streams made with `timing=True`; a ValueError where events have no timing).
     #[pyo3(signature = (*, timing = false))]
     fn record(slf: &Bound<'_, Self>, timing: bool) -> PyResult<Py<PyEvent>> {
         let queue = &slf.get().queue;
