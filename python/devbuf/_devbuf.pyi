@@ -1,6 +1,6 @@
 """Type stubs for devbuf's extension module."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import EllipsisType
 from typing import Any, Literal, SupportsIndex, final, overload
 
@@ -93,6 +93,13 @@ class Device:
     def default_stream(self) -> Stream:
         """The device's shared queue, where devbuf's work runs when no ``stream=`` is given."""
     def create_stream(self, *, non_blocking: bool = True, priority: int | None = None, timing: bool = False) -> Stream: ...
+    def sync(self) -> None:
+        """Blocks until the work devbuf can see on the device is done (cuda.core's name)."""
+    def synchronize(self) -> None:
+        """``sync()`` under CuPy's name."""
+    @property
+    def properties(self) -> dict[str, Any]:
+        """name, vendor, driver, backend, index, selector, global_mem_size, kinds, test_double."""
     def __enter__(self) -> Device:
         """`with device:` makes this device the current thread's default until the block ends."""
     def __exit__(self, *exc_info: object) -> bool: ...
@@ -138,7 +145,26 @@ class Stream:
         """Whether all work enqueued so far has completed, without waiting."""
     def alloc(self, nbytes: int, kind: _Kind = "shared", *, ipc: bool = False) -> Buffer: ...
     def _get_capsule(self) -> Any: ...
-    def __cuda_stream__(self) -> tuple[int, int]: ...
+    @property
+    def __cuda_stream__(self) -> Callable[[], tuple[int, int]]:
+        """The CUDA stream protocol, on CUDA streams only: AttributeError elsewhere, so that
+        ``hasattr`` answers."""
+    @property
+    def handle(self) -> int:
+        """cuda.core's ``Stream.handle``: the CUstream; AttributeError off CUDA."""
+    @property
+    def priority(self) -> int | None:
+        """The priority asked for (None: the default, or a backend without priorities);
+        AttributeError for another library's adopted stream."""
+    @property
+    def is_nonblocking(self) -> bool: ...
+    @property
+    def timing(self) -> bool:
+        """Whether its events can keep time (SYCL: made with ``timing=True``)."""
+    def __enter__(self) -> Stream:
+        """``with stream:``: the stream of the calls in the block that name none (``alloc``,
+        ``copy_from``, ``fill``, ``get``, ``to_bytes``), for memory of its device."""
+    def __exit__(self, *exc_info: object) -> bool: ...
 
 Queue = Stream
 

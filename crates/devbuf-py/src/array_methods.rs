@@ -223,7 +223,20 @@ impl PyArray {
             destination.clone()
         };
         let source: &Array = &source;
-        match (stream, blocking) {
+        // Inside `with stream:`, a stream of the destination's device runs the copy when it can
+        // reach the source (the same device, or memory the host can read).
+        let current = match stream {
+            None => crate::objects::current_stream::current_on(
+                py,
+                Some(&destination.buffer().device().selector),
+            )
+            .filter(|_| {
+                source.buffer().is_host_accessible()
+                    || source.buffer().device().selector == destination.buffer().device().selector
+            }),
+            Some(_) => None,
+        };
+        match (stream.or(current.as_ref()), blocking) {
             (None, true) => py.detach(|| destination.copy_elements_from(source)).py(),
             (None, false) => {
                 let queue = destination.buffer().queue().clone();
@@ -303,7 +316,11 @@ impl PyArray {
         stream: Option<&Bound<'py, PyQueue>>,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let bytes = self.contiguous_bytes(py, "to_bytes")?;
-        let data = match stream {
+        let current = match stream {
+            None => crate::objects::current_stream::current_on(py, Some(&bytes.device().selector)),
+            Some(_) => None,
+        };
+        let data = match stream.or(current.as_ref()) {
             None => py.detach(|| bytes.to_vec()).py()?,
             Some(stream) => {
                 let queue = &stream.get().queue;

@@ -113,7 +113,14 @@ impl PyBuffer {
             )));
         }
         let buffer = array.buffer();
-        if let Some(stream) = stream {
+        let current = match stream {
+            None => crate::objects::current_stream::current_on(
+                slf.py(),
+                Some(&buffer.device().selector),
+            ),
+            Some(_) => None,
+        };
+        if let Some(stream) = stream.or(current.as_ref()) {
             let queue = &stream.get().queue;
             return slf
                 .py()
@@ -233,6 +240,18 @@ pub(crate) fn alloc(
     mr: Option<&Bound<'_, PyAny>>,
     stream: Option<&Bound<'_, PyQueue>>,
 ) -> PyResult<Py<PyBuffer>> {
+    let current;
+    let stream = match stream {
+        None if mr.is_none() && !ipc && crate::objects::current_stream::any() => {
+            let device = device.map(|d| resolve_queue(py, Some(d))).transpose()?;
+            let selector = device
+                .as_ref()
+                .map(|queue| queue.get().queue.device().selector.as_str());
+            current = crate::objects::current_stream::current_on(py, selector);
+            current.as_ref()
+        }
+        stream => stream,
+    };
     if let Some(stream) = stream {
         let on = &stream.get().queue.device().selector;
         if mr.is_some() {
@@ -337,6 +356,7 @@ unsafe fn alloc_call(
     if ipc.is_none()
         && mr.is_none()
         && stream.is_none()
+        && !crate::objects::current_stream::any()
         && let Some(nbytes) = exact_int(nbytes)
         && let Some(kind) = kind.map_or(Some("shared"), |kind| interned.kind(kind))
     {

@@ -27,7 +27,13 @@ pub(crate) fn to_numpy<'py>(
     let array = this.array(py)?;
     let numpy = py.import(intern!(py, "numpy"))?;
     let dtype = crate::dtypes::to_python(py, array.layout().dtype())?;
-    let queue = match stream {
+    let current = match stream {
+        None => {
+            crate::objects::current_stream::current_on(py, Some(&array.buffer().device().selector))
+        }
+        Some(_) => None,
+    };
+    let queue = match stream.or(current.as_ref()) {
         Some(stream) => stream.get().queue.clone(),
         None => array.buffer().queue().clone(),
     };

@@ -4,7 +4,9 @@
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PyString};
+use std::sync::Arc;
+
+use pyo3::types::{PyDict, PyInt, PyString};
 
 use crate::errors::IntoPyResult;
 use crate::objects::default_device::{
@@ -51,6 +53,42 @@ impl PyDevice {
             Some(selector) => shared_queue(py, selector)?,
         };
         Ok(queue.get().device.clone_ref(py))
+    }
+
+    /// Blocks until the work on this device that devbuf can see is done: every command devbuf
+    /// enqueued on its queue for the device, and what the runtime lets it wait for beyond that
+    /// (on CUDA every stream of every active primary context, more than cuda.core's
+    /// `Device.sync()`, which waits for this device's; on SYCL a barrier
+    /// on devbuf's queue, which covers other libraries' work on that very queue only).
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        let queue = shared_queue(py, &self.info.selector)?;
+        let queue = Arc::clone(&queue.get().queue);
+        py.detach(|| queue.wait_device()).py()
+    }
+
+    /// `sync()` under CuPy's name (`cupy.cuda.Device.synchronize`).
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        self.sync(py)
+    }
+
+    /// What the runtime says of the device, as a dict (cuda.core's `Device.properties` holds
+    /// more, from the driver): "name", "vendor", "driver", "backend", "index", "selector",
+    /// "global_mem_size" (bytes; 0 when unknown), "kinds", "test_double".
+    #[getter]
+    fn properties<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let info = &self.info;
+        let properties = PyDict::new(py);
+        properties.set_item("name", &info.name)?;
+        properties.set_item("vendor", &info.vendor)?;
+        properties.set_item("driver", &info.driver)?;
+        properties.set_item("backend", info.backend)?;
+        properties.set_item("index", info.index)?;
+        properties.set_item("selector", &info.selector)?;
+        properties.set_item("global_mem_size", info.global_mem_bytes)?;
+        let kinds: Vec<&str> = info.kinds.iter().map(|kind| kind.as_str()).collect();
+        properties.set_item("kinds", kinds)?;
+        properties.set_item("test_double", info.test_double.as_deref())?;
+        Ok(properties)
     }
 
     /// `with device:` makes this device the default of the current thread until the block ends
@@ -165,7 +203,7 @@ impl PyDevice {
         let queue = py
             .detach(|| devbuf::open_stream(&self.info.selector, options))
             .py()?;
-        PyQueue::wrap(py, queue)
+        PyQueue::wrap_made(py, queue, options)
     }
 
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {

@@ -26,10 +26,31 @@ pub struct PyQueue {
     /// This queue as a `dpctl.SyclQueue` (DLPack's `stream` for kDLOneAPI producers), made on
     /// first use; `None` for queues dpctl cannot wrap.
     pub(crate) dpctl_queue: PyOnceLock<Option<Py<PyAny>>>,
+    /// How devbuf made the queue (its own shared queues, users' new streams); `None` for
+    /// another library's stream or queue, adopted as it was made.
+    pub(crate) made_with: Option<devbuf::StreamOptions>,
 }
 
 impl PyQueue {
+    /// A queue devbuf made with `options`.
+    pub(crate) fn wrap_made(
+        py: Python<'_>,
+        queue: Arc<dyn Queue>,
+        options: devbuf::StreamOptions,
+    ) -> PyResult<Py<PyQueue>> {
+        Self::build(py, queue, Some(options))
+    }
+
+    /// Another library's stream or queue, adopted.
     pub(crate) fn wrap(py: Python<'_>, queue: Arc<dyn Queue>) -> PyResult<Py<PyQueue>> {
+        Self::build(py, queue, None)
+    }
+
+    fn build(
+        py: Python<'_>,
+        queue: Arc<dyn Queue>,
+        made_with: Option<devbuf::StreamOptions>,
+    ) -> PyResult<Py<PyQueue>> {
         let device = Py::new(
             py,
             PyDevice {
@@ -42,6 +63,7 @@ impl PyQueue {
                 queue,
                 device,
                 dpctl_queue: PyOnceLock::new(),
+                made_with,
             },
         )
     }
@@ -109,7 +131,7 @@ pub(crate) fn shared_queue(py: Python<'_>, selector: &str) -> PyResult<Py<PyQueu
     let existing = cache.lock().get(&canonical).map(|q| q.clone_ref(py));
     let wrapped = match existing {
         Some(existing) => existing,
-        None => PyQueue::wrap(py, queue)?,
+        None => PyQueue::wrap_made(py, queue, devbuf::StreamOptions::default())?,
     };
     let (shared, displaced) = {
         let mut cache = cache.lock();
