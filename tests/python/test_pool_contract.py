@@ -24,10 +24,11 @@ def test_the_initial_pool_is_taken_at_construction(device):
     assert pool.pool_size() == 4 * MiB
     assert (pool.initial_pool_size, pool.maximum_pool_size) == (4 * MiB, 64 * MiB)
     assert (pool.used_bytes, pool.free_bytes) == (0, 4 * MiB)
-    kept = devbuf.alloc(MiB, mr=pool)
+    kept = devbuf.alloc(MiB, "device", mr=pool)
     assert pool.pool_size() == 4 * MiB, "served from the reserved block"
     assert (pool.used_bytes, pool.free_bytes) == (MiB, 3 * MiB)
-    del kept
+    kept.synchronize()
+    del kept  # its block counts as used until the work that may touch it is done
     assert pool.used_bytes == 0
     unlimited = mr.PoolMemoryResource(mr.QueueMemoryResource(device))
     assert (unlimited.pool_size(), unlimited.initial_pool_size, unlimited.maximum_pool_size) == (0, 0, None)
@@ -44,10 +45,12 @@ def test_an_initial_size_over_the_maximum_is_refused_naming_both(device):
 
 
 def test_reserved_kind_is_named_or_the_devices_first(device):
-    pool = mr.PoolMemoryResource(mr.QueueMemoryResource(device), initial_pool_size=MiB, kind="device")
+    pool = mr.PoolMemoryResource(mr.QueueMemoryResource(device), initial_pool_size=MiB, kind="shared")
     assert pool.pool_size() == MiB
-    devbuf.alloc(4096, "device", mr=pool)
+    devbuf.alloc(4096, "shared", mr=pool)
     assert pool.pool_size() == MiB
+    devbuf.alloc(4096, "device", mr=pool)  # another kind takes its own block on first use
+    assert pool.pool_size() == 2 * MiB
     with pytest.raises(ValueError, match=r"^kind: "):
         mr.PoolMemoryResource(mr.QueueMemoryResource(device), initial_pool_size=MiB, kind="pinned")
 

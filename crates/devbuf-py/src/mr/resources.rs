@@ -49,9 +49,10 @@ impl PyQueueResource {
 
 /// Sub-allocates from large blocks of `upstream_mr`; grows on demand up to `maximum_pool_size`
 /// bytes. As RMM's pool, it takes `initial_pool_size` bytes from upstream at construction (a
-/// MemoryError there when upstream cannot give them), for `kind` (default: "shared", or the
-/// first kind the device has of "device" and "host"); other kinds take their first block of that
-/// size on their first allocation. `initial_pool_size` over `maximum_pool_size` is a ValueError.
+/// MemoryError there when upstream cannot give them), for `kind` (default: "device", RMM's pools'
+/// memory, or the first kind the device has of "shared" and "host"); other kinds take their first
+/// block of that size on their first allocation. `initial_pool_size` over `maximum_pool_size` is
+/// a ValueError.
 #[pyclass(frozen, extends = PyMemoryResource, module = "devbuf.mr", name = "PoolMemoryResource")]
 pub struct PyPoolResource;
 
@@ -73,7 +74,7 @@ impl PyPoolResource {
         let upstream = resource_of(upstream_mr)?;
         let reserve = match kind {
             Some(kind) => kind.parse().py()?,
-            None => [MemKind::Shared, MemKind::Device, MemKind::Host]
+            None => [MemKind::Device, MemKind::Shared, MemKind::Host]
                 .into_iter()
                 .find(|&kind| upstream.queue().supports(kind))
                 .unwrap_or(MemKind::Host),

@@ -140,15 +140,19 @@ impl PoolResource {
     }
 
     /// Bytes handed out now (RMM's `pool_size()` less what is free in it; cuda.core's
-    /// `used_mem_current`). Blocks kept for reuse go back to the pool's allocator first, as
-    /// before a growth, so they count as free.
+    /// `used_mem_current`), freed blocks whose work is still running included. Blocks kept for
+    /// reuse, and freed ones whose work is done, go back to the pool's allocator first, as before
+    /// a growth, so they count as free.
     pub fn used_size(&self) -> usize {
         self.arenas
             .iter()
             .map(|arena| {
                 let mut arena = arena.lock();
+                arena.sweep_completed();
                 self.free_recent(&mut arena);
-                arena.handed_out_bytes()
+                let used = arena.handed_out_bytes();
+                self.give_back_drained(arena);
+                used
             })
             .sum()
     }
