@@ -313,6 +313,19 @@ class Buffer(Array):
 
     def __new__(cls, *_args: Any, **_kwargs: Any) -> Buffer:
         """Always a TypeError naming devbuf.alloc: Buffers come from alloc and imports."""
+    @staticmethod
+    def from_handle(
+        ptr: int,
+        nbytes: int,
+        device: str | Device | Queue | Any | None = None,
+        *,
+        owner: Any = None,
+        deleter: Callable[[], object] | None = None,
+    ) -> Buffer:
+        """cuda.core's Buffer.from_handle, checked as imports are: the device's runtime classifies
+        ``ptr`` and the ``nbytes`` must lie in one allocation it knows (ValueError naming ``ptr``
+        or ``nbytes``); ``owner`` is kept alive, or ``deleter`` runs once when nothing uses the
+        memory."""
     @property
     def nbytes(self) -> int: ...
     @property

@@ -33,6 +33,26 @@ impl PyBuffer {
         ))
     }
 
+    /// `nbytes` at address `ptr` on `device` (a selector, Device or Stream; None for the default
+    /// device) as a Buffer, cuda.core's `Buffer.from_handle`: the device's runtime classifies the
+    /// pointer, and the bytes must lie in one allocation it knows, where it can tell (else a
+    /// ValueError names `ptr` or `nbytes`); memory no runtime can vouch for (a host pointer) is
+    /// taken as "unknown". `owner` is kept alive while devbuf uses the memory; `deleter`, a
+    /// callable, runs once with no arguments when nothing uses it any more; with neither, the
+    /// caller keeps the memory alive for as long as the Buffer and its views live.
+    #[staticmethod]
+    #[pyo3(signature = (ptr, nbytes, device = None, *, owner = None, deleter = None))]
+    fn from_handle(
+        py: Python<'_>,
+        ptr: usize,
+        nbytes: usize,
+        device: Option<&Bound<'_, PyAny>>,
+        owner: Option<Py<PyAny>>,
+        deleter: Option<Py<PyAny>>,
+    ) -> PyResult<Py<PyBuffer>> {
+        crate::import::handle::from_handle(py, ptr, nbytes, device, owner, deleter)
+    }
+
     /// Number of bytes.
     #[getter]
     fn nbytes(slf: &Bound<'_, Self>) -> PyResult<usize> {

@@ -9,6 +9,7 @@
 
 pub(crate) mod buffer_protocol;
 pub(crate) mod dlpack;
+pub(crate) mod handle;
 mod interface_dicts;
 mod ordering;
 mod wrap;
