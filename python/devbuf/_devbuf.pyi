@@ -529,7 +529,9 @@ class StatisticsResourceAdaptor(MemoryResource):
 
 @final
 class TrackingResourceAdaptor(MemoryResource):
-    def __new__(cls, upstream_mr: MemoryResource, capture_stacks: bool = False) -> Self: ...
+    def __new__(cls, upstream_mr: MemoryResource, capture_stacks: bool = False) -> Self:
+        """With ``capture_stacks``, the leak report shows the Python stack (innermost frames:
+        file, line, code) that made each outstanding allocation."""
     def get_allocated_bytes(self) -> int: ...
     def get_outstanding_allocations_str(self) -> str: ...
 

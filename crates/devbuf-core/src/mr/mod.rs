@@ -26,7 +26,7 @@ pub use handouts::Handouts;
 pub use limiting::LimitingResource;
 pub use pool::{PoolOptions, PoolResource};
 pub use statistics::{Statistics, StatisticsResource};
-pub use tracking::{OutstandingAllocation, TrackingResource};
+pub use tracking::{Origin, OutstandingAllocation, TrackingResource};
 
 use crate::{Event, MemKind, Queue, Result};
 

@@ -207,9 +207,27 @@ impl PyStatisticsResource {
     }
 }
 
-/// Remembers every live allocation (and, with `capture_stacks`, where it was made).
+/// Remembers every live allocation (and, with `capture_stacks`, the Python stack that made it).
 #[pyclass(frozen, extends = PyMemoryResource, module = "devbuf.mr", name = "TrackingResourceAdaptor")]
 pub struct PyTrackingResource;
+
+/// The innermost frames of the Python stack that is allocating, as `traceback.format_stack`
+/// writes them: the leak report's lines point at Python code, not at devbuf's Rust and C frames.
+fn python_stack() -> Option<String> {
+    /// Frames kept: the allocating line and the calls that led to it.
+    const FRAMES: usize = 6;
+    Python::attach(|py| {
+        let lines = py
+            .import("traceback")
+            .ok()?
+            .call_method1("format_stack", (py.None(), FRAMES))
+            .ok()?;
+        lines
+            .extract::<Vec<String>>()
+            .ok()
+            .map(|lines| lines.concat())
+    })
+}
 
 #[pymethods]
 impl PyTrackingResource {
@@ -219,8 +237,10 @@ impl PyTrackingResource {
         upstream_mr: &Bound<'_, PyMemoryResource>,
         capture_stacks: bool,
     ) -> PyResult<PyClassInitializer<Self>> {
-        let tracking =
-            PyMemoryResource::over(upstream_mr, |up| TrackingResource::new(up, capture_stacks))?;
+        let tracking = PyMemoryResource::over(upstream_mr, |up| match capture_stacks {
+            true => TrackingResource::with_origin(up, Arc::new(python_stack)),
+            false => TrackingResource::new(up, false),
+        })?;
         Ok(PyClassInitializer::from(tracking).add_subclass(PyTrackingResource))
     }
 
@@ -231,8 +251,8 @@ impl PyTrackingResource {
             .outstanding_bytes()
     }
 
-    /// A leak report: one line per allocation not yet freed (with its Rust backtrace when
-    /// `capture_stacks` was set).
+    /// A leak report: one line per allocation not yet freed, followed, when `capture_stacks` was
+    /// set, by the Python stack that allocated it (its innermost frames: file, line, code).
     fn get_outstanding_allocations_str(slf: PyRef<'_, Self>) -> String {
         slf.as_super()
             .adaptor::<TrackingResource>()
