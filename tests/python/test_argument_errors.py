@@ -72,3 +72,13 @@ def test_numpy_views_of_devbuf_memory_import_back_as_devbuf_memory(backend):
         assert (back.kind, back.device) == ("shared", buffer.device)
         assert back.ptr == buffer.ptr + offset
     assert devbuf.asarray(host_view[2:10:2]).strides == (8,)
+
+
+def test_view_names_its_arguments():
+    buffer = devbuf.alloc(64, device="host")
+    with pytest.raises(ValueError, match=r"^offset: -8 is negative"):
+        buffer.view("float32", offset=-8)
+    with pytest.raises(ValueError, match=r"^shape: \[2, -2\] has the negative extent -2$"):
+        buffer.view("float32", shape=(2, -2))
+    with pytest.raises(TypeError, match=r"^shape: expected an int or a sequence of ints, got float$"):
+        buffer.view("float32", shape=2.5)

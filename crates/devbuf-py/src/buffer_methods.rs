@@ -91,20 +91,45 @@ impl PyBuffer {
         dtype: &Bound<'_, PyAny>,
         shape: Option<&Bound<'_, PyAny>>,
         strides: Option<Vec<isize>>,
-        offset: usize,
+        offset: isize,
     ) -> PyResult<Py<PyArray>> {
         let py = slf.py();
         let this = slf.as_super().get();
         let dtype = crate::dtypes::from_python(dtype)?;
         let array = this.array(py)?;
         let buffer = array.buffer();
+        let offset = usize::try_from(offset).map_err(|_| {
+            PyValueError::new_err(format!(
+                "offset: {offset} is negative; it counts bytes from the buffer's start"
+            ))
+        })?;
         let shape = match shape {
             Some(length) if length.is_instance_of::<PyInt>() => {
                 vec![length.extract::<usize>().map_err(|_| {
                     PyValueError::new_err(format!("shape: {length} is not a length"))
                 })?]
             }
-            Some(shape) => shape.extract()?,
+            Some(shape) => {
+                let extents: Vec<isize> = shape.extract().map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "shape: expected an int or a sequence of ints, got {}",
+                        shape
+                            .get_type()
+                            .name()
+                            .map_or_else(|_| "?".into(), |n| n.to_string())
+                    ))
+                })?;
+                extents
+                    .iter()
+                    .map(|&n| {
+                        usize::try_from(n).map_err(|_| {
+                            PyValueError::new_err(format!(
+                                "shape: {extents:?} has the negative extent {n}"
+                            ))
+                        })
+                    })
+                    .collect::<PyResult<_>>()?
+            }
             None => vec![whole_elements(buffer.len(), offset, dtype)?],
         };
         let layout =
