@@ -98,6 +98,10 @@ class Device:
     def synchronize(self) -> None:
         """``sync()`` under CuPy's name."""
     @property
+    def mem_info(self) -> tuple[int, int]:
+        """(free, total) bytes, CuPy's ``Device.mem_info``; AttributeError where the runtime does
+        not report free memory (SYCL)."""
+    @property
     def properties(self) -> dict[str, Any]:
         """name, vendor, driver, backend, index, selector, global_mem_size, kinds, test_double."""
     def __enter__(self) -> Device:

@@ -28,6 +28,16 @@ def test_device_sync_and_properties(device):
     assert properties["selector"] == device.selector and properties["name"] == device.name
     assert properties["global_mem_size"] == device.global_mem_size
     assert set(properties["kinds"]) == set(device.kinds)
+    # CuPy's Device.mem_info: (free, total) where the runtime reports free memory, else absent.
+    if device.backend == "sycl":
+        assert not hasattr(device, "mem_info")
+        with pytest.raises(AttributeError, match=r"^mem_info: .*does not report free memory"):
+            device.mem_info
+    else:
+        free, total = device.mem_info
+        assert 0 < free <= total
+        if device.backend == "cuda":
+            assert total == device.global_mem_size
 
 
 def test_dpctl_filter_words_are_sycl_selectors():

@@ -111,6 +111,20 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
         })
     }
 
+    /// The device's free and total memory in bytes, as its runtime reports them now (CUDA's
+    /// `cuMemGetInfo`, CuPy's `Device.mem_info`); an [`crate::Error::Unsupported`] where the
+    /// runtime does not say.
+    fn memory_info(&self) -> Result<(usize, usize)> {
+        Err(crate::Error::Unsupported {
+            device: self.device().selector.clone(),
+            what: "memory information".into(),
+            reason: format!(
+                "the {} backend's runtime does not report free memory",
+                self.device().backend
+            ),
+        })
+    }
+
     /// Makes work enqueued on this queue from now on wait for `event`, without blocking the host
     /// where the runtime allows it.
     fn wait_event(&self, event: &Event) -> Result<()>;

@@ -431,6 +431,17 @@ impl Queue for CudaQueue {
         Ok(self.stream.is_idle()?)
     }
 
+    /// `cuMemGetInfo` in the stream's context: the device's free and total memory.
+    fn memory_info(&self) -> Result<(usize, usize)> {
+        let _current = crate::context::enter(self.stream.context().raw())?;
+        let (mut free, mut total) = (0, 0);
+        // SAFETY: both are valid out-pointers, and a context of the device is current.
+        call("cuMemGetInfo", || unsafe {
+            sys::cuMemGetInfo_v2(&mut free, &mut total)
+        })?;
+        Ok((free, total))
+    }
+
     fn wait_event(&self, event: &Event) -> Result<()> {
         match event.downcast_ref::<CudaEvent>() {
             Some(cuda) => Ok(event::enqueue_wait(

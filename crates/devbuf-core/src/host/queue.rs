@@ -5,10 +5,11 @@ use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::{Arc, OnceLock};
 
+use super::HOST;
 use super::device::host_device_info;
 use super::memory::HostMemory;
 use crate::interop::Interop;
-use crate::{CompletedEvent, DeviceInfo, Event, MemKind, Queue, Result};
+use crate::{CompletedEvent, DeviceInfo, Error, Event, MemKind, Queue, Result};
 
 /// A queue on the host CPU.
 #[derive(Debug)]
@@ -85,6 +86,21 @@ impl Queue for HostQueue {
 
     fn record_timed_event(&self) -> Result<Event> {
         Ok(Event::new(crate::InstantEvent(std::time::Instant::now())))
+    }
+
+    /// The system's available and total memory (`/proc/meminfo`'s MemAvailable and MemTotal).
+    fn memory_info(&self) -> Result<(usize, usize)> {
+        let unreadable = |why: String| Error::runtime(HOST, "reading /proc/meminfo", why);
+        let text =
+            std::fs::read_to_string("/proc/meminfo").map_err(|e| unreadable(e.to_string()))?;
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|rest| rest.trim().strip_suffix("kB")?.trim().parse::<usize>().ok())
+                .map(|kib| kib * 1024)
+                .ok_or_else(|| unreadable(format!("no {name} line")))
+        };
+        Ok((field("MemAvailable")?, field("MemTotal")?))
     }
 
     fn wait_event(&self, event: &Event) -> Result<()> {

@@ -66,6 +66,21 @@ impl PyDevice {
         py.detach(|| queue.wait_device()).py()
     }
 
+    /// `(free, total)` bytes of the device's memory now, CuPy's `Device.mem_info` (CUDA's
+    /// `cuMemGetInfo`; the host's available and total memory). Absent (AttributeError, naming
+    /// why) where the runtime does not report free memory: dpctl's C API, for SYCL, does not.
+    #[getter]
+    fn mem_info(&self, py: Python<'_>) -> PyResult<(usize, usize)> {
+        let queue = shared_queue(py, &self.info.selector)?;
+        let queue = Arc::clone(&queue.get().queue);
+        py.detach(|| queue.memory_info()).map_err(|err| match err {
+            devbuf::Error::Unsupported { .. } => {
+                pyo3::exceptions::PyAttributeError::new_err(format!("mem_info: {err}"))
+            }
+            err => crate::errors::to_py(err),
+        })
+    }
+
     /// `sync()` under CuPy's name (`cupy.cuda.Device.synchronize`).
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         self.sync(py)
