@@ -4,7 +4,8 @@
 //! `#[test]` per check) and `ci/matrix` runs [`run_all`] for every backend present. The last
 //! checks ask the queue's exchange half ([`crate::Interop`]) and hold its answers against each
 //! other and against the device half, and run the kit again through each memory resource adaptor
-//! (pool, limiting, statistics, tracking), checking the pool's own promises too.
+//! (pool, binning, fixed-size, limiting, statistics, tracking, logging,
+//! failure callback), checking the pool's own promises too.
 
 use std::sync::{Arc, LazyLock};
 
@@ -69,7 +70,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@tests $backend, $queue;
             alloc align copy fill busy_free kind_of foreign extent deleter subview threads oom events cross
             handed_out interop_memory interop_handles interop_streams pool_export pool_busy
-            adaptors);
+            fixed_size_export adaptors);
     };
     (@tests $backend:literal, $queue:expr; $($name:ident)*) => {
         $(
