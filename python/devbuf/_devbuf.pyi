@@ -1,7 +1,8 @@
 """Type stubs for devbuf's extension module."""
 
-from collections.abc import Sequence
-from typing import Any, Literal, SupportsIndex, final
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, Protocol, SupportsIndex, final
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -40,6 +41,11 @@ __all__ = [
     "LimitingResourceAdaptor",
     "StatisticsResourceAdaptor",
     "TrackingResourceAdaptor",
+    "FixedSizeMemoryResource",
+    "BinningMemoryResource",
+    "LoggingResourceAdaptor",
+    "FailureCallbackResourceAdaptor",
+    "replay",
     "set_current_device_resource",
     "get_current_device_resource",
     "DeviceFallbackWarning",
@@ -391,6 +397,46 @@ class TrackingResourceAdaptor(MemoryResource):
     def get_allocated_bytes(self) -> int: ...
     def get_outstanding_allocations_str(self) -> str: ...
 
+@final
+class FixedSizeMemoryResource(MemoryResource):
+    def __new__(
+        cls, upstream_mr: MemoryResource, block_size: int = 1048576, blocks_to_preallocate: int = 128
+    ) -> Self: ...
+    @property
+    def block_size(self) -> int: ...
+    def get_upstream_bytes(self) -> int: ...
+
+@final
+class BinningMemoryResource(MemoryResource):
+    def __new__(cls, upstream_mr: MemoryResource, min_size_exponent: int = -1, max_size_exponent: int = -1) -> Self: ...
+    def add_bin(self, allocation_size: int, bin_resource: MemoryResource | None = None) -> None: ...
+    @property
+    def bin_mrs(self) -> list[MemoryResource]: ...
+
+class _TextStream(Protocol):
+    def write(self, text: str, /) -> Any: ...
+
+@final
+class LoggingResourceAdaptor(MemoryResource):
+    def __new__(
+        cls,
+        upstream_mr: MemoryResource,
+        log_file_name: str | os.PathLike[str] | _TextStream | None = None,
+        *,
+        auto_flush: bool = False,
+    ) -> Self: ...
+    def flush(self) -> None: ...
+    def get_file_name(self) -> str | None: ...
+
+@final
+class FailureCallbackResourceAdaptor(MemoryResource):
+    def __new__(cls, upstream_mr: MemoryResource, callback: Callable[[int], bool]) -> Self: ...
+    @property
+    def callback(self) -> Callable[[int], bool]: ...
+
+def replay(
+    log_file_name: str | os.PathLike[str], mr: MemoryResource, kind: _Kind = "device"
+) -> dict[str, int | float]: ...
 def set_current_device_resource(mr: MemoryResource, kind: _Kind | None = None) -> None: ...
 def get_current_device_resource(
     device: str | Device | Queue | Any | None = None, kind: _Kind = "shared"

@@ -1,5 +1,6 @@
-"""Memory resources, with RMM's names: a pool shared by every library in the process, a limit,
-statistics and a leak report, on every backend, and resources written in Python.
+"""Memory resources, with RMM's names: a pool shared by every library in the process, bins of
+fixed-size blocks, a limit, statistics, a leak report, a log (and its replay) and a callback on
+out-of-memory, on every backend, and resources written in Python.
 
     import devbuf, devbuf.mr
     pool = devbuf.mr.PoolMemoryResource(devbuf.mr.QueueMemoryResource("sycl"), maximum_pool_size=1 << 30)
@@ -13,24 +14,34 @@ from contextlib import contextmanager
 from typing import Iterator, Optional
 
 from ._devbuf import (
+    BinningMemoryResource,
+    FailureCallbackResourceAdaptor,
+    FixedSizeMemoryResource,
     LimitingResourceAdaptor,
+    LoggingResourceAdaptor,
     MemoryResource,
     PoolMemoryResource,
     QueueMemoryResource,
     StatisticsResourceAdaptor,
     TrackingResourceAdaptor,
     get_current_device_resource,
+    replay,
     set_current_device_resource,
 )
 
 __all__ = [
+    "BinningMemoryResource",
+    "FailureCallbackResourceAdaptor",
+    "FixedSizeMemoryResource",
     "LimitingResourceAdaptor",
+    "LoggingResourceAdaptor",
     "MemoryResource",
     "PoolMemoryResource",
     "QueueMemoryResource",
     "StatisticsResourceAdaptor",
     "TrackingResourceAdaptor",
     "get_current_device_resource",
+    "replay",
     "set_current_device_resource",
     "statistics",
 ]

@@ -78,7 +78,7 @@ fn adaptors(queue: &Arc<dyn Queue>) -> Vec<(&'static str, Arc<dyn MemoryResource
         (
             "a failure-callback adaptor",
             // Declines to retry: the kit's out-of-memory check must still see its error.
-            FailureCallbackResource::new(upstream(), |_, _, _| false),
+            FailureCallbackResource::new(upstream(), |_, _, _| Ok(false)),
         ),
         (
             "a limiting adaptor",

@@ -70,12 +70,12 @@ impl BinningResource {
     /// Serves requests up to `allocation_size` bytes (and larger than the next smaller bin's)
     /// from `bin_resource`, or from a new [`FixedSizeResource`] of blocks of that size over
     /// upstream (RMM's `add_bin`). Bins are added before the first allocation, on upstream's
-    /// device; a bin of a size there is already replaces it.
+    /// device; a bin of a size there is already replaces it. Returns the bin's resource.
     pub fn add_bin(
         &self,
         allocation_size: usize,
         bin_resource: Option<Arc<dyn MemoryResource>>,
-    ) -> Result<()> {
+    ) -> Result<Arc<dyn MemoryResource>> {
         // Checked and inserted under the write lock: an allocation marks `allocated` under the
         // read lock.
         let mut bins = self.bins.write();
@@ -133,8 +133,9 @@ impl BinningResource {
                 }
             }
         };
+        let resource = Arc::clone(&bin.resource);
         bins.insert(allocation_size, bin);
-        Ok(())
+        Ok(resource)
     }
 
     /// The bins, by allocation size, smallest first (RMM's `bin_mrs`).

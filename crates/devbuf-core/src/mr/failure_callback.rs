@@ -9,8 +9,8 @@ use crate::{Error, MemKind, Result};
 
 /// What a [`FailureCallbackResource`] calls when upstream refuses an allocation: the kind and
 /// size asked for and upstream's error. It frees what it can (a cache spilled, a collection run)
-/// and returns whether to try again.
-pub type FailureCallback = dyn Fn(MemKind, usize, &Error) -> bool + Send + Sync;
+/// and returns whether to try again; an error it returns reaches the caller instead.
+pub type FailureCallback = dyn Fn(MemKind, usize, &Error) -> Result<bool> + Send + Sync;
 
 /// Passes allocations on to `upstream`; when upstream is out of memory, calls its callback and
 /// tries again for as long as the callback says so (RMM's `failure_callback_resource_adaptor`,
@@ -32,7 +32,7 @@ impl FailureCallbackResource {
     /// Allocates from `upstream`, calling `callback` on each out-of-memory error.
     pub fn new(
         upstream: Arc<dyn MemoryResource>,
-        callback: impl Fn(MemKind, usize, &Error) -> bool + Send + Sync + 'static,
+        callback: impl Fn(MemKind, usize, &Error) -> Result<bool> + Send + Sync + 'static,
     ) -> Arc<Self> {
         Arc::new(FailureCallbackResource {
             upstream,
@@ -50,7 +50,7 @@ impl Adaptor for FailureCallbackResource {
         loop {
             match self.upstream.allocate(kind, size, align) {
                 Err(error @ Error::OutOfMemory { .. }) => {
-                    if !(self.callback)(kind, size, &error) {
+                    if !(self.callback)(kind, size, &error)? {
                         return Err(error);
                     }
                 }

@@ -19,7 +19,8 @@ pub struct ReplayReport {
     /// Allocations the resource refused (the program's own failures, `allocate failure` lines,
     /// are not replayed).
     pub failures: usize,
-    /// Frees of addresses the log never allocated (the log began after they were made): skipped.
+    /// Frees of addresses the log never allocated (the log began after they were made) or whose
+    /// allocation the resource refused: skipped.
     pub unmatched_frees: usize,
     /// The most bytes allocated at once.
     pub peak_bytes: usize,

@@ -129,7 +129,7 @@ fn a_failure_callback_decides_whether_to_retry() {
             assert_eq!((kind, size), (MemKind::Host, 600));
             assert!(matches!(error, Error::OutOfMemory { .. }));
             calls.fetch_add(1, Ordering::Relaxed);
-            cache.lock().pop().is_some()
+            Ok(cache.lock().pop().is_some())
         }
     };
     let resource: Arc<dyn MemoryResource> = FailureCallbackResource::new(upstream.clone(), spill);
@@ -149,6 +149,20 @@ fn a_failure_callback_decides_whether_to_retry() {
     let refused = alloc(&resource, 600).unwrap_err();
     assert!(matches!(refused, Error::OutOfMemory { .. }), "{refused}");
     assert_eq!(calls.load(Ordering::Relaxed), 4);
+    let raising: Arc<dyn MemoryResource> = FailureCallbackResource::new(upstream, |_, _, _| {
+        Err(Error::invalid("callback", "raised"))
+    });
+    let raised = alloc(&raising, 600).unwrap_err();
+    assert!(
+        matches!(
+            raised,
+            Error::InvalidDescriptor {
+                key: "callback",
+                ..
+            }
+        ),
+        "{raised}"
+    );
 }
 
 /// A log kept in memory.
