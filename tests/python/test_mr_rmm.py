@@ -41,7 +41,7 @@ def test_a_binning_resource_sends_sizes_to_bins_and_larger_upstream():
     assert [b.block_size for b in bins] == [256, 512, 1024, 2048, 4096]
     assert all(b.upstream_mr is stats for b in bins)
     small = devbuf.alloc(300, "host", mr=binning)
-    assert bins[1].get_upstream_bytes() == 1 << 20 and bins[0].get_upstream_bytes() == 0
+    assert bins[1].get_upstream_bytes() == 512 * 128 and bins[0].get_upstream_bytes() == 0
     before = stats.allocation_counts["current_count"]
     large = devbuf.alloc(5000, "host", mr=binning)
     assert stats.allocation_counts["current_count"] == before + 1

@@ -44,7 +44,7 @@ impl BinningResource {
     }
 
     /// A [`FixedSizeResource`] bin over `upstream` for each size `2^min_size_exponent` to
-    /// `2^max_size_exponent` (each chunk of 128 blocks or 1 MiB, whichever is larger, as RMM's).
+    /// `2^max_size_exponent` (chunks of 128 blocks, as RMM's).
     pub fn with_exponents(
         upstream: Arc<dyn MemoryResource>,
         min_size_exponent: u32,
@@ -123,10 +123,11 @@ impl BinningResource {
                 }
             }
             None => {
-                let blocks = (super::fixed_size::DEFAULT_BLOCK_SIZE / allocation_size)
-                    .max(super::fixed_size::DEFAULT_BLOCKS_TO_PREALLOCATE);
-                let fixed =
-                    FixedSizeResource::new(Arc::clone(&self.upstream), allocation_size, blocks);
+                let fixed = FixedSizeResource::new(
+                    Arc::clone(&self.upstream),
+                    allocation_size,
+                    super::fixed_size::DEFAULT_BLOCKS_TO_PREALLOCATE,
+                );
                 Bin {
                     alignment: fixed.block_alignment(),
                     resource: fixed,

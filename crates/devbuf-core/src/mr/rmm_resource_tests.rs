@@ -67,11 +67,7 @@ fn a_binning_resource_sends_each_size_to_its_bin_and_larger_ones_upstream() {
         .as_any()
         .downcast_ref::<FixedSizeResource>()
         .unwrap();
-    assert_eq!(
-        bin_512.upstream_bytes(),
-        1 << 20,
-        "1 MiB chunks of 512-byte blocks"
-    );
+    assert_eq!(bin_512.upstream_bytes(), 512 * 128, "chunks of 128 blocks");
     let chunks = upstream.statistics().current_count;
     let large = alloc(&resource, 5000).unwrap();
     assert_eq!(
