@@ -1,9 +1,9 @@
 //! The kit through the memory resource adaptors: every check again with the kit's allocations
 //! made through a pool, a binning resource (fixed-size bins), a fixed-size resource, a limiting,
-//! a statistics, a tracking, a logging and a failure-callback adaptor in turn, and the pool's own
-//! promises (a block is handed out again only when nothing may still touch it). The adaptors
-//! serve the kit's checks only, not the device's current resource: other tests running meanwhile
-//! on the same queue must not see them.
+//! a statistics, a tracking, a logging, a prefetch and a failure-callback adaptor in turn, and
+//! the pool's own promises (a block is handed out again only when nothing may still touch it),
+//! which fixed-size blocks keep too. The adaptors serve the kit's checks only, not the device's
+//! current resource: other tests running meanwhile on the same queue must not see them.
 
 use std::sync::Arc;
 
@@ -16,8 +16,8 @@ use super::kit::{
 
 use crate::mr::{
     BinningResource, FailureCallbackResource, FixedSizeResource, LimitingResource, LogSink,
-    LoggingResource, MemoryResource, PoolOptions, PoolResource, QueueResource, StatisticsResource,
-    TrackingResource,
+    LoggingResource, MemoryResource, PoolOptions, PoolResource, PrefetchResource, QueueResource,
+    StatisticsResource, TrackingResource,
 };
 use crate::{Buffer, DEFAULT_ALIGNMENT, MemKind, Queue};
 
@@ -75,6 +75,7 @@ fn adaptors(queue: &Arc<dyn Queue>) -> Vec<(&'static str, Arc<dyn MemoryResource
             FixedSizeResource::new(upstream(), LARGEST_CHECK_ALLOCATION, 2),
         ),
         ("a logging adaptor", logging),
+        ("a prefetch adaptor", PrefetchResource::new(upstream())),
         (
             "a failure-callback adaptor",
             // Declines to retry: the kit's out-of-memory check must still see its error.

@@ -3,7 +3,7 @@
 //! adaptors that wrap any resource ([`Adaptor`]): [`PoolResource`], [`BinningResource`] with
 //! [`FixedSizeResource`] bins, [`LimitingResource`], [`StatisticsResource`],
 //! [`TrackingResource`], [`LoggingResource`] (whose logs [`replay`] runs again) and
-//! [`FailureCallbackResource`].
+//! [`FailureCallbackResource`] and [`PrefetchResource`].
 //!
 //! Each device and kind has a current resource ([`set_current`], [`current`]), which every
 //! [`crate::Buffer::alloc`] without an explicit resource goes through; with none set, buffers
@@ -18,6 +18,7 @@ mod handouts;
 mod limiting;
 mod logging;
 mod pool;
+mod prefetch;
 mod replay;
 mod statistics;
 mod tracking;
@@ -36,6 +37,7 @@ pub use handouts::Handouts;
 pub use limiting::LimitingResource;
 pub use logging::{FileSink, LOG_HEADER, LogSink, LoggingResource};
 pub use pool::{PoolOptions, PoolResource};
+pub use prefetch::PrefetchResource;
 pub use replay::{ReplayReport, replay};
 pub use statistics::{Statistics, StatisticsResource};
 pub use tracking::{OutstandingAllocation, TrackingResource};
