@@ -9,6 +9,14 @@ from numpy.typing import DTypeLike
 from typing_extensions import Self, disjoint_base
 
 _Kind = Literal["host", "device", "shared"]
+_Advice = Literal[
+    "set_read_mostly",
+    "unset_read_mostly",
+    "set_preferred_location",
+    "unset_preferred_location",
+    "set_accessed_by",
+    "unset_accessed_by",
+]
 
 # The extension module's own __all__ (pyo3 lists every name it adds, private ones included).
 __all__ = [
@@ -45,6 +53,7 @@ __all__ = [
     "BinningMemoryResource",
     "LoggingResourceAdaptor",
     "FailureCallbackResourceAdaptor",
+    "PrefetchResourceAdaptor",
     "replay",
     "set_current_device_resource",
     "get_current_device_resource",
@@ -274,6 +283,8 @@ class Buffer(Array):
         offset: int = 0,
     ) -> Array: ...
     def fill(self, value: int, *, blocking: bool = True, stream: Stream | None = None) -> None: ...
+    def prefetch(self, location: Literal["device", "host"] = "device", *, stream: Stream | None = None) -> None: ...
+    def advise(self, advice: _Advice | int, location: Literal["device", "host"] | None = None) -> None: ...
     def synchronize(self) -> None:
         """Blocks until the work pending on this memory is done: devbuf's, and once the memory was
         handed out (any export), other libraries' on the queues devbuf knows of (its own queue or
@@ -433,6 +444,10 @@ class FailureCallbackResourceAdaptor(MemoryResource):
     def __new__(cls, upstream_mr: MemoryResource, callback: Callable[[int], bool]) -> Self: ...
     @property
     def callback(self) -> Callable[[int], bool]: ...
+
+@final
+class PrefetchResourceAdaptor(MemoryResource):
+    def __new__(cls, upstream_mr: MemoryResource) -> Self: ...
 
 def replay(
     log_file_name: str | os.PathLike[str], mr: MemoryResource, kind: _Kind = "device"

@@ -3,6 +3,7 @@
 //! Rust crates.
 
 mod array_methods;
+mod buffer_hints;
 mod buffer_methods;
 mod dtypes;
 mod errors;

@@ -1,4 +1,4 @@
-//! RMM's binning, fixed-size, logging and failure-callback resources, each holding one of
+//! RMM's binning, fixed-size, logging, failure-callback and prefetch resources, each holding one of
 //! `devbuf::mr`'s, and `replay`, which runs a logging adaptor's log again against any resource.
 
 use std::fs::File;
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use devbuf::MemKind;
 use devbuf::mr::{
     BinningResource, DEFAULT_BLOCK_SIZE, DEFAULT_BLOCKS_TO_PREALLOCATE, FailureCallbackResource,
-    FixedSizeResource, LogSink, LoggingResource, MemoryResource,
+    FixedSizeResource, LogSink, LoggingResource, MemoryResource, PrefetchResource,
 };
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
@@ -350,6 +350,20 @@ fn call_back(
     .unwrap_or(Ok(false))
 }
 
+/// Prefetches each shared allocation made through it to the device, on the resource's queue
+/// (RMM's `PrefetchResourceAdaptor`); on a backend without prefetch, passes allocations through.
+#[pyclass(frozen, extends = PyMemoryResource, module = "devbuf.mr", name = "PrefetchResourceAdaptor")]
+pub struct PyPrefetchResource;
+
+#[pymethods]
+impl PyPrefetchResource {
+    #[new]
+    fn new(upstream_mr: &Bound<'_, PyMemoryResource>) -> PyResult<PyClassInitializer<Self>> {
+        let prefetching = PyMemoryResource::over(upstream_mr, |up| PrefetchResource::new(up))?;
+        Ok(PyClassInitializer::from(prefetching).add_subclass(PyPrefetchResource))
+    }
+}
+
 /// Runs every allocation and free of the log at `log_file_name` (a `LoggingResourceAdaptor`'s,
 /// or RMM's) against `mr`, in order, on this thread; allocations of `kind` where the log has no
 /// Kind column. Returns what it did: allocations, frees, failures (refused by `mr`),
@@ -391,6 +405,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyBinningResource>()?;
     m.add_class::<PyLoggingResource>()?;
     m.add_class::<PyFailureCallbackResource>()?;
+    m.add_class::<PyPrefetchResource>()?;
     m.add_function(wrap_pyfunction!(replay, m)?)?;
     Ok(())
 }
