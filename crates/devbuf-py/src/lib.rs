@@ -15,6 +15,7 @@ mod ipc;
 mod mr;
 mod objects;
 mod pickle;
+mod stream_allocator;
 
 use devbuf::conformance::Outcome;
 use pyo3::prelude::*;
