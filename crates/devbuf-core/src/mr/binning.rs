@@ -3,10 +3,9 @@
 
 use std::collections::BTreeMap;
 use std::ptr::NonNull;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
-use parking_lot::RwLock;
+use parking_lot::Mutex;
 
 use super::{Adaptor, FixedSizeResource, FreeAfter, MemoryResource};
 use crate::{DEFAULT_ALIGNMENT, Error, MemKind, Result};
@@ -26,11 +25,11 @@ struct Bin {
 #[derive(Debug)]
 pub struct BinningResource {
     upstream: Arc<dyn MemoryResource>,
-    /// Bins by their allocation size.
-    bins: RwLock<BTreeMap<usize, Bin>>,
-    /// Set by the first allocation: a bin added later would route a free elsewhere than its
-    /// allocation went.
-    allocated: AtomicBool,
+    /// Bins by their allocation size, while bins may be added.
+    bins: Mutex<BTreeMap<usize, Bin>>,
+    /// The bins, smallest first, fixed by the first allocation (a bin added later would route a
+    /// free elsewhere than its allocation went): routes are looked up without a lock.
+    routes: OnceLock<Vec<(usize, Bin)>>,
 }
 
 impl BinningResource {
@@ -38,8 +37,8 @@ impl BinningResource {
     pub fn new(upstream: Arc<dyn MemoryResource>) -> Arc<Self> {
         Arc::new(BinningResource {
             upstream,
-            bins: RwLock::default(),
-            allocated: AtomicBool::new(false),
+            bins: Mutex::default(),
+            routes: OnceLock::new(),
         })
     }
 
@@ -76,10 +75,9 @@ impl BinningResource {
         allocation_size: usize,
         bin_resource: Option<Arc<dyn MemoryResource>>,
     ) -> Result<Arc<dyn MemoryResource>> {
-        // Checked and inserted under the write lock: an allocation marks `allocated` under the
-        // read lock.
-        let mut bins = self.bins.write();
-        if self.allocated.load(Ordering::Relaxed) {
+        // Checked and inserted under the lock that fixing the routes takes.
+        let mut bins = self.bins.lock();
+        if self.routes.get().is_some() {
             return Err(Error::invalid(
                 "allocation_size",
                 "bins are added before the binning resource's first allocation (its frees are \
@@ -142,7 +140,7 @@ impl BinningResource {
     /// The bins, by allocation size, smallest first (RMM's `bin_mrs`).
     pub fn bins(&self) -> Vec<(usize, Arc<dyn MemoryResource>)> {
         self.bins
-            .read()
+            .lock()
             .iter()
             .map(|(&size, bin)| (size, Arc::clone(&bin.resource)))
             .collect()
@@ -150,18 +148,18 @@ impl BinningResource {
 
     /// The resource serving `size` bytes aligned to `align`: the same for an allocation and its
     /// free, as no bin is added once allocations began.
-    fn route(&self, size: usize, align: usize) -> Arc<dyn MemoryResource> {
-        let bins = self.bins.read();
-        if !self.allocated.load(Ordering::Relaxed) {
-            self.allocated.store(true, Ordering::Relaxed);
+    fn route(&self, size: usize, align: usize) -> &Arc<dyn MemoryResource> {
+        let routes = self.routes.get_or_init(|| {
+            let bins = self.bins.lock();
+            bins.iter()
+                .map(|(&size, bin)| (size, bin.clone()))
+                .collect()
+        });
+        let at = routes.partition_point(|(bin_size, _)| *bin_size < size);
+        match routes.get(at) {
+            Some((_, bin)) if align <= bin.alignment => &bin.resource,
+            _ => &self.upstream,
         }
-        bins.range(size..)
-            .next()
-            .filter(|(_, bin)| align <= bin.alignment)
-            .map_or_else(
-                || Arc::clone(&self.upstream),
-                |(_, bin)| Arc::clone(&bin.resource),
-            )
     }
 }
 

@@ -112,7 +112,7 @@ impl FixedSizeResource {
     /// Takes a free block, first moving blocks whose work is done out of `busy` (queried
     /// without the lock held), and counts it handed out.
     fn take_free(&self, blocks: &Mutex<Blocks>) -> Option<usize> {
-        if let Some(addr) = self.pop_counted(&mut blocks.lock()) {
+        if let Some(addr) = pop_counted(&mut blocks.lock()) {
             return Some(addr);
         }
         let busy = std::mem::take(&mut blocks.lock().busy);
@@ -122,29 +122,26 @@ impl FixedSizeResource {
         let mut blocks = blocks.lock();
         blocks.busy.extend(still_busy);
         blocks.free.extend(done.into_iter().map(|(addr, _)| addr));
-        self.pop_counted(&mut blocks)
+        pop_counted(&mut blocks)
     }
+}
 
-    /// A free block, counted handed out in the same critical section (so that its chunk cannot
-    /// go back upstream meanwhile).
-    fn pop_counted(&self, blocks: &mut Blocks) -> Option<usize> {
-        let addr = blocks.free.pop()?;
-        let base = self.chunk_of(blocks, addr);
-        if let Some(chunk) = blocks.chunks.get_mut(&base) {
-            chunk.outstanding += 1;
-        }
-        Some(addr)
-    }
+/// A free block, counted handed out in the same critical section (so that its chunk cannot go
+/// back upstream meanwhile).
+fn pop_counted(blocks: &mut Blocks) -> Option<usize> {
+    let addr = blocks.free.pop()?;
+    chunk_of(blocks, addr).1.outstanding += 1;
+    Some(addr)
+}
 
-    /// The base address of the chunk holding the block at `addr`.
-    fn chunk_of(&self, blocks: &Blocks, addr: usize) -> usize {
-        let (&base, _) = blocks
-            .chunks
-            .range(..=addr)
-            .next_back()
-            .expect("a block freed here was cut from one of our chunks");
-        base
-    }
+/// The chunk holding the block at `addr`, and its base address.
+fn chunk_of(blocks: &mut Blocks, addr: usize) -> (usize, &mut Chunk) {
+    let (&base, chunk) = blocks
+        .chunks
+        .range_mut(..=addr)
+        .next_back()
+        .expect("a block handed out or freed here was cut from one of our chunks");
+    (base, chunk)
 }
 
 impl Adaptor for FixedSizeResource {
@@ -214,8 +211,7 @@ impl Adaptor for FixedSizeResource {
         let addr = ptr.as_ptr() as usize;
         let chunk_size = self.chunk_size();
         let mut guard = blocks.lock();
-        let base = self.chunk_of(&guard, addr);
-        let chunk = guard.chunks.get_mut(&base).expect("found above");
+        let (base, chunk) = chunk_of(&mut guard, addr);
         chunk.outstanding -= 1;
         let newly_retired = matches!(after, FreeAfter::ForeignWork) && !chunk.retired;
         chunk.retired |= newly_retired;

@@ -149,10 +149,13 @@ impl LoggingResource {
     }
 }
 
-/// The OS thread id, as RMM's log has it.
+/// The OS thread id, as RMM's log has it (asked of the kernel once per thread).
 fn thread_id() -> i64 {
-    // SAFETY: gettid takes no arguments and cannot fail.
-    i64::from(unsafe { libc::gettid() })
+    thread_local! {
+        // SAFETY: gettid takes no arguments and cannot fail.
+        static ID: i64 = i64::from(unsafe { libc::gettid() });
+    }
+    ID.with(|id| *id)
 }
 
 /// The UTC time of day, `HH:MM:SS.ffffff`.
