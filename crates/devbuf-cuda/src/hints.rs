@@ -7,7 +7,7 @@
 use cudarc::driver::sys::{self, CUmem_advise, CUmemLocation, CUmemLocationType};
 use devbuf_core::{Advice, Error, Location, Queue as _, Result};
 
-use crate::loader::call;
+use crate::loader::{DriverError, call};
 use crate::queue::CudaQueue;
 
 impl CudaQueue {
@@ -22,10 +22,10 @@ impl CudaQueue {
         let _current = self.context().enter()?;
         // SAFETY: the caller guarantees the range lies in one live managed allocation; the
         // stream is ours and alive; flags "must be zero".
-        call("cuMemPrefetchAsync_v2", || unsafe {
+        let prefetched = call("cuMemPrefetchAsync_v2", || unsafe {
             sys::cuMemPrefetchAsync_v2(ptr as u64, len, location, 0, self.stream.raw())
-        })?;
-        Ok(())
+        });
+        self.hint_taken(prefetched)
     }
 
     /// [`devbuf_core::Queue::advise`]: CUDA's named advice.
@@ -59,10 +59,28 @@ impl CudaQueue {
         let location = self.location(at, "advice naming the device")?;
         let _current = self.context().enter()?;
         // SAFETY: the caller guarantees the range lies in one live managed allocation.
-        call("cuMemAdvise_v2", || unsafe {
+        let advised = call("cuMemAdvise_v2", || unsafe {
             sys::cuMemAdvise_v2(ptr as u64, len, advice, location)
-        })?;
-        Ok(())
+        });
+        self.hint_taken(advised)
+    }
+
+    /// A hint's outcome: a driver without the entry point (older than CUDA 12.2: the call never
+    /// reached it, so no error code) takes no hints.
+    fn hint_taken(&self, result: std::result::Result<(), DriverError>) -> Result<()> {
+        match result {
+            Ok(()) => Ok(()),
+            Err(DriverError {
+                operation,
+                code: None,
+                message,
+            }) => Err(Error::Unsupported {
+                device: self.device().selector.clone(),
+                what: operation.to_owned(),
+                reason: format!("the driver lacks it (CUDA 12.2 added it): {message}"),
+            }),
+            Err(err) => Err(err.into()),
+        }
     }
 
     /// The driver's location for `at`. The device is a valid target only where "the device
