@@ -1,5 +1,5 @@
 """RMM's ``rmm.statistics`` on devbuf's current resources: counts of what a block of code
-allocated, and a profiler that says which Python function or line allocated what.
+allocated, and a profiler that says which Python function or line allocated what::
 
     import devbuf, devbuf.mr as mr
     with mr.statistics() as region:       # the current resources counted for the block
