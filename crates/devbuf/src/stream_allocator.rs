@@ -59,12 +59,16 @@ pub unsafe fn allocate_on_stream(
 ) -> Result<NonNull<u8>> {
     let resource = resource_of(selector)?;
     let ptr = resource.allocate(MemKind::Device, size.max(1), DEFAULT_ALIGNMENT)?;
-    let ordered = stream(selector, handle).and_then(|stream| {
-        if Arc::ptr_eq(&stream, resource.queue()) {
-            return Ok(());
-        }
-        stream.wait_event(&resource.queue().record_event()?)
-    });
+    let ordered = match stream(selector, handle) {
+        Ok(stream) if Arc::ptr_eq(&stream, resource.queue()) => Ok(()),
+        Ok(stream) => resource
+            .queue()
+            .record_event()
+            .and_then(|event| stream.wait_event(&event)),
+        // A stream devbuf cannot adopt (a per-thread default stream): the allocation is made
+        // complete before the caller sees it, so any stream may use it.
+        Err(_) => resource.queue().wait(),
+    };
     if let Err(err) = ordered {
         // SAFETY: just allocated with these arguments, never handed out.
         unsafe {
