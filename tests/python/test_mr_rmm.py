@@ -7,6 +7,7 @@ import io
 import os
 import subprocess
 import sys
+import weakref
 
 import pytest
 
@@ -103,6 +104,24 @@ def test_a_failure_callback_spills_a_python_cache_on_a_limiting_resource():
         devbuf.alloc(3000, "host", mr=spilling)  # spills "c", then declines
     assert cache == {} and asked == [3000] * 4
     del served
+
+
+def test_a_callback_holding_the_adaptors_buffers_is_collected(collect):
+    limited = mr.LimitingResourceAdaptor(queue_mr(), allocation_limit=4096)
+    cache = []
+
+    def spill(nbytes):
+        return bool(cache) and cache.pop() is not None
+
+    spilling = mr.FailureCallbackResourceAdaptor(limited, spill)
+    cache.extend(devbuf.alloc(1024, "host", mr=spilling) for _ in range(4))
+    spill.adaptor = spilling  # the callback holds the adaptor too: a cycle through devbuf
+    devbuf.alloc(1024, "host", mr=spilling)  # spills one of its own buffers
+    gone = weakref.ref(spill)
+    del spill, spilling, cache
+    collect()
+    assert gone() is None, "the callback, its cache and the adaptor were not collected"
+    assert limited.get_allocated_bytes() == 0, "the cached buffers were not freed"
 
 
 def test_what_the_failure_callback_raises_reaches_the_caller():

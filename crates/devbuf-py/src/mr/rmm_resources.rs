@@ -3,7 +3,7 @@
 
 use std::fs::File;
 use std::io::{self, BufReader};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use devbuf::MemKind;
 use devbuf::mr::{
@@ -15,6 +15,7 @@ use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
+use pyo3::{PyTraverseError, PyVisit};
 
 use crate::errors::{IntoPyResult, carry};
 use crate::mr::memory_resource::{PyMemoryResource, resource_arg, resource_of};
@@ -287,7 +288,11 @@ impl PyLoggingResource {
 /// `FailureCallbackResourceAdaptor`). What the callback raises reaches the caller.
 #[pyclass(frozen, extends = PyMemoryResource, module = "devbuf.mr", name = "FailureCallbackResourceAdaptor")]
 pub struct PyFailureCallbackResource {
-    callback: Py<PyAny>,
+    /// The callback, held here only: devbuf's adaptor reaches it weakly. Every way to allocate
+    /// through the adaptor holds this object (directly, as an upstream, or as a current
+    /// resource), and a callback that holds buffers of the adaptor, or this object, is then a
+    /// cycle Python's collector sees (`__traverse__`) and breaks (`__clear__`).
+    callback: Arc<Mutex<Option<Py<PyAny>>>>,
 }
 
 #[pymethods]
@@ -303,29 +308,46 @@ impl PyFailureCallbackResource {
                 callback.get_type()
             )));
         }
-        let call = callback.clone().unbind();
+        let held = Arc::new(Mutex::new(Some(callback.clone().unbind())));
+        let reached = Arc::downgrade(&held);
         let adaptor = PyMemoryResource::over(upstream_mr, move |up| {
             FailureCallbackResource::new(up, move |kind, size, error| {
-                call_back(&call, kind, size, error)
+                call_back(&reached, kind, size, error)
             })
         })?;
-        let this = PyFailureCallbackResource {
-            callback: callback.clone().unbind(),
-        };
+        let this = PyFailureCallbackResource { callback: held };
         Ok(PyClassInitializer::from(adaptor).add_subclass(this))
     }
 
-    /// The callback.
+    /// The callback (None once the collector has cleared it).
     #[getter]
-    fn callback(&self, py: Python<'_>) -> Py<PyAny> {
-        self.callback.clone_ref(py)
+    fn callback(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.callback
+            .lock()
+            .as_ref()
+            .map(|callback| callback.clone_ref(py))
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        // Never blocks in the collector: a thread holding the lock only clones the reference.
+        if let Some(guard) = self.callback.try_lock()
+            && let Some(callback) = guard.as_ref()
+        {
+            visit.call(callback)?;
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        let cleared = self.callback.lock().take();
+        drop(cleared);
     }
 }
 
 /// Calls the Python callback for an allocation upstream refused: whether to retry, or the devbuf
 /// error that carries what it raised.
 fn call_back(
-    callback: &Py<PyAny>,
+    callback: &Weak<Mutex<Option<Py<PyAny>>>>,
     kind: MemKind,
     size: usize,
     error: &devbuf::Error,
@@ -344,6 +366,13 @@ fn call_back(
         carrier
     };
     Python::try_attach(|py| {
+        // Gone with the adaptor's Python object, or cleared by the collector: no retry.
+        let Some(held) = callback.upgrade() else {
+            return Ok(false);
+        };
+        let Some(callback) = held.lock().as_ref().map(|callback| callback.clone_ref(py)) else {
+            return Ok(false);
+        };
         let returned = callback.bind(py).call1((size,)).map_err(raised)?;
         returned.is_truthy().map_err(raised)
     })
