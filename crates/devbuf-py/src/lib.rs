@@ -4,6 +4,7 @@
 
 mod array_methods;
 mod array_views;
+mod buffer_hints;
 mod buffer_methods;
 mod creation;
 mod dtypes;
@@ -16,6 +17,7 @@ mod ipc;
 mod mr;
 mod objects;
 mod pickle;
+mod stream_allocator;
 
 use devbuf::conformance::Outcome;
 use pyo3::prelude::*;

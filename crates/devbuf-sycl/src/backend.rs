@@ -171,7 +171,7 @@ impl Backend for SyclBackend {
             true => SyclQueue::create_profiling(context, device)?,
             false => SyclQueue::create(context, device)?,
         };
-        Ok(Arc::new(queue))
+        Ok(SyclQueue::register(Arc::new(queue)))
     }
 
     fn queue_for_dlpack_device(&self, device: DLDevice) -> Option<Result<Arc<dyn Queue>>> {

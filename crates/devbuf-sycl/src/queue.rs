@@ -8,8 +8,8 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Weak};
 
 use devbuf_core::{
-    DeviceInfo, Error, Event, ExportedHandle, Interop, LastCommand, MemKind, Queue, QueueEvent,
-    Result,
+    Advice, DeviceInfo, Error, Event, ExportedHandle, Interop, LastCommand, Location, MemKind,
+    Queue, QueueEvent, Result,
 };
 use devbuf_sycl_sys as sys;
 use parking_lot::Mutex;
@@ -38,9 +38,10 @@ pub(crate) struct RuntimeQueues {
     pub(crate) default_queues: Mutex<Vec<(i32, Arc<SyclQueue>)>>,
     /// The default queue each filter string opened (resolving one takes tens of µs).
     pub(crate) filter_queues: Mutex<Vec<(String, Arc<SyclQueue>)>>,
-    /// The queues made for other libraries' in-order `sycl::queue`s, while devbuf uses them: the
-    /// same `sycl::queue` handed over again (a dpnp array made from devbuf memory, imported back)
-    /// gets the same devbuf queue.
+    /// The queues made for users' streams and for other libraries' in-order `sycl::queue`s,
+    /// while devbuf uses them: the same `sycl::queue` handed over again (a dpnp array made from
+    /// devbuf memory imported back, a stream's `sycl_queue` passed as DLPack's `stream`) gets the
+    /// same devbuf queue.
     pub(crate) adopted_queues: Mutex<Vec<Weak<SyclQueue>>>,
 }
 
@@ -406,6 +407,12 @@ impl Queue for SyclQueue {
         Ok(Event::new(event))
     }
 
+    /// Other libraries enqueue on copies of this queue, which its last command does not cover: a
+    /// barrier does (what a stream's `query` means to dpctl's users too).
+    fn is_idle(&self) -> Result<bool> {
+        self.event(Arc::new(self.barrier()?)).is_complete()
+    }
+
     fn wait_event(&self, event: &Event) -> Result<()> {
         match event.downcast_ref::<SyclEvent>() {
             // Our own event: the queue is in order, so later work already follows it.
@@ -432,6 +439,16 @@ impl Queue for SyclQueue {
 
     fn kind_of(&self, ptr: *const u8) -> MemKind {
         classify(&self.context, self.knows_usm, ptr)
+    }
+
+    unsafe fn prefetch(&self, ptr: *const u8, len: usize, to: Location) -> Result<()> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.prefetch_shared(ptr, len, to) }
+    }
+
+    unsafe fn advise(&self, ptr: *const u8, len: usize, advice: Advice) -> Result<()> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.advise_shared(ptr, len, advice) }
     }
 
     fn interop(&self) -> &dyn Interop {

@@ -5,6 +5,7 @@
 //! alive: an owner object held until the last view goes, or a deleter run exactly once then.
 
 mod allocation;
+mod hints;
 mod on_queue;
 mod ordering;
 mod owner;
@@ -25,6 +26,7 @@ use crate::{DEFAULT_ALIGNMENT, DeviceInfo, Error, ForeignQueue, MemKind, Queue, 
 use allocation::{
     Allocation, Pending, PendingList, Release, SharedAllocation, check_allocation, exported,
 };
+pub use ordering::Access;
 pub use owner::{KeptAlive, Owner};
 pub use strided::Runs;
 

@@ -29,6 +29,9 @@ pub struct PyQueue {
     /// How devbuf made the queue (its own shared queues, users' new streams); `None` for
     /// another library's stream or queue, adopted as it was made.
     pub(crate) made_with: Option<devbuf::StreamOptions>,
+    /// Whether this is its device's shared queue ([`shared_queue`]), the work stream DLPack's
+    /// exchange table reports for the device.
+    pub(crate) shared: bool,
 }
 
 impl PyQueue {
@@ -38,18 +41,19 @@ impl PyQueue {
         queue: Arc<dyn Queue>,
         options: devbuf::StreamOptions,
     ) -> PyResult<Py<PyQueue>> {
-        Self::build(py, queue, Some(options))
+        Self::build(py, queue, Some(options), false)
     }
 
     /// Another library's stream or queue, adopted.
     pub(crate) fn wrap(py: Python<'_>, queue: Arc<dyn Queue>) -> PyResult<Py<PyQueue>> {
-        Self::build(py, queue, None)
+        Self::build(py, queue, None, false)
     }
 
     fn build(
         py: Python<'_>,
         queue: Arc<dyn Queue>,
         made_with: Option<devbuf::StreamOptions>,
+        shared: bool,
     ) -> PyResult<Py<PyQueue>> {
         let device = Py::new(
             py,
@@ -64,6 +68,7 @@ impl PyQueue {
                 device,
                 dpctl_queue: PyOnceLock::new(),
                 made_with,
+                shared,
             },
         )
     }
@@ -131,7 +136,7 @@ pub(crate) fn shared_queue(py: Python<'_>, selector: &str) -> PyResult<Py<PyQueu
     let existing = cache.lock().get(&canonical).map(|q| q.clone_ref(py));
     let wrapped = match existing {
         Some(existing) => existing,
-        None => PyQueue::wrap_made(py, queue, devbuf::StreamOptions::default())?,
+        None => PyQueue::build(py, queue, Some(devbuf::StreamOptions::default()), true)?,
     };
     let (shared, displaced) = {
         let mut cache = cache.lock();

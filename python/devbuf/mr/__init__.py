@@ -1,5 +1,6 @@
-"""Memory resources, with RMM's names: a pool shared by every library in the process, a limit,
-statistics and a leak report, on every backend, and resources written in Python.
+"""Memory resources, with RMM's names: a pool shared by every library in the process, bins of
+fixed-size blocks, a limit, statistics, a leak report, a log (and its replay) and a callback on
+out-of-memory, on every backend, and resources written in Python.
 
     import devbuf, devbuf.mr
     pool = devbuf.mr.PoolMemoryResource(devbuf.mr.QueueMemoryResource("sycl"), maximum_pool_size=1 << 30)
@@ -7,50 +8,45 @@ statistics and a leak report, on every backend, and resources written in Python.
     buf = devbuf.alloc(1024, "shared", mr=pool)   # or name a resource per call
     ptr = pool.allocate(1024, "shared")           # or take memory by address, RMM's way...
     pool.deallocate(ptr, 1024, "shared")          # ...and give it back the same way
+
+`devbuf.mr.statistics` is RMM's `rmm.statistics`: `with devbuf.mr.statistics():` counts a block's
+allocations, and `devbuf.mr.statistics.profiler` which Python function or line allocated what.
 """
 
-from contextlib import contextmanager
-from typing import Iterator, Optional
-
-from ._devbuf import (
+from .._devbuf import (
+    BinningMemoryResource,
+    FailureCallbackResourceAdaptor,
+    FixedSizeMemoryResource,
     LimitingResourceAdaptor,
+    LoggingResourceAdaptor,
     MemoryResource,
     PoolMemoryResource,
+    PrefetchResourceAdaptor,
     QueueMemoryResource,
     StatisticsResourceAdaptor,
     TrackingResourceAdaptor,
     get_current_device_resource,
+    replay,
     reset_current_device_resource,
     set_current_device_resource,
 )
+from . import statistics
 
 __all__ = [
+    "BinningMemoryResource",
+    "FailureCallbackResourceAdaptor",
+    "FixedSizeMemoryResource",
     "LimitingResourceAdaptor",
+    "LoggingResourceAdaptor",
     "MemoryResource",
     "PoolMemoryResource",
+    "PrefetchResourceAdaptor",
     "QueueMemoryResource",
     "StatisticsResourceAdaptor",
     "TrackingResourceAdaptor",
     "get_current_device_resource",
+    "replay",
     "reset_current_device_resource",
     "set_current_device_resource",
     "statistics",
 ]
-
-
-@contextmanager
-def statistics(mr: Optional[StatisticsResourceAdaptor] = None) -> Iterator[dict]:
-    """Counts the allocations made through `mr` (default: the current resource, which must be a
-    StatisticsResourceAdaptor) inside the `with` block, between `mr.push_counters()` and
-    `mr.pop_counters()`. Yields a dict that holds the region's counters (`allocation_counts`'
-    keys) once the block ends."""
-    if mr is None:
-        mr = get_current_device_resource()
-    if not isinstance(mr, StatisticsResourceAdaptor):
-        raise TypeError(f"statistics() needs a StatisticsResourceAdaptor, got {type(mr).__name__}")
-    region: dict = {}
-    mr.push_counters()
-    try:
-        yield region
-    finally:
-        region.update(mr.pop_counters())
