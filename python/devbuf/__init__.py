@@ -35,11 +35,16 @@ from ._devbuf import (  # noqa: E402
     backends,
     default_device,
     devices,
+    empty,
+    empty_like,
     from_dlpack,
+    full,
     get_elapsed_time,
     open_ipc,
     set_cai_export_stream,
     set_default_device,
+    zeros,
+    zeros_like,
 )
 
 __all__ = [
@@ -58,11 +63,16 @@ __all__ = [
     "backends",
     "default_device",
     "devices",
+    "empty",
+    "empty_like",
     "from_dlpack",
+    "full",
     "get_elapsed_time",
     "open_ipc",
     "set_cai_export_stream",
     "set_default_device",
+    "zeros",
+    "zeros_like",
 ]
 
 from . import _integrations  # noqa: E402

@@ -1,13 +1,25 @@
 """Type stubs for devbuf's extension module."""
 
-from collections.abc import Sequence
-from typing import Any, Literal, SupportsIndex, final
+import os
+from collections.abc import Callable, Sequence
+from types import EllipsisType
+from typing import Any, Literal, Protocol, SupportsIndex, final, overload
 
 import numpy as np
 from numpy.typing import DTypeLike
 from typing_extensions import Self, disjoint_base
 
 _Kind = Literal["host", "device", "shared"]
+_Index = SupportsIndex | slice | EllipsisType | None
+_Shape = SupportsIndex | Sequence[SupportsIndex]
+_Advice = Literal[
+    "set_read_mostly",
+    "unset_read_mostly",
+    "set_preferred_location",
+    "unset_preferred_location",
+    "set_accessed_by",
+    "unset_accessed_by",
+]
 
 # The extension module's own __all__ (pyo3 lists every name it adds, private ones included).
 __all__ = [
@@ -25,6 +37,11 @@ __all__ = [
     "set_default_device",
     "_default_device_reason",
     "alloc",
+    "empty",
+    "zeros",
+    "full",
+    "empty_like",
+    "zeros_like",
     "get_elapsed_time",
     "asarray",
     "from_dlpack",
@@ -40,8 +57,15 @@ __all__ = [
     "LimitingResourceAdaptor",
     "StatisticsResourceAdaptor",
     "TrackingResourceAdaptor",
+    "FixedSizeMemoryResource",
+    "BinningMemoryResource",
+    "LoggingResourceAdaptor",
+    "FailureCallbackResourceAdaptor",
+    "PrefetchResourceAdaptor",
+    "replay",
     "set_current_device_resource",
     "get_current_device_resource",
+    "reset_current_device_resource",
     "DeviceFallbackWarning",
 ]
 
@@ -51,7 +75,9 @@ __version__: str
 class Device:
     """A device of one backend, usable or not."""
 
-    def __new__(cls, selector: str | None = None) -> Device: ...
+    def __new__(cls, selector: str | Device | None = None) -> Device:
+        """A selector string ("cuda:0", "sycl:gpu", "host") or a Device; an int is a TypeError
+        naming the selector it likely means (cuda.core's Device(0) is Device("cuda:0"))."""
     @property
     def backend(self) -> str: ...
     @property
@@ -81,7 +107,18 @@ class Device:
     @property
     def default_stream(self) -> Stream:
         """The device's shared queue, where devbuf's work runs when no ``stream=`` is given."""
-    def create_stream(self, *, non_blocking: bool = True, priority: int | None = None) -> Stream: ...
+    def create_stream(self, *, non_blocking: bool = True, priority: int | None = None, timing: bool = False) -> Stream: ...
+    def sync(self) -> None:
+        """Blocks until the work devbuf can see on the device is done (cuda.core's name)."""
+    def synchronize(self) -> None:
+        """``sync()`` under CuPy's name."""
+    @property
+    def mem_info(self) -> tuple[int, int]:
+        """(free, total) bytes, CuPy's ``Device.mem_info``; AttributeError where the runtime does
+        not report free memory (SYCL)."""
+    @property
+    def properties(self) -> dict[str, Any]:
+        """name, vendor, driver, backend, index, selector, global_mem_size, kinds, test_double."""
     def __enter__(self) -> Device:
         """`with device:` makes this device the current thread's default until the block ends."""
     def __exit__(self, *exc_info: object) -> bool: ...
@@ -94,8 +131,15 @@ class Stream:
     # `device` may also be another library's stream: anything with __cuda_stream__, or a
     # dpctl.SyclQueue (the same sycl::queue when it is in order); a Stream is returned as is.
     def __new__(
-        cls, device: str | Device | Any | None = None, *, non_blocking: bool = True, priority: int | None = None
-    ) -> Stream: ...
+        cls,
+        device: str | Device | Any | None = None,
+        *,
+        non_blocking: bool = True,
+        priority: int | None = None,
+        timing: bool = False,
+    ) -> Stream:
+        """``timing=True``: a stream whose events can keep time (on SYCL a profiling queue; CUDA
+        and host streams time either way)."""
     @staticmethod
     def from_handle(handle: int, device: str | Device | Stream | None = None, *, owner: Any = None) -> Stream:
         """Adopts a CUstream handle; ``owner`` (kept alive while devbuf uses it) keeps it alive.
@@ -112,7 +156,8 @@ class Stream:
         """This SYCL queue as a dpctl.SyclQueue; AttributeError off SYCL or without dpctl."""
     def record(self, *, timing: bool = False) -> Event:
         """An Event that completes once the work enqueued on this stream so far has; with
-        ``timing=True`` (CUDA, host) it also keeps when, for ``end - start``."""
+        ``timing=True`` (CUDA, host; SYCL on a stream made with ``timing=True``) it also keeps
+        when, for ``end - start``."""
     def wait(self, event_or_stream: Event | Stream | None = None) -> None:
         """With an Event or a Stream: later work here waits for it on the device. Without: blocks
         the host until this stream's work is done (``synchronize()``)."""
@@ -121,7 +166,26 @@ class Stream:
         """Whether all work enqueued so far has completed, without waiting."""
     def alloc(self, nbytes: int, kind: _Kind = "shared", *, ipc: bool = False) -> Buffer: ...
     def _get_capsule(self) -> Any: ...
-    def __cuda_stream__(self) -> tuple[int, int]: ...
+    @property
+    def __cuda_stream__(self) -> Callable[[], tuple[int, int]]:
+        """The CUDA stream protocol, on CUDA streams only: AttributeError elsewhere, so that
+        ``hasattr`` answers."""
+    @property
+    def handle(self) -> int:
+        """cuda.core's ``Stream.handle``: the CUstream; AttributeError off CUDA."""
+    @property
+    def priority(self) -> int | None:
+        """The priority asked for (None: the default, or a backend without priorities);
+        AttributeError for another library's adopted stream."""
+    @property
+    def is_nonblocking(self) -> bool: ...
+    @property
+    def timing(self) -> bool:
+        """Whether its events can keep time (SYCL: made with ``timing=True``)."""
+    def __enter__(self) -> Stream:
+        """``with stream:``: the stream of the calls in the block that name none (``alloc``,
+        ``copy_from``, ``fill``, ``get``, ``to_bytes``), for memory of its device."""
+    def __exit__(self, *exc_info: object) -> bool: ...
 
 Queue = Stream
 
@@ -226,8 +290,22 @@ class Array:
     def __dlpack_device__(self) -> tuple[int, int]: ...
     def copy_from(self, source: Any, *, blocking: bool = True, stream: Stream | None = None) -> None:
         """Copies ``source`` in: of this array's dtype (else TypeError) and shape (else
-        ValueError), or, into a Buffer, any source of its size; with ``blocking=False`` the copy
-        is only enqueued, and the pending copy keeps ``source`` alive until it completes."""
+        ValueError), or, into a Buffer, any source of its size (its elements in C order); either
+        side may have any layout, and only the elements' bytes move. With ``blocking=False`` the
+        copy is only enqueued, and the pending copy keeps ``source`` alive until it completes."""
+    def __getitem__(self, key: _Index | tuple[_Index, ...], /) -> Array:
+        """A view: NumPy's basic indexing (ints, slices with any step, ``...``, ``None``); one
+        element is a 0-d array, as CuPy's."""
+    def reshape(self, *shape: SupportsIndex | Sequence[SupportsIndex], copy: bool | None = None) -> Array:
+        """A view where the strides allow (NumPy's rule); else a C-contiguous copy
+        (``copy=None``) or a ValueError (``copy=False``); ``copy=True`` always copies."""
+    @property
+    def T(self) -> Array: ...
+    def transpose(self, *axes: SupportsIndex | Sequence[SupportsIndex]) -> Array: ...
+    def copy(self) -> Array:
+        """A C-contiguous copy on the same device, of the same kind of memory."""
+    def to_device(self, device: str | Device | Queue | Any, /) -> Array:
+        """This array when it is on ``device``, else a copy there (device memory)."""
     def to_bytes(self, stream: Stream | None = None) -> bytes: ...
     def get(self, stream: Queue | None = None, out: np.ndarray[Any, Any] | None = None) -> np.ndarray[Any, Any]:
         """The elements copied to the host as a NumPy array (CuPy's name), or into ``out``; the
@@ -254,6 +332,21 @@ class Array:
 class Buffer(Array):
     """Bytes with an owner; also a one-dimensional uint8 Array."""
 
+    def __new__(cls, *_args: Any, **_kwargs: Any) -> Buffer:
+        """Always a TypeError naming devbuf.alloc: Buffers come from alloc and imports."""
+    @staticmethod
+    def from_handle(
+        ptr: int,
+        nbytes: int,
+        device: str | Device | Queue | Any | None = None,
+        *,
+        owner: Any = None,
+        deleter: Callable[[], object] | None = None,
+    ) -> Buffer:
+        """cuda.core's Buffer.from_handle, checked as imports are: the device's runtime classifies
+        ``ptr`` and the ``nbytes`` must lie in one allocation it knows (ValueError naming ``ptr``
+        or ``nbytes``); ``owner`` is kept alive, or ``deleter`` runs once when nothing uses the
+        memory."""
     @property
     def nbytes(self) -> int: ...
     @property
@@ -270,6 +363,8 @@ class Buffer(Array):
         offset: int = 0,
     ) -> Array: ...
     def fill(self, value: int, *, blocking: bool = True, stream: Stream | None = None) -> None: ...
+    def prefetch(self, location: Literal["device", "host"] = "device", *, stream: Stream | None = None) -> None: ...
+    def advise(self, advice: _Advice | int, location: Literal["device", "host"] | None = None) -> None: ...
     def synchronize(self) -> None:
         """Blocks until the work pending on this memory is done: devbuf's, and once the memory was
         handed out (any export), other libraries' on the queues devbuf knows of (its own queue or
@@ -277,7 +372,11 @@ class Buffer(Array):
         the same way; see the guide's "Ordering, both ways"."""
     def ipc_handle(self, *, readonly: bool = False) -> IpcHandle:
         """Opens this buffer's memory in another process; read-only when asked or when the buffer is."""
-    def __getitem__(self, index: slice, /) -> Buffer: ...
+    @overload  # type: ignore[override]
+    def __getitem__(self, key: slice, /) -> Buffer | Array:
+        """A step-1 slice is a Buffer sharing the allocation; any other index an Array's."""
+    @overload
+    def __getitem__(self, key: _Index | tuple[_Index, ...], /) -> Array: ...
 
 @final
 class IpcHandle:
@@ -317,6 +416,56 @@ def alloc(
     mr: MemoryResource | None = None,
     stream: Stream | None = None,
 ) -> Buffer: ...
+def empty(
+    shape: _Shape,
+    dtype: DTypeLike | None = None,
+    *,
+    kind: _Kind | None = None,
+    device: str | Device | Queue | Any | None = None,
+    stream: Stream | None = None,
+    mr: MemoryResource | None = None,
+) -> Array:
+    """An uninitialised C-contiguous array (float64 by default), allocated as alloc() allocates."""
+def zeros(
+    shape: _Shape,
+    dtype: DTypeLike | None = None,
+    *,
+    kind: _Kind | None = None,
+    device: str | Device | Queue | Any | None = None,
+    stream: Stream | None = None,
+    mr: MemoryResource | None = None,
+) -> Array: ...
+def full(
+    shape: _Shape,
+    fill_value: bool | int | float | complex | Any,
+    dtype: DTypeLike | None = None,
+    *,
+    kind: _Kind | None = None,
+    device: str | Device | Queue | Any | None = None,
+    stream: Stream | None = None,
+    mr: MemoryResource | None = None,
+) -> Array:
+    """Every element ``fill_value``, converted as NumPy's ``full`` converts it (a value that does
+    not fit is a ValueError); without ``dtype``, the value's own."""
+def empty_like(
+    prototype: Any,
+    dtype: DTypeLike | None = None,
+    *,
+    kind: _Kind | None = None,
+    device: str | Device | Queue | Any | None = None,
+    stream: Stream | None = None,
+    mr: MemoryResource | None = None,
+) -> Array:
+    """``empty`` of ``prototype``'s shape, and by default its dtype, kind and device."""
+def zeros_like(
+    prototype: Any,
+    dtype: DTypeLike | None = None,
+    *,
+    kind: _Kind | None = None,
+    device: str | Device | Queue | Any | None = None,
+    stream: Stream | None = None,
+    mr: MemoryResource | None = None,
+) -> Array: ...
 def get_elapsed_time(start: Event, end: Event) -> float:
     """Milliseconds from ``start`` to ``end`` (CuPy's form of ``end - start``)."""
 def open_ipc(handle: IpcHandle | bytes) -> Buffer: ...
@@ -373,9 +522,23 @@ class PoolMemoryResource(MemoryResource):
         upstream_mr: MemoryResource,
         initial_pool_size: int | None = None,
         maximum_pool_size: int | None = None,
-    ) -> Self: ...
+        *,
+        kind: _Kind | None = None,
+    ) -> Self:
+        """Takes ``initial_pool_size`` bytes of ``kind`` memory from upstream now (MemoryError when
+        it cannot); ``initial_pool_size`` over ``maximum_pool_size`` is a ValueError."""
     def release(self) -> None: ...
     def pool_size(self) -> int: ...
+    @property
+    def initial_pool_size(self) -> int: ...
+    @property
+    def maximum_pool_size(self) -> int | None: ...
+    @property
+    def used_bytes(self) -> int:
+        """Bytes handed out now, every kind together."""
+    @property
+    def free_bytes(self) -> int:
+        """Bytes held from upstream and not handed out: ``pool_size() - used_bytes``."""
 
 @final
 class LimitingResourceAdaptor(MemoryResource):
@@ -393,11 +556,60 @@ class StatisticsResourceAdaptor(MemoryResource):
 
 @final
 class TrackingResourceAdaptor(MemoryResource):
-    def __new__(cls, upstream_mr: MemoryResource, capture_stacks: bool = False) -> Self: ...
+    def __new__(cls, upstream_mr: MemoryResource, capture_stacks: bool = False) -> Self:
+        """With ``capture_stacks``, the leak report shows the Python stack (innermost frames:
+        file, line, code) that made each outstanding allocation."""
     def get_allocated_bytes(self) -> int: ...
     def get_outstanding_allocations_str(self) -> str: ...
 
+@final
+class FixedSizeMemoryResource(MemoryResource):
+    def __new__(
+        cls, upstream_mr: MemoryResource, block_size: int = 1048576, blocks_to_preallocate: int = 128
+    ) -> Self: ...
+    @property
+    def block_size(self) -> int: ...
+    def get_upstream_bytes(self) -> int: ...
+
+@final
+class BinningMemoryResource(MemoryResource):
+    def __new__(cls, upstream_mr: MemoryResource, min_size_exponent: int = -1, max_size_exponent: int = -1) -> Self: ...
+    def add_bin(self, allocation_size: int, bin_resource: MemoryResource | None = None) -> None: ...
+    @property
+    def bin_mrs(self) -> list[MemoryResource]: ...
+
+class _TextStream(Protocol):
+    def write(self, text: str, /) -> Any: ...
+
+@final
+class LoggingResourceAdaptor(MemoryResource):
+    def __new__(
+        cls,
+        upstream_mr: MemoryResource,
+        log_file_name: str | os.PathLike[str] | _TextStream | None = None,
+        *,
+        auto_flush: bool = False,
+    ) -> Self: ...
+    def flush(self) -> None: ...
+    def get_file_name(self) -> str | None: ...
+
+@final
+class FailureCallbackResourceAdaptor(MemoryResource):
+    def __new__(cls, upstream_mr: MemoryResource, callback: Callable[[int], bool]) -> Self: ...
+    @property
+    def callback(self) -> Callable[[int], bool] | None: ...
+
+@final
+class PrefetchResourceAdaptor(MemoryResource):
+    def __new__(cls, upstream_mr: MemoryResource) -> Self: ...
+
+def replay(
+    log_file_name: str | os.PathLike[str], mr: MemoryResource, kind: _Kind = "device"
+) -> dict[str, int | float]: ...
 def set_current_device_resource(mr: MemoryResource, kind: _Kind | None = None) -> None: ...
 def get_current_device_resource(
     device: str | Device | Queue | Any | None = None, kind: _Kind = "shared"
 ) -> MemoryResource: ...
+def reset_current_device_resource(device: str | Device | Queue | Any | None = None, kind: _Kind | None = None) -> None:
+    """Back to the device's own allocator for ``kind`` (every kind when None), as before any
+    set_current_device_resource (RMM's C++ reset_current_device_resource_ref)."""

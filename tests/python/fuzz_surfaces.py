@@ -53,6 +53,7 @@ class Fuzzed(mr.MemoryResource):
         self.out = {}
         self.returned = 0
         self.raised = []
+        self.upstream_taken = {}  # address -> (upstream, bytes, kind) taken from an upstream
 
     def allocate(self, nbytes, kind="shared"):
         value = self.answer(self, nbytes, kind)
@@ -64,9 +65,10 @@ class Fuzzed(mr.MemoryResource):
         assert self.out.get(ptr, 0) > 0, f"{ptr:#x} given back twice or never handed out"
         self.out[ptr] -= 1
         self.returned += 1
-        release = getattr(self, "release_upstream", None)
-        if release:
-            release(ptr, nbytes, kind)
+        taken = self.upstream_taken.pop(ptr, None) if self.out[ptr] == 0 else None
+        if taken:
+            upstream, size, taken_kind = taken
+            upstream.deallocate(ptr, size, taken_kind)
 
 
 def answers(rng, device, kind):
@@ -84,8 +86,7 @@ def answers(rng, device, kind):
         def answer(resource, nbytes, asked):
             size = nbytes_of(nbytes)
             ptr = upstream.allocate(size, kind_of(asked))
-            taken = kind_of(asked)
-            resource.release_upstream = lambda p, n, k: upstream.deallocate(p, size, taken)
+            resource.upstream_taken[ptr] = (upstream, size, kind_of(asked))
             return ptr
 
         return answer
@@ -123,16 +124,18 @@ def resource_case(rng):
     name, answer, valid = answers(rng, device, kind)
     resource = Fuzzed(device, answer)
     chain = rng.choice(["none", "pool", "statistics", "tracking", "limiting"])
-    top = {
+    adaptor = {
         "none": lambda r: r,
         "pool": lambda r: mr.PoolMemoryResource(r, initial_pool_size=1 << 20, maximum_pool_size=1 << 22),
         "statistics": mr.StatisticsResourceAdaptor,
         "tracking": mr.TrackingResourceAdaptor,
         "limiting": lambda r: mr.LimitingResourceAdaptor(r, 1 << 22),
-    }[chain](resource)
+    }[chain]
     nbytes = rng.choice([256, 4096, 8192])
     label = f"resource {name} {kind} on {device.selector} through {chain}"
+    top = None
     try:
+        top = adaptor(resource)  # a pool takes its initial block from the resource at once
         buffer = devbuf.alloc(nbytes, kind, mr=top)
     except (ValueError, TypeError) as refused:
         assert not valid, f"{label}: refused memory the runtime vouches for: {refused}"

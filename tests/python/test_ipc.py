@@ -231,7 +231,7 @@ def test_a_read_only_handle_opens_read_only_in_another_process():
     assert child.exitcode == 0
     readonly, writeable, head, fill, flipped, mapped = done.get(timeout=10)
     assert (readonly, writeable, head) == (True, False, b"\x08\x08")
-    assert fill == "fill: this buffer is read-only"
+    assert fill == "fill: this buffer is read-only: its memory is mapped for reading only (an IPC handle opened read-only)"
     assert flipped.startswith("ipc_handle: the exporter shared this allocation read-only")
     assert mapped == "not writable"
     # The exporter keeps writing its own buffer.

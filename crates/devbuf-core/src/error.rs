@@ -31,6 +31,16 @@ pub enum Error {
         message: String,
     },
 
+    /// An index reaches past the array: a position outside its dimension, more entries than
+    /// dimensions (Python: IndexError).
+    #[error("{key}: {message}")]
+    IndexOutOfBounds {
+        /// The argument at fault.
+        key: &'static str,
+        /// The position, the axis and its extent.
+        message: String,
+    },
+
     /// The memory cannot be exported through the requested protocol (Python: BufferError).
     #[error("{0}")]
     Unexportable(String),

@@ -19,10 +19,10 @@ pub trait ForeignQueue: Send + Sync + fmt::Debug {
     /// the runtime allows it.
     fn wait_event(&self, event: &Event) -> Result<()>;
 
-    /// The devbuf queue this is, when another library's handle names one of devbuf's own queues
-    /// (a devbuf stream passed back as a consumer's `stream`): the memory handed to it is then
-    /// handed out on that queue ([`crate::Buffer::hand_out_on`]).
-    fn devbuf_queue(&self) -> Option<&Arc<dyn crate::Queue>> {
+    /// Downcasting, for the one kind devbuf makes itself: one of devbuf's own queues as another
+    /// library that holds its handle sees it ([`crate::exchange::handed_out`]), so that memory
+    /// handed to it is recorded as handed out on that queue. `None` for every other library's.
+    fn as_any(&self) -> Option<&dyn Any> {
         None
     }
 }

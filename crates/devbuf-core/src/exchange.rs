@@ -80,8 +80,8 @@ impl ForeignQueue for HandedOut {
         self.0.wait_event(event)
     }
 
-    fn devbuf_queue(&self) -> Option<&Arc<dyn Queue>> {
-        Some(&self.0)
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 }
 
@@ -124,7 +124,7 @@ pub unsafe fn order_dlpack_export(
 /// A consumer's queue that is one of devbuf's own (a devbuf stream passed as DLPack's `stream`)
 /// is a queue the memory was handed out on: the consumer writes there.
 fn record_consumer(buffer: &Buffer, consumer: &dyn ForeignQueue) {
-    if let Some(queue) = consumer.devbuf_queue() {
+    if let Some(HandedOut(queue)) = consumer.as_any().and_then(|any| any.downcast_ref()) {
         buffer.hand_out_on(queue);
     }
 }

@@ -30,6 +30,7 @@ mod error;
 mod event;
 pub mod exchange;
 pub mod extent;
+pub mod hints;
 pub mod host;
 pub mod interface;
 pub mod interop;
@@ -45,15 +46,16 @@ mod timing;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 
-pub use array::{Array, Layout, MAX_NDIM, check_ndim};
+pub use array::{Array, Index, Layout, MAX_NDIM, check_ndim};
 pub use backend::{Availability, Backend, split_selector};
 pub use blocking::{blocking, set_blocking_hook};
-pub use buffer::{Access, Buffer, KeptAlive, Owner};
+pub use buffer::{Access, Buffer, KeptAlive, Owner, Runs};
 pub use dlpark;
-pub use dtype::{ByteOrder, DType, ScalarKind};
+pub use dtype::{ByteOrder, DType, Scalar, ScalarKind};
 pub use error::{Error, Raised, Result};
 pub use event::{CompletedEvent, Event, ForeignQueue, QueueEvent};
 pub use exchange::{Protocol, ResolvedQueue};
+pub use hints::{Advice, Location};
 pub use host::{HostBackend, HostQueue};
 pub use interop::{ExportedHandle, ForeignObject, Holder, Interop, StreamHandle};
 pub use ipc::{IpcHandle, IpcSharing};

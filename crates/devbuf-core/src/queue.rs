@@ -11,6 +11,7 @@ use std::any::Any;
 use std::fmt;
 use std::ptr::NonNull;
 
+use crate::hints::{Advice, Location};
 use crate::interop::Interop;
 use crate::{DeviceInfo, Event, MemKind, Result};
 
@@ -111,6 +112,20 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
         })
     }
 
+    /// The device's free and total memory in bytes, as its runtime reports them now (CUDA's
+    /// `cuMemGetInfo`, CuPy's `Device.mem_info`); an [`crate::Error::Unsupported`] where the
+    /// runtime does not say.
+    fn memory_info(&self) -> Result<(usize, usize)> {
+        Err(crate::Error::Unsupported {
+            device: self.device().selector.clone(),
+            what: "memory information".into(),
+            reason: format!(
+                "the {} backend's runtime does not report free memory",
+                self.device().backend
+            ),
+        })
+    }
+
     /// Makes work enqueued on this queue from now on wait for `event`, without blocking the host
     /// where the runtime allows it.
     fn wait_event(&self, event: &Event) -> Result<()>;
@@ -127,9 +142,39 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// everything else (another context's memory, stack, heap, garbage).
     fn kind_of(&self, ptr: *const u8) -> MemKind;
 
+    /// Enqueues migrating `len` bytes of this queue's shared memory at `ptr` toward `to`, a hint
+    /// the runtime may act on later; unsupported by default.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` lies in one shared allocation of this queue, alive until the work is done.
+    unsafe fn prefetch(&self, _ptr: *const u8, _len: usize, to: Location) -> Result<()> {
+        Err(hint_unsupported(
+            self.device(),
+            &format!("prefetching to the {to}"),
+        ))
+    }
+
+    /// Tells the runtime how `len` bytes of this queue's shared memory at `ptr` will be used;
+    /// unsupported by default.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` lies in one shared allocation of this queue.
+    unsafe fn advise(&self, _ptr: *const u8, _len: usize, advice: Advice) -> Result<()> {
+        Err(hint_unsupported(self.device(), &format!("{advice:?}")))
+    }
+
     /// The exchange half of this queue: how its memory and work cross library boundaries.
     fn interop(&self) -> &dyn Interop;
 
     /// Downcasting, for backend-specific protocol details.
     fn as_any(&self) -> &dyn Any;
+}
+
+/// The error of a backend without memory hints.
+fn hint_unsupported(device: &DeviceInfo, what: &str) -> crate::Error {
+    crate::Error::Unsupported {
+        device: device.selector.clone(),
+        what: what.to_owned(),
+        reason: "this backend takes no hints about shared memory".into(),
+    }
 }

@@ -19,6 +19,11 @@ pub struct StreamOptions {
     /// The stream's priority where the runtime has priorities (CUDA: lower numbers are greater
     /// priorities, clamped to the device's range by the driver); `None` for the default.
     pub priority: Option<i32>,
+    /// Whether the stream's events keep when they completed ([`crate::Queue::record_timed_event`])
+    /// where the runtime decides that per stream: a SYCL queue made with
+    /// `property::queue::enable_profiling` (which costs every command on it a few timestamps).
+    /// CUDA's and the host's events time on any stream.
+    pub timing: bool,
 }
 
 impl Default for StreamOptions {
@@ -27,6 +32,7 @@ impl Default for StreamOptions {
         StreamOptions {
             non_blocking: true,
             priority: None,
+            timing: false,
         }
     }
 }

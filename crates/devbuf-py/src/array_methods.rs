@@ -2,7 +2,7 @@
 //! through its own module (what an Array holds is `objects::array`). Nothing in the crate
 //! depends on this module.
 
-use devbuf::Layout;
+use devbuf::{Array, Layout};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule, PyDict, PyTuple};
@@ -188,21 +188,28 @@ impl PyArray {
     #[getter]
     fn buffer(&self, py: Python<'_>) -> PyResult<Py<PyBuffer>> {
         let array = self.array(py)?;
-        PyBuffer::wrap_readonly(
+        let buffer = PyBuffer::wrap_readonly(
             py,
             array.buffer().clone(),
             self.queue.clone_ref(py),
             array.readonly(),
-        )
+        )?;
+        buffer
+            .bind(py)
+            .as_super()
+            .get()
+            .inherit_readonly_origin(self);
+        Ok(buffer)
     }
 
     /// Copies `source` (anything `devbuf.asarray` takes: DLPack, SUAI, CAI or buffer-protocol
     /// objects) into this array. An array takes only a source of its own dtype and shape, as
     /// CuPy's `ndarray.set` and NumPy's `copyto(self, source, casting="no")` without broadcasting:
     /// another dtype is a TypeError and another shape a ValueError, each naming both (nothing is
-    /// converted, reshaped or broadcast). A Buffer is bytes: it takes the bytes of any source of
-    /// its size, a raw copy as CuPy's `MemoryPointer.copy_from` and dpctl.memory's
-    /// `copy_from_device` make. Both must be C-contiguous.
+    /// converted, reshaped or broadcast). A Buffer is bytes: it takes the elements of any source
+    /// of its size, in C order, a raw copy as CuPy's `MemoryPointer.copy_from` and dpctl.memory's
+    /// `copy_from_device` make. Either side may have any layout (a transpose, a strided slice):
+    /// only the bytes the elements occupy move, one copy per contiguous run.
     /// With `blocking=False` the copy is only enqueued on this array's queue: it is pending work
     /// that the protocols then report (CAI's `stream`) or wait for. `stream` (a `devbuf.Stream`
     /// that reaches both sides) runs the copy instead: the pending work is then that stream's,
@@ -216,31 +223,104 @@ impl PyArray {
     ) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        if this.array(py)?.readonly() {
-            return Err(PyValueError::new_err("copy_from: this array is read-only"));
+        let destination = this.array(py)?;
+        if destination.readonly() {
+            return Err(PyValueError::new_err(format!(
+                "copy_from: this array is read-only: {}",
+                this.readonly_reason(&destination)
+            )));
         }
         let imported = crate::import::import_object(py, source, false, true)?;
-        if !slf.is_instance_of::<PyBuffer>() {
-            same_elements(this.array(py)?.layout(), imported.get().array(py)?.layout())?;
-        }
-        let source = imported.get().contiguous_bytes(py, "copy_from's source")?;
-        let destination = this.contiguous_bytes(py, "copy_from")?;
-        match (stream, blocking) {
-            (None, true) => py.detach(|| destination.copy_from(&source)).py(),
+        let source = imported.get().array(py)?;
+        let destination = if slf.is_instance_of::<PyBuffer>() {
+            bytes_as(&destination, source.layout())?
+        } else {
+            same_elements(destination.layout(), source.layout())?;
+            destination.clone()
+        };
+        let source: &Array = &source;
+        // Inside `with stream:`, a stream of the destination's device runs the copy when it can
+        // reach the source (the same device, or memory the host can read).
+        let current = match stream {
+            None => crate::objects::current_stream::current_on(
+                py,
+                Some(&destination.buffer().device().selector),
+            )
+            .filter(|_| {
+                source.buffer().is_host_accessible()
+                    || source.buffer().device().selector == destination.buffer().device().selector
+            }),
+            Some(_) => None,
+        };
+        match (stream.or(current.as_ref()), blocking) {
+            (None, true) => py.detach(|| destination.copy_elements_from(source)).py(),
             (None, false) => {
-                let queue = destination.queue().clone();
-                py.detach(|| destination.enqueue_copy_from(&source, &queue).map(drop))
-                    .py()
+                let queue = destination.buffer().queue().clone();
+                py.detach(|| {
+                    destination
+                        .enqueue_copy_elements_from(source, &queue)
+                        .map(drop)
+                })
+                .py()
             }
             (Some(stream), blocking) => {
                 let queue = &stream.get().queue;
                 py.detach(|| {
-                    let copied = destination.enqueue_copy_from(&source, queue)?;
+                    let copied = destination.enqueue_copy_elements_from(source, queue)?;
                     if blocking { copied.wait() } else { Ok(()) }
                 })
                 .py()
             }
         }
+    }
+
+    /// A view of the elements selected by `key`, NumPy's basic indexing: ints (a dimension goes;
+    /// a 0-d array for one element, as CuPy returns), slices with any step, `...` and `None`.
+    /// Nothing is copied; there is no fancy or boolean indexing.
+    fn __getitem__(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyArray>> {
+        crate::array_views::getitem(slf, key)
+    }
+
+    /// The same elements in `shape` (ints or one sequence; one may be -1): a view where the
+    /// strides allow, as NumPy's `reshape`. Where they do not, `copy=None` returns a C-contiguous
+    /// copy, `copy=False` is a ValueError; `copy=True` always copies.
+    #[pyo3(signature = (*shape, copy = None))]
+    fn reshape(
+        slf: &Bound<'_, Self>,
+        shape: &Bound<'_, PyTuple>,
+        copy: Option<bool>,
+    ) -> PyResult<Py<PyArray>> {
+        crate::array_views::reshape(slf, shape, copy)
+    }
+
+    /// The view with the dimensions reversed (`x.transpose()`).
+    #[getter(T)]
+    fn transposed(slf: &Bound<'_, Self>) -> PyResult<Py<PyArray>> {
+        crate::array_views::transpose(slf, &PyTuple::empty(slf.py()))
+    }
+
+    /// The view with the dimensions permuted: `axes` (ints or one sequence) names, for each
+    /// dimension of the result, the dimension it was; none reverses them.
+    #[pyo3(signature = (*axes))]
+    fn transpose(slf: &Bound<'_, Self>, axes: &Bound<'_, PyTuple>) -> PyResult<Py<PyArray>> {
+        crate::array_views::transpose(slf, axes)
+    }
+
+    /// A C-contiguous, writable copy on the same device and of the same kind of memory, as
+    /// NumPy's and CuPy's `x.copy()`: only the elements' bytes are copied.
+    fn copy(slf: &Bound<'_, Self>) -> PyResult<Py<PyArray>> {
+        crate::array_views::compact_copy(slf)
+    }
+
+    /// The array on `device` (a selector, a Device or a Stream), the array API's `to_device`:
+    /// this very array when it is already there, else a copy in device memory (what
+    /// `devbuf.asarray(x, device=device)` returns).
+    #[pyo3(signature = (device, /))]
+    fn to_device<'py>(
+        slf: &Bound<'py, Self>,
+        device: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyArray>> {
+        crate::import::asarray(slf.py(), slf.as_any(), None, Some(device), true, None)
     }
 
     /// The bytes of a C-contiguous array, copied to the host (on `stream`, a `devbuf.Stream` that
@@ -252,7 +332,11 @@ impl PyArray {
         stream: Option<&Bound<'py, PyQueue>>,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let bytes = self.contiguous_bytes(py, "to_bytes")?;
-        let data = match stream {
+        let current = match stream {
+            None => crate::objects::current_stream::current_on(py, Some(&bytes.device().selector)),
+            Some(_) => None,
+        };
+        let data = match stream.or(current.as_ref()) {
             None => py.detach(|| bytes.to_vec()).py()?,
             Some(stream) => {
                 let queue = &stream.get().queue;
@@ -426,6 +510,21 @@ fn same_elements(destination: &Layout, source: &Layout) -> PyResult<()> {
         )));
     }
     Ok(())
+}
+
+/// A Buffer's bytes seen as `source`'s elements in C order, for a raw copy of them: the byte
+/// counts must agree.
+fn bytes_as(bytes: &Array, source: &Layout) -> PyResult<Array> {
+    let buffer = bytes.buffer();
+    if buffer.len() != source.nbytes() {
+        return Err(PyValueError::new_err(format!(
+            "source: {} bytes cannot be copied into this buffer of nbytes={}",
+            source.nbytes(),
+            buffer.len()
+        )));
+    }
+    let layout = Layout::contiguous(source.dtype(), source.shape(), 0).py()?;
+    Array::new(buffer.clone(), layout).py()
 }
 
 /// `(2, 3)`, `(5,)`, `()`: a shape as Python prints it.

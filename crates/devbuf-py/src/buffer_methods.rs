@@ -4,7 +4,7 @@
 use std::ffi::CStr;
 
 use devbuf::{Array, Buffer, DType, Layout};
-use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::impl_::trampoline::{MethodDef, fastcall_cfunction_with_keywords};
 use pyo3::prelude::*;
@@ -19,6 +19,40 @@ use crate::objects::queue::PyQueue;
 
 #[pymethods]
 impl PyBuffer {
+    /// Buffers are made by `devbuf.alloc` (and imports), not by the class: `Buffer(1024)` says so.
+    #[new]
+    #[pyo3(signature = (*_args, **_kwargs))]
+    fn new(
+        _args: &Bound<'_, pyo3::types::PyTuple>,
+        _kwargs: Option<&Bound<'_, pyo3::types::PyDict>>,
+    ) -> PyResult<PyClassInitializer<PyBuffer>> {
+        Err(PyTypeError::new_err(
+            "Buffer: buffers are not made by the class; allocate with devbuf.alloc(nbytes, \
+             kind, device) (cuda.core's Device.allocate, CuPy's cuda.alloc), or wrap existing \
+             memory with devbuf.asarray(obj)",
+        ))
+    }
+
+    /// `nbytes` at address `ptr` on `device` (a selector, Device or Stream; None for the default
+    /// device) as a Buffer, cuda.core's `Buffer.from_handle`: the device's runtime classifies the
+    /// pointer, and the bytes must lie in one allocation it knows, where it can tell (else a
+    /// ValueError names `ptr` or `nbytes`); memory no runtime can vouch for (a host pointer) is
+    /// taken as "unknown". `owner` is kept alive while devbuf uses the memory; `deleter`, a
+    /// callable, runs once with no arguments when nothing uses it any more; with neither, the
+    /// caller keeps the memory alive for as long as the Buffer and its views live.
+    #[staticmethod]
+    #[pyo3(signature = (ptr, nbytes, device = None, *, owner = None, deleter = None))]
+    fn from_handle(
+        py: Python<'_>,
+        ptr: usize,
+        nbytes: usize,
+        device: Option<&Bound<'_, PyAny>>,
+        owner: Option<Py<PyAny>>,
+        deleter: Option<Py<PyAny>>,
+    ) -> PyResult<Py<PyBuffer>> {
+        crate::import::handle::from_handle(py, ptr, nbytes, device, owner, deleter)
+    }
+
     /// Number of bytes.
     #[getter]
     fn nbytes(slf: &Bound<'_, Self>) -> PyResult<usize> {
@@ -57,20 +91,45 @@ impl PyBuffer {
         dtype: &Bound<'_, PyAny>,
         shape: Option<&Bound<'_, PyAny>>,
         strides: Option<Vec<isize>>,
-        offset: usize,
+        offset: isize,
     ) -> PyResult<Py<PyArray>> {
         let py = slf.py();
         let this = slf.as_super().get();
         let dtype = crate::dtypes::from_python(dtype)?;
         let array = this.array(py)?;
         let buffer = array.buffer();
+        let offset = usize::try_from(offset).map_err(|_| {
+            PyValueError::new_err(format!(
+                "offset: {offset} is negative; it counts bytes from the buffer's start"
+            ))
+        })?;
         let shape = match shape {
             Some(length) if length.is_instance_of::<PyInt>() => {
                 vec![length.extract::<usize>().map_err(|_| {
                     PyValueError::new_err(format!("shape: {length} is not a length"))
                 })?]
             }
-            Some(shape) => shape.extract()?,
+            Some(shape) => {
+                let extents: Vec<isize> = shape.extract().map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "shape: expected an int or a sequence of ints, got {}",
+                        shape
+                            .get_type()
+                            .name()
+                            .map_or_else(|_| "?".into(), |n| n.to_string())
+                    ))
+                })?;
+                extents
+                    .iter()
+                    .map(|&n| {
+                        usize::try_from(n).map_err(|_| {
+                            PyValueError::new_err(format!(
+                                "shape: {extents:?} has the negative extent {n}"
+                            ))
+                        })
+                    })
+                    .collect::<PyResult<_>>()?
+            }
             None => vec![whole_elements(buffer.len(), offset, dtype)?],
         };
         let layout =
@@ -90,12 +149,23 @@ impl PyBuffer {
         stream: Option<&Bound<'_, PyQueue>>,
     ) -> PyResult<()> {
         let value = byte_value(value)?;
-        let array = slf.as_super().get().array(slf.py())?;
+        let this = slf.as_super().get();
+        let array = this.array(slf.py())?;
         if array.readonly() {
-            return Err(PyValueError::new_err("fill: this buffer is read-only"));
+            return Err(PyValueError::new_err(format!(
+                "fill: this buffer is read-only: {}",
+                this.readonly_reason(&array)
+            )));
         }
         let buffer = array.buffer();
-        if let Some(stream) = stream {
+        let current = match stream {
+            None => crate::objects::current_stream::current_on(
+                slf.py(),
+                Some(&buffer.device().selector),
+            ),
+            Some(_) => None,
+        };
+        if let Some(stream) = stream.or(current.as_ref()) {
             let queue = &stream.get().queue;
             return slf
                 .py()
@@ -114,6 +184,33 @@ impl PyBuffer {
         }
     }
 
+    /// Enqueues migrating this shared (managed) memory toward `location` ("device" or "host"),
+    /// on `stream` (a `devbuf.Stream` that reaches it) or the buffer's own queue; a hint the
+    /// runtime acts on in its own time. ValueError where the backend cannot.
+    #[pyo3(signature = (location = "device", *, stream = None))]
+    fn prefetch(
+        slf: &Bound<'_, Self>,
+        location: &str,
+        stream: Option<&Bound<'_, PyQueue>>,
+    ) -> PyResult<()> {
+        let array = slf.as_super().get().array(slf.py())?;
+        crate::buffer_hints::prefetch(slf.py(), array.buffer(), location, stream)
+    }
+
+    /// Tells the runtime how this shared memory will be used: `advice` is CUDA's name of it
+    /// ("set_read_mostly", "unset_read_mostly", "set_preferred_location",
+    /// "unset_preferred_location", "set_accessed_by", "unset_accessed_by", with `location`
+    /// "device" or "host" where it names one) or, for SYCL's `mem_advise`, the backend's number.
+    #[pyo3(signature = (advice, location = None))]
+    fn advise(
+        slf: &Bound<'_, Self>,
+        advice: &Bound<'_, PyAny>,
+        location: Option<&str>,
+    ) -> PyResult<()> {
+        let array = slf.as_super().get().array(slf.py())?;
+        crate::buffer_hints::advise(slf.py(), array.buffer(), advice, location)
+    }
+
     /// Blocks until all pending work on this memory (from any queue) has completed, and once the
     /// memory was handed out, other libraries' work on the queues devbuf knows of.
     fn synchronize(slf: &Bound<'_, Self>) -> PyResult<()> {
@@ -122,28 +219,30 @@ impl PyBuffer {
         slf.py().detach(|| buffer.synchronize()).py()
     }
 
-    /// `buffer[start:stop]`: a sub-buffer sharing ownership of the allocation.
-    fn __getitem__(slf: &Bound<'_, Self>, index: &Bound<'_, PySlice>) -> PyResult<Py<PyBuffer>> {
+    /// `buffer[start:stop]`: a sub-buffer sharing ownership of the allocation. Any other index
+    /// is an Array's (a Buffer is a one-dimensional `uint8` array): `buffer[8]` a 0-d view of
+    /// one byte, `buffer[::2]` a strided `uint8` view.
+    fn __getitem__(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let contiguous = key
+            .cast::<PySlice>()
+            .ok()
+            .filter(|slice| slice.getattr("step").is_ok_and(|step| step.is_none()));
+        let Some(slice) = contiguous else {
+            return crate::array_views::getitem(slf.as_super(), key).map(Py::into_any);
+        };
         let this = slf.as_super().get();
-        let array = this.array(slf.py())?;
+        let array = this.array(py)?;
         let buffer = array.buffer();
-        let indices = index.indices(buffer.len() as isize)?;
-        if indices.step != 1 {
-            return Err(PyIndexError::new_err(
-                "Buffer slices must be contiguous (step 1)",
-            ));
-        }
+        let indices = slice.indices(buffer.len() as isize)?;
         let (start, stop) = (
             indices.start as usize,
             indices.stop.max(indices.start) as usize,
         );
         let part = buffer.slice(start..stop).py()?;
-        PyBuffer::wrap_readonly(
-            slf.py(),
-            part,
-            this.queue.clone_ref(slf.py()),
-            array.readonly(),
-        )
+        let part = PyBuffer::wrap_readonly(py, part, this.queue.clone_ref(py), array.readonly())?;
+        part.bind(py).as_super().get().inherit_readonly_origin(this);
+        Ok(part.into_any())
     }
 
     fn __repr__(slf: &Bound<'_, Self>) -> String {
@@ -204,7 +303,7 @@ fn is_owned(buffer: &Buffer) -> bool {
 }
 
 /// `devbuf.alloc` (its Python documentation is [`ALLOC_DOC`]).
-fn alloc(
+pub(crate) fn alloc(
     py: Python<'_>,
     nbytes: usize,
     kind: &str,
@@ -213,6 +312,18 @@ fn alloc(
     mr: Option<&Bound<'_, PyAny>>,
     stream: Option<&Bound<'_, PyQueue>>,
 ) -> PyResult<Py<PyBuffer>> {
+    let current;
+    let stream = match stream {
+        None if mr.is_none() && !ipc && crate::objects::current_stream::any() => {
+            let device = device.map(|d| resolve_queue(py, Some(d))).transpose()?;
+            let selector = device
+                .as_ref()
+                .map(|queue| queue.get().queue.device().selector.as_str());
+            current = crate::objects::current_stream::current_on(py, selector);
+            current.as_ref()
+        }
+        stream => stream,
+    };
     if let Some(stream) = stream {
         let on = &stream.get().queue.device().selector;
         if mr.is_some() {
@@ -317,6 +428,7 @@ unsafe fn alloc_call(
     if ipc.is_none()
         && mr.is_none()
         && stream.is_none()
+        && !crate::objects::current_stream::any()
         && let Some(nbytes) = exact_int(nbytes)
         && let Some(kind) = kind.map_or(Some("shared"), |kind| interned.kind(kind))
     {
@@ -338,18 +450,22 @@ fn alloc_general<'py>(
 ) -> PyResult<*mut ffi::PyObject> {
     let nbytes: usize = match exact_int(nbytes) {
         Some(nbytes) => nbytes,
-        None => fastcall::extract(nbytes, "nbytes")?,
+        None => byte_count(nbytes)?,
     };
     let kind: &str = match kind {
         Some(kind) => match interned.kind(kind) {
             Some(kind) => kind,
-            None => fastcall::extract(kind, "kind")?,
+            None => kind
+                .extract()
+                .map_err(|_| wrong_type(kind, "kind", "\"host\", \"device\" or \"shared\""))?,
         },
         None => "shared",
     };
     let device = device.filter(|device| !device.is_none());
     let ipc = match ipc {
-        Some(ipc) => fastcall::extract(ipc, "ipc")?,
+        Some(ipc) => ipc
+            .extract()
+            .map_err(|_| wrong_type(ipc, "ipc", "True or False"))?,
         None => false,
     };
     let mr = mr.filter(|mr| !mr.is_none());
@@ -357,7 +473,7 @@ fn alloc_general<'py>(
         Some(stream) => Some(
             stream
                 .cast::<PyQueue>()
-                .map_err(|err| fastcall::note(py, err.into(), "stream"))?,
+                .map_err(|_| wrong_type(stream, "stream", "a devbuf.Stream"))?,
         ),
         None => None,
     };
@@ -371,6 +487,35 @@ fn alloc_general<'py>(
         stream.as_deref(),
     )?;
     Ok(made.into_ptr())
+}
+
+/// A TypeError naming `parameter`, what it takes and the type it got.
+fn wrong_type(value: Borrowed<'_, '_, PyAny>, parameter: &str, expected: &str) -> PyErr {
+    let got = value
+        .get_type()
+        .name()
+        .map_or_else(|_| "?".into(), |name| name.to_string());
+    PyTypeError::new_err(format!("{parameter}: expected {expected}, got {got}"))
+}
+
+/// `alloc`'s `nbytes` when it is not a plain non-negative int: an int index (NumPy's) is taken;
+/// a negative or huge one is a ValueError and anything else a TypeError, each naming `nbytes`.
+fn byte_count(nbytes: Borrowed<'_, '_, PyAny>) -> PyResult<usize> {
+    if let Ok(n) = nbytes.extract::<usize>() {
+        return Ok(n);
+    }
+    match nbytes.extract::<i128>() {
+        Ok(n) if n < 0 => Err(PyValueError::new_err(format!(
+            "nbytes: {n} is negative; alloc takes a number of bytes, 0 or more"
+        ))),
+        Ok(n) => Err(PyValueError::new_err(format!(
+            "nbytes: {n} bytes is more than any device's address space"
+        ))),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "nbytes: expected an int number of bytes, got {}",
+            nbytes.get_type().name()?
+        ))),
+    }
 }
 
 /// The interned strs `devbuf.alloc` compares its arguments with, made once (one check per call
@@ -394,7 +539,7 @@ impl AllocNames {
 
     /// The memory kind's text when `kind` is the very object of one of its interned names, as a
     /// literal `"host"` at a call site is (CPython interns identifier-like string constants): no
-    /// UTF-8 conversion; any other str goes through `fastcall::extract` and the kind's own
+    /// UTF-8 conversion; any other str is extracted and goes through the kind's own
     /// parsing.
     fn kind(&self, kind: Borrowed<'_, '_, PyAny>) -> Option<&'static str> {
         self.kinds

@@ -1,7 +1,9 @@
 //! devbuf errors as Python exceptions: one class per kind of failure (see the design page).
 
 use devbuf::Error;
-use pyo3::exceptions::{PyBufferError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{
+    PyBufferError, PyIndexError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError,
+};
 use pyo3::{PyErr, Python};
 
 /// The devbuf error that carries `raised` (what Python code devbuf called, a memory resource
@@ -26,6 +28,7 @@ pub fn to_py(err: Error) -> PyErr {
         | Error::DeviceNotFound { .. }
         | Error::Unsupported { .. } => PyValueError::new_err(err.to_string()),
         Error::InvalidType { .. } => PyTypeError::new_err(err.to_string()),
+        Error::IndexOutOfBounds { .. } => PyIndexError::new_err(err.to_string()),
         Error::Unexportable(_) => PyBufferError::new_err(err.to_string()),
         Error::OutOfMemory { .. } => PyMemoryError::new_err(err.to_string()),
         Error::Unavailable { .. } | Error::Runtime { .. } => {

@@ -10,9 +10,9 @@
 use std::ffi::CStr;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
-use pyo3::{ffi, intern};
 
 /// A function's parameters: the positional-or-keyword ones first (`required` of them required),
 /// then the keyword-only ones (all optional).
@@ -129,26 +129,6 @@ impl Signature {
     }
 }
 
-/// `value` extracted as `T`; on failure the error gets pyo3's note naming the parameter.
-pub(crate) fn extract<'a, 'py, T: FromPyObject<'a, 'py>>(
-    value: Borrowed<'a, 'py, PyAny>,
-    parameter: &str,
-) -> PyResult<T> {
-    value.extract().map_err(|err: T::Error| {
-        let err: PyErr = err.into();
-        note(value.py(), err, parameter)
-    })
-}
-
-/// `err` with the note pyo3 adds to a failed argument conversion.
-pub(crate) fn note(py: Python<'_>, err: PyErr, parameter: &str) -> PyErr {
-    let _ = err.value(py).call_method1(
-        intern!(py, "add_note"),
-        (format!("while processing '{parameter}'"),),
-    );
-    err
-}
-
 /// Adds `function` to `module` as `name`, with `doc` (its first line the text signature, as
 /// pyo3 writes it, for `inspect.signature` and stubtest).
 pub(crate) fn add(
@@ -184,7 +164,7 @@ pub(crate) fn add(
 
 /// `value` as a `usize` when it is a plain int in range: what every call site passes, read
 /// without pyo3's generic conversion (a type check, a method lookup for `__index__`); anything
-/// else is `None`, and goes through [`extract`] for the same value or pyo3's own error.
+/// else is `None`, and goes through the caller's general conversion (the same value, or its error).
 pub(crate) fn exact_int(value: Borrowed<'_, '_, PyAny>) -> Option<usize> {
     // SAFETY: a live object, with the thread attached (`value`'s token).
     if unsafe { ffi::PyLong_CheckExact(value.as_ptr()) } == 0 {

@@ -3,7 +3,7 @@
 //! dpctl refuse an implicit conversion (NumPy would otherwise wrap the Array in a 0-d object array).
 //! Nothing in the crate depends on this module.
 
-use devbuf::Buffer;
+use devbuf::{Buffer, MemKind};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
@@ -27,43 +27,36 @@ pub(crate) fn to_numpy<'py>(
     let array = this.array(py)?;
     let numpy = py.import(intern!(py, "numpy"))?;
     let dtype = crate::dtypes::to_python(py, array.layout().dtype())?;
-    let queue = match stream {
+    let current = match stream {
+        None => {
+            crate::objects::current_stream::current_on(py, Some(&array.buffer().device().selector))
+        }
+        Some(_) => None,
+    };
+    let queue = match stream.or(current.as_ref()) {
         Some(stream) => stream.get().queue.clone(),
         None => array.buffer().queue().clone(),
     };
     let layout = array.layout();
+    let target = match out {
+        Some(out) => checked_out(slf, out)?,
+        None => numpy.call_method1(intern!(py, "empty"), (layout.shape().to_vec(), dtype))?,
+    };
+    if layout.size() == 0 {
+        return Ok(target);
+    }
     if layout.is_c_contiguous() {
-        let target = match out {
-            Some(out) => checked_out(slf, out)?,
-            None => numpy.call_method1(intern!(py, "empty"), (layout.shape().to_vec(), dtype))?,
-        };
         copy_into(py, &this.contiguous_bytes(py, "get")?, &target, &queue)?;
         return Ok(target);
     }
-    // Strided: the bytes the elements span come over, and NumPy views them with the same strides.
-    let (low, end) = layout.extent().unwrap_or((0, 0));
-    let start = (layout.offset() as i128 + low) as usize;
-    let span = array
-        .buffer()
-        .slice(start..start + (end - low) as usize)
+    // Strided: the elements gathered on the device side into host memory (only their bytes
+    // move), then into NumPy's.
+    let source: &devbuf::Array = &array;
+    let gathered = py
+        .detach(|| source.compact_copy(&queue, MemKind::Host))
         .py()?;
-    let raw = numpy.call_method1(intern!(py, "empty"), (span.len(), "uint8"))?;
-    copy_into(py, &span, &raw, &queue)?;
-    let kwargs = PyDict::new(py);
-    kwargs.set_item("buffer", &raw)?;
-    kwargs.set_item("offset", -low)?;
-    kwargs.set_item("strides", layout.strides().to_vec())?;
-    let view = numpy
-        .getattr(intern!(py, "ndarray"))?
-        .call((layout.shape().to_vec(), dtype), Some(&kwargs))?;
-    match out {
-        Some(out) => {
-            let out = checked_out(slf, out)?;
-            numpy.call_method1(intern!(py, "copyto"), (&out, view))?;
-            Ok(out)
-        }
-        None => Ok(view),
-    }
+    copy_into(py, gathered.buffer(), &target, &queue)?;
+    Ok(target)
 }
 
 /// `out` when it is a NumPy array of the array's shape and dtype (TypeError or ValueError naming

@@ -3,7 +3,10 @@
 //! Rust crates.
 
 mod array_methods;
+mod array_views;
+mod buffer_hints;
 mod buffer_methods;
+mod creation;
 mod dtypes;
 mod errors;
 mod export;
@@ -14,6 +17,7 @@ mod ipc;
 mod mr;
 mod objects;
 mod pickle;
+mod stream_allocator;
 
 use devbuf::conformance::Outcome;
 use pyo3::prelude::*;
@@ -96,6 +100,7 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m
     )?)?;
     buffer_methods::add_alloc(m)?;
+    creation::register(m)?;
     m.add_function(wrap_pyfunction!(objects::event::get_elapsed_time, m)?)?;
     m.add_function(wrap_pyfunction!(import::asarray, m)?)?;
     m.add_function(wrap_pyfunction!(import::from_dlpack, m)?)?;

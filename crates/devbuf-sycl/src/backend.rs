@@ -2,7 +2,8 @@
 //! in-order queue on a device, in the device's default context, so that it reaches the memory of
 //! devbuf's queue for the device and of dpctl's queues (dpctl's `SyclQueue(device,
 //! property="in_order")` is the same thing). SYCL queues have no priorities and nothing like CUDA's
-//! legacy default stream, so `StreamOptions` change nothing here.
+//! legacy default stream, so `StreamOptions`' `non_blocking` and `priority` change nothing here;
+//! `timing` makes a profiling queue.
 
 use std::ffi::OsStr;
 use std::sync::Arc;
@@ -156,7 +157,7 @@ impl Backend for SyclBackend {
 
     /// A new in-order queue on the root device the dpctl filter string `spec` picks (for "", the
     /// device of devbuf's default SYCL queue), in the device's default context.
-    fn open_stream(&self, spec: &str, _options: StreamOptions) -> Result<Arc<dyn Queue>> {
+    fn open_stream(&self, spec: &str, options: StreamOptions) -> Result<Arc<dyn Queue>> {
         let rt = self.runtime()?;
         let device = match spec {
             "" => {
@@ -166,9 +167,11 @@ impl Backend for SyclBackend {
             filter => Device::from_filter(rt, filter)?,
         };
         let context = Context::default_for(&device)?;
-        Ok(SyclQueue::register(Arc::new(SyclQueue::create(
-            context, device,
-        )?)))
+        let queue = match options.timing {
+            true => SyclQueue::create_profiling(context, device)?,
+            false => SyclQueue::create(context, device)?,
+        };
+        Ok(SyclQueue::register(Arc::new(queue)))
     }
 
     fn queue_for_dlpack_device(&self, device: DLDevice) -> Option<Result<Arc<dyn Queue>>> {

@@ -54,9 +54,26 @@ pub struct SyclEvent {
     pub(crate) event: Arc<RawEvent>,
     /// The identity of the [`SyclQueue`] that recorded it.
     pub(crate) recorded_by: Arc<()>,
+    /// Whether it was recorded on a profiling queue for its time
+    /// ([`devbuf_core::Queue::record_timed_event`]).
+    pub(crate) timed: bool,
 }
 
 impl SyclEvent {
+    /// When its command ended, in the device's nanoseconds, once it has (waited for here: SYCL
+    /// has no timestamp for a command that has not run).
+    fn end_ns(&self) -> Result<u64> {
+        self.wait()?;
+        // SAFETY: the event is live and of a profiling queue (`timed`); the call catches the
+        // runtime's exceptions.
+        Ok(unsafe {
+            self.event
+                .rt
+                .api()
+                .DPCTLEvent_GetProfilingInfoEnd(self.event.as_ptr())
+        })
+    }
+
     fn status(&self) -> sys::DPCTLSyclEventStatusType {
         // SAFETY: the event is live; the call catches the runtime's exceptions.
         unsafe {
@@ -91,6 +108,17 @@ impl QueueEvent for SyclEvent {
             )),
             status => Ok(status == sys::DPCTLSyclEventStatusType_DPCTL_COMPLETE),
         }
+    }
+
+    fn elapsed_ms_since(&self, start: &devbuf_core::Event) -> Option<Result<f32>> {
+        let start = start.downcast_ref::<SyclEvent>()?;
+        if !(self.timed && start.timed) {
+            return None;
+        }
+        Some((|| {
+            let (from, to) = (start.end_ns()?, self.end_ns()?);
+            Ok(((to as f64 - from as f64) / 1e6) as f32)
+        })())
     }
 
     fn as_any(&self) -> &dyn Any {

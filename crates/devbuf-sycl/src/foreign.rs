@@ -325,6 +325,7 @@ impl ForeignQueue for ForeignSyclQueue {
         Ok(Event::new(SyclEvent {
             event: Arc::new(barrier(&self.queue)?),
             recorded_by: Arc::clone(&self.identity),
+            timed: false,
         }))
     }
 

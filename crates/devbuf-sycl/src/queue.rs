@@ -8,8 +8,8 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Weak};
 
 use devbuf_core::{
-    DeviceInfo, Error, Event, ExportedHandle, Interop, LastCommand, MemKind, Queue, QueueEvent,
-    Result,
+    Advice, DeviceInfo, Error, Event, ExportedHandle, Interop, LastCommand, Location, MemKind,
+    Queue, QueueEvent, Result,
 };
 use devbuf_sycl_sys as sys;
 use parking_lot::Mutex;
@@ -78,11 +78,32 @@ pub struct SyclQueue {
     /// Whether the context has several devices (then a pointer's device, not the context alone,
     /// decides the queue for its memory).
     pub(crate) multi_device_context: bool,
+    /// Whether the queue was made with profiling, so that its events carry timestamps.
+    pub(crate) profiling: bool,
 }
 
 impl SyclQueue {
     /// A new in-order queue on `device` in `context`.
     pub(crate) fn create(context: Context, device: Device) -> Result<SyclQueue> {
+        Self::create_with(context, device, sys::DPCTLQueuePropertyType_DPCTL_IN_ORDER)
+    }
+
+    /// A new in-order queue with profiling (`property::queue::enable_profiling`): its events
+    /// keep when their commands ran, so [`Queue::record_timed_event`] works on it. The runtime
+    /// then timestamps every command on the queue (see docs/guide/streams.md for the cost).
+    pub(crate) fn create_profiling(context: Context, device: Device) -> Result<SyclQueue> {
+        let properties = sys::DPCTLQueuePropertyType_DPCTL_IN_ORDER
+            | sys::DPCTLQueuePropertyType_DPCTL_ENABLE_PROFILING;
+        let mut queue = Self::create_with(context, device, properties)?;
+        queue.profiling = true;
+        Ok(queue)
+    }
+
+    fn create_with(
+        context: Context,
+        device: Device,
+        properties: sys::DPCTLQueuePropertyType,
+    ) -> Result<SyclQueue> {
         let rt = device.rt;
         // SAFETY: both handles are live; the call catches the runtime's exceptions and returns a
         // new queue we own, or null.
@@ -91,7 +112,7 @@ impl SyclQueue {
                 context.as_ptr(),
                 device.as_ptr(),
                 Some(report_async_error),
-                sys::DPCTLQueuePropertyType_DPCTL_IN_ORDER as c_int,
+                properties as c_int,
             )
         };
         // SAFETY: `raw` is null or a queue we own.
@@ -112,6 +133,7 @@ impl SyclQueue {
             dlpack_id: device.dpctl_index(),
             last: LastCommand::default(),
             identity: Arc::new(()),
+            profiling: false,
             queue,
             context,
         }
@@ -206,6 +228,7 @@ impl SyclQueue {
         SyclEvent {
             event,
             recorded_by: Arc::clone(&self.identity),
+            timed: false,
         }
     }
 
@@ -368,6 +391,22 @@ impl Queue for SyclQueue {
         Ok(Event::new(self.event(event)))
     }
 
+    fn record_timed_event(&self) -> Result<Event> {
+        if !self.profiling {
+            return Err(Error::Unsupported {
+                device: self.info.selector.clone(),
+                what: "a timed event".into(),
+                reason: "a SYCL queue keeps timestamps only when made with profiling: record on \
+                         a stream made with timing=True (devbuf.Stream(device, timing=True))"
+                    .into(),
+            });
+        }
+        // A barrier: its command ends once everything enqueued before it has, whoever did it.
+        let mut event = self.event(Arc::new(self.barrier()?));
+        event.timed = true;
+        Ok(Event::new(event))
+    }
+
     /// Other libraries enqueue on copies of this queue, which its last command does not cover: a
     /// barrier does (what a stream's `query` means to dpctl's users too).
     fn is_idle(&self) -> Result<bool> {
@@ -400,6 +439,16 @@ impl Queue for SyclQueue {
 
     fn kind_of(&self, ptr: *const u8) -> MemKind {
         classify(&self.context, self.knows_usm, ptr)
+    }
+
+    unsafe fn prefetch(&self, ptr: *const u8, len: usize, to: Location) -> Result<()> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.prefetch_shared(ptr, len, to) }
+    }
+
+    unsafe fn advise(&self, ptr: *const u8, len: usize, advice: Advice) -> Result<()> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.advise_shared(ptr, len, advice) }
     }
 
     fn interop(&self) -> &dyn Interop {

@@ -300,6 +300,36 @@ fn impossible_allocations_are_out_of_memory() {
 }
 
 #[test]
+fn streams_made_with_timing_are_profiling_queues_whose_events_time() {
+    if runtime_or_skip("timing").is_none() {
+        return;
+    }
+    let backend = SyclBackend::new();
+    let timing = devbuf_core::StreamOptions {
+        timing: true,
+        ..Default::default()
+    };
+    let timed = backend.open_stream("", timing).unwrap();
+    let buffer = Buffer::alloc(&timed, MemKind::Device, 16 << 20).unwrap();
+    let start = timed.record_timed_event().unwrap();
+    // SAFETY: the buffer is alive; the queue is waited for below.
+    unsafe { timed.fill(buffer.ptr(), 7, buffer.len()) }.unwrap();
+    let end = timed.record_timed_event().unwrap();
+    timed.wait().unwrap();
+    let elapsed = end.elapsed_ms_since(&start).unwrap().unwrap();
+    assert!(elapsed > 0.0, "{elapsed}");
+    assert!(start.elapsed_ms_since(&end).unwrap().unwrap() < 0.0);
+    // A plain queue's events keep no time, and say how to get it.
+    let plain = backend.open_stream("", Default::default()).unwrap();
+    let err = plain.record_timed_event().unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }) && err.to_string().contains("timing=True"));
+    assert!(
+        end.elapsed_ms_since(&plain.record_event().unwrap())
+            .is_none()
+    );
+}
+
+#[test]
 fn events_order_work_on_other_queues_and_accept_foreign_events() {
     let Some(rt) = runtime_or_skip("events") else {
         return;

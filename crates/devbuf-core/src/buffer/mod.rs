@@ -5,10 +5,12 @@
 //! alive: an owner object held until the last view goes, or a deleter run exactly once then.
 
 mod allocation;
+mod hints;
 mod on_queue;
 mod ordering;
 mod owner;
 mod shared;
+mod strided;
 mod transfer;
 
 use std::any::Any;
@@ -26,6 +28,7 @@ use allocation::{
 };
 pub use ordering::Access;
 pub use owner::{KeptAlive, Owner};
+pub use strided::Runs;
 
 /// A contiguous range of bytes in one allocation; cheap to clone, and every clone or sub-view
 /// keeps the allocation alive.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::Buffer;
 use super::ordering::record_enqueued;
-use super::transfer::{Access, check_reaches};
+use super::transfer::{Reach, check_reaches};
 use crate::{Error, Event, Queue, Result};
 
 impl Buffer {
@@ -15,7 +15,7 @@ impl Buffer {
     /// [`Buffer::enqueue_copy_from`]'s.
     pub fn enqueue_fill_on(&self, byte: u8, queue: &Arc<dyn Queue>) -> Result<Event> {
         self.check_writable()?;
-        check_reaches(queue, self, Access::Fill)?;
+        check_reaches(queue, self, Reach::Fill)?;
         self.order_on(queue)?;
         if self.len > 0 {
             // SAFETY: the view is in range and reachable by `queue`; the allocation records the
@@ -38,7 +38,7 @@ impl Buffer {
                 ),
             ));
         }
-        check_reaches(queue, self, Access::CopyToHost)?;
+        check_reaches(queue, self, Reach::CopyToHost)?;
         if self.len == 0 {
             return Ok(());
         }

@@ -68,7 +68,7 @@ impl Buffer {
             self.same_allocation(src) && ranges_overlap(self, src)
         })?;
         for side in [self, src] {
-            check_reaches(queue, side, Access::Copy)?;
+            check_reaches(queue, side, Reach::Copy)?;
         }
         self.order_on(queue)?;
         src.order_on(queue)?;
@@ -223,19 +223,21 @@ fn fills(queue: &Arc<dyn Queue>, buffer: &Buffer) -> bool {
 
 /// What a queue is asked to do with a buffer it did not make.
 #[derive(Clone, Copy)]
-pub(super) enum Access {
+pub(super) enum Reach {
     Fill,
     Copy,
     CopyToHost,
+    Prefetch,
 }
 
 /// Whether `queue` can do `access` on `buffer`; if not, an error saying which memory it is and
 /// which stream can (key "stream": the argument Python's and the protocols' callers pass it as).
-pub(super) fn check_reaches(queue: &Arc<dyn Queue>, buffer: &Buffer, access: Access) -> Result<()> {
+pub(super) fn check_reaches(queue: &Arc<dyn Queue>, buffer: &Buffer, access: Reach) -> Result<()> {
     let (reached, what) = match access {
-        Access::Fill => (fills(queue, buffer), "a fill"),
-        Access::Copy => (reaches(queue, buffer), "a copy"),
-        Access::CopyToHost => (reaches(queue, buffer), "a copy to the host"),
+        Reach::Fill => (fills(queue, buffer), "a fill"),
+        Reach::Copy => (reaches(queue, buffer), "a copy"),
+        Reach::CopyToHost => (reaches(queue, buffer), "a copy to the host"),
+        Reach::Prefetch => (reaches(queue, buffer), "a prefetch"),
     };
     if reached {
         return Ok(());

@@ -406,5 +406,9 @@ fn bad_typestr(typestr: &str, why: &str) -> Error {
     Error::invalid("typestr", format!("{typestr:?} {why}"))
 }
 
+mod scalar;
+
+pub use scalar::Scalar;
+
 #[cfg(test)]
 mod tests;

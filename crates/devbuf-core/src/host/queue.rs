@@ -5,10 +5,11 @@ use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::{Arc, OnceLock};
 
+use super::HOST;
 use super::device::host_device_info;
 use super::memory::HostMemory;
 use crate::interop::Interop;
-use crate::{CompletedEvent, DeviceInfo, Event, MemKind, Queue, Result};
+use crate::{Advice, CompletedEvent, DeviceInfo, Error, Event, Location, MemKind, Queue, Result};
 
 /// A queue on the host CPU.
 #[derive(Debug)]
@@ -87,12 +88,37 @@ impl Queue for HostQueue {
         Ok(Event::new(crate::InstantEvent(std::time::Instant::now())))
     }
 
+    /// The system's available and total memory (`/proc/meminfo`'s MemAvailable and MemTotal).
+    fn memory_info(&self) -> Result<(usize, usize)> {
+        let unreadable = |why: String| Error::runtime(HOST, "reading /proc/meminfo", why);
+        let text =
+            std::fs::read_to_string("/proc/meminfo").map_err(|e| unreadable(e.to_string()))?;
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|rest| rest.trim().strip_suffix("kB")?.trim().parse::<usize>().ok())
+                .map(|kib| kib * 1024)
+                .ok_or_else(|| unreadable(format!("no {name} line")))
+        };
+        Ok((field("MemAvailable")?, field("MemTotal")?))
+    }
+
     fn wait_event(&self, event: &Event) -> Result<()> {
         event.wait()
     }
 
     fn kind_of(&self, ptr: *const u8) -> MemKind {
         self.memory.kind_of(ptr)
+    }
+
+    // Every kind the host backend has is host memory, on the device that is the host: it is
+    // where any prefetch would take it, and advice has nothing to change.
+    unsafe fn prefetch(&self, _ptr: *const u8, _len: usize, _to: Location) -> Result<()> {
+        Ok(())
+    }
+
+    unsafe fn advise(&self, _ptr: *const u8, _len: usize, _advice: Advice) -> Result<()> {
+        Ok(())
     }
 
     fn interop(&self) -> &dyn Interop {

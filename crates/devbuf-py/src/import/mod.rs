@@ -9,6 +9,7 @@
 
 pub(crate) mod buffer_protocol;
 pub(crate) mod dlpack;
+pub(crate) mod handle;
 mod interface_dicts;
 mod ordering;
 mod wrap;
@@ -173,6 +174,87 @@ fn import_foreign<'py>(
 
 /// Imports `obj` through `route`; `None` when the object does not speak it.
 fn import_through<'py>(
+    py: Python<'py>,
+    obj: &Bound<'py, PyAny>,
+    route: Route,
+    sync: bool,
+) -> PyResult<Option<Bound<'py, PyArray>>> {
+    let Some(array) = import_route(py, obj, route, sync)? else {
+        return Ok(None);
+    };
+    let open = array.get().array(py)?;
+    if open.buffer().kind() == MemKind::Unknown
+        && let Some(ours) = devbuf_memory_behind(obj, &open)?
+    {
+        return Ok(Some(ours));
+    }
+    if open.layout().readonly() {
+        array.get().set_readonly_origin(format!(
+            "{} marked it read-only through {}; devbuf keeps the producer's flag (import with \
+             copy=True for a writable copy)",
+            obj.get_type().fully_qualified_name()?,
+            match route {
+                Route::Dlpack => "DLPack (the tensor's read-only flag)",
+                Route::Suai => "__sycl_usm_array_interface__ (data[1])",
+                Route::Cai => "__cuda_array_interface__ (data[1])",
+                Route::BufferProtocol => "the buffer protocol (a read-only buffer)",
+            }
+        ));
+    }
+    drop(open);
+    Ok(Some(array))
+}
+
+/// The devbuf memory a foreign host view (NumPy's `np.asarray(devbuf_array)`, a memoryview of
+/// one) shows, found through the view's `base` / `obj` chain: the same elements as a view of
+/// devbuf's own allocation, so that they import back with their kind and device, not as memory
+/// of unknown origin. `None` when the chain ends elsewhere or the elements are not inside it.
+fn devbuf_memory_behind<'py>(
+    obj: &Bound<'py, PyAny>,
+    imported: &devbuf::Array,
+) -> PyResult<Option<Bound<'py, PyArray>>> {
+    let py = obj.py();
+    let mut link = obj.clone();
+    // NumPy collapses chains of views onto their base, so a few steps reach the exporter.
+    for _ in 0..8 {
+        if let Ok(ours) = link.cast::<PyArray>() {
+            let owner = ours.get();
+            let open = owner.array(py)?;
+            let buffer = open.buffer();
+            let Some(offset) = imported.data_ptr().checked_sub(buffer.ptr() as usize) else {
+                return Ok(None);
+            };
+            let layout = imported.layout();
+            let Ok(layout) = devbuf::Layout::new(
+                layout.dtype(),
+                layout.shape(),
+                Some(layout.strides()),
+                offset,
+                layout.readonly() || open.readonly(),
+            ) else {
+                return Ok(None);
+            };
+            let Ok(view) = devbuf::Array::new(buffer.clone(), layout) else {
+                return Ok(None);
+            };
+            let made = PyArray::wrap(py, view, owner.queue.clone_ref(py))?.into_bound(py);
+            made.get().inherit_readonly_origin(owner);
+            return Ok(Some(made));
+        }
+        let next = match link.getattr_opt(intern!(py, "base"))? {
+            Some(base) if !base.is_none() => base,
+            _ => match link.getattr_opt(intern!(py, "obj"))? {
+                Some(exporter) if !exporter.is_none() => exporter,
+                _ => return Ok(None),
+            },
+        };
+        link = next;
+    }
+    Ok(None)
+}
+
+/// [`import_through`]'s protocol step.
+fn import_route<'py>(
     py: Python<'py>,
     obj: &Bound<'py, PyAny>,
     route: Route,

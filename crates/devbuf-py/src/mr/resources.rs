@@ -48,24 +48,41 @@ impl PyQueueResource {
 }
 
 /// Sub-allocates from large blocks of `upstream_mr`; grows on demand up to `maximum_pool_size`
-/// bytes, starting with `initial_pool_size`.
+/// bytes. As RMM's pool, it takes `initial_pool_size` bytes from upstream at construction (a
+/// MemoryError there when upstream cannot give them), for `kind` (default: "device", RMM's pools'
+/// memory, or the first kind the device has of "shared" and "host"); other kinds take their first
+/// block of that size on their first allocation. `initial_pool_size` over `maximum_pool_size` is
+/// a ValueError.
 #[pyclass(frozen, extends = PyMemoryResource, module = "devbuf.mr", name = "PoolMemoryResource")]
 pub struct PyPoolResource;
 
 #[pymethods]
 impl PyPoolResource {
     #[new]
-    #[pyo3(signature = (upstream_mr, initial_pool_size = None, maximum_pool_size = None))]
+    #[pyo3(signature = (upstream_mr, initial_pool_size = None, maximum_pool_size = None, *, kind = None))]
     fn new(
+        py: Python<'_>,
         upstream_mr: &Bound<'_, PyMemoryResource>,
         initial_pool_size: Option<usize>,
         maximum_pool_size: Option<usize>,
+        kind: Option<&str>,
     ) -> PyResult<PyClassInitializer<Self>> {
         let options = PoolOptions {
             initial_size: initial_pool_size.unwrap_or(0),
             maximum_size: maximum_pool_size,
         };
-        let pool = PyMemoryResource::over(upstream_mr, |up| PoolResource::new(up, options))?;
+        let upstream = resource_of(upstream_mr)?;
+        let reserve = match kind {
+            Some(kind) => kind.parse().py()?,
+            None => [MemKind::Device, MemKind::Shared, MemKind::Host]
+                .into_iter()
+                .find(|&kind| upstream.queue().supports(kind))
+                .unwrap_or(MemKind::Host),
+        };
+        let pool = py
+            .detach(|| PoolResource::reserved(upstream, options, reserve))
+            .py()?;
+        let pool = PyMemoryResource::over(upstream_mr, |_| pool)?;
         Ok(PyClassInitializer::from(pool).add_subclass(PyPoolResource))
     }
 
@@ -78,6 +95,35 @@ impl PyPoolResource {
     /// Bytes the pool holds from upstream.
     fn pool_size(slf: PyRef<'_, Self>) -> usize {
         slf.as_super().adaptor::<PoolResource>().pool_size()
+    }
+
+    /// The bytes taken at construction (the `initial_pool_size` argument; 0 when not given).
+    #[getter]
+    fn initial_pool_size(slf: PyRef<'_, Self>) -> usize {
+        slf.as_super().adaptor::<PoolResource>().initial_pool_size()
+    }
+
+    /// The most bytes the pool may hold from upstream; None when unlimited.
+    #[getter]
+    fn maximum_pool_size(slf: PyRef<'_, Self>) -> Option<usize> {
+        slf.as_super().adaptor::<PoolResource>().maximum_pool_size()
+    }
+
+    /// Bytes handed out now, every kind together (cuda.core's `used_mem_current`).
+    #[getter]
+    fn used_bytes(slf: PyRef<'_, Self>, py: Python<'_>) -> usize {
+        let pool: &PoolResource = slf.as_super().adaptor();
+        py.detach(|| pool.used_size())
+    }
+
+    /// Bytes the pool holds and has not handed out: `pool_size() - used_bytes`.
+    #[getter]
+    fn free_bytes(slf: PyRef<'_, Self>, py: Python<'_>) -> usize {
+        let pool: &PoolResource = slf.as_super().adaptor();
+        py.detach(|| {
+            let used = pool.used_size();
+            pool.pool_size().saturating_sub(used)
+        })
     }
 }
 
@@ -161,9 +207,27 @@ impl PyStatisticsResource {
     }
 }
 
-/// Remembers every live allocation (and, with `capture_stacks`, where it was made).
+/// Remembers every live allocation (and, with `capture_stacks`, the Python stack that made it).
 #[pyclass(frozen, extends = PyMemoryResource, module = "devbuf.mr", name = "TrackingResourceAdaptor")]
 pub struct PyTrackingResource;
+
+/// The innermost frames of the Python stack that is allocating, as `traceback.format_stack`
+/// writes them: the leak report's lines point at Python code, not at devbuf's Rust and C frames.
+fn python_stack() -> Option<String> {
+    /// Frames kept: the allocating line and the calls that led to it.
+    const FRAMES: usize = 6;
+    Python::attach(|py| {
+        let lines = py
+            .import("traceback")
+            .ok()?
+            .call_method1("format_stack", (py.None(), FRAMES))
+            .ok()?;
+        lines
+            .extract::<Vec<String>>()
+            .ok()
+            .map(|lines| lines.concat())
+    })
+}
 
 #[pymethods]
 impl PyTrackingResource {
@@ -173,8 +237,10 @@ impl PyTrackingResource {
         upstream_mr: &Bound<'_, PyMemoryResource>,
         capture_stacks: bool,
     ) -> PyResult<PyClassInitializer<Self>> {
-        let tracking =
-            PyMemoryResource::over(upstream_mr, |up| TrackingResource::new(up, capture_stacks))?;
+        let tracking = PyMemoryResource::over(upstream_mr, |up| match capture_stacks {
+            true => TrackingResource::with_origin(up, Arc::new(python_stack)),
+            false => TrackingResource::new(up, false),
+        })?;
         Ok(PyClassInitializer::from(tracking).add_subclass(PyTrackingResource))
     }
 
@@ -185,8 +251,8 @@ impl PyTrackingResource {
             .outstanding_bytes()
     }
 
-    /// A leak report: one line per allocation not yet freed (with its Rust backtrace when
-    /// `capture_stacks` was set).
+    /// A leak report: one line per allocation not yet freed, followed, when `capture_stacks` was
+    /// set, by the Python stack that allocated it (its innermost frames: file, line, code).
     fn get_outstanding_allocations_str(slf: PyRef<'_, Self>) -> String {
         slf.as_super()
             .adaptor::<TrackingResource>()
@@ -231,6 +297,33 @@ pub fn set_current_device_resource(
     Ok(())
 }
 
+/// Goes back to the default for `device` (None: the default device): allocations of `kind` (every
+/// kind when None) come from the device's queue itself again, as before any
+/// `set_current_device_resource`. RMM's C++ `reset_current_device_resource_ref()`; RMM's Python
+/// sets a fresh `CudaMemoryResource()`, which `set_current_device_resource(QueueMemoryResource())`
+/// mirrors here.
+#[pyfunction]
+#[pyo3(signature = (device = None, kind = None))]
+pub fn reset_current_device_resource(
+    py: Python<'_>,
+    device: Option<&Bound<'_, PyAny>>,
+    kind: Option<&str>,
+) -> PyResult<()> {
+    let kinds = match kind {
+        Some(kind) => vec![kind.parse().py()?],
+        None => MemKind::ALLOCATABLE.to_vec(),
+    };
+    let queue = resolve_queue(py, device)?;
+    let selector = queue.get().queue.device().selector.clone();
+    for kind in kinds {
+        let previous = devbuf::mr::reset_current(&selector, kind);
+        let object = current_objects(py).lock().remove(&(selector.clone(), kind));
+        // Dropped outside the lock: a resource written in Python may run code when freed.
+        drop((previous, object));
+    }
+    Ok(())
+}
+
 /// The current resource of `device` for `kind`: the one set, else the queue's own.
 #[pyfunction]
 #[pyo3(signature = (device = None, kind = "shared"))]
@@ -266,7 +359,9 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyLimitingResource>()?;
     m.add_class::<PyStatisticsResource>()?;
     m.add_class::<PyTrackingResource>()?;
+    crate::mr::rmm_resources::register(m)?;
     m.add_function(wrap_pyfunction!(set_current_device_resource, m)?)?;
     m.add_function(wrap_pyfunction!(get_current_device_resource, m)?)?;
+    m.add_function(wrap_pyfunction!(reset_current_device_resource, m)?)?;
     Ok(())
 }

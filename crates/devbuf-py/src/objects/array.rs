@@ -118,6 +118,9 @@ pub struct PyArray {
     /// This array as dpctl memory, behind its dpctl attributes (see `export::dpctl_attrs`); `None`
     /// where dpctl cannot view it.
     pub(crate) dpctl_view: LazyBox<PyOnceLock<Option<Box<DpctlView>>>>,
+    /// Who made an imported array read-only, for the errors of writes through it (see
+    /// `import::note_readonly_origin`); views of it inherit it.
+    readonly_origin: OnceBox<String>,
 }
 
 impl PyArray {
@@ -127,6 +130,30 @@ impl PyArray {
             queue,
             cache: LazyBox::new(),
             dpctl_view: LazyBox::new(),
+            readonly_origin: OnceBox::new(),
+        }
+    }
+
+    /// Says who made this array read-only (the first word stays).
+    pub(crate) fn set_readonly_origin(&self, origin: String) {
+        let _ = self.readonly_origin.set(Box::new(origin));
+    }
+
+    /// This array with `parent`'s read-only origin, for a view of it.
+    pub(crate) fn inherit_readonly_origin(&self, parent: &PyArray) {
+        if let Some(origin) = parent.readonly_origin.get() {
+            self.set_readonly_origin(origin.clone());
+        }
+    }
+
+    /// Why writes through `array` (this object's, open and read-only) are refused.
+    pub(crate) fn readonly_reason(&self, array: &Array) -> String {
+        if array.buffer().is_read_only() {
+            return "its memory is mapped for reading only (an IPC handle opened read-only)".into();
+        }
+        match self.readonly_origin.get() {
+            Some(origin) => origin.clone(),
+            None => "it is a read-only view".into(),
         }
     }
 

@@ -2,7 +2,11 @@
 //! the shared queues, the default device and other libraries' device objects, so they sit above
 //! those modules (what a Device holds is in `device`).
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
+use std::sync::Arc;
+
+use pyo3::types::{PyDict, PyInt, PyString};
 
 use crate::errors::IntoPyResult;
 use crate::objects::default_device::{
@@ -16,14 +20,90 @@ use crate::objects::queue::{PyQueue, shared_queue};
 impl PyDevice {
     /// The device a selector names: "host", "sycl", "sycl:<filter string>", "cuda", "cuda:N",
     /// "opencl", "opencl:P:D", or nothing for the default device.
+    /// A Device is taken as it is. An int is refused with the selector it likely means:
+    /// cuda.core's and CuPy's `Device(0)` is `Device("cuda:0")` here, where every backend numbers
+    /// its own devices.
     #[new]
     #[pyo3(signature = (selector = None))]
-    fn new(py: Python<'_>, selector: Option<&str>) -> PyResult<Py<PyDevice>> {
-        let queue = match selector {
+    fn new(py: Python<'_>, selector: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyDevice>> {
+        let selector = match selector {
+            None => None,
+            Some(device) if device.is_instance_of::<PyDevice>() => {
+                return Ok(device.cast::<PyDevice>()?.clone().unbind());
+            }
+            Some(text) if text.is_instance_of::<PyString>() => Some(text.extract::<String>()?),
+            Some(number) if number.is_instance_of::<PyInt>() => {
+                return Err(PyTypeError::new_err(format!(
+                    "selector: Device takes a selector string, not the int {number}: \
+                     Device(\"cuda:{number}\") for CUDA device {number} (cuda.core's and CuPy's \
+                     Device({number})), \"sycl:gpu\", \"opencl:0:{number}\", \"host\"; \
+                     devbuf.devices() lists them"
+                )));
+            }
+            Some(other) => {
+                return Err(PyTypeError::new_err(format!(
+                    "selector: expected a selector string (\"cuda:0\", \"sycl:gpu\", \"host\") \
+                     or a Device, got {}",
+                    other.get_type().name()?
+                )));
+            }
+        };
+        let queue = match selector.as_deref() {
             None | Some("") => current_default(py)?,
             Some(selector) => shared_queue(py, selector)?,
         };
         Ok(queue.get().device.clone_ref(py))
+    }
+
+    /// Blocks until the work on this device that devbuf can see is done: every command devbuf
+    /// enqueued on its queue for the device, and what the runtime lets it wait for beyond that
+    /// (on CUDA every stream of every active primary context, more than cuda.core's
+    /// `Device.sync()`, which waits for this device's; on SYCL a barrier
+    /// on devbuf's queue, which covers other libraries' work on that very queue only).
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        let queue = shared_queue(py, &self.info.selector)?;
+        let queue = Arc::clone(&queue.get().queue);
+        py.detach(|| queue.wait_device()).py()
+    }
+
+    /// `(free, total)` bytes of the device's memory now, CuPy's `Device.mem_info` (CUDA's
+    /// `cuMemGetInfo`; the host's available and total memory). Absent (AttributeError, naming
+    /// why) where the runtime does not report free memory: dpctl's C API, for SYCL, does not.
+    #[getter]
+    fn mem_info(&self, py: Python<'_>) -> PyResult<(usize, usize)> {
+        let queue = shared_queue(py, &self.info.selector)?;
+        let queue = Arc::clone(&queue.get().queue);
+        py.detach(|| queue.memory_info()).map_err(|err| match err {
+            devbuf::Error::Unsupported { .. } => {
+                pyo3::exceptions::PyAttributeError::new_err(format!("mem_info: {err}"))
+            }
+            err => crate::errors::to_py(err),
+        })
+    }
+
+    /// `sync()` under CuPy's name (`cupy.cuda.Device.synchronize`).
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        self.sync(py)
+    }
+
+    /// What the runtime says of the device, as a dict (cuda.core's `Device.properties` holds
+    /// more, from the driver): "name", "vendor", "driver", "backend", "index", "selector",
+    /// "global_mem_size" (bytes; 0 when unknown), "kinds", "test_double".
+    #[getter]
+    fn properties<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let info = &self.info;
+        let properties = PyDict::new(py);
+        properties.set_item("name", &info.name)?;
+        properties.set_item("vendor", &info.vendor)?;
+        properties.set_item("driver", &info.driver)?;
+        properties.set_item("backend", info.backend)?;
+        properties.set_item("index", info.index)?;
+        properties.set_item("selector", &info.selector)?;
+        properties.set_item("global_mem_size", info.global_mem_bytes)?;
+        let kinds: Vec<&str> = info.kinds.iter().map(|kind| kind.as_str()).collect();
+        properties.set_item("kinds", kinds)?;
+        properties.set_item("test_double", info.test_double.as_deref())?;
+        Ok(properties)
     }
 
     /// `with device:` makes this device the default of the current thread until the block ends
@@ -120,23 +200,25 @@ impl PyDevice {
         shared_queue(py, &self.info.selector)
     }
 
-    /// A new stream on this device: `devbuf.Stream(device, non_blocking=..., priority=...)`, by
-    /// cuda.core's name.
-    #[pyo3(signature = (*, non_blocking = true, priority = None))]
+    /// A new stream on this device: `devbuf.Stream(device, non_blocking=..., priority=...,
+    /// timing=...)`, by cuda.core's name.
+    #[pyo3(signature = (*, non_blocking = true, priority = None, timing = false))]
     fn create_stream(
         &self,
         py: Python<'_>,
         non_blocking: bool,
         priority: Option<i32>,
+        timing: bool,
     ) -> PyResult<Py<PyQueue>> {
         let options = devbuf::StreamOptions {
             non_blocking,
             priority,
+            timing,
         };
         let queue = py
             .detach(|| devbuf::open_stream(&self.info.selector, options))
             .py()?;
-        PyQueue::wrap(py, queue)
+        PyQueue::wrap_made(py, queue, options)
     }
 
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {

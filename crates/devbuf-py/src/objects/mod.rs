@@ -1,7 +1,7 @@
 //! The Python objects every other module works with, in layers (no module names one above it):
 //! what a `Device` and a `Stream` (`Queue`) hold and the queue each device shares (`device`,
 //! `queue`); what an `Event`, an `Array` and a `Buffer` hold (`event`, `array`); the default device
-//! (`default_device`); the queues other libraries' objects and streams name (`foreign_objects`,
+//! (`default_device`) and the current stream of `with stream:` (`current_stream`); the queues other libraries' objects and streams name (`foreign_objects`,
 //! `streams`); then the Device's and the Stream's Python methods, which reach all of these
 //! (`device_methods`, `queue_methods`). Array's and Buffer's methods reach every protocol, so they
 //! sit above the protocols' modules, in `array_methods` and `buffer_methods`. `gil_cell`, below
@@ -9,6 +9,7 @@
 //! alive, and how the garbage collector sees them.
 
 pub(crate) mod array;
+pub(crate) mod current_stream;
 pub(crate) mod default_device;
 pub(crate) mod device;
 pub(crate) mod device_methods;

@@ -26,17 +26,35 @@ pub struct PyQueue {
     /// This queue as a `dpctl.SyclQueue` (DLPack's `stream` for kDLOneAPI producers), made on
     /// first use; `None` for queues dpctl cannot wrap.
     pub(crate) dpctl_queue: PyOnceLock<Option<Py<PyAny>>>,
+    /// How devbuf made the queue (its own shared queues, users' new streams); `None` for
+    /// another library's stream or queue, adopted as it was made.
+    pub(crate) made_with: Option<devbuf::StreamOptions>,
     /// Whether this is its device's shared queue ([`shared_queue`]), the work stream DLPack's
     /// exchange table reports for the device.
     pub(crate) shared: bool,
 }
 
 impl PyQueue {
-    pub(crate) fn wrap(py: Python<'_>, queue: Arc<dyn Queue>) -> PyResult<Py<PyQueue>> {
-        Self::wrap_as(py, queue, false)
+    /// A queue devbuf made with `options`.
+    pub(crate) fn wrap_made(
+        py: Python<'_>,
+        queue: Arc<dyn Queue>,
+        options: devbuf::StreamOptions,
+    ) -> PyResult<Py<PyQueue>> {
+        Self::build(py, queue, Some(options), false)
     }
 
-    fn wrap_as(py: Python<'_>, queue: Arc<dyn Queue>, shared: bool) -> PyResult<Py<PyQueue>> {
+    /// Another library's stream or queue, adopted.
+    pub(crate) fn wrap(py: Python<'_>, queue: Arc<dyn Queue>) -> PyResult<Py<PyQueue>> {
+        Self::build(py, queue, None, false)
+    }
+
+    fn build(
+        py: Python<'_>,
+        queue: Arc<dyn Queue>,
+        made_with: Option<devbuf::StreamOptions>,
+        shared: bool,
+    ) -> PyResult<Py<PyQueue>> {
         let device = Py::new(
             py,
             PyDevice {
@@ -49,6 +67,7 @@ impl PyQueue {
                 queue,
                 device,
                 dpctl_queue: PyOnceLock::new(),
+                made_with,
                 shared,
             },
         )
@@ -117,7 +136,7 @@ pub(crate) fn shared_queue(py: Python<'_>, selector: &str) -> PyResult<Py<PyQueu
     let existing = cache.lock().get(&canonical).map(|q| q.clone_ref(py));
     let wrapped = match existing {
         Some(existing) => existing,
-        None => PyQueue::wrap_as(py, queue, true)?,
+        None => PyQueue::build(py, queue, Some(devbuf::StreamOptions::default()), true)?,
     };
     let (shared, displaced) = {
         let mut cache = cache.lock();

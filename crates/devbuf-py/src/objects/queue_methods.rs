@@ -7,7 +7,7 @@ use std::sync::Arc;
 use devbuf::{Buffer, MemKind, Protocol, StreamHandle};
 use pyo3::exceptions::{PyAttributeError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::PyCapsule;
+use pyo3::types::{PyCFunction, PyCapsule};
 
 use crate::errors::IntoPyResult;
 use crate::objects::array::PyBuffer;
@@ -42,21 +42,46 @@ impl PyQueue {
     }
 }
 
+impl PyQueue {
+    fn cuda_stream_handle(&self) -> PyResult<usize> {
+        let cuda = devbuf::speaks(self.queue.device(), Protocol::Cai);
+        match (cuda, self.queue.interop().native_stream()) {
+            (true, Some(stream)) => Ok(stream.get()),
+            _ => Err(PyAttributeError::new_err(format!(
+                "{} streams have no CUDA stream handle",
+                self.backend_name()
+            ))),
+        }
+    }
+
+    fn made_with(&self) -> PyResult<devbuf::StreamOptions> {
+        self.made_with.ok_or_else(|| {
+            PyAttributeError::new_err(
+                "another library's stream, adopted as it was made: devbuf was not told its \
+                 options (ask its own object)",
+            )
+        })
+    }
+}
+
 #[pymethods]
 impl PyQueue {
     /// A new stream on `device` (a selector string, a Device, or None for the default device),
     /// made as cuda.core's `Device.create_stream` and CuPy's `Stream` make theirs: `non_blocking`
     /// (CUDA: no synchronisation with the legacy default stream) and `priority` (CUDA: lower is
-    /// more urgent; SYCL has none). Or another library's stream adopted, kept alive while devbuf
+    /// more urgent; SYCL has none); `timing=True` makes its events able to keep time (SYCL: a
+    /// profiling queue; CUDA and host streams time either way). Or another library's stream
+    /// adopted, kept alive while devbuf
     /// uses it: anything with `__cuda_stream__` (cuda.core, CuPy, devbuf's own), or a
     /// `dpctl.SyclQueue` (the same `sycl::queue` when it is in order).
     #[new]
-    #[pyo3(signature = (device = None, *, non_blocking = true, priority = None))]
+    #[pyo3(signature = (device = None, *, non_blocking = true, priority = None, timing = false))]
     fn new(
         py: Python<'_>,
         device: Option<&Bound<'_, PyAny>>,
         non_blocking: bool,
         priority: Option<i32>,
+        timing: bool,
     ) -> PyResult<Py<PyQueue>> {
         if let Some(device) = device {
             if let Ok(ours) = device.cast::<PyQueue>() {
@@ -76,9 +101,10 @@ impl PyQueue {
         let options = devbuf::StreamOptions {
             non_blocking,
             priority,
+            timing,
         };
         let queue = py.detach(|| devbuf::open_stream(&selector, options)).py()?;
-        PyQueue::wrap(py, queue)
+        PyQueue::wrap_made(py, queue, options)
     }
 
     /// A stream for `handle`, another library's stream as `__cuda_stream__` numbers it (a
@@ -98,9 +124,9 @@ impl PyQueue {
     }
 
     /// Records an Event that completes once all work enqueued on this stream so far has, other
-    /// libraries' included (on SYCL a barrier, not devbuf's last command). With
-    /// `timing=True` the event also keeps when it completed, for `end - start` (CUDA, host; a
-    /// ValueError on backends whose events have no timing).
+    /// libraries' included (on SYCL a barrier, not devbuf's last command). With `timing=True`
+    /// the event also keeps when it completed, for `end - start` (CUDA, host, and SYCL streams
+    /// made with `timing=True`; a ValueError where events have no timing).
     #[pyo3(signature = (*, timing = false))]
     fn record(slf: &Bound<'_, Self>, timing: bool) -> PyResult<Py<PyEvent>> {
         let queue = &slf.get().queue;
@@ -211,16 +237,67 @@ impl PyQueue {
         }
     }
 
-    /// The CUDA stream protocol (cuda.core, CuPy): `(0, stream handle)`.
-    fn __cuda_stream__(&self) -> PyResult<(u32, usize)> {
-        let cuda = devbuf::speaks(self.queue.device(), Protocol::Cai);
-        match (cuda, self.queue.interop().native_stream()) {
-            (true, Some(stream)) => Ok((0, stream.get())),
-            _ => Err(PyAttributeError::new_err(format!(
-                "{} queues have no CUDA stream",
-                self.backend_name()
-            ))),
-        }
+    /// The CUDA stream protocol (cuda.core, CuPy): a callable returning `(0, stream handle)`, on
+    /// CUDA streams only. Elsewhere the attribute is absent (AttributeError), so that
+    /// `hasattr(stream, "__cuda_stream__")` answers as consumers probe it.
+    #[getter]
+    fn __cuda_stream__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyCFunction>> {
+        let handle = self.cuda_stream_handle()?;
+        PyCFunction::new_closure(
+            py,
+            Some(c"__cuda_stream__"),
+            Some(c"(0, the CUstream handle)"),
+            move |_args, _kwargs| -> PyResult<(u32, usize)> { Ok((0, handle)) },
+        )
+    }
+
+    /// cuda.core's `Stream.handle`: the `CUstream` as an int, on CUDA streams only
+    /// (AttributeError elsewhere; `sycl_queue` is a SYCL stream's).
+    #[getter]
+    fn handle(&self) -> PyResult<usize> {
+        self.cuda_stream_handle()
+    }
+
+    /// The priority the stream was made with (cuda.core's and CuPy's `Stream.priority`): None
+    /// for the default priority, and for backends without priorities, where it changed nothing.
+    /// AttributeError for another library's stream, whose priority devbuf was not told.
+    #[getter]
+    fn priority(&self) -> PyResult<Option<i32>> {
+        Ok(self.made_with()?.priority)
+    }
+
+    /// Whether the stream was made non-blocking (cuda.core's `Stream.is_nonblocking`: on CUDA,
+    /// no synchronisation with the legacy default stream). AttributeError for another library's
+    /// stream.
+    #[getter]
+    fn is_nonblocking(&self) -> PyResult<bool> {
+        Ok(self.made_with()?.non_blocking)
+    }
+
+    /// Whether the stream's events can keep time (`Stream(..., timing=True)`; always on CUDA
+    /// and the host). AttributeError for another library's stream.
+    #[getter]
+    fn timing(&self) -> PyResult<bool> {
+        let made = self.made_with()?;
+        Ok(made.timing || self.backend_name() != "sycl")
+    }
+
+    /// `with stream:` makes this the stream of the calls in the block that name none (`alloc`,
+    /// `copy_from`, `fill`, `get`, `to_bytes`), for memory of its device, as CuPy's
+    /// `with stream:`; blocks nest.
+    fn __enter__(slf: &Bound<'_, Self>) -> Py<PyQueue> {
+        crate::objects::current_stream::enter(slf.clone().unbind());
+        slf.clone().unbind()
+    }
+
+    /// Ends the `with` block: the stream before it is current again.
+    #[pyo3(signature = (*_exc_info))]
+    fn __exit__(
+        slf: &Bound<'_, Self>,
+        _exc_info: &Bound<'_, pyo3::types::PyTuple>,
+    ) -> PyResult<bool> {
+        crate::objects::current_stream::exit(slf)?;
+        Ok(false)
     }
 
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {

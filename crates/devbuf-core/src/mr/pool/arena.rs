@@ -150,6 +150,18 @@ impl Arena {
         None
     }
 
+    /// Bytes of the units handed out (deferred and retired frees included: their memory is
+    /// still in use).
+    pub(super) fn handed_out_bytes(&self) -> usize {
+        self.handed_out
+            .values()
+            .filter_map(|(slot, allocation)| {
+                let block = self.blocks.get(*slot)?.as_ref()?;
+                Some(block.units.allocation_size(allocation.0) as usize * UNIT)
+            })
+            .sum()
+    }
+
     pub(super) fn free(&mut self, addr: usize) {
         if let Some((slot, allocation)) = self.handed_out.remove(&addr)
             && let Some(Some(block)) = self.blocks.get_mut(slot)

@@ -15,6 +15,9 @@ mod arena;
 mod magazine;
 mod recent;
 
+#[cfg(test)]
+mod contract_tests;
+
 use std::collections::HashMap;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -103,6 +106,60 @@ impl PoolResource {
             upstream_bytes: AtomicUsize::new(0),
             upstream_peak: AtomicUsize::new(0),
         })
+    }
+
+    /// A pool over `upstream` that keeps RMM's contract for its sizes: `initial_size` more than
+    /// `maximum_size` is refused (`initial_pool_size: ...`, naming both), and the initial block
+    /// of `reserve`'s arena is taken now, so that a size the upstream cannot give fails here
+    /// (its out-of-memory error) rather than at some later allocation. Other kinds take their
+    /// initial block on their first allocation, as [`PoolResource::new`]'s do.
+    pub fn reserved(
+        upstream: Arc<dyn MemoryResource>,
+        options: PoolOptions,
+        reserve: MemKind,
+    ) -> Result<Arc<Self>> {
+        if let Some(maximum) = options.maximum_size
+            && options.initial_size > maximum
+        {
+            return Err(crate::Error::invalid(
+                "initial_pool_size",
+                format!(
+                    "{} bytes is more than maximum_pool_size, {maximum} bytes",
+                    options.initial_size
+                ),
+            ));
+        }
+        let pool = PoolResource::new(upstream, options);
+        if options.initial_size > 0 {
+            let arena = pool.arenas[slot_of(reserve)].lock();
+            let (arena, grown) = pool.grow(arena, options.initial_size);
+            drop(arena);
+            grown?;
+        }
+        Ok(pool)
+    }
+
+    /// Bytes handed out now (RMM's `pool_size()` less what is free in it; cuda.core's
+    /// `used_mem_current`), freed blocks whose work is still running included. Blocks kept for
+    /// reuse, and freed ones whose work is done, go back to the pool's allocator first, as before
+    /// a growth, so they count as free.
+    pub fn used_size(&self) -> usize {
+        self.arenas
+            .iter()
+            .map(|arena| {
+                let mut arena = arena.lock();
+                arena.sweep_completed();
+                self.free_recent(&mut arena);
+                let used = arena.handed_out_bytes();
+                self.give_back_drained(arena);
+                used
+            })
+            .sum()
+    }
+
+    /// The bytes the pool was made to reserve (`initial_pool_size`).
+    pub fn initial_pool_size(&self) -> usize {
+        self.initial_size
     }
 
     /// Bytes the pool holds from upstream now.
@@ -259,7 +316,14 @@ impl PoolResource {
         // offset-allocator rounds a request up to its bin size (an eighth at most) when it looks
         // for space, so a block must be that much larger than the request it is made for.
         let needed = (units + units / 8 + 1) * UNIT;
-        needed.max(MIN_GROWTH).max(self.pool_size() / 4)
+        let wanted = needed.max(MIN_GROWTH).max(self.pool_size() / 4);
+        // Under a maximum, no more than is left: a small request fits a nearly full pool.
+        match self.maximum_size {
+            Some(maximum) => wanted
+                .min(maximum.saturating_sub(self.pool_size()))
+                .max(needed),
+            None => wanted,
+        }
     }
 }
 
