@@ -422,3 +422,32 @@ def test_no_new_host_view_of_memory_that_died_with_a_reset_context(reset):
         """,
         "cuda",
     )
+
+
+def test_a_memory_error_a_python_resource_raises_is_running_out_of_memory_to_a_failure_callback():
+    # As RMM's failure callback adaptor acts on its upstream's out_of_memory; other exceptions
+    # reach the caller without asking the callback.
+    raised, asked = [], []
+
+    class Exhausted(mr.MemoryResource):
+        def allocate(self, nbytes, kind="shared"):
+            raised.append(self.error(f"no room for {nbytes}"))
+            raise raised[-1]
+
+        def deallocate(self, ptr, nbytes, kind="shared"):
+            raise AssertionError("never handed out")
+
+    def callback(nbytes):
+        asked.append(nbytes)
+        return len(asked) < 3  # retry twice, then give up
+
+    resource = Exhausted("host")
+    resource.error = MemoryError
+    with pytest.raises(MemoryError) as caught:
+        devbuf.alloc(64, "host", mr=mr.FailureCallbackResourceAdaptor(resource, callback))
+    assert asked == [64, 64, 64] and caught.value is raised[-1] and len(raised) == 3
+    raised.clear(), asked.clear()
+    resource.error = Unlucky
+    with pytest.raises(Unlucky) as caught:
+        devbuf.alloc(64, "host", mr=mr.FailureCallbackResourceAdaptor(resource, callback))
+    assert asked == [] and caught.value is raised[0]

@@ -117,48 +117,79 @@ pub enum Error {
 /// An error raised by code devbuf called back, carried inside [`Error::Raised`] as it was raised.
 /// Errors are compared by identity: two `Raised` are equal when they carry the same error.
 #[derive(Clone)]
-pub struct Raised(Arc<dyn std::error::Error + Send + Sync>);
+pub struct Raised {
+    error: Arc<dyn std::error::Error + Send + Sync>,
+    out_of_memory: bool,
+}
 
 impl Raised {
     /// Carries `error` as raised.
     pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
-        Raised(Arc::new(error))
+        Raised {
+            error: Arc::new(error),
+            out_of_memory: false,
+        }
+    }
+
+    /// Carries `error`, by which the callback said it ran out of memory (Python's
+    /// `MemoryError`): what acts on exhaustion (a failure-callback adaptor) takes it as
+    /// [`Error::OutOfMemory`], as RMM's takes a resource's `out_of_memory`.
+    pub fn out_of_memory(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Raised {
+            out_of_memory: true,
+            ..Raised::new(error)
+        }
+    }
+
+    /// Whether the callback said it ran out of memory.
+    pub fn is_out_of_memory(&self) -> bool {
+        self.out_of_memory
     }
 
     /// The error raised, when it is a `T`.
     pub fn downcast_ref<T: std::error::Error + 'static>(&self) -> Option<&T> {
-        let error: &(dyn std::error::Error + 'static) = &*self.0;
+        let error: &(dyn std::error::Error + 'static) = &*self.error;
         error.downcast_ref()
     }
 }
 
 impl fmt::Debug for Raised {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
+        fmt::Debug::fmt(&self.error, f)
     }
 }
 
 impl fmt::Display for Raised {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
+        fmt::Display::fmt(&self.error, f)
     }
 }
 
 impl std::error::Error for Raised {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0.source()
+        self.error.source()
     }
 }
 
 impl PartialEq for Raised {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        Arc::ptr_eq(&self.error, &other.error)
     }
 }
 
 impl Eq for Raised {}
 
 impl Error {
+    /// Whether the allocation failed for want of memory: [`Error::OutOfMemory`], or a callback
+    /// (a resource written in Python) that raised so ([`Raised::out_of_memory`]).
+    pub fn is_out_of_memory(&self) -> bool {
+        match self {
+            Error::OutOfMemory { .. } => true,
+            Error::Raised { source, .. } => source.is_out_of_memory(),
+            _ => false,
+        }
+    }
+
     /// A malformed descriptor value; `key` names the descriptor key.
     pub fn invalid(key: &'static str, message: impl Into<String>) -> Self {
         Error::InvalidDescriptor {
@@ -258,5 +289,11 @@ mod tests {
             source: Raised::new(Callback),
         };
         assert_ne!(other, error);
+        assert!(!error.is_out_of_memory());
+        let exhausted = Error::Raised {
+            context: "cannot allocate".into(),
+            source: Raised::out_of_memory(Callback),
+        };
+        assert!(exhausted.is_out_of_memory());
     }
 }

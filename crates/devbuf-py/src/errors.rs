@@ -9,11 +9,14 @@ use pyo3::{PyErr, Python};
 /// The devbuf error that carries `raised` (what Python code devbuf called, a memory resource
 /// written in Python, raised) out through devbuf, `context` saying what devbuf was doing:
 /// `to_py` raises `raised` itself when the error reaches Python.
-pub(crate) fn carry(context: String, raised: PyErr) -> Error {
-    Error::Raised {
-        context,
-        source: devbuf::Raised::new(raised),
-    }
+/// A `MemoryError` is carried as running out of memory, which a failure-callback adaptor acts on.
+pub(crate) fn carry(py: Python<'_>, context: String, raised: PyErr) -> Error {
+    let source = if raised.is_instance_of::<PyMemoryError>(py) {
+        devbuf::Raised::out_of_memory(raised)
+    } else {
+        devbuf::Raised::new(raised)
+    };
+    Error::Raised { context, source }
 }
 
 /// The Python exception for a devbuf error: for one that carries what Python code raised, that

@@ -49,7 +49,7 @@ impl Adaptor for FailureCallbackResource {
     fn serve(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {
         loop {
             match self.upstream.allocate(kind, size, align) {
-                Err(error @ Error::OutOfMemory { .. }) => {
+                Err(error) if error.is_out_of_memory() => {
                     if !(self.callback)(kind, size, &error)? {
                         return Err(error);
                     }

@@ -53,13 +53,13 @@ impl PythonResource {
     }
 
     /// The devbuf error that carries `err` out of `allocate`: `errors::to_py` raises `err` itself.
-    fn raised(&self, kind: MemKind, size: usize, err: PyErr) -> devbuf::Error {
+    fn raised(&self, py: Python<'_>, kind: MemKind, size: usize, err: PyErr) -> devbuf::Error {
         let context = format!(
             "cannot allocate {size} bytes of {kind} memory on {} from {}",
             self.queue.device().selector,
             self.name
         );
-        crate::errors::carry(context, err)
+        crate::errors::carry(py, context, err)
     }
 
     fn allocate_attached(
@@ -76,7 +76,7 @@ impl PythonResource {
                  over it); allocate from its upstream resource instead",
                 self.name
             ));
-            return Err(self.raised(kind, size, err));
+            return Err(self.raised(py, kind, size, err));
         }
         ALLOCATING.with_borrow_mut(|active| active.push(this));
         let returned = self
@@ -84,7 +84,7 @@ impl PythonResource {
             .bind(py)
             .call_method1(intern!(py, "allocate"), (size, kind.as_str()));
         ALLOCATING.with_borrow_mut(|active| active.retain(|&other| other != this));
-        let returned = returned.map_err(|err| self.raised(kind, size, err))?;
+        let returned = returned.map_err(|err| self.raised(py, kind, size, err))?;
         let address = returned.extract::<usize>().map_err(|_| {
             let what = returned
                 .repr()
@@ -93,7 +93,7 @@ impl PythonResource {
                 "{}.allocate returned {what}; it returns the address of the memory, an int",
                 self.name
             ));
-            self.raised(kind, size, err)
+            self.raised(py, kind, size, err)
         })?;
         let Some(ptr) = NonNull::new(address as *mut u8).filter(|_| address % align == 0) else {
             if address != 0 {
@@ -105,7 +105,7 @@ impl PythonResource {
                  address aligned to {align} bytes",
                 self.name
             ));
-            return Err(self.raised(kind, size, err));
+            return Err(self.raised(py, kind, size, err));
         };
         // The address is untrusted, as an import's pointer is: the runtime must know it as
         // `kind` memory of this device, all `size` bytes of it.
@@ -119,7 +119,7 @@ impl PythonResource {
                 )),
                 other => crate::errors::to_py(other),
             };
-            return Err(self.raised(kind, size, err));
+            return Err(self.raised(py, kind, size, err));
         }
         Ok(ptr)
     }

@@ -360,7 +360,7 @@ fn call_back(
         let context = format!(
             "cannot allocate {size} bytes of {kind} memory on {device}: the failure callback raised"
         );
-        carry(context, err)
+        Python::attach(|py| carry(py, context, err))
     };
     Python::try_attach(|py| {
         // Gone with the adaptor's Python object, or cleared by the collector: no retry.
