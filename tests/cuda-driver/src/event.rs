@@ -180,6 +180,13 @@ unsafe fn elapsed(milliseconds: *mut f32, start: CUevent, end: CUevent) -> CUres
         if (start.flags | end.flags) & DISABLE_TIMING != 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
         }
+        // "cudaEventElapsedTime() will fail if the two input events are associated to different
+        // devices" (CUDA Programming Guide, "Stream and Event Behavior" of multi-device systems).
+        // The code is the double's choice: the guide names none, and the driver's
+        // cuEventElapsedTime documents CUDA_ERROR_INVALID_HANDLE for events it cannot time.
+        if start.context.ordinal != end.context.ordinal {
+            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+        }
         let reached = |event: &Event| -> DriverResult<Instant> {
             let (at, mark) = event
                 .last_recorded()

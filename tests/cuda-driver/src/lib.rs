@@ -44,7 +44,9 @@
 //!   asked for; CUDA 13's batched prefetches and discards (discarded memory reads as poison);
 //! - asynchronous streams (one worker thread each), the legacy default stream's synchronization
 //!   with blocking streams, the per-thread default stream, non-blocking streams, events and
-//!   `cuStreamWaitEvent` across streams and devices, and the documented host synchronization of
+//!   `cuStreamWaitEvent` across streams and devices (`cuEventElapsedTime` of events of two devices
+//!   is CUDA_ERROR_INVALID_HANDLE), a destroyed stream whose queued work still runs and still
+//!   counts for `cuCtxSynchronize` and the legacy stream, and the documented host synchronization of
 //!   copies and fills with pageable, pinned, managed and device memory ("API synchronization
 //!   behavior": a synchronous copy from pageable memory syncs its stream first, copies between
 //!   host memory are fully synchronous); stream priorities, ids and devices;
