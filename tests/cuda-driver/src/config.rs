@@ -44,6 +44,8 @@ pub(crate) struct Config {
     /// `DEVBUF_CUDA_TEST_POOL_REUSE=immediate`: the pool hands the block freed last by
     /// `cuMemFreeAsync` to the next `cuMemAllocAsync` that fits, at once.
     pub immediate_pool_reuse: bool,
+    /// `DEVBUF_CUDA_TEST_NO_PEER_ACCESS`: pairs of the machine's devices that are not peers.
+    pub non_peers: Vec<(u32, u32)>,
     /// `DEVBUF_CUDA_TEST_HIDE`: entry points `cuGetProcAddress` says are missing.
     pub hidden: Vec<String>,
     /// `DEVBUF_CUDA_TEST_TRACE=1`: a line on stderr for every name `cuGetProcAddress` does not
@@ -215,6 +217,20 @@ impl Config {
             }
             code.filter(|&code| code != CUresult::CUDA_SUCCESS)
         });
+        let non_peers = list("DEVBUF_CUDA_TEST_NO_PEER_ACCESS")
+            .into_iter()
+            .filter_map(|item| {
+                let pair = item
+                    .split_once('-')
+                    .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
+                if pair.is_none() {
+                    errors.push(format!(
+                        "DEVBUF_CUDA_TEST_NO_PEER_ACCESS: {item:?} is not a pair of devices A-B"
+                    ));
+                }
+                pair
+            })
+            .collect();
         let mut switch = |name: &str, default: bool| match lookup(name).as_deref().map(str::trim) {
             None => default,
             Some("1" | "on" | "yes" | "true") => true,
@@ -248,6 +264,7 @@ impl Config {
             concurrent_managed_access,
             memory_pools,
             immediate_pool_reuse,
+            non_peers,
             hidden: list("DEVBUF_CUDA_TEST_HIDE"),
             trace,
             error: (!errors.is_empty()).then(|| errors.join("; ")),

@@ -307,21 +307,3 @@ pub unsafe extern "C" fn cuDeviceGetPCIBusId(
         Ok(())
     })
 }
-
-/// # Safety
-/// `can_access` is null or valid for writing an int.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceCanAccessPeer(
-    can_access: *mut i32,
-    device: CUdevice,
-    peer: CUdevice,
-) -> CUresult {
-    entry("cuDeviceCanAccessPeer", || {
-        ordinal(device)?;
-        ordinal(peer)?;
-        // No peer mappings: copies between devices still work (unified addressing), but no device
-        // reads another's memory directly.
-        // SAFETY: the caller's out-pointer.
-        unsafe { write_out(can_access, 0) }
-    })
-}

@@ -24,8 +24,16 @@
 //!   too), in which stream 0 is the calling thread's per-thread default stream;
 //! - devices with names, compute capability 9.0, unified addressing, managed memory, concurrent
 //!   managed access, memory pools, stream priorities [-5, 0], total memory
-//!   (CUDA_ERROR_INVALID_DEVICE for bad ordinals), narrowed by `CUDA_VISIBLE_DEVICES` (ordinals
-//!   only) when `cuInit` runs;
+//!   (CUDA_ERROR_INVALID_DEVICE for bad ordinals), narrowed and ordered by `CUDA_VISIBLE_DEVICES`
+//!   (indices or UUIDs, whole or abbreviated) when `cuInit` runs; each device's UUID
+//!   (`cuDeviceGetUuid`) is the machine's device's, whatever its ordinal in the process;
+//! - peer access: every two devices are peers (`cuDeviceCanAccessPeer`) unless
+//!   `DEVBUF_CUDA_TEST_NO_PEER_ACCESS` says otherwise; `cuCtxEnablePeerAccess` and
+//!   `cuCtxDisablePeerAccess` with their documented codes; a pool's memory reached by another
+//!   device's stream only once `cuMemPoolSetAccess` gave that device access (else
+//!   CUDA_ERROR_INVALID_VALUE, as NVIDIA's cuda.core `test_peer_access_basic` expects);
+//!   `cuMemcpyPeer` serialized with the legacy streams of the contexts involved, as synchronous
+//!   copies between devices are, and `cuMemcpyPeerAsync` ordered on its stream alone;
 //! - reference-counted primary contexts (retain, release, reset, state, flags), destroyed with all
 //!   their streams, events and memory when the last retain goes; contexts of their own
 //!   (`cuCtxCreate_v2`/`_v3`/`_v4`, current on creation, and `cuCtxDestroy`) with the documented
@@ -91,7 +99,8 @@
 //! | `DEVBUF_CUDA_TEST_POOL_REUSE=immediate` | `cuMemAllocAsync` gets the block freed last by `cuMemFreeAsync` at once, ordered after that free |
 //! | `DEVBUF_CUDA_TEST_HIDE=cuA,cuB` | `cuGetProcAddress` says these are missing (a NULL function, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND), as an older driver would; `dlsym` still finds them |
 //! | `DEVBUF_CUDA_TEST_TRACE=1` | a stderr line for every name `cuGetProcAddress` does not find |
-//! | `CUDA_VISIBLE_DEVICES=2,0` | read by `cuInit`, as the driver does: the devices the ordinals name, up to the first invalid one |
+//! | `DEVBUF_CUDA_TEST_NO_PEER_ACCESS=0-1,2-3` | these pairs of the machine's devices are not peers (`cuDeviceCanAccessPeer` answers 0); all others are |
+//! | `CUDA_VISIBLE_DEVICES=2,0` | read by `cuInit`, as the driver does: the devices the indices or UUIDs (`GPU-…`, or a unique prefix) name, in that order, up to the first invalid one |
 //!
 //! A malformed value makes `cuInit` fail with CUDA_ERROR_INVALID_VALUE and say why on stderr.
 //!
@@ -99,9 +108,10 @@
 //!
 //! Kernels, modules and linking (`cuModule*`, `cuLibrary*`, `cuLaunchKernel`, ...), graphs and
 //! stream capture (`cuStreamIsCapturing` always answers "none"), IPC events
-//! (`cuIpcGetEventHandle`, `cuIpcOpenEventHandle`), peer mappings (`cuDeviceCanAccessPeer`
-//! answers 0; copies between devices work through unified addressing; `cuMemPoolSetAccess` grants
-//! no peer access), execution affinity and CIG contexts (CUDA_ERROR_NOT_SUPPORTED), green
+//! (`cuIpcGetEventHandle`, `cuIpcOpenEventHandle`), what enabled peer access changes (only kernels
+//! would see it: copies between devices work through unified addressing with or without it),
+//! `cuDeviceGetP2PAttribute`, read-only pool access, MIG identifiers in `CUDA_VISIBLE_DEVICES`,
+//! execution affinity and CIG contexts (CUDA_ERROR_NOT_SUPPORTED), green
 //! contexts, CUDA arrays, textures and surfaces, checkpointing, coredump attributes, 2D/3D and
 //! batch copies, virtual memory management (`cuMemCreate`, `cuMemMap`, ...), exportable and host
 //! memory pools (CUDA_ERROR_NOT_SUPPORTED), a pool's cache of freed memory (freed memory goes back
@@ -136,6 +146,7 @@ mod managed_batch;
 mod managed_hints;
 mod memory;
 mod ops;
+mod peer;
 mod pointer;
 mod pool;
 mod pool_attributes;

@@ -53,6 +53,8 @@ pub(crate) struct Pool {
     /// synchronization).
     pub used_high: AtomicU64,
     pub reserved_high: AtomicU64,
+    /// The other devices `cuMemPoolSetAccess` gave read-write access to a pool of device memory.
+    pub peers: Mutex<Vec<usize>>,
     /// The block freed last and the point of its free (for immediate reuse).
     pub just_freed: Mutex<Option<(Arc<Record>, Dependency)>>,
 }
@@ -68,6 +70,7 @@ impl Pool {
             release_threshold: AtomicU64::new(0),
             used_high: AtomicU64::new(0),
             reserved_high: AtomicU64::new(0),
+            peers: Mutex::new(Vec::new()),
             just_freed: Mutex::new(None),
         }
     }
@@ -88,6 +91,15 @@ impl Pool {
     /// The device the pool is on: a pinned pool's, or the one a managed pool prefers.
     pub fn device(&self) -> Option<usize> {
         (self.location.kind == LOCATION_DEVICE).then_some(self.location.id as usize)
+    }
+
+    /// Whether device `ordinal` may touch the pool's memory: its own device, a peer given access,
+    /// or any device for a managed pool. Programming Guide, "Stream Ordered Memory Allocator",
+    /// "Device Accessibility for Multi-GPU Support": "memory pool allocation accessibility does
+    /// not follow cudaDeviceEnablePeerAccess or cuCtxEnablePeerAccess. Instead, the API
+    /// cudaMemPoolSetAccess modifies what devices can access allocations from a pool."
+    pub fn accessible_by(&self, ordinal: usize) -> bool {
+        self.is_managed() || self.device() == Some(ordinal) || self.peers.lock().contains(&ordinal)
     }
 
     /// Bytes of its allocations whose free has not been reached.

@@ -297,6 +297,14 @@ fn default_stream(context: &'static Context, flavor: Flavor) -> Arc<Stream> {
     }
 }
 
+/// `context`'s legacy default stream, for work that must be ordered with it from another
+/// context (a synchronous copy between devices); `None` when the context is not alive.
+pub(crate) fn legacy_of(context: &'static Context) -> Option<Arc<Stream>> {
+    context
+        .is_active()
+        .then(|| default_stream(context, Flavor::Legacy))
+}
+
 /// The stream a handle names, in a usable context: 0 and 1 are the current context's legacy
 /// stream, 2 its per-thread stream.
 pub(crate) fn resolve(handle: CUstream) -> DriverResult<Arc<Stream>> {

@@ -87,7 +87,15 @@ child_test!(stream_ordered_memory_belongs_to_its_device_and_outlives_its_context
         sys::cuPointerGetAttribute((&raw mut kind).cast(), P::CU_POINTER_ATTRIBUTE_MEMORY_TYPE, own)
     };
     assert_eq!(result, CUresult::CUDA_ERROR_INVALID_VALUE, "cuMemAlloc memory went with it");
-    // Any context may use and free it: device 0's copies it back and frees it.
+    // Any context may use and free it, once the pool gives its device access (tests/devices.rs):
+    // device 0's copies it back and frees it.
+    let location = sys::CUmemLocation {
+        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+        id: 0,
+    };
+    let flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    // SAFETY: one valid descriptor.
+    ok(unsafe { sys::cuMemPoolSetAccess(default_pool, &sys::CUmemAccessDesc { location, flags }, 1) });
     let pinned = pinned_alloc(LEN);
     // SAFETY: both ranges are LEN bytes of live memory; the pool memory is freed once.
     unsafe {
@@ -221,8 +229,10 @@ child_test!(pools_of_ones_own_serve_their_allocations_and_become_current {
 // pools: CU_MEMPOOL_ATTR_ALLOCATION_TYPE ..., CU_MEMPOOL_ATTR_EXPORT_HANDLE_TYPES ...,
 // CU_MEMPOOL_ATTR_LOCATION_ID ..., CU_MEMPOOL_ATTR_LOCATION_TYPE". cuMemPoolGetAccess: the pool's
 // own device reads and writes it. cuMemPoolSetAccess "Controls visibility of pools between
-// devices": the test driver has no peer access, so only revoking another device's is accepted.
-child_test!(pools_describe_their_location_and_access {
+// devices": between devices that are not peers only revoking another device's is accepted
+// (tests/devices.rs grants it between peers).
+child_test!(pools_describe_their_location_and_access
+    ["DEVBUF_CUDA_TEST_NO_PEER_ACCESS" = "0-1"] {
     init();
     enter(1);
     let mut pool = ptr::null_mut();
