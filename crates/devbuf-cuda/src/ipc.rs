@@ -131,6 +131,12 @@ unsafe impl IpcSharing for CudaQueue {
         Ok(Arc::new(memory))
     }
 
+    /// `cuda:GPU-<uuid>`: an ordinal names another device in a process with another
+    /// `CUDA_VISIBLE_DEVICES`, a UUID (`cuDeviceGetUuid`) the same one in all.
+    fn stable_selector(&self) -> Result<Option<String>> {
+        Ok(Some(format!("{BACKEND}:{}", self.uuid)))
+    }
+
     fn open(&self, handle: &IpcHandle) -> Result<OpenedAllocation> {
         let bad = |message: String| Error::invalid("ipc_handle", message);
         if handle.kind != MemKind::Device || handle.payload.len() != HANDLE_LEN {

@@ -29,6 +29,7 @@ pub(crate) const REQUIRED_ENTRY_POINTS: &[&str] = &[
     "cuDeviceGetName",
     "cuDeviceGetAttribute",
     "cuDeviceTotalMem_v2",
+    "cuDeviceGetUuid",
     "cuDevicePrimaryCtxRetain",
     "cuDevicePrimaryCtxRelease_v2",
     "cuDevicePrimaryCtxGetState",

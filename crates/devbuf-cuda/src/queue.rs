@@ -24,6 +24,8 @@ use crate::stream::Stream;
 #[derive(Debug)]
 pub struct CudaQueue {
     device: DeviceInfo,
+    /// The device's UUID (`GPU-…`), which names it in every process.
+    pub(crate) uuid: String,
     /// An event recorded on the legacy default stream each time our stream must follow the work
     /// there ([`devbuf_core::Interop::order_after_foreign_work`]); made on first use, and reused: a stream's wait
     /// takes the state of the event's latest record when it is enqueued. Declared before the
@@ -104,6 +106,7 @@ impl CudaQueue {
     pub(crate) fn with(caps: DeviceCaps, stream: Stream) -> Self {
         CudaQueue {
             device: caps.info,
+            uuid: caps.uuid,
             legacy_mark: Mutex::new(None),
             stream,
             allocator: if caps.memory_pools {

@@ -129,3 +129,90 @@ fn child_opens_a_claim() {
         [3; 4096]
     );
 }
+
+/// Runs the ignored test `name` of this binary as another process, with the handle and
+/// `CUDA_VISIBLE_DEVICES` set as given; whether it passed.
+fn run_importer(name: &str, handle: &IpcHandle, visible_devices: &str) -> bool {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--ignored"])
+        .env(HANDLE_VAR, hex(&handle.to_bytes()))
+        .env("CUDA_VISIBLE_DEVICES", visible_devices)
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// Ordinals are per process: with `CUDA_VISIBLE_DEVICES=1,0` the exporter's device 1 is the
+/// importer's device 0. The handle names the device by UUID, so the importer opens it on its
+/// cuda:0, the same physical device; where no device it sees has that UUID, the open is refused
+/// naming the UUID (the memory is not opened on some other device).
+#[test]
+fn a_handle_names_its_device_by_uuid_whatever_the_importer_s_ordinals() {
+    if let Availability::Unavailable(reason) = CudaBackend.availability() {
+        eprintln!("skip: {reason}");
+        return;
+    }
+    if CudaBackend.devices().unwrap().len() < 2 {
+        eprintln!("skip: needs two CUDA devices");
+        return;
+    }
+    let queue = CudaBackend.open("1").unwrap();
+    let buffer = ipc::alloc_shareable(&queue, MemKind::Device, 4096).unwrap();
+    buffer.fill(5).unwrap();
+    let handle = ipc::export(&buffer).unwrap();
+    assert!(handle.device.starts_with("cuda:GPU-"), "{}", handle.device);
+    assert_ne!(
+        handle.device,
+        ipc::export(
+            &ipc::alloc_shareable(&CudaBackend.open("0").unwrap(), MemKind::Device, 64).unwrap()
+        )
+        .unwrap()
+        .device
+    );
+    assert!(run_importer("child_opens_by_uuid", &handle, "1,0"));
+    assert_eq!(buffer.to_vec().unwrap(), [6; 4096]);
+    assert!(run_importer(
+        "child_sees_no_device_with_the_uuid",
+        &handle,
+        "0"
+    ));
+}
+
+/// The child half of the test above, seeing the exporter's device 1 as its cuda:0.
+#[test]
+#[ignore = "run by a_handle_names_its_device_by_uuid_whatever_the_importer_s_ordinals"]
+fn child_opens_by_uuid() {
+    let handle = IpcHandle::from_bytes(&unhex(&std::env::var(HANDLE_VAR).unwrap())).unwrap();
+    let queue = CudaBackend
+        .open(handle.device.strip_prefix("cuda:").unwrap())
+        .unwrap();
+    assert_eq!(queue.device().selector, "cuda:0");
+    let view = ipc::open(&queue, &handle).unwrap();
+    assert_eq!(view.to_vec().unwrap(), [5; 4096]);
+    view.fill(6).unwrap();
+    view.synchronize().unwrap();
+    // The device this process calls cuda:1 is another one: the handle does not open there.
+    let other = CudaBackend.open("1").unwrap();
+    let refused = ipc::open(&other, &handle).unwrap_err().to_string();
+    assert!(
+        refused.contains("the handle is for device \"cuda:GPU-"),
+        "{refused}"
+    );
+}
+
+/// The child half of the test above, seeing only the exporter's device 0.
+#[test]
+#[ignore = "run by a_handle_names_its_device_by_uuid_whatever_the_importer_s_ordinals"]
+fn child_sees_no_device_with_the_uuid() {
+    let handle = IpcHandle::from_bytes(&unhex(&std::env::var(HANDLE_VAR).unwrap())).unwrap();
+    let uuid = handle.device.strip_prefix("cuda:").unwrap();
+    match CudaBackend.open(uuid) {
+        Err(Error::DeviceNotFound { selector, reason }) => {
+            assert_eq!(selector, handle.device);
+            assert!(reason.contains(&format!("has UUID {uuid}")), "{reason}");
+            assert!(reason.contains("CUDA_VISIBLE_DEVICES=\"0\""), "{reason}");
+        }
+        Err(other) => panic!("refused, but as {other:?}"),
+        Ok(queue) => panic!("opened on {}", queue.device().selector),
+    }
+}

@@ -69,7 +69,10 @@
 //!   `cuIpcCloseMemHandle`): other memory has no handle (CUDA_ERROR_INVALID_VALUE), an interior
 //!   pointer gets its allocation's handle, a handle does not open in the exporting process
 //!   (CUDA_ERROR_INVALID_CONTEXT), the flags must be `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`, opens
-//!   in a context are counted (same pointer) and the last close unmaps; the opened mapping is device
+//!   in a context are counted (same pointer) and the last close unmaps; the handle names the
+//!   machine's device, and opens in a context of another device only where the two are peers
+//!   (CUDA_ERROR_MAP_FAILED), and in one context per device of the importer at a time
+//!   (CUDA_ERROR_INVALID_CONTEXT); the opened mapping is device
 //!   memory of the importer's context over the same bytes (a memfd the importer reaches through
 //!   `/proc/<pid>/fd`), so each process sees the other's copies and fills once their streams
 //!   ran them; once the exporter freed the memory or exited, the handle is CUDA_ERROR_INVALID_VALUE
@@ -120,9 +123,9 @@
 //! `cuMemcpyHtoD`, ... (not exported, so a program built against them fails to load instead of
 //! corrupting memory). `cuGetProcAddress` does not find any of these. With `DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0`, a managed
 //! allocation is host-inaccessible while stream work on *it* is pending; a real device without
-//! concurrent access forbids host access to all managed memory while any work runs. Of IPC: a
-//! handle opened in a context of another device than the exporter's is mapped there without peer
-//! checks (the mapping belongs to that context); an exporter's free while another process has the
+//! concurrent access forbids host access to all managed memory while any work runs. Of IPC: the
+//! peer access a handle opened on another device enables lazily is not recorded (only kernels
+//! would see it); an exporter's free while another process has the
 //! memory open is not detected (the importer keeps the pages, where a GPU would give undefined
 //! results); `cuIpcOpenMemHandle` behaves as `_v2`; exporting copies the allocation's bytes into
 //! the shared file once, which takes a while for a large allocation; the importer must be allowed

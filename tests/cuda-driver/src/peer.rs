@@ -20,7 +20,12 @@ use crate::errors::write_out;
 
 /// Whether device `device` (a valid ordinal of this process) can map `peer`'s memory.
 pub(crate) fn can_access(device: usize, peer: usize) -> bool {
-    let (from, to) = (physical(device), physical(peer));
+    machine_devices_are_peers(physical(device), physical(peer))
+}
+
+/// [`can_access`] by the machine's device numbers, for devices a process may not see (an IPC
+/// handle's).
+pub(crate) fn machine_devices_are_peers(from: u32, to: u32) -> bool {
     from != to
         && !config()
             .non_peers
