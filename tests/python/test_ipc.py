@@ -281,8 +281,11 @@ def test_a_cuda_handle_claiming_more_than_its_allocation_is_refused():
     child.join(120)
     assert child.exitcode == 0, f"the importer died: exit code {child.exitcode}"
     huge, one_more, genuine = done.get(timeout=10)
-    assert huge == "ipc_handle: the handle claims 1073741824 bytes, but the memory it opens holds 4096"
-    assert one_more.endswith("claims 4097 bytes, but the memory it opens holds 4096")
+    # The allocation behind a 4 KiB shareable buffer is one whole 2 MiB IPC block (CUDA IPC shares
+    # whole blocks): the handle's size says so, and a claim past it is refused.
+    block = 2 << 20
+    assert huge == f"ipc_handle: the handle claims 1073741824 bytes, but the memory it opens holds {block}"
+    assert one_more.endswith(f"claims {block + 1} bytes, but the memory it opens holds {block}")
     assert genuine == (4096, b"\x04\x04")
 
 

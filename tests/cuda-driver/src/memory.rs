@@ -27,6 +27,13 @@ use crate::storage::Storage;
 const DEVICE_ALIGNMENT: u64 = 512;
 /// Untouchable bytes left after each device allocation, so that an overrun is not in a neighbour.
 const RED_ZONE: u64 = 4096;
+/// The block CUDA IPC shares: CUDA Programming Guide, "Interprocess Communication": memory from
+/// cudaMalloc may be sub-allocated from a larger block, IPC shares the whole block, so "only
+/// share allocations with a 2MiB aligned size". The double places a device allocation whose size
+/// is a multiple of it at a multiple of it, as a block of its own; smaller ones are packed at
+/// [`DEVICE_ALIGNMENT`] (their IPC mappings still cover the allocation alone: the neighbours a GPU
+/// would expose in the same block are not modelled).
+pub(crate) const IPC_BLOCK: u64 = 2 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -168,7 +175,11 @@ pub(crate) fn is_device_address(address: u64) -> bool {
 fn reserve_device_addresses(size: usize) -> DriverResult<u64> {
     let space = address_space();
     let mut next = space.next.lock();
-    let start = next.next_multiple_of(DEVICE_ALIGNMENT);
+    let alignment = match size as u64 % IPC_BLOCK {
+        0 if size > 0 => IPC_BLOCK,
+        _ => DEVICE_ALIGNMENT,
+    };
+    let start = next.next_multiple_of(alignment);
     let end = start
         .checked_add(size as u64 + RED_ZONE)
         .filter(|&end| end <= space.base + space.size)

@@ -456,3 +456,17 @@ fn importer_opens_in_one_context_per_device() {
     assert!(read(in_created, SIZE).iter().all(|&b| b == 0x3C));
     ok(close(in_created));
 }
+
+// CUDA Programming Guide, "Interprocess Communication": cudaMalloc may sub-allocate from a larger
+// block and IPC shares the whole block, so "only share allocations with a 2MiB aligned size". The
+// double gives an allocation of such a size blocks of its own: it starts on a 2 MiB boundary.
+child_test!(an_allocation_of_whole_ipc_blocks_starts_a_block {
+    setup();
+    let _small = device_alloc(4096);
+    for size in [2 << 20, 6 << 20] {
+        let pointer = device_alloc(size);
+        assert_eq!(pointer % (2 << 20), 0, "{size} bytes at {pointer:#x}");
+        assert_eq!(address_range(pointer), (pointer, size));
+        let _after = device_alloc(4096);
+    }
+});
