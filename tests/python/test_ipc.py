@@ -321,6 +321,7 @@ def test_a_cuda_handle_names_its_device_by_uuid_whatever_the_importer_s_ordinals
     buffer.fill(5)
     handle = buffer.ipc_handle()
     assert handle.device.startswith("cuda:GPU-")
+    assert devbuf.Device(handle.device) == devbuf.Device("cuda:1")
     assert handle.device != devbuf.alloc(64, "device", device="cuda:0", ipc=True).ipc_handle().device
 
     def importer(visible):

@@ -16,6 +16,7 @@ use crate::device::{self, DeviceCaps};
 use crate::event::{self, CudaEvent, RawEvent};
 use crate::loader::{self, BACKEND, DriverError, call};
 use crate::memory::{self, CudaKind, DeviceAllocator, NATIVE_ALIGNMENT};
+use crate::peer;
 use crate::protocol::{self, ProtocolStream};
 use crate::stream::Stream;
 
@@ -358,10 +359,15 @@ impl Queue for CudaQueue {
             return Ok(());
         }
         let _current = self.stream.context().enter()?;
+        let (dst, src, stream) = (dst as usize, src as usize, self.stream.raw());
         // SAFETY: the caller guarantees both ranges are valid for `len` bytes until the copy
-        // completes; with unified addressing the driver works out where each side is.
+        // completes; our stream is alive.
+        if unsafe { peer::copy(stream, self.ordinal(), dst, src, len)? } {
+            return Ok(());
+        }
+        // SAFETY: as above; with unified addressing the driver works out where each side is.
         call("cuMemcpyAsync", || unsafe {
-            sys::cuMemcpyAsync(dst as u64, src as u64, len, self.stream.raw())
+            sys::cuMemcpyAsync(dst as u64, src as u64, len, stream)
         })?;
         Ok(())
     }
@@ -455,6 +461,16 @@ impl Queue for CudaQueue {
             }
             _ => MemKind::Unknown,
         }
+    }
+
+    /// Device memory of a peer device (`cuDeviceCanAccessPeer`): copies reach it through
+    /// `cuMemcpyPeerAsync` (see [`crate::peer`]).
+    fn copies_reach(&self, ptr: *const u8) -> bool {
+        let _current = self.stream.context().enter();
+        peer::other_device(ptr as usize, self.ordinal())
+            .ok()
+            .flatten()
+            .is_some_and(|device| peer::can_access(self.ordinal(), device))
     }
 
     fn interop(&self) -> &dyn Interop {

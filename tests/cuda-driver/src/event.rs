@@ -149,6 +149,7 @@ pub extern "C" fn cuEventSynchronize(event: CUevent) -> CUresult {
         if let Some((at, _)) = event.last_recorded() {
             at.wait();
         }
+        crate::pool::release_over_thresholds();
         event.context.sticky_error()
     })
 }

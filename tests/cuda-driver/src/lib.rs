@@ -63,7 +63,9 @@
 //!   ordered after the allocation, freed when the stream reaches `cuMemFreeAsync`; it belongs to
 //!   its device, not to a context (CU_POINTER_ATTRIBUTE_CONTEXT is NULL) and outlives
 //!   `cuCtxDestroy`; a size of 0 gives NULL; pool statistics (used and reserved memory, their high
-//!   watermarks); managed memory pools (CUDA 13: default and created ones, per preferred
+//!   watermarks); freed memory the pool keeps reserved, and reuses, until a stream, event or
+//!   context synchronization releases what lies above its release threshold (`cuMemPoolTrimTo`
+//!   trims it); managed memory pools (CUDA 13: default and created ones, per preferred
 //!   location, where every device has concurrent managed access);
 //! - CUDA IPC of `cuMemAlloc`'s memory (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle(_v2)`,
 //!   `cuIpcCloseMemHandle`): other memory has no handle (CUDA_ERROR_INVALID_VALUE), an interior
@@ -117,9 +119,9 @@
 //! execution affinity and CIG contexts (CUDA_ERROR_NOT_SUPPORTED), green
 //! contexts, CUDA arrays, textures and surfaces, checkpointing, coredump attributes, 2D/3D and
 //! batch copies, virtual memory management (`cuMemCreate`, `cuMemMap`, ...), exportable and host
-//! memory pools (CUDA_ERROR_NOT_SUPPORTED), a pool's cache of freed memory (freed memory goes back
-//! at once: reserved equals used), stream priorities' effect (kept, not acted on, which the
-//! documentation allows), and the pre-3.2 32-bit ABIs of the plain names `cuMemAlloc`,
+//! memory pools (CUDA_ERROR_NOT_SUPPORTED), which addresses a pool's kept memory is reused at (a
+//! new allocation gets fresh addresses; only the figures show the reuse), stream priorities'
+//! effect (kept, not acted on, which the documentation allows), and the pre-3.2 32-bit ABIs of the plain names `cuMemAlloc`,
 //! `cuMemcpyHtoD`, ... (not exported, so a program built against them fails to load instead of
 //! corrupting memory). `cuGetProcAddress` does not find any of these. With `DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0`, a managed
 //! allocation is host-inaccessible while stream work on *it* is pending; a real device without

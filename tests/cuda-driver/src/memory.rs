@@ -101,6 +101,9 @@ pub(crate) struct Record {
     pub storage: Arc<Storage>,
     /// `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS`, set by `cuPointerSetAttribute`.
     pub sync_memops: AtomicBool,
+    /// The pool handed the block to a new allocation before this one's free was reached
+    /// (`DEVBUF_CUDA_TEST_POOL_REUSE=immediate`): the free gives nothing back to the pool.
+    pub handed_on: AtomicBool,
     /// Managed memory's advice and prefetch locations (see [`crate::managed_hints`]).
     pub hints: Mutex<RangeHints>,
 }
@@ -276,6 +279,7 @@ pub(crate) fn allocate(new: NewAllocation) -> DriverResult<Arc<Record>> {
         accounted: AtomicUsize::new(accounted),
         storage,
         sync_memops: AtomicBool::new(false),
+        handed_on: AtomicBool::new(false),
         hints: Mutex::new(RangeHints::default()),
     });
     REGISTRY.write().insert(start, Arc::clone(&record));
@@ -296,6 +300,7 @@ fn host_address(storage: &Storage) -> u64 {
 /// A new owner for `previous`'s block (the pool's immediate reuse): same addresses, same bytes,
 /// not usable before its stream reaches the allocation. Ops enqueued from now on find it.
 pub(crate) fn reassign(previous: &Record, size: usize) -> Arc<Record> {
+    previous.handed_on.store(true, Ordering::Release);
     let record = Arc::new(Record {
         start: previous.start,
         size,
@@ -313,6 +318,7 @@ pub(crate) fn reassign(previous: &Record, size: usize) -> Arc<Record> {
         accounted: AtomicUsize::new(previous.accounted.swap(0, Ordering::AcqRel)),
         storage: Arc::clone(&previous.storage),
         sync_memops: AtomicBool::new(false),
+        handed_on: AtomicBool::new(false),
         hints: Mutex::new(RangeHints::default()),
     });
     REGISTRY.write().insert(record.start, Arc::clone(&record));
@@ -344,6 +350,7 @@ pub(crate) fn import(
         accounted: AtomicUsize::new(0),
         storage: Storage::imported(file, size)?,
         sync_memops: AtomicBool::new(false),
+        handed_on: AtomicBool::new(false),
         hints: Mutex::new(RangeHints::default()),
     });
     REGISTRY.write().insert(start, Arc::clone(&record));
@@ -386,6 +393,7 @@ pub(crate) fn register(
         accounted: AtomicUsize::new(0),
         storage: Storage::registered(address as usize, size),
         sync_memops: AtomicBool::new(false),
+        handed_on: AtomicBool::new(false),
         hints: Mutex::new(RangeHints::default()),
     });
     registry.insert(address, Arc::clone(&record));

@@ -48,9 +48,11 @@ pub(crate) struct Pool {
     /// `CU_MEMPOOL_ATTR_REUSE_*` (1–3), all on by default.
     pub reuse: Mutex<[i32; 3]>,
     pub release_threshold: AtomicU64,
-    /// `CU_MEMPOOL_ATTR_USED_MEM_HIGH`; the reserved figures equal the used ones (the double
-    /// releases freed memory at once, as a release threshold of 0 does at the next
-    /// synchronization).
+    /// Bytes freed (the free reached in stream order) that the pool still holds: reserved but not
+    /// used, until a synchronization releases them above the release threshold (see
+    /// [`release_over_thresholds`]) or `cuMemPoolTrimTo` trims them; reused by later allocations.
+    pub kept: AtomicU64,
+    /// `CU_MEMPOOL_ATTR_USED_MEM_HIGH`, `CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH`.
     pub used_high: AtomicU64,
     pub reserved_high: AtomicU64,
     /// The other devices `cuMemPoolSetAccess` gave read-write access to a pool of device memory.
@@ -68,6 +70,7 @@ impl Pool {
             max_size,
             reuse: Mutex::new([1; 3]),
             release_threshold: AtomicU64::new(0),
+            kept: AtomicU64::new(0),
             used_high: AtomicU64::new(0),
             reserved_high: AtomicU64::new(0),
             peers: Mutex::new(Vec::new()),
@@ -105,6 +108,39 @@ impl Pool {
     /// Bytes of its allocations whose free has not been reached.
     pub fn used(&'static self) -> u64 {
         memory::pool_bytes_in_use(self.id())
+    }
+
+    /// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`: what is used and what the pool keeps.
+    pub fn reserved(&'static self) -> u64 {
+        self.used() + self.kept.load(Ordering::Acquire)
+    }
+
+    /// Keeps at most `limit` bytes reserved: gives back what it keeps above that.
+    pub fn release_above(&'static self, limit: u64) {
+        let keep = limit.saturating_sub(self.used());
+        let _ = self
+            .kept
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |kept| {
+                Some(kept.min(keep))
+            });
+    }
+}
+
+/// A pooled allocation's free was reached: its pool keeps the bytes reserved.
+pub(crate) fn keep_freed(pool: usize, size: usize) {
+    if let Ok(pool) = find(pool as CUmemoryPool) {
+        pool.kept.fetch_add(size as u64, Ordering::AcqRel);
+    }
+}
+
+/// `CU_MEMPOOL_ATTR_RELEASE_THRESHOLD`: "Amount of reserved memory in bytes to hold onto before
+/// trying to release memory back to the OS. When more than the release threshold bytes of memory
+/// are held by the memory pool, the allocator will try to release memory back to the OS on the
+/// next call to stream, event or context synchronize. (default 0)". Called by those three.
+pub(crate) fn release_over_thresholds() {
+    let others: Vec<&'static Pool> = OTHER_POOLS.lock().clone();
+    for pool in default_pools().iter().chain(others) {
+        pool.release_above(pool.release_threshold.load(Ordering::Acquire));
     }
 }
 

@@ -63,11 +63,11 @@ pub unsafe extern "C" fn cuMemPoolSetAttribute(
                 if unsafe { value.cast::<u64>().read_unaligned() } != 0 {
                     return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
                 }
-                let mark = match attribute {
-                    USED_MEM_HIGH => &pool.used_high,
-                    _ => &pool.reserved_high,
+                let (mark, now) = match attribute {
+                    USED_MEM_HIGH => (&pool.used_high, pool.used()),
+                    _ => (&pool.reserved_high, pool.reserved()),
                 };
-                mark.store(pool.used(), Ordering::Release);
+                mark.store(now, Ordering::Release);
             }
             _ => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
         }
@@ -100,8 +100,8 @@ pub unsafe extern "C" fn cuMemPoolGetAttribute(
                 int(pool.reuse.lock()[attribute as usize - 1])
             }
             RELEASE_THRESHOLD => wide(pool.release_threshold.load(Ordering::Acquire)),
-            // Freed memory goes back at once: what is reserved is what is in use.
-            RESERVED_MEM_CURRENT | USED_MEM_CURRENT => wide(pool.used()),
+            RESERVED_MEM_CURRENT => wide(pool.reserved()),
+            USED_MEM_CURRENT => wide(pool.used()),
             RESERVED_MEM_HIGH => wide(pool.reserved_high.load(Ordering::Acquire)),
             USED_MEM_HIGH => wide(pool.used_high.load(Ordering::Acquire)),
             ALLOCATION_TYPE => int(pool.allocation_type),
@@ -207,9 +207,13 @@ pub unsafe extern "C" fn cuMemPoolSetAccess(
     })
 }
 
-/// Nothing is cached, so there is nothing to trim.
+/// "Releases memory back to the OS until the pool contains fewer than minBytesToKeep reserved
+/// bytes, or there is no more memory that the allocator can safely release."
 // Not exported by the `old-driver` build: a driver older than CUDA 11.2 lacks them.
 #[cfg_attr(not(feature = "old-driver"), unsafe(no_mangle))]
-pub extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, _min_bytes_to_keep: usize) -> CUresult {
-    entry("cuMemPoolTrimTo", || find(pool).map(drop))
+pub extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, min_bytes_to_keep: usize) -> CUresult {
+    entry("cuMemPoolTrimTo", || {
+        find(pool)?.release_above(min_bytes_to_keep as u64);
+        Ok(())
+    })
 }

@@ -299,3 +299,52 @@ child_test!(host_pools_are_not_supported {
         assert_eq!(result, CUresult::CUDA_ERROR_NOT_SUPPORTED);
     }
 });
+
+fn set_release_threshold(pool: sys::CUmemoryPool, mut threshold: u64) {
+    // SAFETY: a valid pointer to a cuuint64_t.
+    ok(unsafe {
+        sys::cuMemPoolSetAttribute(
+            pool,
+            A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&raw mut threshold).cast(),
+        )
+    });
+}
+
+// CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: "Amount of reserved memory in bytes to hold onto before
+// trying to release memory back to the OS. When more than the release threshold bytes of memory
+// are held by the memory pool, the allocator will try to release memory back to the OS on the
+// next call to stream, event or context synchronize. (default 0)". cuMemPoolTrimTo "Releases
+// memory back to the OS until the pool contains fewer than minBytesToKeep reserved bytes". With
+// UINT64_MAX (the threshold cuda.core and RMM set) freed memory stays reserved after a
+// synchronization; with 0 it goes back then.
+child_test!(a_pool_keeps_freed_memory_reserved_up_to_its_release_threshold {
+    setup();
+    let stream = stream(NON_BLOCKING);
+    let mut pool = ptr::null_mut();
+    // SAFETY: a valid out-pointer.
+    ok(unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, 0) });
+    let reserved = || pool_figure(pool, A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+    let used = || pool_figure(pool, A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+    set_release_threshold(pool, u64::MAX);
+    let first = alloc_async(LEN, stream);
+    // SAFETY: freed once.
+    ok(unsafe { sys::cuMemFreeAsync(first, stream) });
+    synchronize(stream);
+    assert_eq!((used(), reserved()), (0, LEN as u64));
+    // The kept memory serves the next allocation: nothing more is reserved.
+    let second = alloc_async(LEN, stream);
+    assert_eq!((used(), reserved()), (LEN as u64, LEN as u64));
+    // SAFETY: freed once.
+    ok(unsafe { sys::cuMemFreeAsync(second, stream) });
+    synchronize(stream);
+    // SAFETY: a pool handle.
+    ok(unsafe { sys::cuMemPoolTrimTo(pool, 0) });
+    assert_eq!(reserved(), 0);
+    set_release_threshold(pool, 0);
+    let third = alloc_async(LEN, stream);
+    // SAFETY: freed once.
+    ok(unsafe { sys::cuMemFreeAsync(third, stream) });
+    synchronize(stream);
+    assert_eq!((used(), reserved()), (0, 0));
+});
