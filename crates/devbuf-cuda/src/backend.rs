@@ -21,7 +21,7 @@ use crate::protocol::ProtocolStream;
 use crate::queue::{CudaQueue, open_device, stream_context};
 use crate::stream::Stream;
 
-/// The CUDA backend: selectors "cuda" (device 0), "cuda:N" and "cuda:GPU-<uuid>".
+/// The CUDA backend: selectors `"cuda"` (device 0), `"cuda:N"` and `"cuda:GPU-<uuid>"`.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct CudaBackend;
 

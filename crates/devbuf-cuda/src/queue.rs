@@ -464,7 +464,7 @@ impl Queue for CudaQueue {
     }
 
     /// Device memory of a peer device (`cuDeviceCanAccessPeer`): copies reach it through
-    /// `cuMemcpyPeerAsync` (see [`crate::peer`]).
+    /// `cuMemcpyPeerAsync` (the crate's `peer` module).
     fn copies_reach(&self, ptr: *const u8) -> bool {
         let _current = self.stream.context().enter();
         peer::other_device(ptr as usize, self.ordinal())

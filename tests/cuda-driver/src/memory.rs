@@ -192,6 +192,21 @@ fn reserve_device_addresses(size: usize) -> DriverResult<u64> {
 }
 
 static REGISTRY: RwLock<BTreeMap<u64, Arc<Record>>> = RwLock::new(BTreeMap::new());
+/// Bytes freed from each pool (by handle) that the pool still keeps reserved (see
+/// `crate::pool::Pool::kept`).
+static KEPT: Mutex<BTreeMap<usize, u64>> = Mutex::new(BTreeMap::new());
+
+/// The bytes pool `pool` (its handle) keeps reserved after their free was reached.
+pub(crate) fn pool_bytes_kept(pool: usize) -> u64 {
+    KEPT.lock().get(&pool).copied().unwrap_or(0)
+}
+
+/// Sets what pool `pool` keeps to `change` of what it keeps now.
+pub(crate) fn change_pool_bytes_kept(pool: usize, change: impl FnOnce(u64) -> u64) {
+    let mut kept = KEPT.lock();
+    let entry = kept.entry(pool).or_default();
+    *entry = change(*entry);
+}
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 static ALLOCATION_CALLS: AtomicU64 = AtomicU64::new(0);
 
@@ -443,6 +458,13 @@ pub(crate) fn release(record: &Arc<Record>, operation: &str, context: &Context) 
     record.storage.revoke();
     let accounted = record.accounted.swap(0, Ordering::AcqRel);
     device_memory_used()[record.ordinal].fetch_sub(accounted, Ordering::AcqRel);
+    // A pool keeps what is freed from it reserved, unless the block already went to another
+    // allocation (immediate reuse).
+    if let Origin::Pooled(pool) = record.origin
+        && !record.handed_on.load(Ordering::Acquire)
+    {
+        change_pool_bytes_kept(pool, |kept| kept + record.size as u64);
+    }
     drop(state);
     let mut registry = REGISTRY.write();
     if registry

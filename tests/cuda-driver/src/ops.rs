@@ -12,8 +12,7 @@ use parking_lot::{Mutex, RwLockReadGuard};
 use crate::config::config;
 use crate::context::Context;
 use crate::device::run_host_function;
-use crate::memory::{self, Origin, Record, State};
-use crate::pool;
+use crate::memory::{self, Record, State};
 
 /// Memory an operation reads or writes.
 pub(crate) enum Place {
@@ -200,11 +199,6 @@ pub(crate) fn execute(context: &Context, op: Op) {
         Op::Free(record) => {
             // A fault, if any, is reported by the release itself.
             let _ = memory::release(&record, "cuMemFreeAsync", context);
-            if let Origin::Pooled(pool) = record.origin
-                && !record.handed_on.load(Ordering::Acquire)
-            {
-                pool::keep_freed(pool, record.size);
-            }
         }
         Op::Wait => {}
         Op::Touch { operation, place } => {

@@ -10,13 +10,15 @@
 //! "canAccessPeer ... 1 if device is capable of directly accessing memory from peerDevice and 0
 //! otherwise", and a device's own memory needs no peer mapping).
 
-use cudarc::driver::sys::{CUcontext, CUdevice, CUresult};
+use cudarc::driver::sys::{CUcontext, CUdevice, CUdeviceptr, CUresult, CUstream};
 use parking_lot::Mutex;
 
 use crate::config::{config, physical};
 use crate::context::{self, Context};
 use crate::device::{entry, ordinal};
-use crate::errors::write_out;
+use crate::errors::{DriverResult, write_out};
+use crate::memory::{self, Kind};
+use crate::transfer::{ASYNC, ASYNC_PTSZ, Call, SYNC, SYNC_PTDS, copy_between};
 
 /// Whether device `device` (a valid ordinal of this process) can map `peer`'s memory.
 pub(crate) fn can_access(device: usize, peer: usize) -> bool {
@@ -119,4 +121,145 @@ pub extern "C" fn cuCtxDisablePeerAccess(peer_context: CUcontext) -> CUresult {
         }
         Ok(())
     })
+}
+
+/// Checks that `pointer` is memory of `context`'s device, where the driver knows it: "Copies
+/// from device memory in one context to device memory in another context. dstDevice is the base
+/// device pointer of the destination memory and dstContext is the destination context."
+/// Memory of another device than the one named is CUDA_ERROR_INVALID_VALUE (the double's choice).
+fn peer_side(pointer: CUdeviceptr, context: CUcontext) -> DriverResult<&'static Context> {
+    let context = Context::from_handle(context)?;
+    context.usable()?;
+    match memory::find(pointer) {
+        Some(record) if record.kind == Kind::Device && record.ordinal != context.ordinal => {
+            Err(CUresult::CUDA_ERROR_INVALID_VALUE)
+        }
+        _ => Ok(context),
+    }
+}
+
+fn copy_peer(
+    destination: CUdeviceptr,
+    destination_context: CUcontext,
+    source: CUdeviceptr,
+    source_context: CUcontext,
+    len: usize,
+    stream: CUstream,
+    call: Call,
+) -> CUresult {
+    let operation = if call.synchronous {
+        "cuMemcpyPeer"
+    } else {
+        "cuMemcpyPeerAsync"
+    };
+    let contexts = entry(operation, || {
+        peer_side(destination, destination_context)?;
+        peer_side(source, source_context)?;
+        Ok(())
+    });
+    if contexts != CUresult::CUDA_SUCCESS {
+        return contexts;
+    }
+    let (Ok(to), Ok(from)) = (
+        Context::from_handle(destination_context),
+        Context::from_handle(source_context),
+    ) else {
+        return CUresult::CUDA_ERROR_INVALID_CONTEXT;
+    };
+    copy_between(
+        operation,
+        destination,
+        source,
+        len,
+        stream,
+        call,
+        &[to, from],
+    )
+}
+
+/// cuMemcpyPeer: "Copies from device memory in one context to device memory in another context
+/// ... Note that this function is asynchronous with respect to the host, but serialized with
+/// respect all pending and future asynchronous work in to the current context, srcContext, and
+/// dstContext (use cuMemcpyPeerAsync to avoid this synchronization)." The double returns once the
+/// copy is done, as for other synchronous copies between device ranges it may.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyPeer(
+    destination: CUdeviceptr,
+    destination_context: CUcontext,
+    source: CUdeviceptr,
+    source_context: CUcontext,
+    len: usize,
+) -> CUresult {
+    let null = std::ptr::null_mut();
+    copy_peer(
+        destination,
+        destination_context,
+        source,
+        source_context,
+        len,
+        null,
+        SYNC,
+    )
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyPeer_ptds(
+    destination: CUdeviceptr,
+    destination_context: CUcontext,
+    source: CUdeviceptr,
+    source_context: CUcontext,
+    len: usize,
+) -> CUresult {
+    let null = std::ptr::null_mut();
+    copy_peer(
+        destination,
+        destination_context,
+        source,
+        source_context,
+        len,
+        null,
+        SYNC_PTDS,
+    )
+}
+
+/// cuMemcpyPeerAsync: the same copy, "asynchronous with respect to the host and all work on other
+/// streams", ordered on `stream` alone.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyPeerAsync(
+    destination: CUdeviceptr,
+    destination_context: CUcontext,
+    source: CUdeviceptr,
+    source_context: CUcontext,
+    len: usize,
+    stream: CUstream,
+) -> CUresult {
+    copy_peer(
+        destination,
+        destination_context,
+        source,
+        source_context,
+        len,
+        stream,
+        ASYNC,
+    )
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyPeerAsync_ptsz(
+    destination: CUdeviceptr,
+    destination_context: CUcontext,
+    source: CUdeviceptr,
+    source_context: CUcontext,
+    len: usize,
+    stream: CUstream,
+) -> CUresult {
+    copy_peer(
+        destination,
+        destination_context,
+        source,
+        source_context,
+        len,
+        stream,
+        ASYNC_PTSZ,
+    )
 }

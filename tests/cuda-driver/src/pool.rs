@@ -48,10 +48,6 @@ pub(crate) struct Pool {
     /// `CU_MEMPOOL_ATTR_REUSE_*` (1–3), all on by default.
     pub reuse: Mutex<[i32; 3]>,
     pub release_threshold: AtomicU64,
-    /// Bytes freed (the free reached in stream order) that the pool still holds: reserved but not
-    /// used, until a synchronization releases them above the release threshold (see
-    /// [`release_over_thresholds`]) or `cuMemPoolTrimTo` trims them; reused by later allocations.
-    pub kept: AtomicU64,
     /// `CU_MEMPOOL_ATTR_USED_MEM_HIGH`, `CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH`.
     pub used_high: AtomicU64,
     pub reserved_high: AtomicU64,
@@ -70,7 +66,6 @@ impl Pool {
             max_size,
             reuse: Mutex::new([1; 3]),
             release_threshold: AtomicU64::new(0),
-            kept: AtomicU64::new(0),
             used_high: AtomicU64::new(0),
             reserved_high: AtomicU64::new(0),
             peers: Mutex::new(Vec::new()),
@@ -110,26 +105,27 @@ impl Pool {
         memory::pool_bytes_in_use(self.id())
     }
 
+    /// Bytes freed (the free reached in stream order) that the pool still holds: reserved but not
+    /// used, until a synchronization releases them above the release threshold (see
+    /// [`release_over_thresholds`]) or `cuMemPoolTrimTo` trims them; reused by later allocations.
+    pub fn kept(&'static self) -> u64 {
+        memory::pool_bytes_kept(self.id())
+    }
+
     /// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`: what is used and what the pool keeps.
     pub fn reserved(&'static self) -> u64 {
-        self.used() + self.kept.load(Ordering::Acquire)
+        self.used() + self.kept()
     }
 
     /// Keeps at most `limit` bytes reserved: gives back what it keeps above that.
     pub fn release_above(&'static self, limit: u64) {
         let keep = limit.saturating_sub(self.used());
-        let _ = self
-            .kept
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |kept| {
-                Some(kept.min(keep))
-            });
+        memory::change_pool_bytes_kept(self.id(), |kept| kept.min(keep));
     }
-}
 
-/// A pooled allocation's free was reached: its pool keeps the bytes reserved.
-pub(crate) fn keep_freed(pool: usize, size: usize) {
-    if let Ok(pool) = find(pool as CUmemoryPool) {
-        pool.kept.fetch_add(size as u64, Ordering::AcqRel);
+    /// An allocation of `size` bytes takes what it can of the memory the pool keeps.
+    pub fn reuse_kept(&'static self, size: usize) {
+        memory::change_pool_bytes_kept(self.id(), |kept| kept.saturating_sub(size as u64));
     }
 }
 

@@ -84,11 +84,7 @@ unsafe fn allocate_from(
     }
     if !reusing {
         // Memory the pool keeps serves the allocation first.
-        let _ = pool
-            .kept
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |kept| {
-                Some(kept.saturating_sub(size as u64))
-            });
+        pool.reuse_kept(size);
     }
     pool.used_high.fetch_max(pool.used(), Ordering::AcqRel);
     pool.reserved_high

@@ -23,14 +23,14 @@
 //! needs the pool's access for the stream's device (`cuMemPoolSetAccess`), else
 //! CUDA_ERROR_INVALID_VALUE (NVIDIA's cuda.core `test_peer_access_basic` expects exactly that of
 //! `cuMemcpyAsync`); a synchronous copy touching another device's memory is serialized with that
-//! device's legacy default stream as well as its own; `cuMemcpyPeer(Async)` copies between the
-//! memory of two contexts named by the caller.
+//! device's legacy default stream as well as its own (`cuMemcpyPeer(Async)`, in
+//! [`crate::peer`], copy through [`copy_between`] too).
 
 use std::ffi::c_void;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUmemoryPool, CUresult, CUstream};
+use cudarc::driver::sys::{CUdeviceptr, CUmemoryPool, CUresult, CUstream};
 
 use crate::context::SYNC_MEMOPS;
 use crate::context::{self, Context};
@@ -94,24 +94,24 @@ fn is_host(side: &Side) -> bool {
 /// How a copy or fill was called: asynchronously on a stream, or synchronously; and what
 /// stream 0 means.
 #[derive(Clone, Copy)]
-struct Call {
-    synchronous: bool,
+pub(crate) struct Call {
+    pub synchronous: bool,
     null: NullStream,
 }
 
-const ASYNC: Call = Call {
+pub(crate) const ASYNC: Call = Call {
     synchronous: false,
     null: NullStream::Legacy,
 };
-const ASYNC_PTSZ: Call = Call {
+pub(crate) const ASYNC_PTSZ: Call = Call {
     synchronous: false,
     null: NullStream::PerThread,
 };
-const SYNC: Call = Call {
+pub(crate) const SYNC: Call = Call {
     synchronous: true,
     null: NullStream::Legacy,
 };
-const SYNC_PTDS: Call = Call {
+pub(crate) const SYNC_PTDS: Call = Call {
     synchronous: true,
     null: NullStream::PerThread,
 };
@@ -128,7 +128,7 @@ fn copy(
 }
 
 /// [`copy`], also serialized, when synchronous, with the legacy streams of `extra_contexts`.
-fn copy_between(
+pub(crate) fn copy_between(
     operation: &'static str,
     destination: CUdeviceptr,
     source: CUdeviceptr,
@@ -495,145 +495,4 @@ fn add_callback(
         });
         finish(&resolved, op, false)
     })
-}
-
-/// Checks that `pointer` is memory of `context`'s device, where the driver knows it: "Copies
-/// from device memory in one context to device memory in another context. dstDevice is the base
-/// device pointer of the destination memory and dstContext is the destination context."
-/// Memory of another device than the one named is CUDA_ERROR_INVALID_VALUE (the double's choice).
-fn peer_side(pointer: CUdeviceptr, context: CUcontext) -> DriverResult<&'static Context> {
-    let context = Context::from_handle(context)?;
-    context.usable()?;
-    match memory::find(pointer) {
-        Some(record) if record.kind == Kind::Device && record.ordinal != context.ordinal => {
-            Err(CUresult::CUDA_ERROR_INVALID_VALUE)
-        }
-        _ => Ok(context),
-    }
-}
-
-fn copy_peer(
-    destination: CUdeviceptr,
-    destination_context: CUcontext,
-    source: CUdeviceptr,
-    source_context: CUcontext,
-    len: usize,
-    stream: CUstream,
-    call: Call,
-) -> CUresult {
-    let operation = if call.synchronous {
-        "cuMemcpyPeer"
-    } else {
-        "cuMemcpyPeerAsync"
-    };
-    let contexts = entry(operation, || {
-        peer_side(destination, destination_context)?;
-        peer_side(source, source_context)?;
-        Ok(())
-    });
-    if contexts != CUresult::CUDA_SUCCESS {
-        return contexts;
-    }
-    let (Ok(to), Ok(from)) = (
-        Context::from_handle(destination_context),
-        Context::from_handle(source_context),
-    ) else {
-        return CUresult::CUDA_ERROR_INVALID_CONTEXT;
-    };
-    copy_between(
-        operation,
-        destination,
-        source,
-        len,
-        stream,
-        call,
-        &[to, from],
-    )
-}
-
-/// cuMemcpyPeer: "Copies from device memory in one context to device memory in another context
-/// ... Note that this function is asynchronous with respect to the host, but serialized with
-/// respect all pending and future asynchronous work in to the current context, srcContext, and
-/// dstContext (use cuMemcpyPeerAsync to avoid this synchronization)." The double returns once the
-/// copy is done, as for other synchronous copies between device ranges it may.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyPeer(
-    destination: CUdeviceptr,
-    destination_context: CUcontext,
-    source: CUdeviceptr,
-    source_context: CUcontext,
-    len: usize,
-) -> CUresult {
-    let null = std::ptr::null_mut();
-    copy_peer(
-        destination,
-        destination_context,
-        source,
-        source_context,
-        len,
-        null,
-        SYNC,
-    )
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyPeer_ptds(
-    destination: CUdeviceptr,
-    destination_context: CUcontext,
-    source: CUdeviceptr,
-    source_context: CUcontext,
-    len: usize,
-) -> CUresult {
-    let null = std::ptr::null_mut();
-    copy_peer(
-        destination,
-        destination_context,
-        source,
-        source_context,
-        len,
-        null,
-        SYNC_PTDS,
-    )
-}
-
-/// cuMemcpyPeerAsync: the same copy, "asynchronous with respect to the host and all work on other
-/// streams", ordered on `stream` alone.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyPeerAsync(
-    destination: CUdeviceptr,
-    destination_context: CUcontext,
-    source: CUdeviceptr,
-    source_context: CUcontext,
-    len: usize,
-    stream: CUstream,
-) -> CUresult {
-    copy_peer(
-        destination,
-        destination_context,
-        source,
-        source_context,
-        len,
-        stream,
-        ASYNC,
-    )
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyPeerAsync_ptsz(
-    destination: CUdeviceptr,
-    destination_context: CUcontext,
-    source: CUdeviceptr,
-    source_context: CUcontext,
-    len: usize,
-    stream: CUstream,
-) -> CUresult {
-    copy_peer(
-        destination,
-        destination_context,
-        source,
-        source_context,
-        len,
-        stream,
-        ASYNC_PTSZ,
-    )
 }

@@ -8,7 +8,7 @@ use crate::{Error, MemKind, Result};
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IpcHandle {
     /// Selector of the device that owns the memory, the same in every process ("host", CUDA's
-    /// "cuda:GPU-<uuid>": see [`super::IpcSharing::stable_selector`]).
+    /// `"cuda:GPU-<uuid>"`: see [`super::IpcSharing::stable_selector`]).
     pub device: String,
     /// The kind of memory.
     pub kind: MemKind,
