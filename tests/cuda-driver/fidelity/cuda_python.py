@@ -304,7 +304,8 @@ def main():
         print(f"| {REASONS[reason]} | {count} |")
     for kind in ("ignore", "deselect"):
         for entry, reason in exclusions[kind].items():
-            print(f"| {REASONS[reason]} | {'module' if kind == 'ignore' else 'test'} `{entry}` ({kind}d) |")
+            what = "module `{}` (ignored)" if kind == "ignore" else "test `{}` (deselected)"
+            print(f"| {REASONS[reason]} | {what.format(entry)} |")
     print(f"\n| skipped by the suite: reason | {name} |\n|---|---|")
     for reason, count in skips.most_common():
         print(f"| {reason} | {count} |")
