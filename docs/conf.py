@@ -1,6 +1,11 @@
 """Sphinx configuration of devbuf's documentation (built by ci/docs with warnings as errors)."""
 
+import pathlib
+import sys
+
 import devbuf
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent / "_ext"))
 
 project = "devbuf"
 author = "the devbuf authors"
@@ -8,9 +13,18 @@ copyright = "the devbuf authors, Apache-2.0"
 release = devbuf.__version__
 version = release
 
-extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.intersphinx"]
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.graphviz",
+    "sphinx.ext.intersphinx",
+    # Types and protocol-slot docstrings from python/devbuf/_devbuf.pyi.
+    "devbuf_stubs",
+    # The conformance matrix, measured while the site is built.
+    "devbuf_matrix",
+]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
-exclude_patterns = ["_build"]
+exclude_patterns = ["_build", "_ext"]
 myst_heading_anchors = 3
 
 # The API reference follows each module's __all__, so new names appear without editing it.
@@ -20,5 +34,10 @@ autodoc_typehints = "signature"
 # Docstrings use `name` for code, as the extension's Rust doc comments do.
 default_role = "code"
 
-html_theme = "alabaster"
+# The figures are graphviz sources in the pages, drawn by Debian's graphviz (ci/setup installs it).
+graphviz_output_format = "svg"
+
+# furo keeps wide tables and code inside the page (they scroll), where alabaster's fixed column
+# let them spill over.
+html_theme = "furo"
 html_title = f"devbuf {release}"

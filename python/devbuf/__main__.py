@@ -27,7 +27,7 @@ def info() -> int:
                 print(f"    kinds: {', '.join(device.kinds)}{memory}")
             else:
                 print(f"    unusable: {device.reason}")
-    print(f"\nIntel CPU OpenCL runtime (the SYCL CPU device of pip install devbuf[sycl]): {_runtime.REGISTRATION}")
+    print(f"\nIntel CPU OpenCL runtime (the SYCL CPU device of devbuf's [sycl] extra): {_runtime.REGISTRATION}")
     try:
         device = devbuf.default_device()
         print(f"\ndefault device: {device.selector} ({device.name})")

@@ -273,7 +273,7 @@ class Buffer(Array):
         """Blocks until the work pending on this memory is done: devbuf's, and once the memory was
         handed out (any export), other libraries' on the queues devbuf knows of (its own queue or
         stream; CUDA's legacy default stream). Host views and devbuf's commands order themselves
-        the same way; see README, "Ordering, both ways"."""
+        the same way; see the guide's "Ordering, both ways"."""
     def ipc_handle(self, *, readonly: bool = False) -> IpcHandle:
         """Opens this buffer's memory in another process; read-only when asked or when the buffer is."""
     def __getitem__(self, index: slice, /) -> Buffer: ...

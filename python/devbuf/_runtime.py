@@ -66,7 +66,7 @@ def _register() -> str:
             return f"left to the environment: {variable} is set"
     libdir = next((d for d in _library_dirs() if os.path.exists(os.path.join(d, _RUNTIME))), None)
     if libdir is None:
-        return f"not installed ({_RUNTIME} is not in {' or '.join(_library_dirs())}; pip install devbuf[sycl])"
+        return f"not installed ({_RUNTIME} is not in {' or '.join(_library_dirs())}; install devbuf with its [sycl] extra)"
     runtime = os.path.join(libdir, _RUNTIME)
     if _loaded("libOpenCL.so"):
         return (

@@ -14,7 +14,7 @@ Classes of input (chosen uniformly):
   memory of each usable CUDA, SYCL and OpenCL device), with shapes, strides and offsets that keep
   the whole span inside or reach past either end: inside, they must import; past the end of an
   allocation its runtime bounds (host, CUDA, OpenCL USM), they must be refused (SYCL bounds none:
-  there only the first and last byte are checked, see README).
+  there only the first and last byte are checked, see docs/guide/protocols.md).
 
 Usage: python fuzz_dlpack.py COUNT [SEED]   (ci/soak runs 10^6)
 """

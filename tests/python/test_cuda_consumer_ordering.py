@@ -48,6 +48,7 @@ READERS = {
     "pickle": "set(pickle.loads(pickle.dumps(memory, protocol=5)).to_bytes())",
     "np.asarray": "set(np.asarray(memory).tolist())",
     "np.from_dlpack(cpu)": "set(np.from_dlpack(memory, device='cpu').tolist())",
+    "get(stream=R)": "set(memory.view('uint8').get(stream=devbuf.Stream('cuda:0')).tolist())",
 }
 HOST_VIEWS = ["np.asarray", "np.from_dlpack(cpu)"]
 
@@ -211,8 +212,9 @@ def test_an_exchange_table_consumer_on_its_work_stream_comes_before_host_views(c
 
 @pytest.mark.parametrize("kind, reader", cases(["device", "host"], ["to_bytes", "np.asarray"]))
 def test_work_on_a_private_stream_is_handed_over_through_the_legacy_stream(cuda, kind, reader):
-    # A consumer's own non-blocking stream is out of devbuf's sight (the user's part, README): an
-    # event the legacy stream waits for hands the ordering over, without blocking the host.
+    # A consumer's own non-blocking stream is out of devbuf's sight (the user's part,
+    # docs/guide/ordering.md): an event the legacy stream waits for hands the ordering over,
+    # without blocking the host.
     scenario(
         f"""
         memory = devbuf.alloc(N, "{kind}", device="cuda:0")

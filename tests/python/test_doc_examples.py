@@ -3,8 +3,9 @@ interpreter (so an example cannot lean on another's names, and spawn's `__main__
 
 Each example is a ```python block after an `<!-- example -->` comment, which may say what it needs:
 `<!-- example: needs sycl dpnp -->`. A backend it needs is skipped with the backend's reason, or
-fails where DEVBUF_REQUIRE names it (the CUDA ones run on the CUDA test driver in ci/test); a module
-it needs is skipped when it is not installed."""
+fails where DEVBUF_REQUIRE names it (the CUDA ones run on the CUDA test driver in ci/test); `gpu`
+is a CUDA device that is real hardware, not a test double (those examples launch kernels, and run
+in ci/gpu); a module it needs (`cuda.core` included) is skipped when it is not installed."""
 
 import importlib.util
 import pathlib
@@ -14,11 +15,12 @@ import sys
 
 import pytest
 
+import devbuf
 from conftest import require_backend
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BACKENDS = {"host", "sycl", "cuda", "opencl"}
-BLOCK = re.compile(r"(?:<!-- example(?::\s*needs ([\w ]+))? -->\n)?```python\n(.*?)```", re.S)
+BLOCK = re.compile(r"(?:<!-- example(?::\s*needs ([\w. ]+))? -->\n)?```python\n(.*?)```", re.S)
 
 
 def examples(path):
@@ -38,14 +40,27 @@ DOCS_EXAMPLES = [example for page in sorted((ROOT / "docs").rglob("*.md")) for e
 
 
 def test_the_readme_and_the_docs_have_examples():
-    assert len(README_EXAMPLES) >= 7 and len(DOCS_EXAMPLES) >= 6
+    assert len(README_EXAMPLES) >= 1 and len(DOCS_EXAMPLES) >= 30
+    cookbook = {path.stem for path in (ROOT / "docs" / "cookbook").glob("*.md")} - {"index"}
+    # Every cookbook page has examples that run.
+    for page in cookbook:
+        assert len(examples(ROOT / "docs" / "cookbook" / f"{page}.md")) >= 1, page
+
+
+def require_gpu():
+    """Skips unless a CUDA device is real hardware (the CUDA test driver runs no kernels)."""
+    require_backend("cuda")
+    if not any(d.backend == "cuda" and d.usable and not d.test_double for d in devbuf.devices()):
+        pytest.skip("needs a GPU: the CUDA devices here are a test double (ci/gpu runs this)")
 
 
 @pytest.mark.parametrize("marked, needs, code", README_EXAMPLES + DOCS_EXAMPLES)
 def test_example_runs(marked, needs, code, tmp_path):
     assert marked, "every Python block is an example that runs: mark it <!-- example -->"
     for need in needs:
-        if need in BACKENDS:
+        if need == "gpu":
+            require_gpu()
+        elif need in BACKENDS:
             require_backend(need)
         elif importlib.util.find_spec(need) is None:
             pytest.skip(f"needs {need}, which is not installed")

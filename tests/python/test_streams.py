@@ -227,27 +227,28 @@ def test_pending_work_follows_the_stream_that_did_it(cuda):
 
 def test_a_pool_reuses_memory_freed_on_a_stream_only_after_that_streams_work(cuda):
     # RMM's deallocate(ptr, bytes, stream): the block comes back while work on the stream may
-    # still write it; the next user's work on the pool's queue must come after that write.
+    # still write it; the pool hands it out again only once that work is done, so that a next
+    # owner who writes it from the host (shared memory) is not overwritten (issue 33).
     run(
         """
         import devbuf.mr
 
         pool = devbuf.mr.PoolMemoryResource(devbuf.mr.QueueMemoryResource("cuda:0"))
         stream = devbuf.Device("cuda").create_stream()
-        ptr = pool.allocate(N, "device", stream=stream)
+        ptr = pool.allocate(N, "shared", stream=stream)
         scratch = pool.allocate(64, "device")
         for _ in range(4):  # earlier work on the stream, so that its write lands late
             memset(scratch, 0, 64, stream.stream)
         memset(ptr, 1, N, stream.stream)
-        pool.deallocate(ptr, N, "device", stream=stream)
-        again = pool.allocate(N, "device")
-        assert again == ptr, "the pool did not reuse the block: the test proves nothing"
-        memset(again, 2, N, pool.queue.stream)  # the next user, on the pool's queue
-        synchronize(pool.queue.stream)
-        synchronize(stream.stream)
-        host = ctypes.create_string_buffer(N)
-        ok(cu.cuMemcpyDtoH_v2(host, ctypes.c_uint64(again), ctypes.c_size_t(N)))
-        assert host.raw == bytes([2]) * N, set(host.raw)
+        pool.deallocate(ptr, N, "shared", stream=stream)
+        again = pool.allocate(N, "shared")
+        assert again != ptr, "the block was handed out again while the stream still wrote it"
+        ctypes.memset(again, 2, N)  # the next owner writes from the host
+        stream.synchronize()
+        assert ctypes.string_at(again, N) == bytes([2]) * N
+        pool.deallocate(again, N, "shared")
+        reused = pool.allocate(N, "shared")
+        assert reused in (ptr, again), "once the stream's work is done the block is reused"
         """
     )
 

@@ -121,7 +121,7 @@ def test_the_read_only_flag_in_data_is_honoured_whatever_bool_carries_it(sycl, f
 def test_a_claim_past_the_end_of_dpctl_memory_is_refused(sycl, kind):
     """dpctl's C API bounds no allocation: devbuf checks that a span's first and last byte are the
     same USM on the same device. A terabyte claimed at the start of 4 KiB reaches memory that is
-    not (a claim ending in another USM allocation of the device would pass: README)."""
+    not (a claim ending in another USM allocation of the device would pass: docs/guide/protocols.md)."""
     memory = getattr(dm, DPCTL_MEMORY[kind])(4096)
 
     class Claim:

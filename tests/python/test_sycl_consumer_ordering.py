@@ -100,8 +100,9 @@ def filter_string(device):
 
 
 def test_work_on_another_librarys_queue_is_handed_over_in_one_line(sycl):
-    # dpctl's own queue is out of devbuf's sight (the user's part, README): a barrier on devbuf's
-    # queue that waits for dpctl's event hands the ordering over, without blocking the host.
+    # dpctl's own queue is out of devbuf's sight (the user's part, docs/guide/ordering.md): a
+    # barrier on devbuf's queue that waits for dpctl's event hands the ordering over, without
+    # blocking the host.
     nbytes = N * 4
     memory = devbuf.alloc(nbytes, "shared")
     memory.fill(0)

@@ -18,6 +18,13 @@ pub trait ForeignQueue: Send + Sync + fmt::Debug {
     /// Makes work enqueued on it from now on wait for `event`, without blocking the host where
     /// the runtime allows it.
     fn wait_event(&self, event: &Event) -> Result<()>;
+
+    /// The devbuf queue this is, when another library's handle names one of devbuf's own queues
+    /// (a devbuf stream passed back as a consumer's `stream`): the memory handed to it is then
+    /// handed out on that queue ([`crate::Buffer::hand_out_on`]).
+    fn devbuf_queue(&self) -> Option<&Arc<dyn crate::Queue>> {
+        None
+    }
 }
 
 /// A backend's event: a point in one queue's stream of work.

@@ -6,11 +6,12 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use dlpark::ffi::DLDevice;
+use dlpark::ffi::{DLDevice, DLDeviceType};
 
 use crate::interop::{ConsumerOrder, ForeignObject, ProducerStream};
-use crate::{Buffer, Event, ForeignQueue, Queue, Result, blocking};
+use crate::{Buffer, Error, Event, ForeignQueue, MemKind, Queue, Result, StreamHandle, blocking};
 
 /// The exchange protocols that belong to one backend's runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -68,6 +69,10 @@ impl ForeignQueue for HandedOut {
     fn wait_event(&self, event: &Event) -> Result<()> {
         self.0.wait_event(event)
     }
+
+    fn devbuf_queue(&self) -> Option<&Arc<dyn Queue>> {
+        Some(&self.0)
+    }
 }
 
 /// Readies `buffer` for a zero-copy DLPack export to `device`, ordered for the consumer's
@@ -91,14 +96,206 @@ pub unsafe fn order_dlpack_export(
     };
     Some(blocking(|| match order {
         ConsumerOrder::Nothing => Ok(()),
-        ConsumerOrder::AfterPendingWork(consumer) => buffer.order_on_foreign(consumer.as_ref()),
+        ConsumerOrder::AfterPendingWork(consumer) => {
+            buffer.order_on_foreign(consumer.as_ref())?;
+            record_consumer(buffer, consumer.as_ref());
+            Ok(())
+        }
         ConsumerOrder::AfterQueue(consumer) => {
+            record_consumer(buffer, consumer.as_ref());
             // The queue that sees all pending work (joined there when it is on several), else ours.
             let pending = buffer.sync_queue(home)?;
             let producer = pending.as_ref().unwrap_or(home);
             consumer.wait_event(&producer.record_event()?)
         }
     }))
+}
+
+/// A consumer's queue that is one of devbuf's own (a devbuf stream passed as DLPack's `stream`)
+/// is a queue the memory was handed out on: the consumer writes there.
+fn record_consumer(buffer: &Buffer, consumer: &dyn ForeignQueue) {
+    if let Some(queue) = consumer.devbuf_queue() {
+        buffer.hand_out_on(queue);
+    }
+}
+
+/// Readies `buffer` for a zero-copy DLPack export to `device`, for the consumer's `stream`
+/// argument (the array API's rules): the memory's backend applies its own rule where it has one
+/// for `device` ([`order_dlpack_export`]); otherwise -1 means the consumer synchronizes itself,
+/// a CPU export takes only None (or -1), and everything that may still touch the memory is
+/// waited for first ([`prepare_streamless_dlpack_export`]). The memory is marked handed out.
+///
+/// # Safety
+/// As for [`order_dlpack_export`].
+pub unsafe fn prepare_dlpack_export(
+    buffer: &Buffer,
+    device: DLDevice,
+    stream: &ForeignObject<'_>,
+) -> Result<()> {
+    // SAFETY: the caller's promise about `stream`.
+    if let Some(done) = unsafe { order_dlpack_export(buffer, device, stream) } {
+        if done.is_ok() {
+            buffer.mark_exported();
+        }
+        return done;
+    }
+    match stream {
+        ForeignObject::Int(-1) => {
+            buffer.mark_exported();
+            return Ok(());
+        }
+        ForeignObject::Nothing => {}
+        other if device.device_type == DLDeviceType::CPU => {
+            return Err(Error::invalid(
+                "stream",
+                format!("a CPU export takes stream=None (or -1), not {other:?}"),
+            ));
+        }
+        _ => {}
+    }
+    prepare_streamless_dlpack_export(buffer)
+}
+
+/// The generic rule of [`prepare_dlpack_export`] for `stream=None`, alone: everything that may
+/// still touch the memory completes first (the host waits, without the GIL). Exporters go
+/// straight here for a device whose backend has no rule for a consumer without a stream
+/// ([`crate::Interop::dlpack_orders_streamless_export`]).
+#[inline]
+pub fn prepare_streamless_dlpack_export(buffer: &Buffer) -> Result<()> {
+    if buffer.needs_synchronize() {
+        blocking(|| buffer.synchronize())?;
+    }
+    buffer.mark_exported();
+    Ok(())
+}
+
+/// CAI v3's producer option: when off, exports always say `stream: None` and the user takes over
+/// synchronization. On by default; `DEVBUF_CAI_EXPORT_STREAM=0` turns it off for the process.
+static CAI_EXPORT_STREAM: std::sync::LazyLock<AtomicBool> = std::sync::LazyLock::new(|| {
+    AtomicBool::new(std::env::var("DEVBUF_CAI_EXPORT_STREAM").map_or(true, |v| v != "0"))
+});
+
+/// Whether CAI exports name the stream a consumer must synchronize with (the default) or always
+/// say None ([`cai_export_stream`]).
+pub fn set_cai_export_stream(enabled: bool) {
+    CAI_EXPORT_STREAM.store(enabled, Ordering::Relaxed);
+}
+
+/// The `stream` entry of a CAI export of `buffer`: the native stream of the queue a consumer
+/// must synchronize with to see every write that may still be pending ([`Buffer::sync_queue`]),
+/// or `None`; the memory is marked handed out on that queue, where the consumer will work
+/// (CAI v3 tells it to). `None` when [`set_cai_export_stream`] turned the option off.
+pub fn cai_export_stream(buffer: &Buffer) -> Result<Option<usize>> {
+    if !CAI_EXPORT_STREAM.load(Ordering::Relaxed) {
+        buffer.mark_exported();
+        return Ok(None);
+    }
+    // Asked before this export marks the memory handed out: a first export has no other
+    // consumer's work to order after.
+    let sync = buffer.sync_queue(buffer.queue());
+    buffer.mark_exported();
+    let Some(queue) = sync? else {
+        return Ok(None);
+    };
+    buffer.hand_out_on(&queue);
+    Ok(queue.interop().native_stream().map(StreamHandle::get))
+}
+
+/// An export that names the memory's own queue to the consumer, which works there (SUAI's
+/// `syclobj`, dpctl's `sycl_queue`): everything that may still touch the memory is ordered before
+/// that queue's later work ([`Buffer::order_access`]). Callers skip it when
+/// [`Buffer::needs_ordering_on_own_queue`] says nothing can be pending (exports are hot paths:
+/// such queues are SYCL's, in order for every library that holds them).
+pub fn export_on_own_queue(buffer: &Buffer) -> Result<()> {
+    buffer.mark_exported();
+    buffer.order_on(buffer.queue())
+}
+
+/// An export through DLPack's C exchange table without synchronization: the consumer orders its
+/// work after the device's current work stream (`current_work_stream`), `work_queue`, so
+/// everything that may still touch the memory is ordered before that queue's later work, and the
+/// memory is handed out on it.
+pub fn exchange_table_export(buffer: &Buffer, work_queue: &Arc<dyn Queue>) -> Result<()> {
+    if buffer.needs_synchronize() {
+        blocking(|| buffer.order_on(work_queue))?;
+    }
+    buffer.hand_out_on(work_queue);
+    Ok(())
+}
+
+/// The `stream` argument a consumer on `queue` passes to a producer's `__dlpack__` (the array
+/// API's rules), in the form the queue's protocols give it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProducerStreamArgument {
+    /// A native stream, numbered as the protocols do ([`crate::Interop::native_stream`]); -1
+    /// (no ordering) without `sync`.
+    Stream(i64),
+    /// The queue itself, as the runtime's queue object where it has one the producer's protocol
+    /// takes (a `dpctl.SyclQueue` for SYCL), else `None`.
+    Queue,
+    /// `None`.
+    Nothing,
+}
+
+/// The `stream` argument a consumer on `queue` passes to a producer's `__dlpack__`, asking it to
+/// order its pending work before `queue`'s (unless `sync` is off).
+pub fn producer_stream_argument(queue: &Arc<dyn Queue>, sync: bool) -> ProducerStreamArgument {
+    if let Some(stream) = queue.interop().native_stream() {
+        return ProducerStreamArgument::Stream(if sync { stream.get() as i64 } else { -1 });
+    }
+    if sync {
+        return ProducerStreamArgument::Queue;
+    }
+    ProducerStreamArgument::Nothing
+}
+
+/// After a DLPack import onto `queue` whose producer was passed `queue`'s stream argument
+/// ([`producer_stream_argument`] with `sync`; `passed` says whether one was): the producer made
+/// `queue` wait for its work, so host views and other queues are ordered after `queue`'s work at
+/// that point too (the producer's work is recorded as pending on `buffer`).
+pub fn after_dlpack_import(
+    buffer: &Buffer,
+    queue: &Arc<dyn Queue>,
+    passed: bool,
+    sync: bool,
+) -> Result<()> {
+    if !(passed && sync) {
+        return Ok(());
+    }
+    match as_foreign_queue(queue) {
+        Some(ordered) => buffer.record_producer(ordered),
+        None => Ok(()),
+    }
+}
+
+/// Whether a DLPack import through the C exchange table without synchronization must follow the
+/// producer's current work stream ([`order_after_exchange_work_stream`]): only queues with native
+/// streams have one to follow.
+pub fn follows_exchange_work_stream(buffer: &Buffer) -> bool {
+    buffer.queue().interop().native_stream().is_some()
+}
+
+/// After a DLPack import through the C exchange table without synchronization, orders later work
+/// on `buffer` after `stream`, the producer's current work stream for the device as the table's
+/// `current_work_stream` reported it.
+///
+/// # Safety
+/// `stream` names one of the producer's live streams, alive while the data is used (the exchange
+/// API's contract).
+pub unsafe fn order_after_exchange_work_stream(buffer: &Buffer, stream: usize) -> Result<()> {
+    // SAFETY: the caller's promise about `stream`.
+    unsafe { order_after_producer(buffer, ProducerStream::ExchangeWorkStream(stream), true) }
+}
+
+/// The kind of memory a DLPack device type means, for memory devbuf allocates for it (the
+/// exchange table's allocator); `None` for device types devbuf does not allocate for.
+pub fn dlpack_kind_for(device_type: DLDeviceType) -> Option<MemKind> {
+    match device_type {
+        DLDeviceType::CPU | DLDeviceType::CUDAHOST => Some(MemKind::Host),
+        DLDeviceType::CUDA | DLDeviceType::ONEAPI => Some(MemKind::Device),
+        DLDeviceType::CUDAMANAGED => Some(MemKind::Shared),
+        _ => None,
+    }
 }
 
 /// Orders later work on `buffer`, memory just imported, after the producer's `stream` as the

@@ -39,7 +39,7 @@ mod last_command;
 pub mod mr;
 mod queue;
 mod spare;
-mod stream;
+pub mod stream;
 mod timing;
 
 #[cfg(any(test, feature = "conformance"))]
@@ -48,7 +48,7 @@ pub mod conformance;
 pub use array::{Array, Layout, MAX_NDIM, check_ndim};
 pub use backend::{Availability, Backend, split_selector};
 pub use blocking::{blocking, set_blocking_hook};
-pub use buffer::{Buffer, KeptAlive, Owner};
+pub use buffer::{Access, Buffer, KeptAlive, Owner};
 pub use dlpark;
 pub use dtype::{ByteOrder, DType, ScalarKind};
 pub use error::{Error, Result};

@@ -115,7 +115,8 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// where the runtime allows it.
     fn wait_event(&self, event: &Event) -> Result<()>;
 
-    /// Whether all work enqueued so far has completed, without blocking. The default asks an
+    /// Whether all work enqueued so far has completed, without blocking, other libraries' work on
+    /// this queue included (a devbuf stream's `query`). The default asks an
     /// event recorded now, which a runtime whose records are work of their own may not have
     /// completed yet: such a backend asks its runtime instead.
     fn is_idle(&self) -> Result<bool> {

@@ -1,5 +1,5 @@
 //! What ordering devbuf after other libraries' work costs on CUDA, for the choice recorded in
-//! README's ordering section and BENCHMARKS.md: devbuf's own non-blocking stream, ordered after the
+//! docs/guide/ordering.md and BENCHMARKS.md: devbuf's own non-blocking stream, ordered after the
 //! legacy default stream by an event only when it touches memory it handed out (what devbuf does),
 //! against a blocking stream, which follows the legacy stream by itself on every operation (the
 //! alternative; measured as a devbuf queue over a blocking stream, `CudaQueue::with_stream`).

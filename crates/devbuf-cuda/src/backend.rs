@@ -15,6 +15,7 @@ use devbuf_core::{
 use parking_lot::Mutex;
 
 use crate::device;
+use crate::foreign::register_own;
 use crate::loader::{self, BACKEND};
 use crate::memory;
 use crate::protocol::ProtocolStream;
@@ -34,7 +35,7 @@ impl CudaBackend {
         if let Some(queue) = queues.get(&ordinal) {
             return Ok(Arc::clone(queue));
         }
-        let queue = Arc::new(CudaQueue::new(ordinal)?);
+        let queue = register_own(Arc::new(CudaQueue::new(ordinal)?));
         queues.insert(ordinal, Arc::clone(&queue));
         Ok(queue)
     }
@@ -166,7 +167,7 @@ pub fn default_queue() -> Result<Arc<dyn Queue>, String> {
 pub(crate) fn open_stream(ordinal: u32, options: StreamOptions) -> Result<Arc<dyn Queue>> {
     let (caps, context) = open_device(ordinal)?;
     let stream = Stream::create_with(&context, options)?;
-    Ok(Arc::new(CudaQueue::with(caps, stream)))
+    Ok(register_own(Arc::new(CudaQueue::with(caps, stream))))
 }
 
 /// A queue on `handle`, another library's stream kept alive by `owner`, on device `ordinal`, or,
@@ -185,7 +186,7 @@ pub(crate) unsafe fn adopt_stream(
     };
     // SAFETY: the caller's promise; the queue holds `owner` as long as it uses the stream.
     let queue = unsafe { CudaQueue::with_borrowed_stream(ordinal, handle, Some(owner))? };
-    Ok(Arc::new(queue))
+    Ok(register_own(Arc::new(queue)))
 }
 
 /// The device whose primary context `handle` belongs to (device 0 for the legacy default stream,

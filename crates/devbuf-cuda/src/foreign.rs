@@ -1,10 +1,12 @@
 //! Streams devbuf orders work with but does not own: the stream a CAI producer names, the one a
-//! DLPack consumer passes; what is done with them is [`crate::interop`]'s.
+//! DLPack consumer passes; what is done with them is [`crate::interop`]'s. And devbuf's own
+//! streams as another library hands them back ([`own_stream`]).
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use cudarc::driver::sys::{CUcontext, CUstream};
-use devbuf_core::{Event, ForeignQueue, Result};
+use devbuf_core::{Event, ForeignQueue, Queue, Result};
+use parking_lot::Mutex;
 
 use crate::context::PrimaryContext;
 use crate::event::{self, CudaEvent};
@@ -54,4 +56,26 @@ impl CudaQueue {
             primary: Arc::clone(self.context()),
         }))
     }
+}
+
+/// devbuf's queues by stream handle, while they live: a handle another library passes back (a
+/// devbuf stream as a DLPack consumer's `stream`) names the devbuf queue it is.
+static OWN_STREAMS: Mutex<Vec<(usize, Weak<dyn Queue>)>> = Mutex::new(Vec::new());
+
+/// Records `queue` as one of devbuf's queues, found again by its stream handle ([`own_stream`]).
+pub(crate) fn register_own(queue: Arc<CudaQueue>) -> Arc<CudaQueue> {
+    let dynamic: Arc<dyn Queue> = Arc::clone(&queue) as Arc<dyn Queue>;
+    let mut own = OWN_STREAMS.lock();
+    own.retain(|(_, queue)| queue.strong_count() > 0);
+    own.push((queue.stream(), Arc::downgrade(&dynamic)));
+    queue
+}
+
+/// The devbuf queue whose stream is `handle`, while it lives.
+pub(crate) fn own_stream(handle: usize) -> Option<Arc<dyn Queue>> {
+    OWN_STREAMS
+        .lock()
+        .iter()
+        .filter(|(own, _)| *own == handle)
+        .find_map(|(_, queue)| queue.upgrade())
 }

@@ -12,6 +12,7 @@ use devbuf_core::{
 };
 
 use crate::event::{self, RawEvent};
+use crate::foreign::own_stream;
 use crate::memory;
 use crate::protocol::{self, CU_STREAM_LEGACY, ProtocolStream};
 use crate::queue::CudaQueue;
@@ -109,7 +110,11 @@ impl Interop for CudaQueue {
         Some(protocol::decode_dlpack_stream(stream).and_then(|consumer| {
             Ok(match consumer.handle() {
                 None => ConsumerOrder::Nothing,
-                Some(handle) => ConsumerOrder::AfterQueue(self.foreign_stream(handle)?),
+                // One of devbuf's own streams, handed back: the memory is handed out on it.
+                Some(handle) => ConsumerOrder::AfterQueue(match own_stream(handle) {
+                    Some(own) => exchange::handed_out(own),
+                    None => self.foreign_stream(handle)?,
+                }),
             })
         }))
     }

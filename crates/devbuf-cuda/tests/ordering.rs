@@ -205,6 +205,73 @@ child_test!(devbuf_follows_consumers_on_the_legacy_and_blocking_streams [
     }
 });
 
+/// A user stream, as `devbuf.Stream("cuda:0")` opens one.
+fn user_stream() -> Arc<dyn Queue> {
+    use devbuf_core::{Backend, StreamOptions};
+    devbuf_cuda::CudaBackend
+        .open_stream("0", StreamOptions::default())
+        .expect("a user stream")
+}
+
+// The ordering invariant on a stream handed out with the memory (issue 33): a CAI export names
+// the user stream with pending work, the consumer writes there as CAI v3 tells it to, and every
+// later access of devbuf's waits for that write; the stream lives as long as the memory.
+child_test!(a_consumer_on_a_user_stream_named_by_a_cai_export_comes_before_devbuf [
+    "DEVBUF_CUDA_TEST_DELAY_US" = "20000",
+] {
+    let (home, user) = (shared(0), user_stream());
+    let memory = Buffer::alloc(&home, MemKind::Host, LEN).unwrap();
+    memory.fill(0).unwrap();
+    memory.enqueue_fill_on(1, &user).unwrap();
+    let named = devbuf_core::exchange::cai_export_stream(&memory).unwrap();
+    assert_eq!(named, Some(cuda(&user).stream()), "the export names the stream with the work");
+    foreign_fill(0, cuda(&user).stream(), memory.ptr(), 7, LEN);
+    assert_eq!(memory.to_vec().unwrap(), vec![7; LEN], "a host read before the consumer's write");
+    foreign_fill(0, cuda(&user).stream(), memory.ptr(), 8, LEN);
+    let copy = Buffer::alloc(&home, MemKind::Device, LEN).unwrap();
+    copy.copy_from(&memory).unwrap();
+    assert_eq!(copy.to_vec().unwrap(), vec![8; LEN], "a copy on another stream before the write");
+    let weak = Arc::downgrade(&user);
+    drop(user);
+    assert!(weak.upgrade().is_some(), "a stream named in an export died with the memory alive");
+    drop((memory, copy));
+    assert!(weak.upgrade().is_none(), "the memory kept its stream after its release");
+});
+
+// A devbuf stream passed back as DLPack's `stream` is a stream the memory was handed out on.
+child_test!(a_dlpack_consumer_on_a_devbuf_stream_comes_before_devbuf [
+    "DEVBUF_CUDA_TEST_DELAY_US" = "20000",
+] {
+    use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
+    use devbuf_core::ForeignObject;
+    let (home, user) = (shared(0), user_stream());
+    let memory = Buffer::alloc(&home, MemKind::Device, LEN).unwrap();
+    memory.fill(0).unwrap();
+    let device = DLDevice { device_type: DLDeviceType::CUDA, device_id: 0 };
+    let stream = ForeignObject::Int(cuda(&user).stream() as i64);
+    // SAFETY: the stream is a live devbuf stream.
+    unsafe { devbuf_core::exchange::prepare_dlpack_export(&memory, device, &stream) }.unwrap();
+    foreign_fill(0, cuda(&user).stream(), memory.ptr(), 7, LEN);
+    assert_eq!(memory.to_vec().unwrap(), vec![7; LEN], "a read before the consumer's write");
+});
+
+// A re-export names a stream that follows the first consumer's work on the legacy stream.
+child_test!(a_re_export_follows_the_first_consumers_work [
+    "DEVBUF_CUDA_TEST_DELAY_US" = "20000",
+] {
+    let home = shared(0);
+    let memory = Buffer::alloc(&home, MemKind::Host, LEN).unwrap();
+    memory.fill(0).unwrap();
+    assert_eq!(devbuf_core::exchange::cai_export_stream(&memory).unwrap(), None);
+    foreign_fill(0, 1, memory.ptr(), 7, LEN); // the first consumer, on the legacy stream
+    let named = devbuf_core::exchange::cai_export_stream(&memory).unwrap();
+    assert_eq!(named, Some(cuda(&home).stream()), "a re-export must name a stream to wait for");
+    home.wait().unwrap();
+    // SAFETY: pinned memory; the named stream's work (after the consumer's) is done.
+    let bytes = unsafe { std::slice::from_raw_parts(memory.ptr(), LEN) };
+    assert!(bytes.iter().all(|&b| b == 7), "the named stream did not follow the first consumer");
+});
+
 /// Device 1's default pool's access for device 0 (`cuMemPoolGetAccess`).
 fn device_0_reaches_device_1_s_pool() -> bool {
     in_primary_context(0, || {

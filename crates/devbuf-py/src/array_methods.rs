@@ -142,8 +142,7 @@ impl PyArray {
                     "stream: a stream of {on:?} cannot order the free of memory on {own:?}"
                 )));
             }
-            let recorded = py.detach(|| queue.record_event()).py()?;
-            buffer.record_work(queue, recorded);
+            py.detach(|| buffer.release_after_stream(queue)).py()?;
         }
         self.held().close(py);
         Ok(())
@@ -299,7 +298,7 @@ impl PyArray {
         crate::export::interface_dicts::cai(self, py)
     }
 
-    /// The `dpctl.SyclQueue` of SYCL memory (dpnp and dpctl.tensor compute on it), where dpctl
+    /// The `dpctl.SyclQueue` of SYCL memory (dpnp and dpnp.tensor compute on it), where dpctl
     /// imports.
     #[getter]
     fn sycl_queue(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {

@@ -166,7 +166,9 @@ impl Backend for SyclBackend {
             filter => Device::from_filter(rt, filter)?,
         };
         let context = Context::default_for(&device)?;
-        Ok(Arc::new(SyclQueue::create(context, device)?))
+        Ok(SyclQueue::register(Arc::new(SyclQueue::create(
+            context, device,
+        )?)))
     }
 
     fn queue_for_dlpack_device(&self, device: DLDevice) -> Option<Result<Arc<dyn Queue>>> {

@@ -172,11 +172,19 @@ impl SyclQueue {
         if let Some(known) = SyclQueue::known_equal_to(rt, &copy) {
             return Ok(known);
         }
-        let adopted = Arc::new(SyclQueue::assemble(copy, context, device));
-        let mut adopted_queues = queues_of(rt).adopted_queues.lock();
-        adopted_queues.retain(|queue| queue.strong_count() > 0);
-        adopted_queues.push(Arc::downgrade(&adopted));
-        Ok(adopted)
+        Ok(SyclQueue::register(Arc::new(SyclQueue::assemble(
+            copy, context, device,
+        ))))
+    }
+
+    /// Records `queue` (a user's stream, or another library's queue adopted) among the queues
+    /// a handle another library passes back is matched with ([`SyclQueue::from_queue_ref`]).
+    pub(crate) fn register(queue: Arc<SyclQueue>) -> Arc<SyclQueue> {
+        let mut known = queues_of(queue.runtime()).adopted_queues.lock();
+        known.retain(|queue| queue.strong_count() > 0);
+        known.push(Arc::downgrade(&queue));
+        drop(known);
+        queue
     }
 
     /// The devbuf queue, still in use, that wraps the very `sycl::queue` `queue` is a handle to:

@@ -11,7 +11,6 @@ use devbuf_core::{
     StreamHandle,
 };
 
-use crate::foreign::ForeignSyclQueue;
 use crate::loader::SYCL;
 use crate::queue::SyclQueue;
 use crate::raw::{Device, owned_handle};
@@ -116,10 +115,14 @@ impl Interop for SyclQueue {
                 foreign: Some(queue),
                 ..
             } => Arc::clone(queue),
+            // An in-order queue is taken as the devbuf queue that shares it (devbuf's own, handed
+            // back, or adopted): the memory is then handed out on it, and every later access
+            // waits for the consumer's work there.
             ForeignObject::Handle { name, ptr } if name.to_bytes() == b"SyclQueueRef" => {
                 // SAFETY: a live "SyclQueueRef" payload (the caller's promise).
-                match unsafe { ForeignSyclQueue::from_queue_ref(self.runtime(), *ptr as *mut _) } {
-                    Ok(queue) => Arc::new(queue),
+                match unsafe { SyclQueue::from_producer_queue_ref(self.runtime(), *ptr as *mut _) }
+                {
+                    Ok((_, consumer)) => consumer,
                     Err(err) => return Some(Err(err)),
                 }
             }

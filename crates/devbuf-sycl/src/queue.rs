@@ -38,9 +38,10 @@ pub(crate) struct RuntimeQueues {
     pub(crate) default_queues: Mutex<Vec<(i32, Arc<SyclQueue>)>>,
     /// The default queue each filter string opened (resolving one takes tens of µs).
     pub(crate) filter_queues: Mutex<Vec<(String, Arc<SyclQueue>)>>,
-    /// The queues made for other libraries' in-order `sycl::queue`s, while devbuf uses them: the
-    /// same `sycl::queue` handed over again (a dpnp array made from devbuf memory, imported back)
-    /// gets the same devbuf queue.
+    /// The queues made for users' streams and for other libraries' in-order `sycl::queue`s,
+    /// while devbuf uses them: the same `sycl::queue` handed over again (a dpnp array made from
+    /// devbuf memory imported back, a stream's `sycl_queue` passed as DLPack's `stream`) gets the
+    /// same devbuf queue.
     pub(crate) adopted_queues: Mutex<Vec<Weak<SyclQueue>>>,
 }
 
@@ -365,6 +366,12 @@ impl Queue for SyclQueue {
             None => Arc::new(self.barrier()?),
         };
         Ok(Event::new(self.event(event)))
+    }
+
+    /// Other libraries enqueue on copies of this queue, which its last command does not cover: a
+    /// barrier does (what a stream's `query` means to dpctl's users too).
+    fn is_idle(&self) -> Result<bool> {
+        self.event(Arc::new(self.barrier()?)).is_complete()
     }
 
     fn wait_event(&self, event: &Event) -> Result<()> {

@@ -1,9 +1,9 @@
 #![doc = include_str!("../README.md")]
 
-// The project README's Rust examples run as doctests too (it is not part of the packaged crate).
+// The guide's Rust examples run as doctests too (the guide is not part of the packaged crate).
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-struct ProjectReadmeExamples;
+#[doc = include_str!("../../../docs/guide/rust.md")]
+struct GuideRustExamples;
 
 pub mod matrix;
 mod registry;

@@ -49,6 +49,14 @@ impl Release {
             Release::Resource { resource, .. } => resource.queue(),
         }
     }
+
+    /// The owner of foreign memory, taken out (to be leaked when its memory may still be in use).
+    fn take_owner(&mut self) -> Option<Owner> {
+        match self {
+            Release::Foreign { owner, .. } => owner.take(),
+            Release::Queue { .. } | Release::Resource { .. } => None,
+        }
+    }
 }
 
 /// The counted reference to an allocation that every view holds.
@@ -85,10 +93,23 @@ pub(super) struct PendingList {
     /// place (every SUAI import sets it): a box of its own cost an allocation and a free per
     /// import.
     unordered: Option<Arc<dyn ForeignQueue>>,
+    /// The other libraries' queues this allocation was handed to or from, boxed: few allocations
+    /// have any, and every allocation's record is built and dropped on the hot path.
+    handoffs: Option<Box<Handoffs>>,
+}
+
+/// The queues an allocation was handed over on, besides its own (see [`PendingList`]).
+#[derive(Default)]
+struct Handoffs {
     /// The producer's queue when its protocol asks that its later work there wait for ours (CAI
-    /// v3's consumer rule), boxed: few allocations have one, and every allocation's record is
-    /// built and dropped on the hot path. Not pending work itself.
-    held_back: Option<Box<Arc<dyn ForeignQueue>>>,
+    /// v3's consumer rule). Not pending work itself.
+    held_back: Option<Arc<dyn ForeignQueue>>,
+    /// devbuf's queues other than the allocation's own that the memory was handed out on (a CAI
+    /// `stream`, a DLPack consumer's stream that is one of devbuf's, the exchange table's work
+    /// stream): other libraries may write the memory there at any time, so every later access
+    /// orders after their work (docs/architecture.md, "The ordering invariant"). Held, so that a
+    /// stream named in an export lives as long as the memory.
+    handed_out: Vec<Arc<dyn Queue>>,
 }
 
 impl PendingList {
@@ -98,7 +119,7 @@ impl PendingList {
         PendingList {
             work: Vec::new(),
             unordered: Some(producer),
-            held_back: None,
+            handoffs: None,
         }
     }
 
@@ -114,12 +135,38 @@ impl PendingList {
 
     /// Makes `producer` the queue whose later work must wait for devbuf's commands.
     pub(super) fn set_held_back(&mut self, producer: Arc<dyn ForeignQueue>) {
-        self.held_back = Some(Box::new(producer));
+        self.handoffs.get_or_insert_default().held_back = Some(producer);
     }
 
     /// The queue whose later work must wait for devbuf's commands, if any.
     pub(super) fn held_back(&self) -> Option<&Arc<dyn ForeignQueue>> {
-        self.held_back.as_deref()
+        self.handoffs.as_ref()?.held_back.as_ref()
+    }
+
+    /// Records that the memory was handed out on `queue`, one of devbuf's queues other than the
+    /// allocation's own; whether it was new.
+    pub(super) fn add_handed_out(&mut self, queue: &Arc<dyn Queue>) -> bool {
+        let handed_out = &mut self.handoffs.get_or_insert_default().handed_out;
+        if handed_out.iter().any(|known| Arc::ptr_eq(known, queue)) {
+            return false;
+        }
+        handed_out.push(Arc::clone(queue));
+        true
+    }
+
+    /// devbuf's queues other than the allocation's own that the memory was handed out on.
+    pub(super) fn handed_out(&self) -> &[Arc<dyn Queue>] {
+        self.handoffs
+            .as_ref()
+            .map_or(&[], |handoffs| handoffs.handed_out.as_slice())
+    }
+
+    /// Takes out the queues of [`PendingList::handed_out`] (when the memory is released).
+    pub(super) fn take_handed_out(&mut self) -> Vec<Arc<dyn Queue>> {
+        self.handoffs
+            .as_mut()
+            .map(|handoffs| std::mem::take(&mut handoffs.handed_out))
+            .unwrap_or_default()
     }
 
     /// Records the event of the producer's queue, if that has not been done yet.
@@ -235,6 +282,9 @@ pub(super) mod exported {
     /// Handed out, and other libraries may enqueue work devbuf does not track on the queues its
     /// queue knows of ([`crate::Interop::untracked_foreign_work`]).
     pub const WITH_FOREIGN_WORK: u8 = 2;
+    /// As [`WITH_FOREIGN_WORK`], and handed out on other devbuf queues too
+    /// (`PendingList::handed_out`).
+    pub const ELSEWHERE_TOO: u8 = 3;
 }
 
 impl Allocation {
@@ -250,8 +300,23 @@ impl Drop for Allocation {
     fn drop(&mut self) {
         // The producer of imported memory is not waited for: its work is its own business, and
         // letting go of its memory does not free it under that work.
-        let pending = std::mem::take(&mut self.pending.list.get_mut().work);
+        let list = self.pending.list.get_mut();
+        let mut pending = std::mem::take(&mut list.work);
         let exported = *self.exported.get_mut() != exported::NO;
+        // Other libraries' work on the other queues the memory was handed out on is pending work
+        // too, as every access sees it (`Buffer::order_access`).
+        for queue in list.take_handed_out() {
+            match queue.interop().foreign_work_event() {
+                Ok(Some(event)) => pending.push(PendingWork {
+                    queue: Some(queue),
+                    event,
+                    sources: Vec::new(),
+                }),
+                Ok(None) => {}
+                // Unordered, the memory may still be written: leaked rather than freed.
+                Err(_) => return std::mem::forget(self.release.take_owner()),
+            }
+        }
         // The common case, kept short: memory devbuf allocated, never handed out, with no work
         // recorded on it goes straight back.
         if pending.is_empty() && !exported {

@@ -235,3 +235,77 @@ fn a_pool_never_hands_out_again_a_block_other_libraries_may_still_use() {
     drop(exported);
     assert_eq!(pool.pool_size(), 0);
 }
+
+#[test]
+fn every_access_follows_other_libraries_work_on_every_queue_the_memory_was_handed_out_on() {
+    // The memory's own queue and a user stream `s` named in an export (issue 33).
+    let ((a, qa), (s, qs), (r, qr)) = (queue(true, true), queue(true, true), queue(true, true));
+    let buffer = Buffer::alloc(&qa, MemKind::Host, 64).unwrap();
+    buffer.fill(1).unwrap();
+    buffer.hand_out_on(&qs);
+    assert!(buffer.needs_synchronize() && buffer.needs_ordering_on_own_queue());
+    // A host view: an event covering the consumers' work on each queue.
+    buffer.synchronize().unwrap();
+    assert_eq!((count(&a.fences), count(&s.fences)), (1, 1));
+    // A command on the stream itself: ordered there, after the other queue's work.
+    buffer.order_on(&qs).unwrap();
+    assert_eq!((count(&s.orders), count(&a.fences)), (1, 2));
+    // A command on a third queue waits for both.
+    buffer.order_access(Access::Queue(&qr)).unwrap();
+    assert_eq!(
+        (count(&a.fences), count(&s.fences), count(&r.event_waits)),
+        (3, 2, 2)
+    );
+    // A re-export names a queue that was made to follow both.
+    let named = buffer
+        .sync_queue(&qa)
+        .unwrap()
+        .expect("a queue to wait for");
+    assert!(Arc::ptr_eq(&named, &qa));
+    assert_eq!((count(&a.orders), count(&s.fences)), (1, 3));
+}
+
+#[test]
+fn a_stream_named_in_an_export_lives_as_long_as_the_memory() {
+    let ((_, qa), (_, qs)) = (queue(true, true), queue(true, true));
+    let buffer = Buffer::alloc(&qa, MemKind::Host, 64).unwrap();
+    buffer.hand_out_on(&qs);
+    buffer.hand_out_on(&qs);
+    let stream = Arc::downgrade(&qs);
+    drop(qs);
+    assert!(stream.upgrade().is_some());
+    let view = buffer.slice(0..8).unwrap();
+    drop(buffer);
+    assert!(
+        stream.upgrade().is_some(),
+        "a view keeps the allocation and its streams"
+    );
+    drop(view);
+    assert!(stream.upgrade().is_none());
+}
+
+#[test]
+fn a_release_follows_other_libraries_work_on_the_queues_it_was_handed_out_on() {
+    // Where the device wait does not cover every queue (SYCL), the release waits for an event
+    // of each queue the memory was handed out on.
+    let ((a, qa), (s, qs)) = (queue(true, false), queue(true, false));
+    let buffer = Buffer::alloc(&qa, MemKind::Host, 64).unwrap();
+    buffer.hand_out_on(&qs);
+    drop(buffer);
+    assert_eq!(
+        count(&s.fences),
+        1,
+        "the stream's consumers were not waited for"
+    );
+    assert_eq!(count(&a.event_waits), 1);
+}
+
+#[test]
+fn queues_no_other_library_enqueues_on_are_not_recorded() {
+    let ((_, qa), (s, qs)) = (queue(false, true), queue(false, true));
+    let buffer = Buffer::alloc(&qa, MemKind::Host, 64).unwrap();
+    buffer.hand_out_on(&qs);
+    assert!(!buffer.needs_synchronize() && !buffer.needs_ordering_on_own_queue());
+    buffer.synchronize().unwrap();
+    assert_eq!(count(&s.fences), 0);
+}

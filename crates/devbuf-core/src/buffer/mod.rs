@@ -24,6 +24,7 @@ use crate::{DEFAULT_ALIGNMENT, DeviceInfo, Error, ForeignQueue, MemKind, Queue, 
 use allocation::{
     Allocation, Pending, PendingList, Release, SharedAllocation, check_allocation, exported,
 };
+pub use ordering::Access;
 pub use owner::{KeptAlive, Owner};
 
 /// A contiguous range of bytes in one allocation; cheap to clone, and every clone or sub-view

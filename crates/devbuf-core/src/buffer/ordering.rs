@@ -1,6 +1,8 @@
-//! The work pending on a [`Buffer`]'s allocation, and the ordering rules around it (design.md,
-//! "The model"): devbuf's own work on several queues, a producer's work devbuf waits for, and
-//! other libraries' work once the memory was handed out.
+//! The work pending on a [`Buffer`]'s allocation, and the ordering invariant around it
+//! (docs/architecture.md, "The ordering invariant"): devbuf's own work on several queues, a
+//! producer's work devbuf waits for, and other libraries' work on every queue the memory was
+//! handed out on. Every access devbuf makes to the bytes orders itself through one function,
+//! [`Buffer::order_access`].
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -11,11 +13,30 @@ use super::Buffer;
 use super::allocation::{Allocation, PendingGuard, PendingList, PendingWork, exported};
 use crate::{Event, ForeignQueue, Queue, Result};
 
+/// Where devbuf is about to touch an allocation's bytes ([`Buffer::order_access`]).
+#[derive(Clone, Copy)]
+pub enum Access<'a> {
+    /// The host reads or writes them (a host view, a pickle, an IPC export): blocks.
+    Host,
+    /// A command devbuf enqueues on this queue.
+    Queue(&'a Arc<dyn Queue>),
+    /// Another library's queue, handed the memory (a DLPack consumer's `stream`).
+    Consumer(&'a dyn ForeignQueue),
+}
+
 impl Buffer {
     /// Records that work on this allocation was enqueued on `queue` and completes with `event`
     /// (for work devbuf did not enqueue itself, e.g. a consumer's kernel).
     pub fn record_work(&self, queue: &Arc<dyn Queue>, event: Event) {
         set_latest(&mut self.alloc.pending.lock(), queue, event, None);
+    }
+
+    /// Orders the release of this allocation (and every later access) after all work enqueued so
+    /// far on `queue`, whoever enqueued it ([`crate::stream::all_work_event`]): `close(stream=)`.
+    pub fn release_after_stream(&self, queue: &Arc<dyn Queue>) -> Result<()> {
+        let event = crate::stream::all_work_event(queue)?;
+        self.record_work(queue, event);
+        Ok(())
     }
 
     /// Records that the library that produced this (imported) memory may still have work on it
@@ -37,28 +58,96 @@ impl Buffer {
         self.alloc.pending.lock().set_held_back(producer);
     }
 
-    /// Makes work enqueued on `queue` from now on wait for pending work on this allocation from
-    /// other queues (on the device where the runtime can, else by blocking), and, once the memory
-    /// was handed out, for other libraries' work on the queues devbuf knows of
-    /// ([`crate::Interop::untracked_foreign_work`]).
+    /// Makes work enqueued on `queue` from now on wait for everything that may still touch this
+    /// allocation: [`Buffer::order_access`] for a command on `queue`.
     pub fn order_on(&self, queue: &Arc<dyn Queue>) -> Result<()> {
-        if self.may_have_foreign_work() {
-            self.order_after_foreign_work(queue)?;
+        self.order_access(Access::Queue(queue))
+    }
+
+    /// Makes work another library enqueues on `queue` from now on wait for everything that may
+    /// still touch this allocation (a DLPack consumer's `stream`): [`Buffer::order_access`] for
+    /// another library's queue.
+    pub fn order_on_foreign(&self, queue: &dyn ForeignQueue) -> Result<()> {
+        self.order_access(Access::Consumer(queue))
+    }
+
+    /// The ordering invariant, in one place: orders `access` after every piece of work that may
+    /// still touch this allocation's bytes. That is devbuf's own pending work on any queue, the
+    /// producer's work on imported memory, and, once the memory was handed out, other libraries'
+    /// work on every queue devbuf handed out with it (its own queue, the streams named in
+    /// exports, CUDA's legacy default stream: [`crate::Interop::untracked_foreign_work`]).
+    /// Without blocking the host where the runtime allows it, except for [`Access::Host`], which
+    /// blocks. Every path that touches the bytes (host views, commands, copies, `get`, pickling,
+    /// IPC exports, re-exports to another consumer) calls this; the release of the memory
+    /// counts the same work as pending (`Allocation`'s `Drop`).
+    pub fn order_access(&self, access: Access<'_>) -> Result<()> {
+        if let Access::Host = access {
+            return self.wait_on_host();
         }
-        self.for_each_pending(|work| {
-            if work.on(queue) {
-                Ok(())
-            } else {
-                queue.wait_event(&work.event)
-            }
+        if self.may_have_foreign_work() {
+            self.order_after_handed_out(&access)?;
+        }
+        self.for_each_pending(|work| match access {
+            Access::Queue(queue) if work.on(queue) => Ok(()),
+            Access::Queue(queue) => queue.wait_event(&work.event),
+            Access::Consumer(consumer) => consumer.wait_event(&work.event),
+            Access::Host => work.event.wait(),
         })
     }
 
-    /// Makes work another library enqueues on `queue` from now on wait for all pending work on
-    /// this allocation (a DLPack consumer's `stream`), without blocking the host where the
-    /// runtime allows it.
-    pub fn order_on_foreign(&self, queue: &dyn ForeignQueue) -> Result<()> {
-        self.for_each_pending(|work| queue.wait_event(&work.event))
+    /// Records that the memory was handed to another library together with `queue` (a CAI
+    /// `stream`, a DLPack consumer's stream that is one of devbuf's, the exchange table's work
+    /// stream, SUAI's `syclobj`): from now on every access orders after other libraries' work
+    /// there ([`Buffer::order_access`]), and the queue lives as long as the memory. The
+    /// allocation's own queue is recorded by [`Buffer::mark_exported`] alone.
+    pub fn hand_out_on(&self, queue: &Arc<dyn Queue>) {
+        self.mark_exported();
+        if Arc::ptr_eq(queue, self.alloc.queue()) || !queue.interop().untracked_foreign_work() {
+            return;
+        }
+        if self.alloc.pending.lock().add_handed_out(queue) {
+            self.alloc
+                .exported
+                .store(exported::ELSEWHERE_TOO, Ordering::Relaxed);
+        }
+    }
+
+    /// The allocation's own queue when other libraries may work on it, and the other queues the
+    /// memory was handed out on.
+    fn handed_out_queues(&self) -> SmallVec<[Arc<dyn Queue>; 2]> {
+        let home = self.alloc.queue();
+        let mut queues: SmallVec<[Arc<dyn Queue>; 2]> = SmallVec::new();
+        if home.interop().untracked_foreign_work() {
+            queues.push(Arc::clone(home));
+        }
+        // Locked only where other queues were recorded: host views of exported memory are hot.
+        if self.alloc.exported.load(Ordering::Relaxed) == exported::ELSEWHERE_TOO {
+            queues.extend(self.alloc.pending.lock().handed_out().iter().cloned());
+        }
+        queues
+    }
+
+    /// Orders `access` after other libraries' work on every queue the memory was handed out on:
+    /// on the accessing queue itself without an event where the runtime can.
+    fn order_after_handed_out(&self, access: &Access<'_>) -> Result<()> {
+        for queue in self.handed_out_queues() {
+            match access {
+                Access::Queue(target) if Arc::ptr_eq(target, &queue) => {
+                    queue.interop().order_after_foreign_work()?;
+                }
+                _ => {
+                    let Some(event) = queue.interop().foreign_work_event()? else {
+                        continue;
+                    };
+                    match access {
+                        Access::Queue(target) => target.wait_event(&event)?,
+                        Access::Consumer(consumer) => consumer.wait_event(&event)?,
+                        Access::Host => event.wait()?,
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Runs `wait` on each piece of work still pending on this allocation (the producer's among
@@ -78,44 +167,56 @@ impl Buffer {
         Ok(())
     }
 
-    /// The queue a consumer must synchronize with to see every pending write to this allocation:
-    /// `None` when nothing is pending, the one queue with pending work, or, when several queues
-    /// have pending work, `home` after it was made to wait for the others (CAI v3's producer rule).
+    /// The queue a consumer must synchronize with to see every write that may still be pending on
+    /// this allocation (CAI v3's producer rule; a re-export to another consumer), made to follow
+    /// everything [`Buffer::order_access`] orders after: `None` when nothing can be pending; else
+    /// the one queue with pending work, or `home` when there is none or several (pending work on
+    /// other queues joined there).
     pub fn sync_queue(&self, home: &Arc<dyn Queue>) -> Result<Option<Arc<dyn Queue>>> {
+        let consumers = self.may_have_foreign_work();
         if self.alloc.pending.is_empty() {
-            return Ok(None);
+            if !consumers {
+                return Ok(None);
+            }
+            self.order_after_handed_out(&Access::Queue(home))?;
+            return Ok(Some(Arc::clone(home)));
         }
         // Declared first, so dropped after the guard.
         let completed: Vec<PendingWork>;
         let mut pending = self.alloc.pending.lock();
         pending.record_producer_event()?;
         completed = pending.take_all_completed();
-        let sync = match pending.work.as_slice() {
-            [] => None,
+        let target = match pending.work.as_slice() {
+            [] if !consumers => None,
             [
                 PendingWork {
                     queue: Some(only), ..
                 },
             ] => Some(Arc::clone(only)),
-            // Several queues, or another library's: joined on `home`.
-            several => {
-                for work in several.iter().filter(|w| !w.on(home)) {
-                    home.wait_event(&work.event)?;
-                }
-                let joined = home.record_event()?;
-                let sources = several.iter().flat_map(|w| w.sources.iter().cloned());
-                let joined = PendingWork {
-                    queue: Some(Arc::clone(home)),
-                    event: joined,
-                    sources: sources.collect(),
-                };
-                drop(std::mem::replace(&mut pending.work, vec![joined]));
-                Some(Arc::clone(home))
-            }
+            _ => Some(Arc::clone(home)),
         };
+        if let Some(target) = &target
+            && pending.work.iter().any(|w| !w.on(target))
+        {
+            // Several queues, or another library's: joined on `target` (home).
+            for work in pending.work.iter().filter(|w| !w.on(target)) {
+                target.wait_event(&work.event)?;
+            }
+            let joined = target.record_event()?;
+            let sources = pending.work.iter().flat_map(|w| w.sources.iter().cloned());
+            let joined = PendingWork {
+                queue: Some(Arc::clone(target)),
+                event: joined,
+                sources: sources.collect(),
+            };
+            drop(std::mem::replace(&mut pending.work, vec![joined]));
+        }
         drop(pending);
         drop(completed);
-        Ok(sync)
+        if consumers && let Some(target) = &target {
+            self.order_after_handed_out(&Access::Queue(target))?;
+        }
+        Ok(target)
     }
 
     /// Records that the memory was handed to another library, whose work on it devbuf does not
@@ -137,7 +238,13 @@ impl Buffer {
         } else {
             exported::YES
         };
-        self.alloc.exported.store(state, Ordering::Relaxed);
+        // Only from "never": another thread may have recorded other queues meanwhile.
+        let _ = self.alloc.exported.compare_exchange(
+            exported::NO,
+            state,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
     }
 
     /// Whether work devbuf recorded on this allocation may still be running.
@@ -154,13 +261,16 @@ impl Buffer {
         self.has_pending_work() || self.may_have_foreign_work()
     }
 
-    /// Blocks until all pending work on this allocation has completed, and, once the memory was
-    /// handed out, other libraries' work on the queues devbuf knows of.
+    /// Blocks until everything that may still touch this allocation has completed:
+    /// [`Buffer::order_access`] for the host.
     pub fn synchronize(&self) -> Result<()> {
-        if self.may_have_foreign_work()
-            && let Some(event) = self.alloc.queue().interop().foreign_work_event()?
-        {
-            event.wait()?;
+        self.order_access(Access::Host)
+    }
+
+    /// [`Buffer::order_access`] for the host: blocks.
+    fn wait_on_host(&self) -> Result<()> {
+        if self.may_have_foreign_work() {
+            self.order_after_handed_out(&Access::Host)?;
         }
         if self.alloc.pending.is_empty() {
             return Ok(());
@@ -187,20 +297,17 @@ impl Buffer {
     /// track on queues devbuf knows of (one load: host views of exported memory are hot paths).
     #[inline]
     fn may_have_foreign_work(&self) -> bool {
-        self.alloc.exported.load(Ordering::Relaxed) == exported::WITH_FOREIGN_WORK
+        self.alloc.exported.load(Ordering::Relaxed) >= exported::WITH_FOREIGN_WORK
     }
 
-    /// Makes work enqueued on `queue` from now on wait for other libraries' work on the queues the
-    /// memory's queue knows of: on that queue itself without an event where the runtime can.
-    fn order_after_foreign_work(&self, queue: &Arc<dyn Queue>) -> Result<()> {
-        let home = self.alloc.queue();
-        if Arc::ptr_eq(queue, home) {
-            return home.interop().order_after_foreign_work();
-        }
-        match home.interop().foreign_work_event()? {
-            Some(event) => queue.wait_event(&event),
-            None => Ok(()),
-        }
+    /// Whether work devbuf enqueues on the memory's own queue may have to wait for something
+    /// that queue does not already order (it runs in order, other libraries' copies of it
+    /// included): pending work, or other queues the memory was handed out on. One load when
+    /// neither (exports that name the own queue are hot paths).
+    #[inline]
+    pub fn needs_ordering_on_own_queue(&self) -> bool {
+        self.has_pending_work()
+            || self.alloc.exported.load(Ordering::Relaxed) == exported::ELSEWHERE_TOO
     }
 }
 

@@ -61,7 +61,8 @@ pub trait Interop: Send + Sync {
     /// no such handle.
     fn export_handle(&self) -> Option<ExportedHandle>;
 
-    // -- Ordering with other libraries' work, both ways (design.md, "The model").
+    // -- Ordering with other libraries' work, both ways (docs/architecture.md, "The ordering
+    // invariant").
 
     /// Whether other libraries may enqueue work devbuf does not track on queues or streams this
     /// backend lets devbuf know of: this queue itself, once its handle was handed out

@@ -72,6 +72,19 @@ impl Handouts {
     /// Gives back the memory at `address`, handed out by [`Handouts::allocate`] with `kind` and
     /// `size`. No work may still run on it, except on the resource's own queue.
     pub fn deallocate(&self, address: usize, kind: MemKind, size: usize) -> Result<()> {
+        self.deallocate_after(address, kind, size, FreeAfter::Now)
+    }
+
+    /// As [`Handouts::deallocate`], for memory that may still be in use until `after` (RMM's
+    /// `deallocate(ptr, bytes, stream)`: an event covering all work on that stream,
+    /// [`crate::stream::all_work_event`]): the resource hands it out again only then.
+    pub fn deallocate_after(
+        &self,
+        address: usize,
+        kind: MemKind,
+        size: usize,
+        after: FreeAfter,
+    ) -> Result<()> {
         if address == 0 && size == 0 {
             return Ok(());
         }
@@ -103,10 +116,10 @@ impl Handouts {
         if let Some(ptr) = NonNull::new(address as *mut u8) {
             // SAFETY: `address` came from `resource.allocate(kind, size, DEFAULT_ALIGNMENT)` and
             // left the map just now, so it is freed once; its user vouches that no other queue's
-            // work on it is still running.
+            // work on it is still running after `after`.
             unsafe {
                 self.resource
-                    .deallocate(ptr, kind, size, DEFAULT_ALIGNMENT, FreeAfter::Now)
+                    .deallocate(ptr, kind, size, DEFAULT_ALIGNMENT, after)
             };
         }
         Ok(())

@@ -125,8 +125,7 @@ pub(crate) fn dlpack_as_is<'py>(
                 && !prepared.streamless_rule
                 && (versioned || !open.readonly()) =>
         {
-            ordering::prepare_streamless_dlpack_export(py, &open)?;
-            open.buffer().mark_exported();
+            ordering::prepare_streamless_dlpack_export(&open)?;
             let template = template.clone();
             if versioned {
                 export_capsule::<DLManagedTensorVersioned>(
@@ -188,11 +187,10 @@ pub(crate) fn dlpack<'py>(
         // No stream for the own device, where the backend has no rule for that (host memory,
         // SYCL): the generic rule without asking the backend (most calls).
         if target == own && !prepared.streamless_rule && stream.is_none_or(|s| s.is_none()) {
-            ordering::prepare_streamless_dlpack_export(py, &open)?;
+            ordering::prepare_streamless_dlpack_export(&open)?;
         } else {
-            ordering::prepare_dlpack_export(py, &open, target, stream)?;
+            ordering::prepare_dlpack_export(&open, target, stream)?;
         }
-        open.buffer().mark_exported();
         (None, false)
     } else {
         if copy == Some(false) {

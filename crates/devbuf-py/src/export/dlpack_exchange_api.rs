@@ -15,7 +15,7 @@ use devbuf::dlpark::ffi::{
     DLDevice, DLDeviceType, DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader,
     DLTensor,
 };
-use devbuf::{Array, Buffer, DType, Layout, MemKind};
+use devbuf::{Array, Buffer, DType, Layout};
 use pyo3::exceptions::{PyBufferError, PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
@@ -94,13 +94,27 @@ unsafe fn borrow_array<'a, 'py>(
     })
 }
 
-/// A no-sync export leaves ordering to the consumer, which orders after `current_work_stream`:
-/// pending work on other queues is ordered before that queue's later work first.
+/// A no-sync export leaves ordering to the consumer, which orders after `current_work_stream`,
+/// the device's shared queue: `devbuf::exchange::exchange_table_export` on that queue, looked up
+/// only where the memory's own queue is not it or something may have to be ordered.
+fn export_without_sync(
+    py: Python<'_>,
+    this: &PyArray,
+    buffer: &Buffer,
+    device: DLDevice,
+) -> PyResult<()> {
+    if !buffer.needs_synchronize() && this.queue.get().shared {
+        buffer.mark_exported();
+        return Ok(());
+    }
+    export_on_work_stream(py, buffer, device)
+}
+
 #[cold]
-fn order_on_work_stream(py: Python<'_>, buffer: &Buffer, device: DLDevice) -> PyResult<()> {
+fn export_on_work_stream(py: Python<'_>, buffer: &Buffer, device: DLDevice) -> PyResult<()> {
     let queue = shared_queue_for_dlpack(py, device)?;
     let queue = &queue.get().queue;
-    py.detach(|| buffer.order_on(queue)).py()
+    devbuf::exchange::exchange_table_export(buffer, queue).py()
 }
 
 unsafe extern "C" fn managed_tensor_from_py_object(
@@ -118,10 +132,7 @@ unsafe extern "C" fn managed_tensor_from_py_object(
             .map_err(PyBufferError::new_err)?
             .clone();
         let buffer = open.buffer();
-        if buffer.has_pending_work() {
-            order_on_work_stream(py, buffer, template.device())?;
-        }
-        buffer.mark_exported();
+        export_without_sync(py, this, buffer, template.device())?;
         let tensor = dlpack::export::<DLManagedTensorVersioned>(
             &open,
             template,
@@ -155,11 +166,7 @@ unsafe extern "C" fn dltensor_from_py_object(py_object: *mut c_void, out: *mut D
                  managed_tensor_from_py_object_no_sync, whose flags can",
             ));
         }
-        let buffer = open.buffer();
-        if buffer.has_pending_work() {
-            order_on_work_stream(py, buffer, template.device())?;
-        }
-        buffer.mark_exported();
+        export_without_sync(py, array.get(), open.buffer(), template.device())?;
         // The tensor owns nothing: its consumer keeps `py_object` to keep the memory alive.
         open.anchor();
         // SAFETY: `out` is writable (caller); the template lives as long as the array.
@@ -194,16 +201,6 @@ unsafe extern "C" fn managed_tensor_to_py_object(
     })
 }
 
-/// The kind of memory a DLPack device type means.
-fn kind_for(device_type: DLDeviceType) -> Option<MemKind> {
-    match device_type {
-        DLDeviceType::CPU | DLDeviceType::CUDAHOST => Some(MemKind::Host),
-        DLDeviceType::CUDA | DLDeviceType::ONEAPI => Some(MemKind::Device),
-        DLDeviceType::CUDAMANAGED => Some(MemKind::Shared),
-        _ => None,
-    }
-}
-
 unsafe extern "C" fn managed_tensor_allocator(
     prototype: *mut DLTensor,
     out: *mut *mut DLManagedTensorVersioned,
@@ -235,7 +232,7 @@ unsafe extern "C" fn managed_tensor_allocator(
                     .collect::<Result<Vec<_>, _>>()?
             };
             let device = prototype.device;
-            let kind = kind_for(device.device_type).ok_or_else(|| {
+            let kind = devbuf::exchange::dlpack_kind_for(device.device_type).ok_or_else(|| {
                 (
                     "ValueError",
                     format!(

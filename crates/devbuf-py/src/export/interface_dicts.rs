@@ -12,7 +12,6 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::errors::IntoPyResult;
-use crate::export::ordering;
 use crate::objects::array::PyArray;
 use crate::objects::held::OpenArray;
 
@@ -89,12 +88,13 @@ fn first_suai<'a>(
     })
 }
 
-/// A SYCL consumer orders its work on our queue (SUAI's `syclobj`, `sycl_queue`): pending work
-/// elsewhere (another library's queue, when this memory was imported) must come first there.
+/// A SYCL consumer orders its work on our queue (SUAI's `syclobj`, `sycl_queue`):
+/// `devbuf::exchange::export_on_own_queue`, without the GIL when it must order anything.
 pub(crate) fn order_pending_work_on_own_queue(array: &Array, py: Python<'_>) -> PyResult<()> {
     let buffer = array.buffer();
-    if buffer.has_pending_work() {
-        py.detach(|| buffer.order_on(buffer.queue())).py()?;
+    if buffer.needs_ordering_on_own_queue() {
+        py.detach(|| devbuf::exchange::export_on_own_queue(buffer))
+            .py()?;
     }
     Ok(())
 }
@@ -104,7 +104,7 @@ pub(crate) fn cai<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, P
     let array = this.array(py)?;
     let cached = this.cache.cai.get_or_try_init(py, || {
         require_protocol(&array, Protocol::Cai, ATTRIBUTE)?;
-        array.buffer().mark_exported();
+        // Marked handed out by `cai_export_stream`, after it decided what the export names.
         array.anchor();
         let build = || -> PyResult<Py<PyDict>> {
             let layout = array.layout();
@@ -123,7 +123,7 @@ pub(crate) fn cai<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bound<'py, P
         build().map_err(|err| as_attribute_error(err, py, ATTRIBUTE))
     })?;
     let dict = cached.bind(py).copy()?;
-    if let Some(stream) = ordering::cai_export_stream(&array).py()? {
+    if let Some(stream) = devbuf::exchange::cai_export_stream(array.buffer()).py()? {
         dict.set_item(intern!(py, "stream"), stream)?;
     }
     Ok(dict)

@@ -77,13 +77,8 @@ pub(crate) fn import_dlpack<'py>(
         Some((_, queue)) => ordering::consumer_stream_argument(py, queue.get(), sync)?,
         None => None,
     };
-    // When the producer ordered our queue after its work, host views must wait for it too.
-    let ordered = match (&announced, &stream) {
-        (Some((_, queue)), Some(_)) if sync => {
-            devbuf::exchange::as_foreign_queue(&queue.get().queue)
-        }
-        _ => None,
-    };
+    let passed = stream.is_some();
+    let consumer = announced.as_ref().map(|(_, queue)| queue.clone_ref(py));
     let kwargs = PyDict::new(py);
     kwargs.set_item(intern!(py, "stream"), stream)?;
     kwargs.set_item(intern!(py, "max_version"), (1, 3))?;
@@ -100,12 +95,9 @@ pub(crate) fn import_dlpack<'py>(
         .cast_into::<PyCapsule>()
         .map_err(|_| PyTypeError::new_err("__dlpack__ did not return a capsule"))?;
     let array = import_capsule(py, &capsule, announced)?;
-    if let Some(ordered) = ordered {
-        array
-            .get()
-            .array(py)?
-            .buffer()
-            .record_producer(ordered)
+    if let Some(queue) = consumer {
+        let buffer = array.get().array(py)?;
+        devbuf::exchange::after_dlpack_import(buffer.buffer(), &queue.get().queue, passed, sync)
             .py()?;
     }
     Ok(Some(array))

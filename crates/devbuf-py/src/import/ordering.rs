@@ -1,10 +1,10 @@
-//! Ordering at the import boundary, after the producer: the `stream` argument devbuf passes to a
-//! producer's `__dlpack__`, and later work on imported memory ordered after the stream the
-//! producer names. The memory's backend applies each protocol's rule.
+//! Ordering at the import boundary, after the producer: core decides every rule
+//! (`devbuf::exchange`); this module only turns its answers into Python objects and back.
 
 use std::ffi::{c_int, c_void};
 
 use devbuf::Buffer;
+use devbuf::exchange::ProducerStreamArgument;
 use devbuf::interop::ProducerStream;
 use pyo3::prelude::*;
 
@@ -12,45 +12,41 @@ use crate::errors::IntoPyResult;
 use crate::objects::foreign_objects;
 use crate::objects::queue::PyQueue;
 
-/// The `stream` argument a consumer on `queue` passes to a producer's `__dlpack__`: its native
-/// stream, numbered as the protocols do (`Interop::native_stream`; -1, no ordering, without
-/// `sync`), its SYCL queue as a `dpctl.SyclQueue` (None without `sync`), or None for queues with
-/// neither.
+/// The `stream` argument a consumer on `queue` passes to a producer's `__dlpack__`
+/// (`devbuf::exchange::producer_stream_argument`), as a Python object.
 pub(crate) fn consumer_stream_argument<'py>(
     py: Python<'py>,
     queue: &PyQueue,
     sync: bool,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
-    if let Some(stream) = queue.queue.interop().native_stream() {
-        let stream = if sync { stream.get() as i64 } else { -1 };
-        return Ok(Some(stream.into_pyobject(py)?.into_any()));
-    }
-    if !sync {
-        return Ok(None);
-    }
-    Ok(foreign_objects::dpctl_queue(py, queue)?.map(|queue| queue.into_bound(py)))
+    Ok(
+        match devbuf::exchange::producer_stream_argument(&queue.queue, sync) {
+            ProducerStreamArgument::Stream(stream) => Some(stream.into_pyobject(py)?.into_any()),
+            ProducerStreamArgument::Queue => {
+                foreign_objects::dpctl_queue(py, queue)?.map(|queue| queue.into_bound(py))
+            }
+            ProducerStreamArgument::Nothing => None,
+        },
+    )
 }
 
 /// After a no-sync DLPack export (the C exchange table), orders later work on `buffer` (just
-/// imported) after the producer's current work stream, which `current_work_stream` writes out.
-/// Only queues with native streams need it; the memory's backend reads the handle.
+/// imported) after the producer's current work stream, which `current_work_stream` writes out,
+/// where core says the memory's queue follows one.
 pub(crate) fn order_after_producer(
     py: Python<'_>,
     buffer: &Buffer,
     current_work_stream: impl FnOnce(*mut *mut c_void) -> c_int,
 ) -> PyResult<()> {
-    if buffer.queue().interop().native_stream().is_none() {
+    if !devbuf::exchange::follows_exchange_work_stream(buffer) {
         return Ok(());
     }
     let mut stream: *mut c_void = std::ptr::null_mut();
     if current_work_stream(&mut stream) != 0 {
         return Err(PyErr::fetch(py));
     }
-    order_after_producer_stream(
-        buffer,
-        ProducerStream::ExchangeWorkStream(stream as usize),
-        true,
-    )
+    // SAFETY: the exchange API reports one of the producer's live streams for the device.
+    unsafe { devbuf::exchange::order_after_exchange_work_stream(buffer, stream as usize) }.py()
 }
 
 /// The consumer's rule for `buffer`, just imported: when the producer names a stream (in the

@@ -123,17 +123,14 @@ impl PyMemoryResource {
     }
 }
 
-/// Makes work enqueued on `later` from now on wait for the work enqueued on `earlier` so far, on
-/// the device (nothing to do when they are one queue: it runs in order).
+/// Makes work enqueued on `later` from now on wait for all work enqueued on `earlier` so far,
+/// other libraries' included (`devbuf::stream::order_stream_after`).
 fn order_after(
     py: Python<'_>,
     later: &Arc<dyn devbuf::Queue>,
     earlier: &Arc<dyn devbuf::Queue>,
 ) -> PyResult<()> {
-    if Arc::ptr_eq(later, earlier) {
-        return Ok(());
-    }
-    py.detach(|| later.wait_event(&earlier.record_event()?))
+    py.detach(|| devbuf::stream::order_stream_after(later, earlier))
         .py()
 }
 
@@ -337,11 +334,17 @@ impl PyMemoryResource {
     ) -> PyResult<()> {
         let kind: MemKind = kind.parse().py()?;
         let backing = backing(slf)?;
-        if let Some(stream) = stream {
-            order_after(slf.py(), &backing.queue.get().queue, &stream.get().queue)?;
-        }
+        // Reused only once all work on the stream so far is done, other libraries' included.
+        let after = match stream {
+            Some(stream) => {
+                let stream = &stream.get().queue;
+                let event = slf.py().detach(|| devbuf::stream::all_work_event(stream));
+                devbuf::mr::FreeAfter::Event(event.py()?)
+            }
+            None => devbuf::mr::FreeAfter::Now,
+        };
         match &backing.source {
-            Source::Devbuf(handouts) => handouts.deallocate(ptr, kind, nbytes).py(),
+            Source::Devbuf(handouts) => handouts.deallocate_after(ptr, kind, nbytes, after).py(),
             Source::Python(_) => Err(must_implement(slf, "deallocate")),
         }
     }

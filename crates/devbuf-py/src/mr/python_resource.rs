@@ -159,7 +159,7 @@ impl MemoryResource for PythonResource {
             FreeAfter::Event(event) => devbuf::blocking(|| event.wait()),
             // Python's `deallocate(ptr, nbytes, kind)` cannot carry "only the runtime's free may
             // take it": wait for all the work devbuf can see on the device first. Other libraries'
-            // own queues stay the user's part (README, "Ordering, both ways").
+            // own queues stay the user's part (docs/guide/ordering.md, "The user's part").
             FreeAfter::ForeignWork => devbuf::blocking(|| self.queue.wait_device()),
         };
         if done.is_err() {

@@ -26,10 +26,17 @@ pub struct PyQueue {
     /// This queue as a `dpctl.SyclQueue` (DLPack's `stream` for kDLOneAPI producers), made on
     /// first use; `None` for queues dpctl cannot wrap.
     pub(crate) dpctl_queue: PyOnceLock<Option<Py<PyAny>>>,
+    /// Whether this is its device's shared queue ([`shared_queue`]), the work stream DLPack's
+    /// exchange table reports for the device.
+    pub(crate) shared: bool,
 }
 
 impl PyQueue {
     pub(crate) fn wrap(py: Python<'_>, queue: Arc<dyn Queue>) -> PyResult<Py<PyQueue>> {
+        Self::wrap_as(py, queue, false)
+    }
+
+    fn wrap_as(py: Python<'_>, queue: Arc<dyn Queue>, shared: bool) -> PyResult<Py<PyQueue>> {
         let device = Py::new(
             py,
             PyDevice {
@@ -42,6 +49,7 @@ impl PyQueue {
                 queue,
                 device,
                 dpctl_queue: PyOnceLock::new(),
+                shared,
             },
         )
     }
@@ -109,7 +117,7 @@ pub(crate) fn shared_queue(py: Python<'_>, selector: &str) -> PyResult<Py<PyQueu
     let existing = cache.lock().get(&canonical).map(|q| q.clone_ref(py));
     let wrapped = match existing {
         Some(existing) => existing,
-        None => PyQueue::wrap(py, queue)?,
+        None => PyQueue::wrap_as(py, queue, true)?,
     };
     let (shared, displaced) = {
         let mut cache = cache.lock();

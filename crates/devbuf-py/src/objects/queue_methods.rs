@@ -96,7 +96,8 @@ impl PyQueue {
         crate::objects::streams::adopt_handle(py, handle, device, owner)
     }
 
-    /// Records an Event that completes once all work enqueued on this stream so far has. With
+    /// Records an Event that completes once all work enqueued on this stream so far has, other
+    /// libraries' included (on SYCL a barrier, not devbuf's last command). With
     /// `timing=True` the event also keeps when it completed, for `end - start` (CUDA, host; a
     /// ValueError on backends whose events have no timing).
     #[pyo3(signature = (*, timing = false))]
@@ -108,7 +109,7 @@ impl PyQueue {
                 if timing {
                     queue.record_timed_event()
                 } else {
-                    queue.record_event()
+                    devbuf::stream::all_work_event(queue)
                 }
             })
             .py()?;
@@ -133,7 +134,7 @@ impl PyQueue {
             event.get().event.clone()
         } else if let Ok(stream) = other.cast::<PyQueue>() {
             let stream = &stream.get().queue;
-            py.detach(|| stream.record_event()).py()?
+            py.detach(|| devbuf::stream::all_work_event(stream)).py()?
         } else {
             return Err(PyTypeError::new_err(format!(
                 "event_or_stream: expected a devbuf.Event or a devbuf.Stream, got {}",
@@ -143,12 +144,14 @@ impl PyQueue {
         py.detach(|| self.queue.wait_event(&event)).py()
     }
 
-    /// Blocks until all work enqueued on this stream has completed.
+    /// Blocks until all work enqueued on this stream has completed, other libraries' included.
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| self.queue.wait()).py()
+        py.detach(|| devbuf::stream::synchronize_stream(&self.queue))
+            .py()
     }
 
-    /// Whether all work enqueued on this stream so far has completed, without waiting.
+    /// Whether all work enqueued on this stream so far has completed (other libraries' included),
+    /// without waiting.
     fn query(&self, py: Python<'_>) -> PyResult<bool> {
         py.detach(|| self.queue.is_idle()).py()
     }
