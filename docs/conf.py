@@ -31,6 +31,8 @@ myst_heading_anchors = 3
 autodoc_default_options = {"members": True, "undoc-members": True, "show-inheritance": True}
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
+# The allocator plugins import the library they plug into, which the docs build need not have.
+autodoc_mock_imports = ["cupy", "torch"]
 # Docstrings use `name` for code, as the extension's Rust doc comments do.
 default_role = "code"
 

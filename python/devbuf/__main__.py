@@ -3,12 +3,16 @@ device is the default and why.
 ``python -m devbuf matrix``: every conformance check and every consumer library on every device,
 pass / FAIL / skip with the reason; exits 1 on any FAIL.
 ``python -m devbuf demo``: memory on the default device handed zero-copy to dpctl, dpnp and NumPy and
-back, writes on one side read on the other; then the matrix."""
+back, writes on one side read on the other; then the matrix.
+``python -m devbuf replay LOG [--device D] [--resource queue|pool|binning] [--kind K]``: every
+allocation and free of a LoggingResourceAdaptor's log (or RMM's) again, against a resource of devbuf's
+on device D (default: the default device); prints what it did and the time it took."""
 
 import argparse
 import sys
 
 import devbuf
+import devbuf.mr
 from devbuf import _consumers, _runtime
 from devbuf._devbuf import conformance_matrix
 
@@ -137,10 +141,40 @@ def demo() -> int:
     return matrix() or (1 if wrong else 0)
 
 
+REPLAY_RESOURCES = {
+    "queue": lambda upstream: upstream,
+    "pool": lambda upstream: devbuf.mr.PoolMemoryResource(upstream),
+    "binning": lambda upstream: devbuf.mr.BinningMemoryResource(upstream, 8, 20),
+}
+
+
+def replay(log: str, device: str | None, resource: str, kind: str) -> int:
+    upstream = devbuf.mr.QueueMemoryResource(device)
+    mr = REPLAY_RESOURCES[resource](upstream)
+    report = devbuf.mr.replay(log, mr, kind)
+    print(f"replayed {log} against {type(mr).__name__} on {mr.device.selector}")
+    for key, value in report.items():
+        print(f"  {key}: {value:.6f}" if isinstance(value, float) else f"  {key}: {value}")
+    return 0
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m devbuf", description=__doc__)
-    parser.add_argument("command", choices=["info", "matrix", "demo"], nargs="?", default="info")
+    parser = argparse.ArgumentParser(
+        prog="python -m devbuf", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("command", choices=["info", "matrix", "demo", "replay"], nargs="?", default="info")
+    parser.add_argument("log", nargs="?", help="replay: the log file")
+    parser.add_argument("--device", help="replay: the device's selector (default: the default device)")
+    parser.add_argument("--resource", choices=sorted(REPLAY_RESOURCES), default="queue", help="replay: what to replay against")
+    parser.add_argument("--kind", choices=["host", "device", "shared"], default="device",
+                        help="replay: the kind of a log without a Kind column (RMM's)")
     args = parser.parse_args(argv)
+    if args.command == "replay":
+        if args.log is None:
+            parser.error("replay needs the log file: python -m devbuf replay LOG")
+        return replay(args.log, args.device, args.resource, args.kind)
+    if args.log is not None:
+        parser.error(f"{args.command} takes no log file")
     return {"info": info, "matrix": matrix, "demo": demo}[args.command]()
 
 

@@ -1,13 +1,22 @@
 """Type stubs for devbuf's extension module."""
 
-from collections.abc import Sequence
-from typing import Any, Literal, SupportsIndex, final
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, Protocol, SupportsIndex, final
 
 import numpy as np
 from numpy.typing import DTypeLike
 from typing_extensions import Self, disjoint_base
 
 _Kind = Literal["host", "device", "shared"]
+_Advice = Literal[
+    "set_read_mostly",
+    "unset_read_mostly",
+    "set_preferred_location",
+    "unset_preferred_location",
+    "set_accessed_by",
+    "unset_accessed_by",
+]
 
 # The extension module's own __all__ (pyo3 lists every name it adds, private ones included).
 __all__ = [
@@ -40,6 +49,12 @@ __all__ = [
     "LimitingResourceAdaptor",
     "StatisticsResourceAdaptor",
     "TrackingResourceAdaptor",
+    "FixedSizeMemoryResource",
+    "BinningMemoryResource",
+    "LoggingResourceAdaptor",
+    "FailureCallbackResourceAdaptor",
+    "PrefetchResourceAdaptor",
+    "replay",
     "set_current_device_resource",
     "get_current_device_resource",
     "DeviceFallbackWarning",
@@ -269,6 +284,8 @@ class Buffer(Array):
         offset: int = 0,
     ) -> Array: ...
     def fill(self, value: int, *, blocking: bool = True, stream: Stream | None = None) -> None: ...
+    def prefetch(self, location: Literal["device", "host"] = "device", *, stream: Stream | None = None) -> None: ...
+    def advise(self, advice: _Advice | int, location: Literal["device", "host"] | None = None) -> None: ...
     def synchronize(self) -> None:
         """Blocks until the work pending on this memory is done: devbuf's, and once the memory was
         handed out (any export), other libraries' on the queues devbuf knows of (its own queue or
@@ -392,6 +409,50 @@ class TrackingResourceAdaptor(MemoryResource):
     def get_allocated_bytes(self) -> int: ...
     def get_outstanding_allocations_str(self) -> str: ...
 
+@final
+class FixedSizeMemoryResource(MemoryResource):
+    def __new__(
+        cls, upstream_mr: MemoryResource, block_size: int = 1048576, blocks_to_preallocate: int = 128
+    ) -> Self: ...
+    @property
+    def block_size(self) -> int: ...
+    def get_upstream_bytes(self) -> int: ...
+
+@final
+class BinningMemoryResource(MemoryResource):
+    def __new__(cls, upstream_mr: MemoryResource, min_size_exponent: int = -1, max_size_exponent: int = -1) -> Self: ...
+    def add_bin(self, allocation_size: int, bin_resource: MemoryResource | None = None) -> None: ...
+    @property
+    def bin_mrs(self) -> list[MemoryResource]: ...
+
+class _TextStream(Protocol):
+    def write(self, text: str, /) -> Any: ...
+
+@final
+class LoggingResourceAdaptor(MemoryResource):
+    def __new__(
+        cls,
+        upstream_mr: MemoryResource,
+        log_file_name: str | os.PathLike[str] | _TextStream | None = None,
+        *,
+        auto_flush: bool = False,
+    ) -> Self: ...
+    def flush(self) -> None: ...
+    def get_file_name(self) -> str | None: ...
+
+@final
+class FailureCallbackResourceAdaptor(MemoryResource):
+    def __new__(cls, upstream_mr: MemoryResource, callback: Callable[[int], bool]) -> Self: ...
+    @property
+    def callback(self) -> Callable[[int], bool] | None: ...
+
+@final
+class PrefetchResourceAdaptor(MemoryResource):
+    def __new__(cls, upstream_mr: MemoryResource) -> Self: ...
+
+def replay(
+    log_file_name: str | os.PathLike[str], mr: MemoryResource, kind: _Kind = "device"
+) -> dict[str, int | float]: ...
 def set_current_device_resource(mr: MemoryResource, kind: _Kind | None = None) -> None: ...
 def get_current_device_resource(
     device: str | Device | Queue | Any | None = None, kind: _Kind = "shared"

@@ -11,6 +11,7 @@ use std::any::Any;
 use std::fmt;
 use std::ptr::NonNull;
 
+use crate::hints::{Advice, Location};
 use crate::interop::Interop;
 use crate::{DeviceInfo, Event, MemKind, Result};
 
@@ -134,9 +135,39 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
         false
     }
 
+    /// Enqueues migrating `len` bytes of this queue's shared memory at `ptr` toward `to`, a hint
+    /// the runtime may act on later; unsupported by default.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` lies in one shared allocation of this queue, alive until the work is done.
+    unsafe fn prefetch(&self, _ptr: *const u8, _len: usize, to: Location) -> Result<()> {
+        Err(hint_unsupported(
+            self.device(),
+            &format!("prefetching to the {to}"),
+        ))
+    }
+
+    /// Tells the runtime how `len` bytes of this queue's shared memory at `ptr` will be used;
+    /// unsupported by default.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` lies in one shared allocation of this queue.
+    unsafe fn advise(&self, _ptr: *const u8, _len: usize, advice: Advice) -> Result<()> {
+        Err(hint_unsupported(self.device(), &format!("{advice:?}")))
+    }
+
     /// The exchange half of this queue: how its memory and work cross library boundaries.
     fn interop(&self) -> &dyn Interop;
 
     /// Downcasting, for backend-specific protocol details.
     fn as_any(&self) -> &dyn Any;
+}
+
+/// The error of a backend without memory hints.
+fn hint_unsupported(device: &DeviceInfo, what: &str) -> crate::Error {
+    crate::Error::Unsupported {
+        device: device.selector.clone(),
+        what: what.to_owned(),
+        reason: "this backend takes no hints about shared memory".into(),
+    }
 }

@@ -29,6 +29,7 @@ mod context;
 mod device;
 mod event;
 mod foreign;
+mod hints;
 mod interop;
 mod ipc;
 mod loader;

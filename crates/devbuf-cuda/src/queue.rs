@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUcontext, CUresult, CUstream};
 use devbuf_core::{
-    DeviceInfo, Error, Event, Interop, MemKind, Queue, Result, StreamOwner, blocking,
+    Advice, DeviceInfo, Error, Event, Interop, Location, MemKind, Queue, Result, StreamOwner,
+    blocking,
 };
 use parking_lot::Mutex;
 
@@ -36,7 +37,7 @@ pub struct CudaQueue {
     allocator: DeviceAllocator,
     can_map_host_memory: bool,
     /// Whether the host may touch managed memory while work runs on the device.
-    concurrent_managed_access: bool,
+    pub(crate) concurrent_managed_access: bool,
     /// Aligned address handed out → address the driver returned, for allocations aligned beyond
     /// [`NATIVE_ALIGNMENT`] whose start had to move.
     over_aligned: Mutex<HashMap<usize, usize>>,
@@ -450,6 +451,16 @@ impl Queue for CudaQueue {
             // Another backend's event: the device cannot wait for it, the host can.
             None => event.wait(),
         }
+    }
+
+    unsafe fn prefetch(&self, ptr: *const u8, len: usize, to: Location) -> Result<()> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.prefetch_managed(ptr, len, to) }
+    }
+
+    unsafe fn advise(&self, ptr: *const u8, len: usize, advice: Advice) -> Result<()> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.advise_managed(ptr, len, advice) }
     }
 
     fn kind_of(&self, ptr: *const u8) -> MemKind {

@@ -114,6 +114,33 @@ impl PyBuffer {
         }
     }
 
+    /// Enqueues migrating this shared (managed) memory toward `location` ("device" or "host"),
+    /// on `stream` (a `devbuf.Stream` that reaches it) or the buffer's own queue; a hint the
+    /// runtime acts on in its own time. ValueError where the backend cannot.
+    #[pyo3(signature = (location = "device", *, stream = None))]
+    fn prefetch(
+        slf: &Bound<'_, Self>,
+        location: &str,
+        stream: Option<&Bound<'_, PyQueue>>,
+    ) -> PyResult<()> {
+        let array = slf.as_super().get().array(slf.py())?;
+        crate::buffer_hints::prefetch(slf.py(), array.buffer(), location, stream)
+    }
+
+    /// Tells the runtime how this shared memory will be used: `advice` is CUDA's name of it
+    /// ("set_read_mostly", "unset_read_mostly", "set_preferred_location",
+    /// "unset_preferred_location", "set_accessed_by", "unset_accessed_by", with `location`
+    /// "device" or "host" where it names one) or, for SYCL's `mem_advise`, the backend's number.
+    #[pyo3(signature = (advice, location = None))]
+    fn advise(
+        slf: &Bound<'_, Self>,
+        advice: &Bound<'_, PyAny>,
+        location: Option<&str>,
+    ) -> PyResult<()> {
+        let array = slf.as_super().get().array(slf.py())?;
+        crate::buffer_hints::advise(slf.py(), array.buffer(), advice, location)
+    }
+
     /// Blocks until all pending work on this memory (from any queue) has completed, and once the
     /// memory was handed out, other libraries' work on the queues devbuf knows of.
     fn synchronize(slf: &Bound<'_, Self>) -> PyResult<()> {

@@ -3,6 +3,7 @@
 //! Rust crates.
 
 mod array_methods;
+mod buffer_hints;
 mod buffer_methods;
 mod dtypes;
 mod errors;
@@ -14,6 +15,7 @@ mod ipc;
 mod mr;
 mod objects;
 mod pickle;
+mod stream_allocator;
 
 use devbuf::conformance::Outcome;
 use pyo3::prelude::*;

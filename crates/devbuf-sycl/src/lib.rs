@@ -44,6 +44,7 @@ mod backend;
 mod device;
 mod event;
 mod foreign;
+mod hints;
 mod interop;
 mod ipc;
 mod loader;

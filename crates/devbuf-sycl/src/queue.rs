@@ -8,8 +8,8 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Weak};
 
 use devbuf_core::{
-    DeviceInfo, Error, Event, ExportedHandle, Interop, LastCommand, MemKind, Queue, QueueEvent,
-    Result,
+    Advice, DeviceInfo, Error, Event, ExportedHandle, Interop, LastCommand, Location, MemKind,
+    Queue, QueueEvent, Result,
 };
 use devbuf_sycl_sys as sys;
 use parking_lot::Mutex;
@@ -400,6 +400,16 @@ impl Queue for SyclQueue {
 
     fn kind_of(&self, ptr: *const u8) -> MemKind {
         classify(&self.context, self.knows_usm, ptr)
+    }
+
+    unsafe fn prefetch(&self, ptr: *const u8, len: usize, to: Location) -> Result<()> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.prefetch_shared(ptr, len, to) }
+    }
+
+    unsafe fn advise(&self, ptr: *const u8, len: usize, advice: Advice) -> Result<()> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.advise_shared(ptr, len, advice) }
     }
 
     fn interop(&self) -> &dyn Interop {

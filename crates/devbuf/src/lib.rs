@@ -8,6 +8,7 @@ struct GuideRustExamples;
 pub mod matrix;
 mod registry;
 mod selection;
+pub mod stream_allocator;
 mod streams;
 
 pub use registry::{

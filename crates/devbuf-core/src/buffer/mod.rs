@@ -5,6 +5,7 @@
 //! alive: an owner object held until the last view goes, or a deleter run exactly once then.
 
 mod allocation;
+mod hints;
 mod on_queue;
 mod ordering;
 mod owner;

@@ -48,7 +48,7 @@ impl Buffer {
         self.finish_on(queue, &[])
     }
 
-    fn check_reaches(&self, queue: &Arc<dyn Queue>, what: &str) -> Result<()> {
+    pub(super) fn check_reaches(&self, queue: &Arc<dyn Queue>, what: &str) -> Result<()> {
         if reaches(queue, self) {
             return Ok(());
         }

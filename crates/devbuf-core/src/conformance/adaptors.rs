@@ -1,8 +1,9 @@
 //! The kit through the memory resource adaptors: every check again with the kit's allocations
-//! made through a pool, a limiting, a statistics and a tracking adaptor in turn, and the pool's own
-//! promises (a block is handed out again only when nothing may still touch it). The adaptors
-//! serve the kit's checks only, not the device's current resource: other tests running meanwhile
-//! on the same queue must not see them.
+//! made through a pool, a binning resource (fixed-size bins), a fixed-size resource, a limiting,
+//! a statistics, a tracking, a logging, a prefetch and a failure-callback adaptor in turn, and
+//! the pool's own promises (a block is handed out again only when nothing may still touch it),
+//! which fixed-size blocks keep too. The adaptors serve the kit's checks only, not the device's
+//! current resource: other tests running meanwhile on the same queue must not see them.
 
 use std::sync::Arc;
 
@@ -14,8 +15,9 @@ use super::kit::{
 };
 
 use crate::mr::{
-    LimitingResource, MemoryResource, PoolOptions, PoolResource, QueueResource, StatisticsResource,
-    TrackingResource,
+    BinningResource, FailureCallbackResource, FixedSizeResource, LimitingResource, LogSink,
+    LoggingResource, MemoryResource, PoolOptions, PoolResource, PrefetchResource, QueueResource,
+    StatisticsResource, TrackingResource,
 };
 use crate::{Buffer, DEFAULT_ALIGNMENT, MemKind, Queue};
 
@@ -33,12 +35,52 @@ fn alloc_from(pool: &Arc<dyn MemoryResource>, kind: MemKind, len: usize) -> Resu
     )
 }
 
+/// A log that checks each line has the columns of its header, and keeps none.
+#[derive(Debug)]
+struct CheckedLog;
+
+impl LogSink for CheckedLog {
+    fn write_line(&self, line: &str) -> std::io::Result<()> {
+        let columns = crate::mr::LOG_HEADER.split(',').count();
+        if line.split(',').count() == columns {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!(
+                "{line:?} has not {columns} columns"
+            )))
+        }
+    }
+
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The largest allocation of the kit's checks: a fixed-size resource's blocks hold it.
+const LARGEST_CHECK_ALLOCATION: usize = 32 << 20;
+
 /// The memory resource adaptors, each around `queue` (the pool's own upstream is the queue), as
 /// RMM's tests run every resource: `(name, resource)`.
 fn adaptors(queue: &Arc<dyn Queue>) -> Vec<(&'static str, Arc<dyn MemoryResource>)> {
     let upstream = || -> Arc<dyn MemoryResource> { QueueResource::new(Arc::clone(queue)) };
+    let binning =
+        BinningResource::with_exponents(upstream(), 8, 20).expect("8 to 20 are ordered exponents");
+    let logging = LoggingResource::new(upstream(), Arc::new(CheckedLog))
+        .expect("the checked log takes its header");
     vec![
         ("a pool", pool(queue)),
+        ("a binning resource", binning),
+        (
+            "a fixed-size resource",
+            FixedSizeResource::new(upstream(), LARGEST_CHECK_ALLOCATION, 2),
+        ),
+        ("a logging adaptor", logging),
+        ("a prefetch adaptor", PrefetchResource::new(upstream())),
+        (
+            "a failure-callback adaptor",
+            // Declines to retry: the kit's out-of-memory check must still see its error.
+            FailureCallbackResource::new(upstream(), |_, _, _| Ok(false)),
+        ),
         (
             "a limiting adaptor",
             LimitingResource::new(upstream(), usize::MAX),
@@ -69,6 +111,10 @@ pub(super) fn every_check_through_each_adaptor(queue: &Arc<dyn Queue>) -> Outcom
         KIT_RESOURCES
             .lock()
             .retain(|kit| !Arc::ptr_eq(kit, &resource));
+        let logging = resource.as_any().downcast_ref::<LoggingResource>();
+        if let Some(Err(err)) = logging.map(LoggingResource::flush) {
+            failures.push(format!("{name} wrote a line unlike its header: {err}"));
+        }
     }
     if failures.is_empty() {
         Outcome::Pass
@@ -145,6 +191,52 @@ pub(super) fn exported_block_is_not_reused(queue: &Arc<dyn Queue>) -> Outcome {
     })
 }
 
+/// The pool's promise, kept by a fixed-size resource (a binning resource's bins): a block exported
+/// to a consumer is handed out again only once the consumer lets go, and never where devbuf cannot
+/// wait for the consumer's queues.
+pub(super) fn exported_fixed_size_block_is_not_reused(queue: &Arc<dyn Queue>) -> Outcome {
+    let reused_once_let_go = queue.interop().wait_device_covers_every_queue();
+    for_each_kind(queue, |kind| {
+        const LEN: usize = 4096;
+        let resource: Arc<dyn MemoryResource> =
+            FixedSizeResource::new(QueueResource::new(Arc::clone(queue)), LEN, 16);
+        let ours = alloc_from(&resource, kind, LEN)?;
+        let keeper = alloc_from(&resource, kind, LEN)?;
+        let consumers = ctx(ours.slice(0..LEN), || "slicing".into())?;
+        consumers.mark_exported();
+        let exported = ours.ptr();
+        drop(ours);
+        let others = (0..32)
+            .map(|_| alloc_from(&resource, kind, LEN))
+            .collect::<Result<Vec<_>, _>>()?;
+        if others.iter().any(|other| other.ptr() == exported) {
+            return Err(format!(
+                "{kind}: the fixed-size resource handed out {exported:p} while a consumer still \
+                 held it"
+            ));
+        }
+        drop(others);
+        drop(consumers);
+        ctx(queue.wait(), || "waiting for the queue".into())?;
+        let again = (0..64)
+            .map(|_| alloc_from(&resource, kind, LEN))
+            .collect::<Result<Vec<_>, _>>()?;
+        let reused = again.iter().any(|buffer| buffer.ptr() == exported);
+        drop((again, keeper));
+        match (reused, reused_once_let_go) {
+            (true, false) => Err(format!(
+                "{kind}: the fixed-size resource handed out {exported:p} again, which another \
+                 library was given and may still use on a queue devbuf cannot wait for"
+            )),
+            (false, true) => Err(format!(
+                "{kind}: the fixed-size resource did not reuse {exported:p} once it was free: \
+                 this check would prove nothing"
+            )),
+            _ => Ok(()),
+        }
+    })
+}
+
 /// Blocks freed while a fill on them is still running: memory handed out next holds exactly
 /// what is written to it.
 pub(super) fn busy_block_is_reused_after_its_work(queue: &Arc<dyn Queue>) -> Outcome {
@@ -177,6 +269,10 @@ pub(super) const ADAPTORS: &[Check] = &[
     Check {
         name: "pool_busy",
         run: busy_block_is_reused_after_its_work,
+    },
+    Check {
+        name: "fixed_size_export",
+        run: exported_fixed_size_block_is_not_reused,
     },
     Check {
         name: "adaptors",

@@ -4,12 +4,14 @@
 //! `#[test]` per check) and `ci/matrix` runs [`run_all`] for every backend present. The last
 //! checks ask the queue's exchange half ([`crate::Interop`]) and hold its answers against each
 //! other and against the device half, and run the kit again through each memory resource adaptor
-//! (pool, limiting, statistics, tracking), checking the pool's own promises too.
+//! (pool, binning, fixed-size, limiting, statistics, tracking, logging, prefetch, failure
+//! callback), checking the pool's own promises too.
 
 use std::sync::{Arc, LazyLock};
 
 mod adaptors;
 mod checks;
+mod hints;
 mod imports;
 mod interop;
 mod kit;
@@ -18,10 +20,17 @@ pub use kit::{Check, Outcome, pattern, run_one};
 
 use crate::Queue;
 
-/// Every check, in the order the matrix prints them: the device operations, the exchange
-/// answers, then the memory resources around the queue.
-pub static CHECKS: LazyLock<Vec<Check>> =
-    LazyLock::new(|| [checks::DEVICE, interop::INTEROP, adaptors::ADAPTORS].concat());
+/// Every check, in the order the matrix prints them: the device operations, the hints about
+/// shared memory, the exchange answers, then the memory resources around the queue.
+pub static CHECKS: LazyLock<Vec<Check>> = LazyLock::new(|| {
+    [
+        checks::DEVICE,
+        hints::HINTS,
+        interop::INTEROP,
+        adaptors::ADAPTORS,
+    ]
+    .concat()
+});
 
 /// Runs every check against `queue`.
 pub fn run_all(queue: &Arc<dyn Queue>) -> Vec<(&'static str, Outcome)> {
@@ -68,8 +77,8 @@ macro_rules! conformance_tests {
     ($backend:literal, $queue:expr) => {
         $crate::conformance_tests!(@tests $backend, $queue;
             alloc align copy fill busy_free kind_of foreign extent deleter subview threads oom events cross
-            handed_out interop_memory interop_handles interop_streams pool_export pool_busy
-            adaptors);
+            handed_out hints interop_memory interop_handles interop_streams pool_export pool_busy
+            fixed_size_export adaptors);
     };
     (@tests $backend:literal, $queue:expr; $($name:ident)*) => {
         $(

@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use super::device::host_device_info;
 use super::memory::HostMemory;
 use crate::interop::Interop;
-use crate::{CompletedEvent, DeviceInfo, Event, MemKind, Queue, Result};
+use crate::{Advice, CompletedEvent, DeviceInfo, Event, Location, MemKind, Queue, Result};
 
 /// A queue on the host CPU.
 #[derive(Debug)]
@@ -93,6 +93,16 @@ impl Queue for HostQueue {
 
     fn kind_of(&self, ptr: *const u8) -> MemKind {
         self.memory.kind_of(ptr)
+    }
+
+    // Every kind the host backend has is host memory, on the device that is the host: it is
+    // where any prefetch would take it, and advice has nothing to change.
+    unsafe fn prefetch(&self, _ptr: *const u8, _len: usize, _to: Location) -> Result<()> {
+        Ok(())
+    }
+
+    unsafe fn advise(&self, _ptr: *const u8, _len: usize, _advice: Advice) -> Result<()> {
+        Ok(())
     }
 
     fn interop(&self) -> &dyn Interop {

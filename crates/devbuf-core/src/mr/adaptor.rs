@@ -33,7 +33,7 @@ use crate::{MemKind, Queue, Result};
 ///         &self.upstream
 ///     }
 ///
-///     fn allocated(&self, ptr: Option<std::ptr::NonNull<u8>>, _kind: MemKind, _size: usize) {
+///     fn allocated(&self, ptr: Option<std::ptr::NonNull<u8>>, _kind: MemKind, _size: usize, _align: usize) {
 ///         if ptr.is_some() {
 ///             self.count.fetch_add(1, Ordering::Relaxed);
 ///         }
@@ -51,26 +51,36 @@ pub trait Adaptor: Send + Sync + fmt::Debug + 'static {
     /// The wrapped resource, whose queue the adaptor's memory belongs to.
     fn upstream(&self) -> &Arc<dyn MemoryResource>;
 
-    /// Before upstream allocates: an error refuses the allocation, and upstream is not asked.
-    fn admit(&self, _kind: MemKind, _size: usize) -> Result<()> {
+    /// Before upstream allocates `size` bytes of `kind` aligned to `align`: an error refuses the
+    /// allocation, and upstream is not asked.
+    fn admit(&self, _kind: MemKind, _size: usize, _align: usize) -> Result<()> {
         Ok(())
     }
 
     /// After upstream was asked for an allocation [`Adaptor::admit`] let through: the memory, or
     /// `None` when upstream failed.
-    fn allocated(&self, _ptr: Option<NonNull<u8>>, _kind: MemKind, _size: usize) {}
+    fn allocated(&self, _ptr: Option<NonNull<u8>>, _kind: MemKind, _size: usize, _align: usize) {}
 
-    /// Before memory goes back upstream (upstream may hand the address out again at once).
-    fn freeing(&self, _ptr: NonNull<u8>, _kind: MemKind, _size: usize) {}
+    /// Before memory goes back upstream (upstream may hand the address out again at once), with
+    /// what may still use it ([`FreeAfter`]: the event of the work on the resource's queue).
+    fn freeing(
+        &self,
+        _ptr: NonNull<u8>,
+        _kind: MemKind,
+        _size: usize,
+        _align: usize,
+        _after: &FreeAfter,
+    ) {
+    }
 
     /// After memory went back upstream.
-    fn freed(&self, _ptr: NonNull<u8>, _kind: MemKind, _size: usize) {}
+    fn freed(&self, _ptr: NonNull<u8>, _kind: MemKind, _size: usize, _align: usize) {}
 
     /// [`MemoryResource::allocate`]: upstream's memory, between the allocation hooks.
     fn serve(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {
-        self.admit(kind, size)?;
+        self.admit(kind, size, align)?;
         let allocated = self.upstream().allocate(kind, size, align);
-        self.allocated(allocated.as_ref().ok().copied(), kind, size);
+        self.allocated(allocated.as_ref().ok().copied(), kind, size, align);
         allocated
     }
 
@@ -86,10 +96,10 @@ pub trait Adaptor: Send + Sync + fmt::Debug + 'static {
         align: usize,
         after: FreeAfter,
     ) {
-        self.freeing(ptr, kind, size);
+        self.freeing(ptr, kind, size, align, &after);
         // SAFETY: forwarded from our caller, who got `ptr` from our `allocate`, i.e. upstream's.
         unsafe { self.upstream().deallocate(ptr, kind, size, align, after) };
-        self.freed(ptr, kind, size);
+        self.freed(ptr, kind, size, align);
     }
 }
 

@@ -41,7 +41,7 @@ impl Adaptor for LimitingResource {
         &self.upstream
     }
 
-    fn admit(&self, kind: MemKind, size: usize) -> Result<()> {
+    fn admit(&self, kind: MemKind, size: usize, _align: usize) -> Result<()> {
         // Reserve first, so that threads racing for the last bytes cannot both pass.
         let before = self.in_use.fetch_add(size, Ordering::Relaxed);
         if before
@@ -63,14 +63,14 @@ impl Adaptor for LimitingResource {
         Ok(())
     }
 
-    fn allocated(&self, ptr: Option<NonNull<u8>>, _kind: MemKind, size: usize) {
+    fn allocated(&self, ptr: Option<NonNull<u8>>, _kind: MemKind, size: usize, _align: usize) {
         if ptr.is_none() {
             self.in_use.fetch_sub(size, Ordering::Relaxed);
         }
     }
 
     // Counted free only once upstream has it back, so that the limit holds while it frees.
-    fn freed(&self, _ptr: NonNull<u8>, _kind: MemKind, size: usize) {
+    fn freed(&self, _ptr: NonNull<u8>, _kind: MemKind, size: usize, _align: usize) {
         self.in_use.fetch_sub(size, Ordering::Relaxed);
     }
 }

@@ -1,17 +1,25 @@
 //! Memory resources, in RMM's shape: a small interface that allocates and frees (kind, size,
 //! alignment) for one queue, each backend's queue as the bottom resource ([`QueueResource`]), and
-//! adaptors that wrap any resource ([`Adaptor`]): [`PoolResource`], [`LimitingResource`],
-//! [`StatisticsResource`] and [`TrackingResource`].
+//! adaptors that wrap any resource ([`Adaptor`]): [`PoolResource`], [`BinningResource`] with
+//! [`FixedSizeResource`] bins, [`LimitingResource`], [`StatisticsResource`],
+//! [`TrackingResource`], [`LoggingResource`] (whose logs [`replay`] runs again) and
+//! [`FailureCallbackResource`] and [`PrefetchResource`].
 //!
 //! Each device and kind has a current resource ([`set_current`], [`current`]), which every
 //! [`crate::Buffer::alloc`] without an explicit resource goes through; with none set, buffers
 //! allocate from their queue directly.
 
 mod adaptor;
+mod binning;
 mod current;
+mod failure_callback;
+mod fixed_size;
 mod handouts;
 mod limiting;
+mod logging;
 mod pool;
+mod prefetch;
+mod replay;
 mod statistics;
 mod tracking;
 
@@ -21,10 +29,16 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 pub use adaptor::Adaptor;
+pub use binning::BinningResource;
 pub use current::{current, reset_current, set_current};
+pub use failure_callback::{FailureCallback, FailureCallbackResource};
+pub use fixed_size::{DEFAULT_BLOCK_SIZE, DEFAULT_BLOCKS_TO_PREALLOCATE, FixedSizeResource};
 pub use handouts::Handouts;
 pub use limiting::LimitingResource;
+pub use logging::{FileSink, LOG_HEADER, LogSink, LoggingResource};
 pub use pool::{PoolOptions, PoolResource};
+pub use prefetch::PrefetchResource;
+pub use replay::{ReplayReport, replay};
 pub use statistics::{Statistics, StatisticsResource};
 pub use tracking::{OutstandingAllocation, TrackingResource};
 
@@ -150,5 +164,7 @@ pub(crate) fn refused(
     }
 }
 
+#[cfg(test)]
+mod rmm_resource_tests;
 #[cfg(test)]
 mod tests;

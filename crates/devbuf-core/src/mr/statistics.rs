@@ -92,7 +92,7 @@ impl Adaptor for StatisticsResource {
         &self.upstream
     }
 
-    fn allocated(&self, ptr: Option<NonNull<u8>>, _kind: MemKind, size: usize) {
+    fn allocated(&self, ptr: Option<NonNull<u8>>, _kind: MemKind, size: usize, _align: usize) {
         if ptr.is_some() {
             self.regions
                 .lock()
@@ -101,7 +101,7 @@ impl Adaptor for StatisticsResource {
         }
     }
 
-    fn freed(&self, _ptr: NonNull<u8>, _kind: MemKind, size: usize) {
+    fn freed(&self, _ptr: NonNull<u8>, _kind: MemKind, size: usize, _align: usize) {
         self.regions
             .lock()
             .iter_mut()

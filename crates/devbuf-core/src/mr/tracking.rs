@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{Adaptor, MemoryResource};
+use super::{Adaptor, FreeAfter, MemoryResource};
 use crate::MemKind;
 
 /// One allocation made through a [`TrackingResource`] and not yet freed.
@@ -97,7 +97,7 @@ impl Adaptor for TrackingResource {
         &self.upstream
     }
 
-    fn allocated(&self, ptr: Option<NonNull<u8>>, kind: MemKind, size: usize) {
+    fn allocated(&self, ptr: Option<NonNull<u8>>, kind: MemKind, size: usize, _align: usize) {
         let Some(ptr) = ptr else { return };
         let backtrace = self
             .capture_backtraces
@@ -108,7 +108,14 @@ impl Adaptor for TrackingResource {
     }
 
     // Forgotten before upstream has it back: upstream may hand the address out again at once.
-    fn freeing(&self, ptr: NonNull<u8>, _kind: MemKind, _size: usize) {
+    fn freeing(
+        &self,
+        ptr: NonNull<u8>,
+        _kind: MemKind,
+        _size: usize,
+        _align: usize,
+        _after: &FreeAfter,
+    ) {
         self.live.lock().remove(&(ptr.as_ptr() as usize));
     }
 }

@@ -3,3 +3,4 @@
 pub(crate) mod memory_resource;
 mod python_resource;
 pub(crate) mod resources;
+mod rmm_resources;

@@ -266,6 +266,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyLimitingResource>()?;
     m.add_class::<PyStatisticsResource>()?;
     m.add_class::<PyTrackingResource>()?;
+    crate::mr::rmm_resources::register(m)?;
     m.add_function(wrap_pyfunction!(set_current_device_resource, m)?)?;
     m.add_function(wrap_pyfunction!(get_current_device_resource, m)?)?;
     Ok(())
