@@ -216,6 +216,7 @@ pub(super) fn reaches(queue: &Arc<dyn Queue>, buffer: &Buffer) -> bool {
     Arc::ptr_eq(queue, buffer.queue())
         || buffer.is_host_accessible()
         || queue.kind_of(buffer.ptr()) != MemKind::Unknown
+        || queue.copies_reach(buffer.ptr())
 }
 
 fn ranges_overlap(a: &Buffer, b: &Buffer) -> bool {
