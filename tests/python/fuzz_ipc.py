@@ -48,6 +48,15 @@ def pattern(name, size):
     return bytes((i * step + len(name)) % 251 for i in range(size))
 
 
+@functools.cache
+def contents(name, size):
+    """The bytes of a `size`-byte shared allocation: its pattern, and for CUDA the zeros devbuf
+    pads a shareable allocation with up to CUDA IPC's 2 MiB block."""
+    if name == "cuda":
+        return pattern(name, CUDA_BYTES) + bytes(size - CUDA_BYTES)
+    return pattern(name, size)
+
+
 def cuda_usable():
     return any(b.name == "cuda" and b.available for b in devbuf.backends())
 
@@ -213,7 +222,7 @@ def check_opened(view, handle, exporter, where):
     assert view.readonly == bool(fields.readonly), f"{where}: read-only {view.readonly}, handle says {fields.readonly}"
     if name == "read-only":
         assert view.readonly, f"{where}: the sealed allocation opened writable"
-    expected = pattern(name, size)[fields.offset : fields.offset + fields.len]
+    expected = contents(name, size)[fields.offset : fields.offset + fields.len]
     assert view.to_bytes() == expected, f"{where}: the view reads other bytes than the exporter's"
 
 

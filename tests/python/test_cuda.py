@@ -271,3 +271,19 @@ def test_a_claim_past_its_allocation_is_refused_naming_the_key(cuda):
     child.join(120)
     assert child.exitcode == 0, f"the importer died: exit code {child.exitcode}"
     assert done.get(timeout=10) == ["shape", "strides", "shape"] * 3
+
+
+def test_copies_between_two_cuda_devices():
+    # Between peer devices the copy runs device to device (cuMemcpyPeerAsync); the Rust suite
+    # (crates/devbuf-cuda/tests/ordering.rs) shows its ordering and the non-peer answer.
+    info = require_backend("cuda")
+    if len(info.devices) < 2:
+        pytest.skip("needs two CUDA devices")
+    on_one = devbuf.alloc(1 << 16, "device", device="cuda:1")
+    on_one.fill(3)
+    on_zero = devbuf.alloc(1 << 16, "device", device="cuda:0")
+    on_zero.copy_from(on_one)
+    assert on_zero.to_bytes() == b"\x03" * (1 << 16)
+    on_zero.fill(4)
+    on_one.copy_from(on_zero)
+    assert on_one.to_bytes() == b"\x04" * (1 << 16)

@@ -281,6 +281,60 @@ def test_a_cuda_handle_claiming_more_than_its_allocation_is_refused():
     child.join(120)
     assert child.exitcode == 0, f"the importer died: exit code {child.exitcode}"
     huge, one_more, genuine = done.get(timeout=10)
-    assert huge == "ipc_handle: the handle claims 1073741824 bytes, but the memory it opens holds 4096"
-    assert one_more.endswith("claims 4097 bytes, but the memory it opens holds 4096")
+    # The allocation behind a 4 KiB shareable buffer is one whole 2 MiB IPC block (CUDA IPC shares
+    # whole blocks): the handle's size says so, and a claim past it is refused.
+    block = 2 << 20
+    assert huge == f"ipc_handle: the handle claims 1073741824 bytes, but the memory it opens holds {block}"
+    assert one_more.endswith(f"claims {block + 1} bytes, but the memory it opens holds {block}")
     assert genuine == (4096, b"\x04\x04")
+
+
+IMPORTER_BY_UUID = """
+import sys
+import devbuf
+
+handle = bytes.fromhex(sys.argv[1])
+try:
+    view = devbuf.open_ipc(handle)
+except ValueError as refused:
+    print("refused:", refused)
+else:
+    assert view.device.selector == "cuda:0", view.device
+    assert view.to_bytes() == b"\\x05" * 4096
+    view.fill(6)
+    view.synchronize()
+    print("opened")
+"""
+
+
+def test_a_cuda_handle_names_its_device_by_uuid_whatever_the_importer_s_ordinals():
+    # CUDA ordinals are per process: with CUDA_VISIBLE_DEVICES=1,0 the exporter's cuda:1 is the
+    # importer's cuda:0. The handle names the device by UUID, so it opens on the same device; an
+    # importer that sees no device with that UUID is refused, naming it.
+    import subprocess
+    import sys
+
+    info = require_backend("cuda")
+    if len(info.devices) < 2:
+        pytest.skip("needs two CUDA devices")
+    buffer = devbuf.alloc(4096, "device", device="cuda:1", ipc=True)
+    buffer.fill(5)
+    handle = buffer.ipc_handle()
+    assert handle.device.startswith("cuda:GPU-")
+    assert devbuf.Device(handle.device) == devbuf.Device("cuda:1")
+    assert handle.device != devbuf.alloc(64, "device", device="cuda:0", ipc=True).ipc_handle().device
+
+    def importer(visible):
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=visible)
+        run = subprocess.run(
+            [sys.executable, "-c", IMPORTER_BY_UUID, bytes(handle).hex()],
+            env=env, capture_output=True, text=True, timeout=120,
+        )
+        assert run.returncode == 0, run.stderr
+        return run.stdout.strip()
+
+    assert importer("1,0") == "opened"
+    assert buffer.to_bytes() == b"\x06" * 4096
+    refused = importer("0")
+    uuid = handle.device.removeprefix("cuda:")
+    assert refused.startswith("refused:") and f"has UUID {uuid}" in refused, refused

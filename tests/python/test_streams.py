@@ -122,6 +122,20 @@ def cuda():
     return require_backend("cuda")
 
 
+def test_events_of_two_cuda_devices_have_no_elapsed_time(cuda):
+    # NVIDIA's driver refuses to time events of two devices (Programming Guide, multi-device
+    # "Stream and Event Behavior"); devbuf says so as a ValueError naming both.
+    if len(cuda.devices) < 2:
+        pytest.skip("needs two CUDA devices")
+    first, second = (devbuf.Device(f"cuda:{i}").create_stream() for i in (0, 1))
+    start, end = first.record(timing=True), second.record(timing=True)
+    with pytest.raises(ValueError, match=r"start, end: .*cuda:0.*cuda:1"):
+        end - start
+    with pytest.raises(ValueError, match=r"start on cuda:1, end on cuda:0"):
+        devbuf.get_elapsed_time(end, start)
+    assert first.record(timing=True) - start >= 0
+
+
 def test_cuda_stream_options_reach_the_driver(cuda):
     run(
         """

@@ -142,6 +142,13 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// everything else (another context's memory, stack, heap, garbage).
     fn kind_of(&self, ptr: *const u8) -> MemKind;
 
+    /// Whether [`Queue::copy`] reaches `ptr` although it is not this queue's memory: another
+    /// device's memory that the runtime copies to and from directly (CUDA peers, through
+    /// `cuMemcpyPeerAsync`). False unless a backend says otherwise.
+    fn copies_reach(&self, _ptr: *const u8) -> bool {
+        false
+    }
+
     /// Enqueues migrating `len` bytes of this queue's shared memory at `ptr` toward `to`, a hint
     /// the runtime may act on later; unsupported by default.
     ///

@@ -22,7 +22,7 @@ use crate::protocol::ProtocolStream;
 use crate::queue::{CudaQueue, open_device, stream_context};
 use crate::stream::Stream;
 
-/// The CUDA backend: selectors "cuda" (device 0) and "cuda:N".
+/// The CUDA backend: selectors `"cuda"` (device 0), `"cuda:N"` and `"cuda:GPU-<uuid>"`.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct CudaBackend;
 
@@ -211,13 +211,28 @@ fn device_of_stream(handle: usize) -> Result<u32> {
     ))
 }
 
-/// The device ordinal a selector's spec names ("" is device 0), as [`CudaBackend`] opens it.
+/// The device ordinal a selector's spec names ("" is device 0, "GPU-…" the device with that
+/// UUID, as `CUDA_VISIBLE_DEVICES` names devices), as [`CudaBackend`] opens it.
 pub(crate) fn ordinal_of(spec: &str) -> Result<u32> {
+    if spec.len() > 4 && spec[..4].eq_ignore_ascii_case("GPU-") {
+        let driver = loader::loaded()?;
+        return device::ordinal_with_uuid(driver, spec)?.ok_or_else(|| Error::DeviceNotFound {
+            selector: format!("{BACKEND}:{spec}"),
+            reason: format!(
+                "none of the {} CUDA device(s) this process sees has UUID {spec} (the device may \
+                 be hidden by CUDA_VISIBLE_DEVICES={:?})",
+                driver.device_count,
+                std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_else(|_| "<unset>".into())
+            ),
+        });
+    }
     match spec {
         "" => Ok(0),
         spec => spec.parse().map_err(|_| Error::DeviceNotFound {
             selector: format!("{BACKEND}:{spec}"),
-            reason: "a CUDA selector is \"cuda\" or \"cuda:N\" with N a device ordinal".into(),
+            reason: "a CUDA selector is \"cuda\", \"cuda:N\" with N a device ordinal, or \
+                     \"cuda:GPU-<uuid>\""
+                .into(),
         }),
     }
 }

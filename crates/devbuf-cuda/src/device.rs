@@ -20,6 +20,48 @@ pub(crate) struct DeviceCaps {
     pub can_map_host_memory: bool,
     /// Whether the host may touch managed memory while work runs on the device.
     pub concurrent_managed_access: bool,
+    /// The device's UUID as nvidia-smi and `CUDA_VISIBLE_DEVICES` write it (`GPU-…`): the same in
+    /// every process, where the ordinal depends on each process's `CUDA_VISIBLE_DEVICES`.
+    pub uuid: String,
+}
+
+/// Device `device`'s UUID (`cuDeviceGetUuid`), written as nvidia-smi writes it: `GPU-` and 32 hex
+/// digits in groups of 8, 4, 4, 4 and 12.
+fn uuid(device: CUdevice) -> Result<String, DriverError> {
+    let mut uuid = sys::CUuuid { bytes: [0; 16] };
+    // SAFETY: `uuid` is a valid out-pointer.
+    call("cuDeviceGetUuid", || unsafe {
+        sys::cuDeviceGetUuid(&mut uuid, device)
+    })?;
+    let hex: String = uuid
+        .bytes
+        .iter()
+        .map(|&byte| format!("{:02x}", byte as u8))
+        .collect();
+    Ok(format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    ))
+}
+
+/// The ordinal of the device whose UUID is `wanted` (`GPU-…`, any case) among those this process
+/// sees; `None` when none has it.
+pub(crate) fn ordinal_with_uuid(driver: &Driver, wanted: &str) -> Result<Option<u32>, DriverError> {
+    for ordinal in 0..driver.device_count {
+        let mut device: CUdevice = 0;
+        // SAFETY: `device` is a valid out-pointer; the ordinal is below the device count.
+        call("cuDeviceGet", || unsafe {
+            sys::cuDeviceGet(&mut device, ordinal as i32)
+        })?;
+        if uuid(device)?.eq_ignore_ascii_case(wanted) {
+            return Ok(Some(ordinal));
+        }
+    }
+    Ok(None)
 }
 
 /// Queries device `ordinal`; needs no context.
@@ -52,6 +94,7 @@ pub(crate) fn query(driver: &Driver, ordinal: u32) -> Result<DeviceCaps, DriverE
         })?;
         Ok(value)
     };
+    let uuid = uuid(device)?;
     let unified_addressing =
         attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)? != 0;
     let managed = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY)? != 0;
@@ -108,5 +151,6 @@ pub(crate) fn query(driver: &Driver, ordinal: u32) -> Result<DeviceCaps, DriverE
         memory_pools,
         can_map_host_memory,
         concurrent_managed_access,
+        uuid,
     })
 }

@@ -7,7 +7,7 @@ use std::ptr;
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUcontext, CUevent, CUevent_flags, CUresult, CUstream};
-use devbuf_core::{Event, QueueEvent, Result};
+use devbuf_core::{Error, Event, QueueEvent, Result};
 
 use crate::context::{self, PrimaryContext};
 use crate::loader::{DriverError, call};
@@ -80,8 +80,8 @@ pub struct CudaEvent {
     pub(crate) event: RawEvent,
     /// Whether the event was made with timing (see `timing`).
     pub(crate) timed: bool,
-    // Keeps the context alive while the event lives; dropped after `event`.
-    pub(crate) _context: Arc<PrimaryContext>,
+    /// The device's primary context, kept alive while the event lives (dropped after `event`).
+    pub(crate) primary: Arc<PrimaryContext>,
 }
 
 impl CudaEvent {
@@ -105,7 +105,7 @@ impl CudaEvent {
         Ok(CudaEvent {
             event,
             timed: false,
-            _context: Arc::clone(context),
+            primary: Arc::clone(context),
         })
     }
 
@@ -175,7 +175,7 @@ pub(crate) fn record_timed(
     Ok(CudaEvent {
         event,
         timed: true,
-        _context: Arc::clone(context),
+        primary: Arc::clone(context),
     })
 }
 
@@ -184,6 +184,19 @@ pub(crate) fn elapsed_ms_since(end: &CudaEvent, start: &Event) -> Option<Result<
     let start = start.downcast_ref::<CudaEvent>()?;
     if !(start.timed && end.timed) {
         return None;
+    }
+    // "cudaEventElapsedTime() will fail if the two input events are associated to different
+    // devices" (CUDA Programming Guide, multi-device "Stream and Event Behavior"): say so in
+    // devbuf's words rather than with the driver's bare CUDA_ERROR_INVALID_HANDLE.
+    let (from, to) = (start.primary.ordinal(), end.primary.ordinal());
+    if from != to {
+        return Some(Err(Error::invalid(
+            "start, end",
+            format!(
+                "the events were recorded on two devices (start on cuda:{from}, end on \
+                 cuda:{to}); CUDA times events of one device only"
+            ),
+        )));
     }
     let elapsed = || -> Result<f32, DriverError> {
         let _current = context::enter(end.event.context())?;

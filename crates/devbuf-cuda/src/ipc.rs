@@ -5,6 +5,15 @@
 //! exported through these calls. Only device memory can (pinned and managed memory have no IPC
 //! handle). The driver refuses to open a handle in the process that exported it.
 //!
+//! IPC shares the whole driver block an allocation lies in (CUDA Programming Guide,
+//! "Interprocess Communication": `cudaMalloc` may sub-allocate from a larger block, so "only share
+//! allocations with a 2MiB aligned size"): each shareable allocation is rounded up to
+//! [`IPC_BLOCK`], so that it owns its blocks and no other allocation of the exporter is reachable
+//! through its handle. The cost: every shareable buffer takes at least 2 MiB of device memory (a
+//! 4 KiB one, 512 times its size). The padding is zeroed, so it carries no stale bytes of this
+//! process to the importer, and the handle's size is the whole allocation: what an importer can
+//! reach anyway.
+//!
 //! A handle is untrusted input: its size is devbuf's claim beside the driver's bytes, so the
 //! range the driver opened is checked against it (`cuMemGetAddressRange`) before any view exists.
 //! The driver maps every IPC handle read-write (`cuIpcOpenMemHandle` has no read-only mode): a
@@ -25,6 +34,8 @@ use crate::queue::CudaQueue;
 
 /// Bytes of a `CUipcMemHandle`.
 const HANDLE_LEN: usize = 64;
+/// The granularity CUDA IPC shares memory at (see the module docs).
+pub(crate) const IPC_BLOCK: usize = 2 << 20;
 
 /// Device memory from `cuMemAlloc` with its IPC handle; freed on drop.
 #[derive(Debug)]
@@ -107,6 +118,15 @@ unsafe impl IpcSharing for CudaQueue {
                 format!("CUDA IPC shares device memory only, not {kind} memory"),
             ));
         }
+        let requested = size;
+        let size = size
+            .checked_next_multiple_of(IPC_BLOCK)
+            .ok_or_else(|| Error::OutOfMemory {
+                kind,
+                size,
+                device: self.device().selector.clone(),
+                reason: "the size rounded up to CUDA IPC's 2 MiB blocks overflows".into(),
+            })?;
         let context = Arc::clone(self.context());
         let _current = context.enter()?;
         let address = memory::allocate_shareable(size).map_err(|err| Error::OutOfMemory {
@@ -124,11 +144,20 @@ unsafe impl IpcSharing for CudaQueue {
             size,
             handle: [0; HANDLE_LEN],
         };
+        // SAFETY: the padding lies inside the allocation just made, which nothing else uses yet;
+        // the buffer's own work follows on the same stream.
+        unsafe { self.fill(ptr.as_ptr().add(requested), 0, size - requested)? };
         let handle = memory::ipc_handle(address)?;
         for (out, byte) in memory.handle.iter_mut().zip(handle.reserved) {
             *out = byte as u8;
         }
         Ok(Arc::new(memory))
+    }
+
+    /// `cuda:GPU-<uuid>`: an ordinal names another device in a process with another
+    /// `CUDA_VISIBLE_DEVICES`, a UUID (`cuDeviceGetUuid`) the same one in all.
+    fn stable_selector(&self) -> Result<Option<String>> {
+        Ok(Some(format!("{BACKEND}:{}", self.uuid)))
     }
 
     fn open(&self, handle: &IpcHandle) -> Result<OpenedAllocation> {

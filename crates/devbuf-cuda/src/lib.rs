@@ -34,6 +34,7 @@ mod interop;
 mod ipc;
 mod loader;
 mod memory;
+mod peer;
 pub mod protocol;
 mod queue;
 mod stream;

@@ -30,6 +30,7 @@ pub(crate) const REQUIRED_ENTRY_POINTS: &[&str] = &[
     "cuDeviceGetAttribute",
     "cuDeviceTotalMem_v2",
     "cuMemGetInfo_v2",
+    "cuDeviceGetUuid",
     "cuDevicePrimaryCtxRetain",
     "cuDevicePrimaryCtxRelease_v2",
     "cuDevicePrimaryCtxGetState",
@@ -56,6 +57,9 @@ pub(crate) const REQUIRED_ENTRY_POINTS: &[&str] = &[
     "cuMemFreeHost",
     "cuMemAllocManaged",
     "cuMemcpyAsync",
+    "cuMemcpyPeerAsync",
+    "cuDeviceCanAccessPeer",
+    "cuPointerGetAttribute",
     "cuMemsetD8Async",
     "cuPointerGetAttributes",
     "cuMemGetAddressRange_v2",
@@ -66,7 +70,12 @@ pub(crate) const REQUIRED_ENTRY_POINTS: &[&str] = &[
 
 /// The stream-ordered allocator's entry points (CUDA 11.2); without them device memory comes from
 /// `cuMemAlloc`.
-pub(crate) const STREAM_ORDERED_ENTRY_POINTS: &[&str] = &["cuMemAllocAsync", "cuMemFreeAsync"];
+pub(crate) const STREAM_ORDERED_ENTRY_POINTS: &[&str] = &[
+    "cuMemAllocAsync",
+    "cuMemFreeAsync",
+    "cuMemPoolGetAccess",
+    "cuMemPoolSetAccess",
+];
 
 /// `cuCtxGetId` (CUDA 12.0), by which a primary context reset by another library is noticed;
 /// called where the driver has it: without it, [`call`] answers with an error and devbuf cannot

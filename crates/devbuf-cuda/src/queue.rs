@@ -17,6 +17,7 @@ use crate::device::{self, DeviceCaps};
 use crate::event::{self, CudaEvent, RawEvent};
 use crate::loader::{self, BACKEND, DriverError, call};
 use crate::memory::{self, CudaKind, DeviceAllocator, NATIVE_ALIGNMENT};
+use crate::peer;
 use crate::protocol::{self, ProtocolStream};
 use crate::stream::Stream;
 
@@ -25,6 +26,8 @@ use crate::stream::Stream;
 #[derive(Debug)]
 pub struct CudaQueue {
     device: DeviceInfo,
+    /// The device's UUID (`GPU-…`), which names it in every process.
+    pub(crate) uuid: String,
     /// An event recorded on the legacy default stream each time our stream must follow the work
     /// there ([`devbuf_core::Interop::order_after_foreign_work`]); made on first use, and reused: a stream's wait
     /// takes the state of the event's latest record when it is enqueued. Declared before the
@@ -105,6 +108,7 @@ impl CudaQueue {
     pub(crate) fn with(caps: DeviceCaps, stream: Stream) -> Self {
         CudaQueue {
             device: caps.info,
+            uuid: caps.uuid,
             legacy_mark: Mutex::new(None),
             stream,
             allocator: if caps.memory_pools {
@@ -356,10 +360,15 @@ impl Queue for CudaQueue {
             return Ok(());
         }
         let _current = self.stream.context().enter()?;
+        let (dst, src, stream) = (dst as usize, src as usize, self.stream.raw());
         // SAFETY: the caller guarantees both ranges are valid for `len` bytes until the copy
-        // completes; with unified addressing the driver works out where each side is.
+        // completes; our stream is alive.
+        if unsafe { peer::copy(stream, self.ordinal(), dst, src, len)? } {
+            return Ok(());
+        }
+        // SAFETY: as above; with unified addressing the driver works out where each side is.
         call("cuMemcpyAsync", || unsafe {
-            sys::cuMemcpyAsync(dst as u64, src as u64, len, self.stream.raw())
+            sys::cuMemcpyAsync(dst as u64, src as u64, len, stream)
         })?;
         Ok(())
     }
@@ -474,6 +483,16 @@ impl Queue for CudaQueue {
             }
             _ => MemKind::Unknown,
         }
+    }
+
+    /// Device memory of a peer device (`cuDeviceCanAccessPeer`): copies reach it through
+    /// `cuMemcpyPeerAsync` (the crate's `peer` module).
+    fn copies_reach(&self, ptr: *const u8) -> bool {
+        let _current = self.stream.context().enter();
+        peer::other_device(ptr as usize, self.ordinal())
+            .ok()
+            .flatten()
+            .is_some_and(|device| peer::can_access(self.ordinal(), device))
     }
 
     fn interop(&self) -> &dyn Interop {

@@ -271,3 +271,64 @@ child_test!(a_re_export_follows_the_first_consumers_work [
     let bytes = unsafe { std::slice::from_raw_parts(memory.ptr(), LEN) };
     assert!(bytes.iter().all(|&b| b == 7), "the named stream did not follow the first consumer");
 });
+
+/// Device 1's default pool's access for device 0 (`cuMemPoolGetAccess`).
+fn device_0_reaches_device_1_s_pool() -> bool {
+    in_primary_context(0, || {
+        let mut pool = ptr::null_mut();
+        let location = sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+            id: 0,
+        };
+        let mut flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE;
+        // SAFETY: valid out-pointers; device 1 exists.
+        unsafe {
+            check(
+                "cuDeviceGetDefaultMemPool",
+                sys::cuDeviceGetDefaultMemPool(&mut pool, 1),
+            );
+            check(
+                "cuMemPoolGetAccess",
+                sys::cuMemPoolGetAccess(&mut flags, pool, (&raw const location).cast_mut()),
+            );
+        }
+        flags == sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+    })
+}
+
+// Between peer devices (the driver's default) a copy runs device to device on the copying
+// queue's stream (cuMemcpyPeerAsync), after device 1's pending fill and before device 1's next
+// one, with device 1's pool made accessible to device 0 first (the Programming Guide's
+// cuMemPoolSetAccess): no staging through the host, so it can be enqueued without waiting.
+child_test!(a_copy_between_peer_devices_runs_on_the_devices_ordered_with_both
+    ["DEVBUF_CUDA_TEST_DELAY_US" = "20000"] {
+    let (zero, one) = (shared(0), shared(1));
+    let on_one = Buffer::alloc(&one, MemKind::Device, LEN).unwrap();
+    let on_zero = Buffer::alloc(&zero, MemKind::Device, LEN).unwrap();
+    assert!(zero.copies_reach(on_one.ptr()) && one.copies_reach(on_zero.ptr()));
+    assert!(!device_0_reaches_device_1_s_pool());
+    on_one.enqueue_fill(5).unwrap();
+    on_zero.enqueue_copy_from(&on_one, &zero).unwrap();
+    on_one.enqueue_fill(9).unwrap();
+    assert!(device_0_reaches_device_1_s_pool());
+    assert_eq!(on_zero.to_vec().unwrap(), vec![5; LEN]);
+    assert_eq!(on_one.to_vec().unwrap(), vec![9; LEN]);
+    // And back, synchronously, on device 1's queue.
+    on_one.copy_from(&on_zero).unwrap();
+    assert_eq!(on_one.to_vec().unwrap(), vec![5; LEN]);
+});
+
+// Devices that are not peers: no direct copy; `copy_from` stages through the host, and an
+// enqueued copy on one device's queue is refused (it cannot reach the other's memory).
+child_test!(a_copy_between_devices_that_are_not_peers_stages_through_the_host
+    ["DEVBUF_CUDA_TEST_NO_PEER_ACCESS" = "0-1"] {
+    let (zero, one) = (shared(0), shared(1));
+    let on_one = Buffer::alloc(&one, MemKind::Device, LEN).unwrap();
+    let on_zero = Buffer::alloc(&zero, MemKind::Device, LEN).unwrap();
+    assert!(!zero.copies_reach(on_one.ptr()));
+    on_one.fill(7).unwrap();
+    assert!(on_zero.enqueue_copy_from(&on_one, &zero).is_err());
+    on_zero.copy_from(&on_one).unwrap();
+    assert_eq!(on_zero.to_vec().unwrap(), vec![7; LEN]);
+    assert!(!device_0_reaches_device_1_s_pool());
+});

@@ -44,6 +44,8 @@ pub(crate) struct Config {
     /// `DEVBUF_CUDA_TEST_POOL_REUSE=immediate`: the pool hands the block freed last by
     /// `cuMemFreeAsync` to the next `cuMemAllocAsync` that fits, at once.
     pub immediate_pool_reuse: bool,
+    /// `DEVBUF_CUDA_TEST_NO_PEER_ACCESS`: pairs of the machine's devices that are not peers.
+    pub non_peers: Vec<(u32, u32)>,
     /// `DEVBUF_CUDA_TEST_HIDE`: entry points `cuGetProcAddress` says are missing.
     pub hidden: Vec<String>,
     /// `DEVBUF_CUDA_TEST_TRACE=1`: a line on stderr for every name `cuGetProcAddress` does not
@@ -58,8 +60,19 @@ pub(crate) struct Config {
 /// loading the library and before `cuInit`: NVIDIA's numba-cuda test
 /// `test_visible_devices_set_after_import`).
 pub(crate) fn device_count() -> u32 {
-    static COUNT: OnceLock<u32> = OnceLock::new();
-    *COUNT.get_or_init(|| {
+    visible().len() as u32
+}
+
+/// The machine's device behind the program's ordinal `ordinal` (a valid one): what its UUID and
+/// its peers are a property of, the same in every process whatever `CUDA_VISIBLE_DEVICES` says.
+pub(crate) fn physical(ordinal: usize) -> u32 {
+    visible()[ordinal]
+}
+
+/// The machine's devices the program sees, in its ordinals' order.
+fn visible() -> &'static [u32] {
+    static VISIBLE: OnceLock<Vec<u32>> = OnceLock::new();
+    VISIBLE.get_or_init(|| {
         visible_devices(
             config().devices,
             std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(),
@@ -67,22 +80,66 @@ pub(crate) fn device_count() -> u32 {
     })
 }
 
-/// The number of devices `CUDA_VISIBLE_DEVICES` leaves of `devices`: its comma-separated ordinals
-/// up to the first that is not one ("only the devices whose index precedes the invalid index are
-/// visible", CUDA Programming Guide, "CUDA Environment Variables"; UUIDs are not modelled). Unset,
-/// all are visible.
-fn visible_devices(devices: u32, variable: Option<&str>) -> u32 {
+/// The double's UUID of the machine's device `physical`: "devbuf-test-dev" and the device's
+/// number, never a real GPU's.
+pub(crate) fn uuid(physical: u32) -> [u8; 16] {
+    let mut bytes = *b"devbuf-test-dev\0";
+    bytes[15] = physical as u8;
+    bytes
+}
+
+/// A UUID as nvidia-smi and `CUDA_VISIBLE_DEVICES` write it: `GPU-` and 32 hex digits in groups
+/// of 8, 4, 4, 4 and 12.
+pub(crate) fn uuid_text(bytes: &[u8; 16]) -> String {
+    let hex: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
+/// The machine's devices `CUDA_VISIBLE_DEVICES` leaves of `devices`, in its order. CUDA
+/// Programming Guide, "CUDA Environment Variables": "A comma-separated sequence of GPU
+/// identifiers ... given as integer indices or as UUID strings", in nvidia-smi's format, where
+/// "abbreviated forms are allowed; simply specify enough digits from the beginning of the GPU UUID
+/// to uniquely identify that GPU"; "they are enumerated in the order of the sequence"; "only the
+/// devices whose index precedes the invalid index are visible". An identifier named twice, or a
+/// prefix that fits two devices, counts as invalid (the double's reading). MIG identifiers are not
+/// modelled (invalid). Unset, all are visible.
+fn visible_devices(devices: u32, variable: Option<&str>) -> Vec<u32> {
     let Some(list) = variable else {
-        return devices;
+        return (0..devices).collect();
+    };
+    let find = |item: &str| -> Option<u32> {
+        if let Ok(index) = item.parse::<u32>() {
+            return (index < devices).then_some(index);
+        }
+        let prefix = item.to_ascii_lowercase();
+        if !prefix.starts_with("gpu-") {
+            return None;
+        }
+        let mut matching = (0..devices).filter(|&device| {
+            uuid_text(&uuid(device))
+                .to_ascii_lowercase()
+                .starts_with(&prefix)
+        });
+        match (matching.next(), matching.next()) {
+            (Some(device), None) => Some(device),
+            _ => None,
+        }
     };
     let mut seen = vec![];
     for item in list.split(',') {
-        match item.trim().parse::<u32>() {
-            Ok(ordinal) if ordinal < devices && !seen.contains(&ordinal) => seen.push(ordinal),
+        match find(item.trim()) {
+            Some(device) if !seen.contains(&device) => seen.push(device),
             _ => break,
         }
     }
-    seen.len() as u32
+    seen
 }
 
 pub(crate) fn config() -> &'static Config {
@@ -160,6 +217,20 @@ impl Config {
             }
             code.filter(|&code| code != CUresult::CUDA_SUCCESS)
         });
+        let non_peers = list("DEVBUF_CUDA_TEST_NO_PEER_ACCESS")
+            .into_iter()
+            .filter_map(|item| {
+                let pair = item
+                    .split_once('-')
+                    .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
+                if pair.is_none() {
+                    errors.push(format!(
+                        "DEVBUF_CUDA_TEST_NO_PEER_ACCESS: {item:?} is not a pair of devices A-B"
+                    ));
+                }
+                pair
+            })
+            .collect();
         let mut switch = |name: &str, default: bool| match lookup(name).as_deref().map(str::trim) {
             None => default,
             Some("1" | "on" | "yes" | "true") => true,
@@ -193,6 +264,7 @@ impl Config {
             concurrent_managed_access,
             memory_pools,
             immediate_pool_reuse,
+            non_peers,
             hidden: list("DEVBUF_CUDA_TEST_HIDE"),
             trace,
             error: (!errors.is_empty()).then(|| errors.join("; ")),
@@ -224,14 +296,33 @@ mod tests {
     }
 
     #[test]
-    fn visible_devices_stop_at_the_first_invalid_ordinal() {
-        assert_eq!(visible_devices(2, None), 2);
-        assert_eq!(visible_devices(2, Some("1")), 1);
-        assert_eq!(visible_devices(3, Some("2,0")), 2);
-        assert_eq!(visible_devices(3, Some("0,7,1")), 1);
-        assert_eq!(visible_devices(3, Some("0,0")), 1);
-        assert_eq!(visible_devices(2, Some("")), 0);
-        assert_eq!(visible_devices(2, Some("GPU-1234")), 0);
+    fn visible_devices_stop_at_the_first_invalid_identifier() {
+        let count = |devices, variable| visible_devices(devices, variable).len();
+        assert_eq!(count(2, None), 2);
+        assert_eq!(count(2, Some("1")), 1);
+        assert_eq!(count(3, Some("0,7,1")), 1);
+        assert_eq!(count(3, Some("0,0")), 1);
+        assert_eq!(count(2, Some("")), 0);
+        assert_eq!(count(2, Some("GPU-1234")), 0);
+        assert_eq!(count(2, Some("MIG-0")), 0);
+    }
+
+    #[test]
+    fn visible_devices_keep_the_sequence_s_order_and_take_uuids() {
+        assert_eq!(visible_devices(3, Some("2,0")), [2, 0]);
+        let second = uuid_text(&uuid(1));
+        assert_eq!(second, "GPU-64657662-7566-2d74-6573-742d64657601");
+        assert_eq!(visible_devices(2, Some(&format!("{second},0"))), [1, 0]);
+        // A unique prefix names a device; one that fits both devices is invalid.
+        assert_eq!(
+            visible_devices(2, Some(&second[..second.len() - 1].to_uppercase())),
+            [] as [u32; 0]
+        );
+        assert_eq!(
+            visible_devices(2, Some(&format!("1,{}", &second[..38]))),
+            [1]
+        );
+        assert_eq!(visible_devices(2, Some(&format!("{second},1"))), [1]);
     }
 
     #[test]

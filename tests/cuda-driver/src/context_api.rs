@@ -89,6 +89,7 @@ pub extern "C" fn cuCtxSynchronize_v2(context: CUcontext) -> CUresult {
     entry("cuCtxSynchronize", || {
         let context = given_or_current(context)?;
         crate::stream::synchronize_context(context);
+        crate::pool::release_over_thresholds();
         context.sticky_error()
     })
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use cudarc::driver::sys::{CUdevice, CUdevice_attribute as A, CUresult, CUuuid};
 
-use crate::config::{config, device_count};
+use crate::config::{config, device_count, physical, uuid};
 use crate::errors::{DriverResult, boundary, write_out};
 
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
@@ -260,19 +260,18 @@ pub unsafe extern "C" fn cuDeviceComputeCapability(
 }
 
 /// # Safety
-/// `uuid` is null or valid for writing a CUuuid.
+/// `out` is null or valid for writing a CUuuid.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetUuid(uuid: *mut CUuuid, device: CUdevice) -> CUresult {
+pub unsafe extern "C" fn cuDeviceGetUuid(out: *mut CUuuid, device: CUdevice) -> CUresult {
     entry("cuDeviceGetUuid", || {
-        let ordinal = ordinal(device)?;
-        // "devbuf-test-dev" and the ordinal: never a real GPU's UUID.
-        let mut bytes = *b"devbuf-test-dev\0";
-        bytes[15] = ordinal as u8;
+        // The machine's device's, not the ordinal's: the same device has the same UUID in every
+        // process, whatever its ordinal under CUDA_VISIBLE_DEVICES.
+        let bytes = uuid(physical(ordinal(device)?));
         let value = CUuuid {
             bytes: bytes.map(|byte| byte as c_char),
         };
         // SAFETY: the caller's out-pointer.
-        unsafe { write_out(uuid, value) }
+        unsafe { write_out(out, value) }
     })
 }
 
@@ -306,23 +305,5 @@ pub unsafe extern "C" fn cuDeviceGetPCIBusId(
             bus_id.add(copied).write(0);
         }
         Ok(())
-    })
-}
-
-/// # Safety
-/// `can_access` is null or valid for writing an int.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceCanAccessPeer(
-    can_access: *mut i32,
-    device: CUdevice,
-    peer: CUdevice,
-) -> CUresult {
-    entry("cuDeviceCanAccessPeer", || {
-        ordinal(device)?;
-        ordinal(peer)?;
-        // No peer mappings: copies between devices still work (unified addressing), but no device
-        // reads another's memory directly.
-        // SAFETY: the caller's out-pointer.
-        unsafe { write_out(can_access, 0) }
     })
 }

@@ -149,6 +149,7 @@ pub extern "C" fn cuEventSynchronize(event: CUevent) -> CUresult {
         if let Some((at, _)) = event.last_recorded() {
             at.wait();
         }
+        crate::pool::release_over_thresholds();
         event.context.sticky_error()
     })
 }
@@ -178,6 +179,13 @@ unsafe fn elapsed(milliseconds: *mut f32, start: CUevent, end: CUevent) -> CUres
     entry("cuEventElapsedTime", || {
         let (start, end) = (find(start)?, find(end)?);
         if (start.flags | end.flags) & DISABLE_TIMING != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+        }
+        // "cudaEventElapsedTime() will fail if the two input events are associated to different
+        // devices" (CUDA Programming Guide, "Stream and Event Behavior" of multi-device systems).
+        // The code is the double's choice: the guide names none, and the driver's
+        // cuEventElapsedTime documents CUDA_ERROR_INVALID_HANDLE for events it cannot time.
+        if start.context.ordinal != end.context.ordinal {
             return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
         }
         let reached = |event: &Event| -> DriverResult<Instant> {

@@ -15,6 +15,16 @@
 //! Opening a handle in the process that exported it is CUDA_ERROR_INVALID_CONTEXT, as on the real
 //! driver. Opening one that is already open in the current context returns the same pointer and
 //! counts the open; `cuIpcCloseMemHandle` unmaps it when the count reaches 0.
+//!
+//! Between devices (cuIpcOpenMemHandle): "For contexts on different devices cuIpcOpenMemHandle can
+//! attempt to enable peer access between the devices as if the user called cuCtxEnablePeerAccess
+//! ... cuDeviceCanAccessPeer can determine if a mapping is possible", and it "can open handles to
+//! devices that may not be visible in the process": the handle names the machine's device, and a
+//! context of another device opens it only where the two are peers (else CUDA_ERROR_MAP_FAILED,
+//! the double's choice among the documented codes). "CUipcMemHandles from each CUdevice in a
+//! given process may only be opened by one CUcontext per CUdevice per other process": while
+//! handles of one exporter's device are open in one context, another context of the same device
+//! gets CUDA_ERROR_INVALID_CONTEXT (the double's choice among the documented codes).
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -25,10 +35,12 @@ use std::sync::{Arc, OnceLock};
 use cudarc::driver::sys::{CUdeviceptr, CUipcMemHandle, CUresult};
 use parking_lot::Mutex;
 
-use crate::context;
+use crate::config::physical;
+use crate::context::{self, Context};
 use crate::device::entry;
 use crate::errors::{DriverResult, write_out};
 use crate::memory::{self, Kind, Origin, Record, State};
+use crate::peer;
 use crate::storage::FileId;
 
 /// Marks the double's handles, so that other bytes are refused.
@@ -44,6 +56,8 @@ struct Handle {
     size: u64,
     /// The allocation's buffer id in the exporting process.
     id: u64,
+    /// The machine's device the memory is on (not the exporter's ordinal of it).
+    device: u32,
 }
 
 impl Handle {
@@ -56,6 +70,7 @@ impl Handle {
         bytes[24..32].copy_from_slice(&self.file.device.to_le_bytes());
         bytes[32..40].copy_from_slice(&self.size.to_le_bytes());
         bytes[40..48].copy_from_slice(&self.id.to_le_bytes());
+        bytes[48..52].copy_from_slice(&self.device.to_le_bytes());
         CUipcMemHandle {
             reserved: bytes.map(|byte| byte as _),
         }
@@ -75,8 +90,9 @@ impl Handle {
             },
             size: u64::from_le_bytes(field(32)),
             id: u64::from_le_bytes(field(40)),
+            device: u32::from_le_bytes(half(48)),
         };
-        let valid = bytes[..8] == MAGIC && bytes[48..].iter().all(|&byte| byte == 0);
+        let valid = bytes[..8] == MAGIC && bytes[52..].iter().all(|&byte| byte == 0);
         (valid && handle.size > 0 && handle.file.fd >= 0).then_some(handle)
     }
 }
@@ -84,6 +100,7 @@ impl Handle {
 /// A handle open in one of this process's contexts.
 struct Mapping {
     record: Arc<Record>,
+    context: &'static Context,
     opens: usize,
 }
 
@@ -95,7 +112,7 @@ impl Mapping {
     }
 }
 
-/// The open handles, by handle and the ordinal of the context they are open in.
+/// The open handles, by handle and the context they are open in (its handle as a number).
 fn mappings() -> &'static Mutex<HashMap<(Handle, usize), Mapping>> {
     static MAPPINGS: OnceLock<Mutex<HashMap<(Handle, usize), Mapping>>> = OnceLock::new();
     MAPPINGS.get_or_init(Mutex::default)
@@ -148,6 +165,7 @@ pub unsafe extern "C" fn cuIpcGetMemHandle(
             file,
             size: record.size as u64,
             id: record.id,
+            device: physical(record.ordinal),
         };
         // SAFETY: the caller's out-pointer, checked non-null.
         unsafe { write_out(handle, exported.encode()) }
@@ -171,9 +189,22 @@ pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(
         if handle.pid == std::process::id() {
             return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
         }
+        let here = physical(context.ordinal);
+        if here != handle.device && !peer::machine_devices_are_peers(here, handle.device) {
+            return Err(CUresult::CUDA_ERROR_MAP_FAILED);
+        }
         let mut mappings = mappings().lock();
         mappings.retain(|_, mapping| mapping.is_mapped());
-        let key = (handle, context.ordinal);
+        let other_context_of_this_device = mappings.iter().any(|((open, _), mapping)| {
+            open.pid == handle.pid
+                && open.device == handle.device
+                && mapping.context.ordinal == context.ordinal
+                && !std::ptr::eq(mapping.context, context)
+        });
+        if other_context_of_this_device {
+            return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+        }
+        let key = (handle, context.handle() as usize);
         let start = match mappings.get_mut(&key) {
             Some(mapping) => {
                 mapping.opens += 1;
@@ -184,7 +215,14 @@ pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(
                     usize::try_from(handle.size).map_err(|_| CUresult::CUDA_ERROR_INVALID_VALUE)?;
                 let record = memory::import(&open_file(&handle)?, size, context)?;
                 let start = record.start;
-                mappings.insert(key, Mapping { record, opens: 1 });
+                mappings.insert(
+                    key,
+                    Mapping {
+                        record,
+                        context,
+                        opens: 1,
+                    },
+                );
                 start
             }
         };

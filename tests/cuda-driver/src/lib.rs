@@ -24,8 +24,16 @@
 //!   too), in which stream 0 is the calling thread's per-thread default stream;
 //! - devices with names, compute capability 9.0, unified addressing, managed memory, concurrent
 //!   managed access, memory pools, stream priorities [-5, 0], total memory
-//!   (CUDA_ERROR_INVALID_DEVICE for bad ordinals), narrowed by `CUDA_VISIBLE_DEVICES` (ordinals
-//!   only) when `cuInit` runs;
+//!   (CUDA_ERROR_INVALID_DEVICE for bad ordinals), narrowed and ordered by `CUDA_VISIBLE_DEVICES`
+//!   (indices or UUIDs, whole or abbreviated) when `cuInit` runs; each device's UUID
+//!   (`cuDeviceGetUuid`) is the machine's device's, whatever its ordinal in the process;
+//! - peer access: every two devices are peers (`cuDeviceCanAccessPeer`) unless
+//!   `DEVBUF_CUDA_TEST_NO_PEER_ACCESS` says otherwise; `cuCtxEnablePeerAccess` and
+//!   `cuCtxDisablePeerAccess` with their documented codes; a pool's memory reached by another
+//!   device's stream only once `cuMemPoolSetAccess` gave that device access (else
+//!   CUDA_ERROR_INVALID_VALUE, as NVIDIA's cuda.core `test_peer_access_basic` expects);
+//!   `cuMemcpyPeer` serialized with the legacy streams of the contexts involved, as synchronous
+//!   copies between devices are, and `cuMemcpyPeerAsync` ordered on its stream alone;
 //! - reference-counted primary contexts (retain, release, reset, state, flags), destroyed with all
 //!   their streams, events and memory when the last retain goes; contexts of their own
 //!   (`cuCtxCreate_v2`/`_v3`/`_v4`, current on creation, and `cuCtxDestroy`) with the documented
@@ -44,7 +52,9 @@
 //!   asked for; CUDA 13's batched prefetches and discards (discarded memory reads as poison);
 //! - asynchronous streams (one worker thread each), the legacy default stream's synchronization
 //!   with blocking streams, the per-thread default stream, non-blocking streams, events and
-//!   `cuStreamWaitEvent` across streams and devices, and the documented host synchronization of
+//!   `cuStreamWaitEvent` across streams and devices (`cuEventElapsedTime` of events of two devices
+//!   is CUDA_ERROR_INVALID_HANDLE), a destroyed stream whose queued work still runs and still
+//!   counts for `cuCtxSynchronize` and the legacy stream, and the documented host synchronization of
 //!   copies and fills with pageable, pinned, managed and device memory ("API synchronization
 //!   behavior": a synchronous copy from pageable memory syncs its stream first, copies between
 //!   host memory are fully synchronous); stream priorities, ids and devices;
@@ -53,13 +63,18 @@
 //!   ordered after the allocation, freed when the stream reaches `cuMemFreeAsync`; it belongs to
 //!   its device, not to a context (CU_POINTER_ATTRIBUTE_CONTEXT is NULL) and outlives
 //!   `cuCtxDestroy`; a size of 0 gives NULL; pool statistics (used and reserved memory, their high
-//!   watermarks); managed memory pools (CUDA 13: default and created ones, per preferred
+//!   watermarks); freed memory the pool keeps reserved, and reuses, until a stream, event or
+//!   context synchronization releases what lies above its release threshold (`cuMemPoolTrimTo`
+//!   trims it); managed memory pools (CUDA 13: default and created ones, per preferred
 //!   location, where every device has concurrent managed access);
 //! - CUDA IPC of `cuMemAlloc`'s memory (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle(_v2)`,
 //!   `cuIpcCloseMemHandle`): other memory has no handle (CUDA_ERROR_INVALID_VALUE), an interior
 //!   pointer gets its allocation's handle, a handle does not open in the exporting process
 //!   (CUDA_ERROR_INVALID_CONTEXT), the flags must be `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`, opens
-//!   in a context are counted (same pointer) and the last close unmaps; the opened mapping is device
+//!   in a context are counted (same pointer) and the last close unmaps; the handle names the
+//!   machine's device, and opens in a context of another device only where the two are peers
+//!   (CUDA_ERROR_MAP_FAILED), and in one context per device of the importer at a time
+//!   (CUDA_ERROR_INVALID_CONTEXT); the opened mapping is device
 //!   memory of the importer's context over the same bytes (a memfd the importer reaches through
 //!   `/proc/<pid>/fd`), so each process sees the other's copies and fills once their streams
 //!   ran them; once the exporter freed the memory or exited, the handle is CUDA_ERROR_INVALID_VALUE
@@ -89,7 +104,8 @@
 //! | `DEVBUF_CUDA_TEST_POOL_REUSE=immediate` | `cuMemAllocAsync` gets the block freed last by `cuMemFreeAsync` at once, ordered after that free |
 //! | `DEVBUF_CUDA_TEST_HIDE=cuA,cuB` | `cuGetProcAddress` says these are missing (a NULL function, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND), as an older driver would; `dlsym` still finds them |
 //! | `DEVBUF_CUDA_TEST_TRACE=1` | a stderr line for every name `cuGetProcAddress` does not find |
-//! | `CUDA_VISIBLE_DEVICES=2,0` | read by `cuInit`, as the driver does: the devices the ordinals name, up to the first invalid one |
+//! | `DEVBUF_CUDA_TEST_NO_PEER_ACCESS=0-1,2-3` | these pairs of the machine's devices are not peers (`cuDeviceCanAccessPeer` answers 0); all others are |
+//! | `CUDA_VISIBLE_DEVICES=2,0` | read by `cuInit`, as the driver does: the devices the indices or UUIDs (`GPU-…`, or a unique prefix) name, in that order, up to the first invalid one |
 //!
 //! A malformed value makes `cuInit` fail with CUDA_ERROR_INVALID_VALUE and say why on stderr.
 //!
@@ -97,20 +113,21 @@
 //!
 //! Kernels, modules and linking (`cuModule*`, `cuLibrary*`, `cuLaunchKernel`, ...), graphs and
 //! stream capture (`cuStreamIsCapturing` always answers "none"), IPC events
-//! (`cuIpcGetEventHandle`, `cuIpcOpenEventHandle`), peer mappings (`cuDeviceCanAccessPeer`
-//! answers 0; copies between devices work through unified addressing; `cuMemPoolSetAccess` grants
-//! no peer access), execution affinity and CIG contexts (CUDA_ERROR_NOT_SUPPORTED), green
+//! (`cuIpcGetEventHandle`, `cuIpcOpenEventHandle`), what enabled peer access changes (only kernels
+//! would see it: copies between devices work through unified addressing with or without it),
+//! `cuDeviceGetP2PAttribute`, read-only pool access, MIG identifiers in `CUDA_VISIBLE_DEVICES`,
+//! execution affinity and CIG contexts (CUDA_ERROR_NOT_SUPPORTED), green
 //! contexts, CUDA arrays, textures and surfaces, checkpointing, coredump attributes, 2D/3D and
 //! batch copies, virtual memory management (`cuMemCreate`, `cuMemMap`, ...), exportable and host
-//! memory pools (CUDA_ERROR_NOT_SUPPORTED), a pool's cache of freed memory (freed memory goes back
-//! at once: reserved equals used), stream priorities' effect (kept, not acted on, which the
-//! documentation allows), and the pre-3.2 32-bit ABIs of the plain names `cuMemAlloc`,
+//! memory pools (CUDA_ERROR_NOT_SUPPORTED), which addresses a pool's kept memory is reused at (a
+//! new allocation gets fresh addresses; only the figures show the reuse), stream priorities'
+//! effect (kept, not acted on, which the documentation allows), and the pre-3.2 32-bit ABIs of the plain names `cuMemAlloc`,
 //! `cuMemcpyHtoD`, ... (not exported, so a program built against them fails to load instead of
 //! corrupting memory). `cuGetProcAddress` does not find any of these. With `DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0`, a managed
 //! allocation is host-inaccessible while stream work on *it* is pending; a real device without
-//! concurrent access forbids host access to all managed memory while any work runs. Of IPC: a
-//! handle opened in a context of another device than the exporter's is mapped there without peer
-//! checks (the mapping belongs to that context); an exporter's free while another process has the
+//! concurrent access forbids host access to all managed memory while any work runs. Of IPC: the
+//! peer access a handle opened on another device enables lazily is not recorded (only kernels
+//! would see it); an exporter's free while another process has the
 //! memory open is not detected (the importer keeps the pages, where a GPU would give undefined
 //! results); `cuIpcOpenMemHandle` behaves as `_v2`; exporting copies the allocation's bytes into
 //! the shared file once, which takes a while for a large allocation; the importer must be allowed
@@ -134,6 +151,7 @@ mod managed_batch;
 mod managed_hints;
 mod memory;
 mod ops;
+mod peer;
 mod pointer;
 mod pool;
 mod pool_attributes;

@@ -27,6 +27,13 @@ use crate::storage::Storage;
 const DEVICE_ALIGNMENT: u64 = 512;
 /// Untouchable bytes left after each device allocation, so that an overrun is not in a neighbour.
 const RED_ZONE: u64 = 4096;
+/// The block CUDA IPC shares: CUDA Programming Guide, "Interprocess Communication": memory from
+/// cudaMalloc may be sub-allocated from a larger block, IPC shares the whole block, so "only
+/// share allocations with a 2MiB aligned size". The double places a device allocation whose size
+/// is a multiple of it at a multiple of it, as a block of its own; smaller ones are packed at
+/// [`DEVICE_ALIGNMENT`] (their IPC mappings still cover the allocation alone: the neighbours a GPU
+/// would expose in the same block are not modelled).
+pub(crate) const IPC_BLOCK: u64 = 2 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -94,6 +101,9 @@ pub(crate) struct Record {
     pub storage: Arc<Storage>,
     /// `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS`, set by `cuPointerSetAttribute`.
     pub sync_memops: AtomicBool,
+    /// The pool handed the block to a new allocation before this one's free was reached
+    /// (`DEVBUF_CUDA_TEST_POOL_REUSE=immediate`): the free gives nothing back to the pool.
+    pub handed_on: AtomicBool,
     /// Managed memory's advice and prefetch locations (see [`crate::managed_hints`]).
     pub hints: Mutex<RangeHints>,
 }
@@ -168,7 +178,11 @@ pub(crate) fn is_device_address(address: u64) -> bool {
 fn reserve_device_addresses(size: usize) -> DriverResult<u64> {
     let space = address_space();
     let mut next = space.next.lock();
-    let start = next.next_multiple_of(DEVICE_ALIGNMENT);
+    let alignment = match size as u64 % IPC_BLOCK {
+        0 if size > 0 => IPC_BLOCK,
+        _ => DEVICE_ALIGNMENT,
+    };
+    let start = next.next_multiple_of(alignment);
     let end = start
         .checked_add(size as u64 + RED_ZONE)
         .filter(|&end| end <= space.base + space.size)
@@ -178,6 +192,21 @@ fn reserve_device_addresses(size: usize) -> DriverResult<u64> {
 }
 
 static REGISTRY: RwLock<BTreeMap<u64, Arc<Record>>> = RwLock::new(BTreeMap::new());
+/// Bytes freed from each pool (by handle) that the pool still keeps reserved (see
+/// `crate::pool::Pool::kept`).
+static KEPT: Mutex<BTreeMap<usize, u64>> = Mutex::new(BTreeMap::new());
+
+/// The bytes pool `pool` (its handle) keeps reserved after their free was reached.
+pub(crate) fn pool_bytes_kept(pool: usize) -> u64 {
+    KEPT.lock().get(&pool).copied().unwrap_or(0)
+}
+
+/// Sets what pool `pool` keeps to `change` of what it keeps now.
+pub(crate) fn change_pool_bytes_kept(pool: usize, change: impl FnOnce(u64) -> u64) {
+    let mut kept = KEPT.lock();
+    let entry = kept.entry(pool).or_default();
+    *entry = change(*entry);
+}
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 static ALLOCATION_CALLS: AtomicU64 = AtomicU64::new(0);
 
@@ -265,6 +294,7 @@ pub(crate) fn allocate(new: NewAllocation) -> DriverResult<Arc<Record>> {
         accounted: AtomicUsize::new(accounted),
         storage,
         sync_memops: AtomicBool::new(false),
+        handed_on: AtomicBool::new(false),
         hints: Mutex::new(RangeHints::default()),
     });
     REGISTRY.write().insert(start, Arc::clone(&record));
@@ -285,6 +315,7 @@ fn host_address(storage: &Storage) -> u64 {
 /// A new owner for `previous`'s block (the pool's immediate reuse): same addresses, same bytes,
 /// not usable before its stream reaches the allocation. Ops enqueued from now on find it.
 pub(crate) fn reassign(previous: &Record, size: usize) -> Arc<Record> {
+    previous.handed_on.store(true, Ordering::Release);
     let record = Arc::new(Record {
         start: previous.start,
         size,
@@ -302,6 +333,7 @@ pub(crate) fn reassign(previous: &Record, size: usize) -> Arc<Record> {
         accounted: AtomicUsize::new(previous.accounted.swap(0, Ordering::AcqRel)),
         storage: Arc::clone(&previous.storage),
         sync_memops: AtomicBool::new(false),
+        handed_on: AtomicBool::new(false),
         hints: Mutex::new(RangeHints::default()),
     });
     REGISTRY.write().insert(record.start, Arc::clone(&record));
@@ -333,6 +365,7 @@ pub(crate) fn import(
         accounted: AtomicUsize::new(0),
         storage: Storage::imported(file, size)?,
         sync_memops: AtomicBool::new(false),
+        handed_on: AtomicBool::new(false),
         hints: Mutex::new(RangeHints::default()),
     });
     REGISTRY.write().insert(start, Arc::clone(&record));
@@ -375,6 +408,7 @@ pub(crate) fn register(
         accounted: AtomicUsize::new(0),
         storage: Storage::registered(address as usize, size),
         sync_memops: AtomicBool::new(false),
+        handed_on: AtomicBool::new(false),
         hints: Mutex::new(RangeHints::default()),
     });
     registry.insert(address, Arc::clone(&record));
@@ -424,6 +458,13 @@ pub(crate) fn release(record: &Arc<Record>, operation: &str, context: &Context) 
     record.storage.revoke();
     let accounted = record.accounted.swap(0, Ordering::AcqRel);
     device_memory_used()[record.ordinal].fetch_sub(accounted, Ordering::AcqRel);
+    // A pool keeps what is freed from it reserved, unless the block already went to another
+    // allocation (immediate reuse).
+    if let Origin::Pooled(pool) = record.origin
+        && !record.handed_on.load(Ordering::Acquire)
+    {
+        change_pool_bytes_kept(pool, |kept| kept + record.size as u64);
+    }
     drop(state);
     let mut registry = REGISTRY.write();
     if registry

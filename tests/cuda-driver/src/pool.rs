@@ -48,11 +48,11 @@ pub(crate) struct Pool {
     /// `CU_MEMPOOL_ATTR_REUSE_*` (1–3), all on by default.
     pub reuse: Mutex<[i32; 3]>,
     pub release_threshold: AtomicU64,
-    /// `CU_MEMPOOL_ATTR_USED_MEM_HIGH`; the reserved figures equal the used ones (the double
-    /// releases freed memory at once, as a release threshold of 0 does at the next
-    /// synchronization).
+    /// `CU_MEMPOOL_ATTR_USED_MEM_HIGH`, `CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH`.
     pub used_high: AtomicU64,
     pub reserved_high: AtomicU64,
+    /// The other devices `cuMemPoolSetAccess` gave read-write access to a pool of device memory.
+    pub peers: Mutex<Vec<usize>>,
     /// The block freed last and the point of its free (for immediate reuse).
     pub just_freed: Mutex<Option<(Arc<Record>, Dependency)>>,
 }
@@ -68,6 +68,7 @@ impl Pool {
             release_threshold: AtomicU64::new(0),
             used_high: AtomicU64::new(0),
             reserved_high: AtomicU64::new(0),
+            peers: Mutex::new(Vec::new()),
             just_freed: Mutex::new(None),
         }
     }
@@ -90,9 +91,52 @@ impl Pool {
         (self.location.kind == LOCATION_DEVICE).then_some(self.location.id as usize)
     }
 
+    /// Whether device `ordinal` may touch the pool's memory: its own device, a peer given access,
+    /// or any device for a managed pool. Programming Guide, "Stream Ordered Memory Allocator",
+    /// "Device Accessibility for Multi-GPU Support": "memory pool allocation accessibility does
+    /// not follow cudaDeviceEnablePeerAccess or cuCtxEnablePeerAccess. Instead, the API
+    /// cudaMemPoolSetAccess modifies what devices can access allocations from a pool."
+    pub fn accessible_by(&self, ordinal: usize) -> bool {
+        self.is_managed() || self.device() == Some(ordinal) || self.peers.lock().contains(&ordinal)
+    }
+
     /// Bytes of its allocations whose free has not been reached.
     pub fn used(&'static self) -> u64 {
         memory::pool_bytes_in_use(self.id())
+    }
+
+    /// Bytes freed (the free reached in stream order) that the pool still holds: reserved but not
+    /// used, until a synchronization releases them above the release threshold (see
+    /// [`release_over_thresholds`]) or `cuMemPoolTrimTo` trims them; reused by later allocations.
+    pub fn kept(&'static self) -> u64 {
+        memory::pool_bytes_kept(self.id())
+    }
+
+    /// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`: what is used and what the pool keeps.
+    pub fn reserved(&'static self) -> u64 {
+        self.used() + self.kept()
+    }
+
+    /// Keeps at most `limit` bytes reserved: gives back what it keeps above that.
+    pub fn release_above(&'static self, limit: u64) {
+        let keep = limit.saturating_sub(self.used());
+        memory::change_pool_bytes_kept(self.id(), |kept| kept.min(keep));
+    }
+
+    /// An allocation of `size` bytes takes what it can of the memory the pool keeps.
+    pub fn reuse_kept(&'static self, size: usize) {
+        memory::change_pool_bytes_kept(self.id(), |kept| kept.saturating_sub(size as u64));
+    }
+}
+
+/// `CU_MEMPOOL_ATTR_RELEASE_THRESHOLD`: "Amount of reserved memory in bytes to hold onto before
+/// trying to release memory back to the OS. When more than the release threshold bytes of memory
+/// are held by the memory pool, the allocator will try to release memory back to the OS on the
+/// next call to stream, event or context synchronize. (default 0)". Called by those three.
+pub(crate) fn release_over_thresholds() {
+    let others: Vec<&'static Pool> = OTHER_POOLS.lock().clone();
+    for pool in default_pools().iter().chain(others) {
+        pool.release_above(pool.release_threshold.load(Ordering::Acquire));
     }
 }
 

@@ -9,10 +9,12 @@ use cudarc::driver::sys::{CUmemoryPool, CUresult};
 use crate::device::{entry, ordinal};
 use crate::errors::{DriverResult, write_out};
 use crate::location::{LOCATION_DEVICE, Location};
+use crate::peer;
 use crate::pool::{Pool, find};
 
-/// `CU_MEM_ACCESS_FLAGS_PROT_NONE`, `CU_MEM_ACCESS_FLAGS_PROT_READWRITE`.
+/// `CU_MEM_ACCESS_FLAGS_PROT_NONE`, `_PROT_READ`, `_PROT_READWRITE`.
 const ACCESS_NONE: u32 = 0;
+const ACCESS_READ: u32 = 1;
 const ACCESS_READ_WRITE: u32 = 3;
 
 const REUSE_FOLLOW_EVENT_DEPENDENCIES: u32 = 1;
@@ -61,11 +63,11 @@ pub unsafe extern "C" fn cuMemPoolSetAttribute(
                 if unsafe { value.cast::<u64>().read_unaligned() } != 0 {
                     return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
                 }
-                let mark = match attribute {
-                    USED_MEM_HIGH => &pool.used_high,
-                    _ => &pool.reserved_high,
+                let (mark, now) = match attribute {
+                    USED_MEM_HIGH => (&pool.used_high, pool.used()),
+                    _ => (&pool.reserved_high, pool.reserved()),
                 };
-                mark.store(pool.used(), Ordering::Release);
+                mark.store(now, Ordering::Release);
             }
             _ => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
         }
@@ -98,8 +100,8 @@ pub unsafe extern "C" fn cuMemPoolGetAttribute(
                 int(pool.reuse.lock()[attribute as usize - 1])
             }
             RELEASE_THRESHOLD => wide(pool.release_threshold.load(Ordering::Acquire)),
-            // Freed memory goes back at once: what is reserved is what is in use.
-            RESERVED_MEM_CURRENT | USED_MEM_CURRENT => wide(pool.used()),
+            RESERVED_MEM_CURRENT => wide(pool.reserved()),
+            USED_MEM_CURRENT => wide(pool.used()),
             RESERVED_MEM_HIGH => wide(pool.reserved_high.load(Ordering::Acquire)),
             USED_MEM_HIGH => wide(pool.used_high.load(Ordering::Acquire)),
             ALLOCATION_TYPE => int(pool.allocation_type),
@@ -112,16 +114,12 @@ pub unsafe extern "C" fn cuMemPoolGetAttribute(
     })
 }
 
-/// The access device `location` has to `pool`'s memory: read-write for a pool of device memory's
-/// own device, none for the others (the double has no peer mappings, see [`cuMemPoolSetAccess`]);
-/// read-write for every device to a managed pool's (managed memory is accessible from every device,
-/// and managed pools exist only where every device has concurrent managed access).
+/// The access device `location` has to `pool`'s memory (see [`Pool::accessible_by`]).
 fn access(pool: &Pool, location: Location) -> DriverResult<u32> {
     if location.kind != LOCATION_DEVICE {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
-    let device = ordinal(location.id)?;
-    Ok(match pool.is_managed() || pool.device() == Some(device) {
+    Ok(match pool.accessible_by(ordinal(location.id)?) {
         true => ACCESS_READ_WRITE,
         false => ACCESS_NONE,
     })
@@ -154,11 +152,12 @@ pub struct AccessDesc {
     flags: u32,
 }
 
-/// "Controls visibility of pools between devices": what a device has (see [`access`]) can be
-/// asked for again; a pool of device memory cannot be given to another device (the double has no
-/// peer access: `cuDeviceCanAccessPeer` answers 0), so granting it is CUDA_ERROR_NOT_SUPPORTED and
-/// revoking it a no-op; a pool's own device, and any device of a managed pool, keeps read-write
-/// access (CUDA_ERROR_INVALID_VALUE for anything else).
+/// "Controls visibility of pools between devices": a device that is a peer of a device pool's
+/// device (`cuDeviceCanAccessPeer`) is given read-write access or none (the double does not model
+/// read-only access: CUDA_ERROR_NOT_SUPPORTED); a device that is no peer cannot be given access
+/// (CUDA_ERROR_INVALID_DEVICE, the double's choice: the reference names no code). The pool's own
+/// device, and every device of a managed pool, keeps read-write access (CUDA_ERROR_INVALID_VALUE
+/// for anything else). The descriptors are checked before any takes effect.
 ///
 /// # Safety
 /// `map` holds `count` descriptors (or is null when `count` is 0).
@@ -173,22 +172,48 @@ pub unsafe extern "C" fn cuMemPoolSetAccess(
         if map.is_null() && count != 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
+        let mut changes = vec![];
         for index in 0..count {
             // SAFETY: `map` holds `count` descriptors (the caller's contract).
             let desc = unsafe { map.add(index).read_unaligned() };
-            match (access(pool, desc.location)?, desc.flags) {
-                (has, asked) if has == asked => {}
-                (ACCESS_READ_WRITE, _) => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
-                _ => return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED),
+            if desc.location.kind != LOCATION_DEVICE {
+                return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+            }
+            let device = ordinal(desc.location.id)?;
+            let owner = pool.is_managed() || pool.device() == Some(device);
+            match desc.flags {
+                ACCESS_READ_WRITE if owner => {}
+                _ if owner => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+                ACCESS_READ_WRITE | ACCESS_NONE => {
+                    let home = pool.device().expect("a device pool's device");
+                    let granted = desc.flags == ACCESS_READ_WRITE;
+                    if granted && !peer::can_access(device, home) {
+                        return Err(CUresult::CUDA_ERROR_INVALID_DEVICE);
+                    }
+                    changes.push((device, desc.flags == ACCESS_READ_WRITE));
+                }
+                ACCESS_READ => return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED),
+                _ => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+            }
+        }
+        let mut peers = pool.peers.lock();
+        for (device, granted) in changes {
+            peers.retain(|&other| other != device);
+            if granted {
+                peers.push(device);
             }
         }
         Ok(())
     })
 }
 
-/// Nothing is cached, so there is nothing to trim.
+/// "Releases memory back to the OS until the pool contains fewer than minBytesToKeep reserved
+/// bytes, or there is no more memory that the allocator can safely release."
 // Not exported by the `old-driver` build: a driver older than CUDA 11.2 lacks them.
 #[cfg_attr(not(feature = "old-driver"), unsafe(no_mangle))]
-pub extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, _min_bytes_to_keep: usize) -> CUresult {
-    entry("cuMemPoolTrimTo", || find(pool).map(drop))
+pub extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, min_bytes_to_keep: usize) -> CUresult {
+    entry("cuMemPoolTrimTo", || {
+        find(pool)?.release_above(min_bytes_to_keep as u64);
+        Ok(())
+    })
 }

@@ -34,6 +34,7 @@ use crate::event::*;
 use crate::ipc::*;
 use crate::managed::*;
 use crate::managed_batch::*;
+use crate::peer::*;
 use crate::pointer::*;
 use crate::pool::*;
 use crate::pool_attributes::*;
@@ -91,6 +92,8 @@ table! {
     "cuDeviceGetUuid" 11040 => cuDeviceGetUuid_v2;
     "cuDeviceGetPCIBusId" 4010 => cuDeviceGetPCIBusId;
     "cuDeviceCanAccessPeer" 4000 => cuDeviceCanAccessPeer;
+    "cuCtxEnablePeerAccess" 4000 => cuCtxEnablePeerAccess;
+    "cuCtxDisablePeerAccess" 4000 => cuCtxDisablePeerAccess;
     "cuDevicePrimaryCtxRetain" 7000 => cuDevicePrimaryCtxRetain;
     "cuDevicePrimaryCtxRelease" 7000 => cuDevicePrimaryCtxRelease;
     "cuDevicePrimaryCtxRelease" 11000 => cuDevicePrimaryCtxRelease_v2;
@@ -146,6 +149,8 @@ table! {
     "cuMemPoolTrimTo" 11020 => cuMemPoolTrimTo;
     "cuMemcpy" 4000 => cuMemcpy, cuMemcpy_ptds;
     "cuMemcpyAsync" 4000 => cuMemcpyAsync, cuMemcpyAsync_ptsz;
+    "cuMemcpyPeer" 4000 => cuMemcpyPeer, cuMemcpyPeer_ptds;
+    "cuMemcpyPeerAsync" 4000 => cuMemcpyPeerAsync, cuMemcpyPeerAsync_ptsz;
     "cuMemcpyHtoD" 3020 => cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds;
     "cuMemcpyDtoH" 3020 => cuMemcpyDtoH_v2, cuMemcpyDtoH_v2_ptds;
     "cuMemcpyDtoD" 3020 => cuMemcpyDtoD_v2, cuMemcpyDtoD_v2_ptds;

@@ -10,7 +10,7 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use cudarc::driver::sys::{CUresult, CUstream};
 use parking_lot::{Condvar, Mutex};
@@ -85,6 +85,9 @@ pub(crate) struct Stream {
     pub flavor: Flavor,
     pub flags: u32,
     pub priority: i32,
+    /// Destroyed (`cuStreamDestroy`, or its thread exited): its handle no longer names it, but
+    /// the work it had queued still runs and still counts (see [`retire`]).
+    retired: AtomicBool,
     queue: Mutex<Queue>,
     work: Condvar,
     completed: Mutex<u64>,
@@ -106,6 +109,7 @@ impl Stream {
             flavor,
             flags,
             priority,
+            retired: AtomicBool::new(false),
             queue: Mutex::default(),
             work: Condvar::new(),
             completed: Mutex::new(0),
@@ -202,6 +206,8 @@ impl Stream {
                         break queued;
                     }
                     if queue.closed {
+                        // Its last work has run: nothing needs to wait for it any more.
+                        STREAMS.lock().retain(|other| !Arc::ptr_eq(other, &self));
                         return;
                     }
                     self.work.wait(&mut queue);
@@ -241,8 +247,15 @@ impl Drop for PerThreadStreams {
     }
 }
 
+/// Destroys a stream: its handle stops naming it at once, but it stays among its context's
+/// streams until its worker has run what was queued. cuStreamDestroy: "In case the device is still
+/// doing work in the stream hStream when cuStreamDestroy() is called, the function will return
+/// immediately and the resources associated with hStream will be released automatically once the
+/// device has completed all work in hStream"; that work is still "preceding requested tasks" that
+/// cuCtxSynchronize "blocks until the device has completed", and still work of a blocking stream
+/// that the legacy default stream waits for.
 fn retire(stream: &Arc<Stream>) {
-    STREAMS.lock().retain(|other| !Arc::ptr_eq(other, stream));
+    stream.retired.store(true, Ordering::Release);
     stream.close();
 }
 
@@ -252,6 +265,7 @@ fn default_stream(context: &'static Context, flavor: Flavor) -> Arc<Stream> {
         std::ptr::eq(stream.context, context)
             && stream.generation == generation
             && stream.flavor == flavor
+            && !stream.retired.load(Ordering::Acquire)
     };
     if flavor == Flavor::PerThread {
         return PER_THREAD_STREAMS.with(|streams| {
@@ -283,6 +297,14 @@ fn default_stream(context: &'static Context, flavor: Flavor) -> Arc<Stream> {
     }
 }
 
+/// `context`'s legacy default stream, for work that must be ordered with it from another
+/// context (a synchronous copy between devices); `None` when the context is not alive.
+pub(crate) fn legacy_of(context: &'static Context) -> Option<Arc<Stream>> {
+    context
+        .is_active()
+        .then(|| default_stream(context, Flavor::Legacy))
+}
+
 /// The stream a handle names, in a usable context: 0 and 1 are the current context's legacy
 /// stream, 2 its per-thread stream.
 pub(crate) fn resolve(handle: CUstream) -> DriverResult<Arc<Stream>> {
@@ -301,7 +323,11 @@ pub(crate) fn resolve_as(handle: CUstream, null: NullStream) -> DriverResult<Arc
         (handle, _) => STREAMS
             .lock()
             .iter()
-            .find(|stream| stream.handle == handle && stream.flavor != Flavor::PerThread)
+            .find(|stream| {
+                stream.handle == handle
+                    && stream.flavor != Flavor::PerThread
+                    && !stream.retired.load(Ordering::Acquire)
+            })
             .cloned()
             .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?,
     };

@@ -54,6 +54,7 @@ per_stream! {
 unsafe fn synchronize(stream: CUstream, null: NullStream) -> DriverResult {
     let stream = resolve_as(stream, null)?;
     stream.drain();
+    crate::pool::release_over_thresholds();
     stream.context.sticky_error()
 }
 

@@ -59,6 +59,7 @@ unsafe fn allocate_from(
             if fits { just_freed.take() } else { None }
         })
         .flatten();
+    let reusing = reused.is_some();
     let (record, after) = match reused {
         Some((block, freed)) => (memory::reassign(&block, size), vec![freed]),
         None => (
@@ -81,9 +82,13 @@ unsafe fn allocate_from(
     if pool.is_managed() {
         *record.hints.lock() = RangeHints::new(pool.location);
     }
-    let used = pool.used();
-    pool.used_high.fetch_max(used, Ordering::AcqRel);
-    pool.reserved_high.fetch_max(used, Ordering::AcqRel);
+    if !reusing {
+        // Memory the pool keeps serves the allocation first.
+        pool.reuse_kept(size);
+    }
+    pool.used_high.fetch_max(pool.used(), Ordering::AcqRel);
+    pool.reserved_high
+        .fetch_max(pool.reserved(), Ordering::AcqRel);
     stream.enqueue(Op::Allocate(Arc::clone(&record)), after);
     // SAFETY: the caller's out-pointer, checked non-null.
     unsafe { write_out(pointer, record.start) }

@@ -18,18 +18,28 @@
 //!
 //! `cuMemFree` waits for what synchronous calls left running on the memory it frees (see
 //! [`crate::alloc`]).
+//!
+//! Between devices: a copy on a stream of one device that touches pool memory of another device
+//! needs the pool's access for the stream's device (`cuMemPoolSetAccess`), else
+//! CUDA_ERROR_INVALID_VALUE (NVIDIA's cuda.core `test_peer_access_basic` expects exactly that of
+//! `cuMemcpyAsync`); a synchronous copy touching another device's memory is serialized with that
+//! device's legacy default stream as well as its own (`cuMemcpyPeer(Async)`, in
+//! [`crate::peer`], copy through [`copy_between`] too).
 
 use std::ffi::c_void;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use cudarc::driver::sys::{CUdeviceptr, CUresult, CUstream};
+use cudarc::driver::sys::{CUdeviceptr, CUmemoryPool, CUresult, CUstream};
 
 use crate::context::SYNC_MEMOPS;
+use crate::context::{self, Context};
 use crate::device::entry;
 use crate::errors::DriverResult;
-use crate::memory::{self, Kind};
+use crate::memory::{self, Kind, Origin};
 use crate::ops::{Callback, HostFunction, Op, Place};
+use crate::pool;
+use crate::stream::Dependency;
 use crate::stream::{self, NullStream, Stream};
 
 /// What one side of a copy is, when it is enqueued.
@@ -84,24 +94,24 @@ fn is_host(side: &Side) -> bool {
 /// How a copy or fill was called: asynchronously on a stream, or synchronously; and what
 /// stream 0 means.
 #[derive(Clone, Copy)]
-struct Call {
-    synchronous: bool,
+pub(crate) struct Call {
+    pub synchronous: bool,
     null: NullStream,
 }
 
-const ASYNC: Call = Call {
+pub(crate) const ASYNC: Call = Call {
     synchronous: false,
     null: NullStream::Legacy,
 };
-const ASYNC_PTSZ: Call = Call {
+pub(crate) const ASYNC_PTSZ: Call = Call {
     synchronous: false,
     null: NullStream::PerThread,
 };
-const SYNC: Call = Call {
+pub(crate) const SYNC: Call = Call {
     synchronous: true,
     null: NullStream::Legacy,
 };
-const SYNC_PTDS: Call = Call {
+pub(crate) const SYNC_PTDS: Call = Call {
     synchronous: true,
     null: NullStream::PerThread,
 };
@@ -114,6 +124,19 @@ fn copy(
     stream: CUstream,
     call: Call,
 ) -> CUresult {
+    copy_between(operation, destination, source, len, stream, call, &[])
+}
+
+/// [`copy`], also serialized, when synchronous, with the legacy streams of `extra_contexts`.
+pub(crate) fn copy_between(
+    operation: &'static str,
+    destination: CUdeviceptr,
+    source: CUdeviceptr,
+    len: usize,
+    stream: CUstream,
+    call: Call,
+    extra_contexts: &[&'static Context],
+) -> CUresult {
     entry(operation, || {
         let stream = stream::resolve_as(stream, call.null)?;
         if len == 0 {
@@ -124,6 +147,9 @@ fn copy(
             side(destination, len, synchronous)?,
             side(source, len, synchronous)?,
         );
+        if !(reachable(&to, stream.context.ordinal) && reachable(&from, stream.context.ordinal)) {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
         let host_source = is_host(&from);
         let host_destination = is_host(&to);
         let always = synchronous
@@ -158,14 +184,83 @@ fn copy(
             Side::Memory(place) => place,
             Side::Pageable(address) => Place::Pageable(address as usize),
         };
+        // cuMemcpyPeer: "serialized with respect [to] all pending and future asynchronous work in
+        // to the current context, srcContext, and dstContext"; the double holds a synchronous copy
+        // between devices through unified addressing (cuMemcpy) to the same rule.
+        let mut others: Vec<&'static Context> = vec![];
+        if synchronous {
+            let contexts = [&destination, &source]
+                .into_iter()
+                .filter_map(|place| place.record())
+                .filter(|record| record.kind == Kind::Device)
+                .map(|record| record.context.unwrap_or(context::primary(record.ordinal)));
+            for other in contexts.chain(extra_contexts.iter().copied()) {
+                if other.ordinal != stream.context.ordinal
+                    && !others.iter().any(|seen| std::ptr::eq(*seen, other))
+                {
+                    others.push(other);
+                }
+            }
+        }
+        let others: Vec<Arc<Stream>> = others.into_iter().filter_map(stream::legacy_of).collect();
         let op = Op::Copy {
             operation,
             destination,
             source,
             len,
         };
-        finish(&stream, op, wait)
+        finish_joined(&stream, op, wait, &others)
     })
+}
+
+/// Whether a stream of device `ordinal` may copy to or from `side`: all but another device's pool
+/// memory the pool has not given it access to (Programming Guide, "Stream Ordered Memory
+/// Allocator": "memory pool allocation accessibility does not follow cudaDeviceEnablePeerAccess
+/// or cuCtxEnablePeerAccess. Instead, the API cudaMemPoolSetAccess modifies what devices can
+/// access allocations from a pool").
+fn reachable(side: &Side, ordinal: usize) -> bool {
+    let Side::Memory(place) = side else {
+        return true;
+    };
+    match place.record() {
+        Some(record) if record.kind == Kind::Device && record.ordinal != ordinal => {
+            match record.origin {
+                Origin::Pooled(id) => {
+                    pool::find(id as CUmemoryPool).is_ok_and(|pool| pool.accessible_by(ordinal))
+                }
+                _ => true,
+            }
+        }
+        _ => true,
+    }
+}
+
+/// [`finish`], with `op` also ordered after what is queued on the `others` streams so far and
+/// their later work after it.
+fn finish_joined(stream: &Arc<Stream>, op: Op, wait: bool, others: &[Arc<Stream>]) -> DriverResult {
+    if others.is_empty() {
+        return finish(stream, op, wait);
+    }
+    let before: Vec<Dependency> = others
+        .iter()
+        .map(|other| Dependency {
+            stream: Arc::clone(other),
+            sequence: other.enqueue(Op::Wait, vec![]),
+        })
+        .collect();
+    let sequence = stream.enqueue(op, before);
+    for other in others {
+        let after = Dependency {
+            stream: Arc::clone(stream),
+            sequence,
+        };
+        other.enqueue(Op::Wait, vec![after]);
+    }
+    if wait {
+        stream.wait_for(sequence);
+        stream.context.sticky_error()?;
+    }
+    Ok(())
 }
 
 /// Enqueues `op`, and with `wait` blocks until it has run; the context's sticky error then

@@ -365,3 +365,108 @@ child_test!(get_proc_address_serves_the_ipc_entry_points {
     // IPC events are not modelled: not found, as documented for a missing function.
     assert!(lookup(c"cuIpcGetEventHandle", 12000).is_null());
 });
+
+/// Runs `helper` as the other process with `handle` and `variables`; whether it passed.
+fn importer_passes(helper: &str, handle: &CUipcMemHandle, variables: &[(&str, &str)]) -> bool {
+    let hex = hex(handle);
+    let mut all = vec![(HANDLE_VAR, hex.as_str())];
+    all.extend_from_slice(variables);
+    let output = run_helper(helper, &all);
+    if !output.status.success() {
+        eprintln!("{helper} with {variables:?}:\n{}", describe(&output));
+    }
+    output.status.success()
+}
+
+// cuIpcOpenMemHandle: "For contexts on different devices cuIpcOpenMemHandle can attempt to enable
+// peer access between the devices as if the user called cuCtxEnablePeerAccess ...
+// cuDeviceCanAccessPeer can determine if a mapping is possible", and it "can open handles to
+// devices that may not be visible in the process calling the API". Device 0's handle opens in a
+// context of device 1 where the two are peers, also when device 0 is hidden; not where they are not.
+child_test!(a_handle_opens_on_another_device_only_where_the_devices_are_peers {
+    setup();
+    let device = device_alloc(SIZE);
+    memset(device, 0x5A, SIZE);
+    let handle = get_handle(device).unwrap();
+    let no_peers = ("DEVBUF_CUDA_TEST_NO_PEER_ACCESS", "0-1");
+    let only_device_1 = ("CUDA_VISIBLE_DEVICES", "1");
+    assert!(importer_passes("importer_on_another_device_reads_5a", &handle, &[]));
+    assert!(importer_passes("importer_on_another_device_reads_5a", &handle, &[only_device_1]));
+    assert!(importer_passes("importer_on_another_device_cannot_map", &handle, &[no_peers]));
+    assert!(importer_passes("importer_on_another_device_cannot_map", &handle, &[no_peers, only_device_1]));
+});
+
+/// The device of the exporter's device 1: its last ordinal (device 1, or 0 when it sees one).
+fn enter_last_device() {
+    init();
+    let mut count = 0;
+    // SAFETY: a valid out-pointer.
+    ok(unsafe { sys::cuDeviceGetCount(&mut count) });
+    enter(count - 1);
+}
+
+#[test]
+#[ignore = "run by a_handle_opens_on_another_device_only_where_the_devices_are_peers"]
+fn importer_on_another_device_reads_5a() {
+    enter_last_device();
+    let pointer = open(handle_from_environment(), LAZY).unwrap();
+    assert!(read(pointer, SIZE).iter().all(|&b| b == 0x5A));
+    ok(close(pointer));
+}
+
+#[test]
+#[ignore = "run by a_handle_opens_on_another_device_only_where_the_devices_are_peers"]
+fn importer_on_another_device_cannot_map() {
+    enter_last_device();
+    assert_eq!(
+        open(handle_from_environment(), LAZY),
+        Err(CUresult::CUDA_ERROR_MAP_FAILED)
+    );
+}
+
+// cuIpcOpenMemHandle: "CUipcMemHandles from each CUdevice in a given process may only be opened by
+// one CUcontext per CUdevice per other process." While the primary context of device 0 has the
+// exporter's handle open, a created context of device 0 cannot open it; once closed, it can.
+child_test!(one_context_per_device_opens_an_exporter_s_handles {
+    setup();
+    let device = device_alloc(SIZE);
+    memset(device, 0x3C, SIZE);
+    assert!(importer_passes("importer_opens_in_one_context_per_device", &get_handle(device).unwrap(), &[]));
+});
+
+#[test]
+#[ignore = "run by one_context_per_device_opens_an_exporter_s_handles"]
+fn importer_opens_in_one_context_per_device() {
+    setup();
+    let handle = handle_from_environment();
+    let in_primary = open(handle, LAZY).unwrap();
+    let mut created = ptr::null_mut();
+    // SAFETY: a valid out-pointer; device 0 exists. The created context becomes current.
+    ok(unsafe { sys::cuCtxCreate_v2(&mut created, 0, 0) });
+    assert_eq!(
+        open(handle, LAZY),
+        Err(CUresult::CUDA_ERROR_INVALID_CONTEXT)
+    );
+    // SAFETY: pops the created context; the primary one is current again.
+    ok(unsafe { sys::cuCtxPopCurrent_v2(ptr::null_mut()) });
+    ok(close(in_primary));
+    // SAFETY: the created context, alive.
+    ok(unsafe { sys::cuCtxPushCurrent_v2(created) });
+    let in_created = open(handle, LAZY).unwrap();
+    assert!(read(in_created, SIZE).iter().all(|&b| b == 0x3C));
+    ok(close(in_created));
+}
+
+// CUDA Programming Guide, "Interprocess Communication": cudaMalloc may sub-allocate from a larger
+// block and IPC shares the whole block, so "only share allocations with a 2MiB aligned size". The
+// double gives an allocation of such a size blocks of its own: it starts on a 2 MiB boundary.
+child_test!(an_allocation_of_whole_ipc_blocks_starts_a_block {
+    setup();
+    let _small = device_alloc(4096);
+    for size in [2 << 20, 6 << 20] {
+        let pointer = device_alloc(size);
+        assert_eq!(pointer % (2 << 20), 0, "{size} bytes at {pointer:#x}");
+        assert_eq!(address_range(pointer), (pointer, size));
+        let _after = device_alloc(4096);
+    }
+});

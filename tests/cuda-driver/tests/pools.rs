@@ -87,7 +87,15 @@ child_test!(stream_ordered_memory_belongs_to_its_device_and_outlives_its_context
         sys::cuPointerGetAttribute((&raw mut kind).cast(), P::CU_POINTER_ATTRIBUTE_MEMORY_TYPE, own)
     };
     assert_eq!(result, CUresult::CUDA_ERROR_INVALID_VALUE, "cuMemAlloc memory went with it");
-    // Any context may use and free it: device 0's copies it back and frees it.
+    // Any context may use and free it, once the pool gives its device access (tests/devices.rs):
+    // device 0's copies it back and frees it.
+    let location = sys::CUmemLocation {
+        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+        id: 0,
+    };
+    let flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    // SAFETY: one valid descriptor.
+    ok(unsafe { sys::cuMemPoolSetAccess(default_pool, &sys::CUmemAccessDesc { location, flags }, 1) });
     let pinned = pinned_alloc(LEN);
     // SAFETY: both ranges are LEN bytes of live memory; the pool memory is freed once.
     unsafe {
@@ -221,8 +229,10 @@ child_test!(pools_of_ones_own_serve_their_allocations_and_become_current {
 // pools: CU_MEMPOOL_ATTR_ALLOCATION_TYPE ..., CU_MEMPOOL_ATTR_EXPORT_HANDLE_TYPES ...,
 // CU_MEMPOOL_ATTR_LOCATION_ID ..., CU_MEMPOOL_ATTR_LOCATION_TYPE". cuMemPoolGetAccess: the pool's
 // own device reads and writes it. cuMemPoolSetAccess "Controls visibility of pools between
-// devices": the test driver has no peer access, so only revoking another device's is accepted.
-child_test!(pools_describe_their_location_and_access {
+// devices": between devices that are not peers only revoking another device's is accepted
+// (tests/devices.rs grants it between peers).
+child_test!(pools_describe_their_location_and_access
+    ["DEVBUF_CUDA_TEST_NO_PEER_ACCESS" = "0-1"] {
     init();
     enter(1);
     let mut pool = ptr::null_mut();
@@ -288,4 +298,53 @@ child_test!(host_pools_are_not_supported {
         let result = unsafe { sys::cuMemPoolCreate(&mut pool, &host) };
         assert_eq!(result, CUresult::CUDA_ERROR_NOT_SUPPORTED);
     }
+});
+
+fn set_release_threshold(pool: sys::CUmemoryPool, mut threshold: u64) {
+    // SAFETY: a valid pointer to a cuuint64_t.
+    ok(unsafe {
+        sys::cuMemPoolSetAttribute(
+            pool,
+            A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&raw mut threshold).cast(),
+        )
+    });
+}
+
+// CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: "Amount of reserved memory in bytes to hold onto before
+// trying to release memory back to the OS. When more than the release threshold bytes of memory
+// are held by the memory pool, the allocator will try to release memory back to the OS on the
+// next call to stream, event or context synchronize. (default 0)". cuMemPoolTrimTo "Releases
+// memory back to the OS until the pool contains fewer than minBytesToKeep reserved bytes". With
+// UINT64_MAX (the threshold cuda.core and RMM set) freed memory stays reserved after a
+// synchronization; with 0 it goes back then.
+child_test!(a_pool_keeps_freed_memory_reserved_up_to_its_release_threshold {
+    setup();
+    let stream = stream(NON_BLOCKING);
+    let mut pool = ptr::null_mut();
+    // SAFETY: a valid out-pointer.
+    ok(unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, 0) });
+    let reserved = || pool_figure(pool, A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+    let used = || pool_figure(pool, A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+    set_release_threshold(pool, u64::MAX);
+    let first = alloc_async(LEN, stream);
+    // SAFETY: freed once.
+    ok(unsafe { sys::cuMemFreeAsync(first, stream) });
+    synchronize(stream);
+    assert_eq!((used(), reserved()), (0, LEN as u64));
+    // The kept memory serves the next allocation: nothing more is reserved.
+    let second = alloc_async(LEN, stream);
+    assert_eq!((used(), reserved()), (LEN as u64, LEN as u64));
+    // SAFETY: freed once.
+    ok(unsafe { sys::cuMemFreeAsync(second, stream) });
+    synchronize(stream);
+    // SAFETY: a pool handle.
+    ok(unsafe { sys::cuMemPoolTrimTo(pool, 0) });
+    assert_eq!(reserved(), 0);
+    set_release_threshold(pool, 0);
+    let third = alloc_async(LEN, stream);
+    // SAFETY: freed once.
+    ok(unsafe { sys::cuMemFreeAsync(third, stream) });
+    synchronize(stream);
+    assert_eq!((used(), reserved()), (0, 0));
 });

@@ -145,3 +145,53 @@ child_test!(host_functions_may_not_call_the_driver {
     // SAFETY: a valid out-pointer.
     ok(unsafe { sys::cuCtxGetCurrent(&mut context) });
 });
+
+static DESTROYED_GATE: Gate = Gate::new();
+
+// cuStreamDestroy: "In case the device is still doing work in the stream hStream when
+// cuStreamDestroy() is called, the function will return immediately and the resources associated
+// with hStream will be released automatically once the device has completed all work in hStream";
+// cuCtxSynchronize "Blocks until the device has completed all preceding requested tasks", that
+// work included.
+child_test!(context_synchronize_waits_for_the_work_of_a_destroyed_stream {
+    setup();
+    let data = device_alloc(LEN);
+    let doomed = stream(0);
+    DESTROYED_GATE.hold(doomed);
+    // SAFETY: `data` is LEN bytes of live memory; the stream is alive until destroyed here.
+    unsafe {
+        ok(sys::cuMemsetD8Async(data, 0x5A, LEN, doomed));
+        ok(sys::cuStreamDestroy_v2(doomed));
+    }
+    let started = Instant::now();
+    let opener = open_later(&DESTROYED_GATE, Duration::from_millis(300));
+    // SAFETY: a context is current.
+    ok(unsafe { sys::cuCtxSynchronize() });
+    assert!(started.elapsed() >= Duration::from_millis(250), "returned before the destroyed stream's fill ran");
+    opener.join().unwrap();
+    assert!(read(data, LEN).iter().all(|&b| b == 0x5A));
+});
+
+static LEGACY_AFTER_DESTROYED_GATE: Gate = Gate::new();
+
+// The legacy default stream waits for the work of blocking streams enqueued before (CUDA Driver
+// API, "Stream synchronization behavior": "The legacy default stream is an implicit stream which
+// synchronizes with all other streams in the same CUcontext except for non-blocking streams"),
+// whether or not the blocking stream has since been destroyed (its work still runs, see above).
+child_test!(the_legacy_stream_waits_for_the_work_of_a_destroyed_blocking_stream {
+    setup();
+    let data = device_alloc(LEN);
+    let doomed = stream(0);
+    LEGACY_AFTER_DESTROYED_GATE.hold(doomed);
+    // SAFETY: `data` is LEN bytes of live memory; the stream is alive until destroyed here.
+    unsafe {
+        ok(sys::cuMemsetD8Async(data, 0x11, LEN, doomed));
+        ok(sys::cuStreamDestroy_v2(doomed));
+        ok(sys::cuMemsetD8Async(data, 0x22, LEN, 1 as CUstream));
+    }
+    let opener = open_later(&LEGACY_AFTER_DESTROYED_GATE, Duration::from_millis(100));
+    opener.join().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // The legacy stream's fill ran last.
+    assert!(read(data, LEN).iter().all(|&b| b == 0x22));
+});

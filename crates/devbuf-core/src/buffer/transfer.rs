@@ -210,6 +210,7 @@ pub(super) fn reaches(queue: &Arc<dyn Queue>, buffer: &Buffer) -> bool {
     Arc::ptr_eq(queue, buffer.queue())
         || buffer.is_host_accessible()
         || queue.kind_of(buffer.ptr()) != MemKind::Unknown
+        || queue.copies_reach(buffer.ptr())
 }
 
 /// Whether `queue` can fill `buffer`: a device runtime's fill takes only memory it knows (CUDA

@@ -7,7 +7,8 @@ use crate::{Error, MemKind, Result};
 /// travels as bytes ([`IpcHandle::to_bytes`]), through pickle or any pipe.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IpcHandle {
-    /// Selector of the device that owns the memory ("host", "cuda:0").
+    /// Selector of the device that owns the memory, the same in every process ("host", CUDA's
+    /// `"cuda:GPU-<uuid>"`: see [`super::IpcSharing::stable_selector`]).
     pub device: String,
     /// The kind of memory.
     pub kind: MemKind,

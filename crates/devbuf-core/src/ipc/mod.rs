@@ -85,13 +85,17 @@ fn export_with(buffer: &Buffer, read_only: bool) -> Result<IpcHandle> {
             buffer.device().selector
         )));
     };
+    let device = match buffer.queue().interop().ipc()?.stable_selector()? {
+        Some(stable) => stable,
+        None => buffer.device().selector.clone(),
+    };
     if read_only {
         shared.seal_read_only()?;
     }
     buffer.synchronize()?;
     buffer.mark_exported();
     Ok(IpcHandle {
-        device: buffer.device().selector.clone(),
+        device,
         kind: buffer.kind(),
         size: shared.size(),
         offset: buffer.ptr() as usize - shared.ptr().as_ptr() as usize,
@@ -112,16 +116,18 @@ fn open_handles() -> &'static Mutex<HashSet<OpenKey>> {
 }
 
 /// Opens `handle` (made by [`export`] in another process, or this one) on `queue`, the queue of
-/// the device it names: a view of the same memory, zero-copy.
+/// the device it names (by its selector, or the [`IpcSharing::stable_selector`] that names it in
+/// every process, which `crate::open` resolves): a view of the same memory, zero-copy.
 pub fn open(queue: &Arc<dyn Queue>, handle: &IpcHandle) -> Result<Buffer> {
-    if queue.device().selector != handle.device {
+    let sharing = queue.interop().ipc()?;
+    let stable = sharing.stable_selector()?;
+    if stable.as_deref().unwrap_or(&queue.device().selector) != handle.device {
         return Err(bad_handle(format!(
             "the handle is for device {:?}, not {:?}",
             handle.device,
-            queue.device().selector
+            stable.as_deref().unwrap_or(&queue.device().selector)
         )));
     }
-    let sharing = queue.interop().ipc()?;
     let key = (handle.device.clone(), handle.payload.clone());
     if !open_handles().lock().insert(key.clone()) {
         return Err(bad_handle(

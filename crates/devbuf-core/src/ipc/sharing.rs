@@ -47,6 +47,14 @@ pub unsafe trait IpcSharing {
     /// Opens memory another process exported from this device (the caller checked
     /// `handle.device`). Errors say what went wrong: the exporter exited, freed the memory...
     fn open(&self, handle: &IpcHandle) -> Result<OpenedAllocation>;
+
+    /// The selector that names this queue's device in every process on the machine, where its
+    /// own selector does not: CUDA's ordinals depend on each process's `CUDA_VISIBLE_DEVICES`, so
+    /// its handles name the device by UUID (`cuda:GPU-…`). `None` where the selector already
+    /// names the same device everywhere (the host).
+    fn stable_selector(&self) -> Result<Option<String>> {
+        Ok(None)
+    }
 }
 
 /// The error of a queue that cannot share memory: `reason` says why.

@@ -43,7 +43,7 @@ impl PyEvent {
 
     /// `end - start`: milliseconds from `start` to this event (cuda.core's form), once both have
     /// completed (this waits for them). Both must come from `Stream.record(timing=True)` on one
-    /// backend (CUDA, host); else a ValueError says why.
+    /// backend (CUDA, host), and for CUDA on one device; else a ValueError says why.
     fn __sub__(&self, py: Python<'_>, start: &Bound<'_, PyEvent>) -> PyResult<f32> {
         elapsed_time(py, start.get(), self)
     }
