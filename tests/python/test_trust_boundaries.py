@@ -362,8 +362,8 @@ CALLS = {
 def test_a_stream_of_another_device_is_a_value_error_naming_stream(device, call):
     # Before: "the queue cannot reach Buffer { ptr: …, len: … }", naming no argument.
     memory = devbuf.alloc(64, "device", device=device)
-    others = [devbuf.Stream("host")] + ([devbuf.Stream("cuda:1")] if device == "cuda" and len(devbuf.devices("cuda")) > 1 else [])
-    for stream in others:
+    # (A stream of another CUDA device may reach the memory peer to peer: not another device here.)
+    for stream in [devbuf.Stream("host")]:
         with pytest.raises(ValueError) as refused:
             CALLS[call](memory, stream)
         message = str(refused.value)
