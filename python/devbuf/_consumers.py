@@ -140,12 +140,16 @@ def numba_check(label):
     if numba_cuda is None:
         return "skip", why
     np = importlib.import_module("numpy")
-    theirs = numba_cuda.as_cuda_array(buffer)
-    _expect(theirs.__cuda_array_interface__["data"][0] == buffer.ptr, "Numba copied device memory")
-    _expect(theirs.copy_to_host().tobytes() == PATTERN, "Numba read different bytes")
-    mine = numba_cuda.to_device(np.arange(32, dtype=np.int64))
-    imported = devbuf.asarray(mine)
-    _expect(imported.to_bytes() == np.arange(32, dtype=np.int64).tobytes(), "import of Numba memory")
+    # Numba works in its current device's context; another device's pool memory is out of reach
+    # there without pool access (CUDA's stream-ordered allocator), so a Numba user selects the
+    # memory's device first.
+    with numba_cuda.gpus[int(label.partition(":")[2] or 0)]:
+        theirs = numba_cuda.as_cuda_array(buffer)
+        _expect(theirs.__cuda_array_interface__["data"][0] == buffer.ptr, "Numba copied device memory")
+        _expect(theirs.copy_to_host().tobytes() == PATTERN, "Numba read different bytes")
+        mine = numba_cuda.to_device(np.arange(32, dtype=np.int64))
+        imported = devbuf.asarray(mine)
+        _expect(imported.to_bytes() == np.arange(32, dtype=np.int64).tobytes(), "import of Numba memory")
     return "pass", ""
 
 

@@ -17,24 +17,12 @@ import pytest
 
 import devbuf
 import devbuf.mr
-from conftest import require_backend
+from test_sycl_consumer_ordering import N, dpnp, sycl  # noqa: F401 (fixtures)
 
 dpctl = pytest.importorskip("dpctl")
 dm = pytest.importorskip("dpctl.memory")
 
-N = 1 << 25  # float32 elements: 128 MiB
 NBYTES = N * 4
-
-
-@pytest.fixture(scope="module")
-def sycl():
-    require_backend("sycl")
-    return devbuf.Device("sycl")
-
-
-@pytest.fixture(scope="module")
-def dpnp(sycl):
-    return pytest.importorskip("dpnp")
 
 
 def last_float(ptr):
