@@ -198,7 +198,7 @@ impl PyArray {
             .bind(py)
             .as_super()
             .get()
-            .inherit_readonly_origin(self);
+            .inherit_readonly_origin(py, self);
         Ok(buffer)
     }
 
@@ -227,7 +227,7 @@ impl PyArray {
         if destination.readonly() {
             return Err(PyValueError::new_err(format!(
                 "copy_from: this array is read-only: {}",
-                this.readonly_reason(&destination)
+                this.readonly_reason(py, &destination)
             )));
         }
         let imported = crate::import::import_object(py, source, false, true)?;

@@ -22,7 +22,7 @@ fn view(array: &Bound<'_, PyArray>, layout: Layout) -> PyResult<Py<PyArray>> {
         Array::new(buffer, layout).py()?,
         this.queue.clone_ref(py),
     )?;
-    made.get().inherit_readonly_origin(this);
+    made.get().inherit_readonly_origin(py, this);
     Ok(made)
 }
 

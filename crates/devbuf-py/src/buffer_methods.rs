@@ -154,7 +154,7 @@ impl PyBuffer {
         if array.readonly() {
             return Err(PyValueError::new_err(format!(
                 "fill: this buffer is read-only: {}",
-                this.readonly_reason(&array)
+                this.readonly_reason(slf.py(), &array)
             )));
         }
         let buffer = array.buffer();
@@ -241,7 +241,10 @@ impl PyBuffer {
         );
         let part = buffer.slice(start..stop).py()?;
         let part = PyBuffer::wrap_readonly(py, part, this.queue.clone_ref(py), array.readonly())?;
-        part.bind(py).as_super().get().inherit_readonly_origin(this);
+        part.bind(py)
+            .as_super()
+            .get()
+            .inherit_readonly_origin(py, this);
         Ok(part.into_any())
     }
 

@@ -24,7 +24,7 @@ use crate::errors::IntoPyResult;
 use crate::import::buffer_protocol::import_buffer_protocol;
 use crate::import::dlpack::{import_capsule, import_dlpack};
 use crate::import::interface_dicts::{import_cai, import_suai};
-use crate::objects::array::PyArray;
+use crate::objects::array::{PyArray, ReadonlyOrigin};
 use crate::objects::foreign_objects::resolve_queue;
 use crate::objects::gil_cell::GilCell;
 use crate::objects::queue::PyQueue;
@@ -189,17 +189,15 @@ fn import_through<'py>(
         return Ok(Some(ours));
     }
     if open.layout().readonly() {
-        array.get().set_readonly_origin(format!(
-            "{} marked it read-only through {}; devbuf keeps the producer's flag (import with \
-             copy=True for a writable copy)",
-            obj.get_type().fully_qualified_name()?,
-            match route {
+        array.get().set_readonly_origin(ReadonlyOrigin {
+            producer: obj.get_type().unbind(),
+            through: match route {
                 Route::Dlpack => "DLPack (the tensor's read-only flag)",
                 Route::Suai => "__sycl_usm_array_interface__ (data[1])",
                 Route::Cai => "__cuda_array_interface__ (data[1])",
                 Route::BufferProtocol => "the buffer protocol (a read-only buffer)",
-            }
-        ));
+            },
+        });
     }
     drop(open);
     Ok(Some(array))
@@ -238,7 +236,7 @@ fn devbuf_memory_behind<'py>(
                 return Ok(None);
             };
             let made = PyArray::wrap(py, view, owner.queue.clone_ref(py))?.into_bound(py);
-            made.get().inherit_readonly_origin(owner);
+            made.get().inherit_readonly_origin(py, owner);
             return Ok(Some(made));
         }
         let next = match link.getattr_opt(intern!(py, "base"))? {

@@ -11,7 +11,7 @@ use once_cell::race::OnceBox;
 use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyDict, PyTuple, PyType};
 
 use crate::errors::IntoPyResult;
 use crate::objects::held::{HeldArray, OpenArray};
@@ -118,9 +118,17 @@ pub struct PyArray {
     /// This array as dpctl memory, behind its dpctl attributes (see `export::dpctl_attrs`); `None`
     /// where dpctl cannot view it.
     pub(crate) dpctl_view: LazyBox<PyOnceLock<Option<Box<DpctlView>>>>,
-    /// Who made an imported array read-only, for the errors of writes through it (see
-    /// `import::note_readonly_origin`); views of it inherit it.
-    readonly_origin: OnceBox<String>,
+    /// Who made an imported array read-only, for the errors of writes through it; views of it
+    /// inherit it.
+    readonly_origin: OnceBox<ReadonlyOrigin>,
+}
+
+/// The producer whose flag made an imported array read-only, and the protocol that carried it:
+/// kept as is and put into words only when a write is refused (dpctl's memory says read-only on
+/// every SUAI export, and imports are hot paths).
+pub(crate) struct ReadonlyOrigin {
+    pub(crate) producer: Py<PyType>,
+    pub(crate) through: &'static str,
 }
 
 impl PyArray {
@@ -135,26 +143,35 @@ impl PyArray {
     }
 
     /// Says who made this array read-only (the first word stays).
-    pub(crate) fn set_readonly_origin(&self, origin: String) {
+    pub(crate) fn set_readonly_origin(&self, origin: ReadonlyOrigin) {
         let _ = self.readonly_origin.set(Box::new(origin));
     }
 
     /// This array with `parent`'s read-only origin, for a view of it.
-    pub(crate) fn inherit_readonly_origin(&self, parent: &PyArray) {
+    pub(crate) fn inherit_readonly_origin(&self, py: Python<'_>, parent: &PyArray) {
         if let Some(origin) = parent.readonly_origin.get() {
-            self.set_readonly_origin(origin.clone());
+            self.set_readonly_origin(ReadonlyOrigin {
+                producer: origin.producer.clone_ref(py),
+                through: origin.through,
+            });
         }
     }
 
     /// Why writes through `array` (this object's, open and read-only) are refused.
-    pub(crate) fn readonly_reason(&self, array: &Array) -> String {
+    pub(crate) fn readonly_reason(&self, py: Python<'_>, array: &Array) -> String {
         if array.buffer().is_read_only() {
             return "its memory is mapped for reading only (an IPC handle opened read-only)".into();
         }
-        match self.readonly_origin.get() {
-            Some(origin) => origin.clone(),
-            None => "it is a read-only view".into(),
-        }
+        let Some(origin) = self.readonly_origin.get() else {
+            return "it is a read-only view".into();
+        };
+        let producer = origin.producer.bind(py).fully_qualified_name();
+        format!(
+            "{} marked it read-only through {}; devbuf keeps the producer's flag (import with \
+             copy=True for a writable copy)",
+            producer.map_or_else(|_| "its producer".into(), |name| name.to_string()),
+            origin.through
+        )
     }
 
     pub(crate) fn wrap(py: Python<'_>, array: Array, queue: Py<PyQueue>) -> PyResult<Py<PyArray>> {
