@@ -100,6 +100,9 @@ def test_with_stream_enqueues_there(device):
         pytest.skip("host work is done before each call returns")
     stream = devbuf.Stream(device)
     big = devbuf.alloc(256 << 20, "device", device=device)
+    # The device's queue idle first (the allocation, earlier tests' frees), so that only where
+    # the fill ran can keep it busy.
+    device.default_stream.synchronize()
     with stream:
         big.fill(1, blocking=False)
     busy = not stream.query()
