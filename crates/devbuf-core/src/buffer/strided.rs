@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::Buffer;
 use super::ordering::record_enqueued;
-use super::transfer::{Reach, check_reaches, reaches};
+use super::transfer::{Reach, check_reaches, copying_queue};
 use crate::{Error, Event, Queue, Result};
 
 /// `len`-byte runs to copy: each `(destination offset, source offset)`, relative to the start
@@ -62,12 +62,7 @@ impl Buffer {
         if runs.len == 0 || runs.starts.is_empty() {
             return Ok(());
         }
-        let (dst_queue, src_queue) = (self.queue(), src.queue());
-        let queue = if reaches(dst_queue, src) {
-            dst_queue
-        } else if reaches(src_queue, self) {
-            src_queue
-        } else {
+        let Some(queue) = copying_queue(self, src) else {
             return self.copy_runs_staged(src, runs);
         };
         self.order_on(queue)?;

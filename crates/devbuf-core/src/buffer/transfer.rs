@@ -38,12 +38,7 @@ impl Buffer {
         if self.len == 0 {
             return Ok(());
         }
-        let (dst_queue, src_queue) = (self.queue(), src.queue());
-        let queue = if reaches(dst_queue, src) {
-            dst_queue
-        } else if reaches(src_queue, self) {
-            src_queue
-        } else {
+        let Some(queue) = copying_queue(self, src) else {
             let staged = src.to_vec()?;
             return self.copy_from_host(&staged).inspect_err(|_| {
                 // The copy may still be reading the staging bytes.
@@ -206,6 +201,19 @@ impl Buffer {
 
 /// Whether `queue` can address `buffer` in a copy: its own memory, memory its context knows, or
 /// memory the host can dereference (which every runtime's copy treats as host memory).
+/// The queue a copy from `src` into `dst` runs on: `dst`'s where it reaches `src`, else `src`'s
+/// where it reaches `dst`; `None` where neither does (the copy is staged through the host).
+pub(super) fn copying_queue<'a>(dst: &'a Buffer, src: &'a Buffer) -> Option<&'a Arc<dyn Queue>> {
+    let (dst_queue, src_queue) = (dst.queue(), src.queue());
+    if reaches(dst_queue, src) {
+        Some(dst_queue)
+    } else if reaches(src_queue, dst) {
+        Some(src_queue)
+    } else {
+        None
+    }
+}
+
 pub(super) fn reaches(queue: &Arc<dyn Queue>, buffer: &Buffer) -> bool {
     Arc::ptr_eq(queue, buffer.queue())
         || buffer.is_host_accessible()
