@@ -123,6 +123,32 @@ pub(super) fn every_check_through_each_adaptor(queue: &Arc<dyn Queue>) -> Outcom
     }
 }
 
+/// Hands `ours` (from `resource`) to a consumer, which keeps a view of it as an export does (a
+/// DLPack capsule, a CAI/SUAI owner), lets devbuf's own go, and checks that `others` allocations
+/// of its size made meanwhile never return its address. Returns the address and the consumer's
+/// view, which keeps the block exported until dropped.
+fn export_and_allocate_around(
+    resource: &Arc<dyn MemoryResource>,
+    ours: Buffer,
+    others: usize,
+    what: &str,
+) -> Result<(*mut u8, Buffer), String> {
+    let (kind, len) = (ours.kind(), ours.len());
+    let consumers = ctx(ours.slice(0..len), || "slicing".into())?;
+    consumers.mark_exported();
+    let exported = ours.ptr();
+    drop(ours);
+    let others = (0..others)
+        .map(|_| alloc_from(resource, kind, len))
+        .collect::<Result<Vec<_>, _>>()?;
+    if others.iter().any(|other| other.ptr() == exported) {
+        return Err(format!(
+            "{kind}: {what} handed out {exported:p} while a consumer still held it"
+        ));
+    }
+    Ok((exported, consumers))
+}
+
 /// A block exported to a consumer and let go by devbuf while the consumer still holds it is not
 /// handed out again until the consumer lets go; where devbuf cannot wait for every queue the
 /// consumer may use ([`crate::Interop::wait_device_covers_every_queue`]), never: its upstream block goes
@@ -140,20 +166,7 @@ pub(super) fn exported_block_is_not_reused(queue: &Arc<dyn Queue>) -> Outcome {
         // In the same upstream block, kept until the end: the block cannot go back upstream, so
         // a block handed out at the exported address would come from the pool, not the runtime.
         let keeper = alloc_from(&resource, kind, LEN)?;
-        // What an export (a DLPack capsule, a CAI/SUAI owner) keeps: a view of the allocation.
-        let consumers = ctx(ours.slice(0..LEN), || "slicing".into())?;
-        consumers.mark_exported();
-        let exported = ours.ptr();
-        drop(ours);
-        let others = (0..8)
-            .map(|_| alloc_from(&resource, kind, LEN))
-            .collect::<Result<Vec<_>, _>>()?;
-        if others.iter().any(|other| other.ptr() == exported) {
-            return Err(format!(
-                "{kind}: the pool handed out {exported:p} while a consumer still held it"
-            ));
-        }
-        drop(others);
+        let (exported, consumers) = export_and_allocate_around(&resource, ours, 8, "the pool")?;
         drop(consumers);
         // On a stream-ordered queue the release waits for the work recorded on the block.
         ctx(queue.wait(), || "waiting for the queue".into())?;
@@ -202,20 +215,8 @@ pub(super) fn exported_fixed_size_block_is_not_reused(queue: &Arc<dyn Queue>) ->
             FixedSizeResource::new(QueueResource::new(Arc::clone(queue)), LEN, 16);
         let ours = alloc_from(&resource, kind, LEN)?;
         let keeper = alloc_from(&resource, kind, LEN)?;
-        let consumers = ctx(ours.slice(0..LEN), || "slicing".into())?;
-        consumers.mark_exported();
-        let exported = ours.ptr();
-        drop(ours);
-        let others = (0..32)
-            .map(|_| alloc_from(&resource, kind, LEN))
-            .collect::<Result<Vec<_>, _>>()?;
-        if others.iter().any(|other| other.ptr() == exported) {
-            return Err(format!(
-                "{kind}: the fixed-size resource handed out {exported:p} while a consumer still \
-                 held it"
-            ));
-        }
-        drop(others);
+        let (exported, consumers) =
+            export_and_allocate_around(&resource, ours, 32, "the fixed-size resource")?;
         drop(consumers);
         ctx(queue.wait(), || "waiting for the queue".into())?;
         let again = (0..64)
