@@ -161,7 +161,7 @@ pub(crate) fn resource_of(slf: &Bound<'_, PyMemoryResource>) -> PyResult<Arc<dyn
             if let Some(resource) = caller.upgrade() {
                 return Ok(resource);
             }
-            let queue = Arc::clone(&backing.queue.get().held());
+            let queue = Arc::clone(backing.queue.get().held());
             let resource = PythonResource::new(slf.as_any(), queue)?;
             *caller = Arc::downgrade(&resource);
             Ok(resource)
@@ -316,7 +316,7 @@ impl PyMemoryResource {
         if let Some(stream) = stream {
             // The stream's later work follows the allocation on the resource's queue; memory
             // the caller never learns the address of goes back before the error is raised.
-            let ordered = order_after(slf.py(), stream.get().queue()?, &backing.queue.get().held());
+            let ordered = order_after(slf.py(), stream.get().queue()?, backing.queue.get().held());
             if let Err(err) = ordered {
                 handouts.deallocate(address, kind, nbytes).py()?;
                 return Err(err);
