@@ -160,7 +160,7 @@ impl HostMemory {
 /// Blocks from this size up are advised to use transparent huge pages, as NumPy advises its
 /// arrays (`NUMPY_MADVISE_HUGEPAGE`): where the kernel's THP mode is `madvise`, memory gets huge
 /// pages only when asked, and without them a 64 MiB block sent through a socket read 2–8% slower
-/// than NumPy's (BENCHMARKS.md, the Dask row).
+/// than NumPy's (BENCHMARKS-archive.md, the Dask row).
 const HUGE_PAGE_ADVICE_FROM: usize = 4 << 20;
 
 /// The huge page size the advice is aligned to (x86-64 and aarch64 with 4 KiB base pages).
