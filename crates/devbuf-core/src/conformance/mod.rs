@@ -6,6 +6,9 @@
 //! other and against the device half, and run the kit again through each memory resource adaptor
 //! (pool, binning, fixed-size, limiting, statistics, tracking, logging, prefetch, failure
 //! callback), checking the pool's own promises too.
+//!
+//! A new check is a function here and one line in the kit's list (`__conformance_checks!`): the
+//! table the matrix runs ([`CHECKS`]) and every backend's `#[test]`s are both made from that list.
 
 use std::sync::{Arc, LazyLock};
 
