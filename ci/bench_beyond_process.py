@@ -17,8 +17,8 @@ from benchlib import Report, Row, load_average
 
 NBYTES = 64 << 20
 # A/A runs (--aa: two identical sides) of 41 rounds read 0.93-1.08 on the loaded 2-core VM (the
-# rounds of one run spread 0.2-4.4x; BENCHMARKS.md, "The Dask row's harness"): too coarse for a 5%
-# goal. The median of 81 rounds wanders about 1/sqrt(2) as far.
+# rounds of one run spread 0.2-4.4x; BENCHMARKS-archive.md, "The Dask row's harness"): too coarse
+# for a 5% goal. The median of 81 rounds wanders about 1/sqrt(2) as far.
 DASK_ROUNDS = 81
 
 

@@ -1,7 +1,9 @@
 """ci/module-cycles sees the cycles it must, on tiny crates written here: through a folder module
 (`foo/mod.rs`, `foo.rs` beside `foo/`), through `super::`, and through names re-exported by lib.rs
 or a mod.rs; and it sees none where there is none (a parent that only re-exports its children,
-test modules, paths in comments and strings). Run by ci/test."""
+test modules, paths in comments and strings). Folder by folder too: a folder's files collapsed into
+one node make a cycle no two files make, at the top and below, test modules left out. Run by
+ci/test."""
 
 import importlib.machinery
 import importlib.util
@@ -27,6 +29,11 @@ def crate(root, files):
 
 def found(root):
     return module_cycles.cycles(module_cycles.Crate(root).edges())
+
+
+def folder_found(root):
+    crate_ = module_cycles.Crate(root)
+    return [(parent, component) for parent, component, _ in module_cycles.folder_cycles(crate_, crate_.edges())]
 
 
 def test_a_cycle_through_a_folder_module_and_its_re_export(tmp_path):
@@ -103,6 +110,62 @@ def test_the_command_fails_on_a_cycle_and_passes_without(tmp_path, capsys):
     assert module_cycles.main([str(cyclic)]) == 1
     assert "CYCLE in cyclic: a <-> b" in capsys.readouterr().out
     assert module_cycles.main([str(clean)]) == 0
+
+
+IPC_BETWEEN_LAYERS = {
+    "lib.rs": "mod buffer;\nmod interop;\nmod ipc;\n",
+    # The trait below `interop` and the functions above `buffer` in one folder.
+    "ipc/mod.rs": "mod sharing;\npub use sharing::Sharing;\npub fn export(b: &crate::buffer::Buffer) {}\n",
+    "ipc/sharing.rs": "pub trait Sharing {}\n",
+    "interop.rs": "pub trait Interop { fn ipc(&self) -> &dyn crate::ipc::Sharing; }\n",
+    "buffer.rs": "pub struct Buffer(Box<dyn crate::interop::Interop>);\n",
+}
+
+
+def test_a_cycle_only_folders_make_is_found_and_fails_the_command(tmp_path, capsys):
+    root = crate(tmp_path / "layers", IPC_BETWEEN_LAYERS)
+    assert found(root) == []
+    assert folder_found(root) == [("crate", ["buffer", "interop", "ipc"])]
+    assert module_cycles.main([str(root)]) == 1
+    out = capsys.readouterr().out
+    assert "FOLDER CYCLE in layers, under crate: buffer <-> interop <-> ipc" in out
+    assert "interop -> ipc: interop -> ipc::sharing: crate::ipc::Sharing" in out
+
+
+def test_splitting_the_folder_by_layer_removes_the_cycle(tmp_path):
+    root = crate(tmp_path, {
+        **{k: v for k, v in IPC_BETWEEN_LAYERS.items() if not k.startswith("ipc/")},
+        "lib.rs": "mod buffer;\nmod interop;\nmod ipc;\nmod sharing;\n",
+        "sharing.rs": "pub trait Sharing {}\n",
+        "ipc.rs": "pub use crate::sharing::Sharing;\npub fn export(b: &crate::buffer::Buffer) {}\n",
+    })
+    assert found(root) == [] and folder_found(root) == []
+
+
+def test_a_folder_cycle_below_the_top_is_found_under_its_parent(tmp_path):
+    root = crate(tmp_path, {
+        "lib.rs": "mod mr;\n",
+        "mr/mod.rs": "mod pool;\nmod stats;\n",
+        "mr/pool/mod.rs": "mod arena;\npub struct Pool;\n",
+        "mr/pool/arena.rs": "pub struct Arena(super::super::stats::Stats);\n",
+        "mr/stats.rs": "pub struct Stats;\npub fn of(p: &super::pool::Pool) {}\n",
+    })
+    assert found(root) == []
+    assert folder_found(root) == [("mr", ["mr::pool", "mr::stats"])]
+
+
+def test_what_test_modules_use_makes_no_folder_cycle(tmp_path):
+    root = crate(tmp_path, {
+        "lib.rs": "mod a;\nmod b;\n",
+        "a/mod.rs": "mod inner;\n#[cfg(test)]\nmod tests;\npub struct A;\n",
+        "a/inner.rs": "pub struct Inner;\n",
+        "a/tests.rs": "use crate::b::B;\n",
+        "b.rs": "pub struct B(crate::a::A);\n#[cfg(test)]\nmod tests {\n    use crate::a::A;\n}\n",
+    })
+    assert folder_found(root) == []
+    # Not a test module: the same use is an edge, and with it a cycle.
+    (root / "src" / "a" / "mod.rs").write_text("mod inner;\nmod tests;\npub struct A;\n")
+    assert folder_found(root) == [("crate", ["a", "b"])]
 
 
 @pytest.mark.parametrize("crate_dir", module_cycles.workspace_crates(), ids=lambda p: p.name)

@@ -199,11 +199,11 @@ mod tests {
 
     use super::*;
     use crate::interface::{InterfaceDict, import_cai};
+    use crate::interop::IpcSharing;
     use crate::interop::{
         ConsumerOrder, ExportedHandle, ForeignObject, Interop, ProducerStream, ProducerWork,
         StreamHandle,
     };
-    use crate::ipc::IpcSharing;
     use crate::{Buffer, HostQueue, host};
     use dlpark::ffi::DLDevice;
 

@@ -37,6 +37,9 @@ impl fmt::Display for MemKind {
     }
 }
 
+/// The name of the host backend and its one selector ([`crate::host::HOST`]).
+pub const HOST: &str = "host";
+
 /// What a backend knows about one of its devices.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceInfo {

@@ -1,8 +1,9 @@
 //! What ordering devbuf after other libraries' work costs on CUDA, for the choice recorded in
-//! docs/guide/ordering.md and BENCHMARKS.md: devbuf's own non-blocking stream, ordered after the
-//! legacy default stream by an event only when it touches memory it handed out (what devbuf does),
-//! against a blocking stream, which follows the legacy stream by itself on every operation (the
-//! alternative; measured as a devbuf queue over a blocking stream, `CudaQueue::with_stream`).
+//! docs/guide/ordering.md and BENCHMARKS-archive.md: devbuf's own non-blocking stream, ordered
+//! after the legacy default stream by an event only when it touches memory it handed out (what
+//! devbuf does), against a blocking stream, which follows the legacy stream by itself on every
+//! operation (the alternative; measured as a devbuf queue over a blocking stream,
+//! `CudaQueue::with_stream`).
 //!
 //! ```text
 //! cargo run --release -p devbuf-cuda --example ordering_cost -- access    # time per access
@@ -192,7 +193,7 @@ fn overlap_table() {
     check("cuMemFree", unsafe { sys::cuMemFree_v2(theirs) });
 }
 
-/// `n` accesses and nothing else, for counting driver calls from outside (BENCHMARKS.md).
+/// `n` accesses and nothing else, for counting driver calls from outside (BENCHMARKS-archive.md).
 fn repeat(args: &[String]) {
     let [design, exported, op, n] = args else {
         panic!("repeat <ours|blocking> <exported|private> <fill|view|to_vec> <n>");

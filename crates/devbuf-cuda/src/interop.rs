@@ -19,6 +19,24 @@ use crate::queue::CudaQueue;
 
 /// The exchange half: CUDA memory, handed to other libraries with the stream it is ordered on.
 impl Interop for CudaQueue {
+    fn dlpack_device(&self, kind: MemKind) -> DLDevice {
+        let (device_type, device_id) = match kind {
+            MemKind::Device => (DLDeviceType::CUDA, self.ordinal() as i32),
+            MemKind::Host => (DLDeviceType::CUDAHOST, 0),
+            MemKind::Shared => (DLDeviceType::CUDAMANAGED, 0),
+            // Memory the driver does not know is plain host memory, if anything.
+            MemKind::Unknown => (DLDeviceType::CPU, 0),
+        };
+        DLDevice {
+            device_type,
+            device_id,
+        }
+    }
+
+    fn dlpack_export_refusal(&self) -> Option<String> {
+        None
+    }
+
     /// The allocation `cuMemGetAddressRange` names. The driver documents it for allocations made
     /// by its allocators; where it bounds none (pinned memory on some drivers), the kind and
     /// device are what it tells. A stream-ordered pool may report the pool's mapped chunk rather
@@ -39,29 +57,6 @@ impl Interop for CudaQueue {
         })
     }
 
-    /// The context retained when the queue was made is still the device's primary context.
-    fn check_memory_alive(&self) -> Result<()> {
-        Ok(self.context().check_not_reset()?)
-    }
-
-    fn dlpack_device(&self, kind: MemKind) -> DLDevice {
-        let (device_type, device_id) = match kind {
-            MemKind::Device => (DLDeviceType::CUDA, self.ordinal() as i32),
-            MemKind::Host => (DLDeviceType::CUDAHOST, 0),
-            MemKind::Shared => (DLDeviceType::CUDAMANAGED, 0),
-            // Memory the driver does not know is plain host memory, if anything.
-            MemKind::Unknown => (DLDeviceType::CPU, 0),
-        };
-        DLDevice {
-            device_type,
-            device_id,
-        }
-    }
-
-    fn ipc(&self) -> Result<&dyn devbuf_core::IpcSharing> {
-        Ok(self)
-    }
-
     /// The stream itself: never 0 ([`CudaQueue::stream`]).
     fn native_stream(&self) -> Option<StreamHandle> {
         StreamHandle::new(self.stream())
@@ -76,13 +71,45 @@ impl Interop for CudaQueue {
         None
     }
 
-    fn dlpack_export_refusal(&self) -> Option<String> {
-        None
+    /// Consumers were given the stream itself (CAI, DLPack, the exchange table's work stream),
+    /// and the ecosystem works on the legacy default stream by default (Numba's stream 0, CuPy's
+    /// and PyTorch's null stream, RMM's default, DLPack's `stream=None`).
+    fn untracked_foreign_work(&self) -> bool {
+        true
+    }
+
+    /// Our stream is non-blocking, so the legacy default stream's work is ordered before it
+    /// explicitly: an event recorded there, which our stream waits for. The legacy stream itself
+    /// waits for the work enqueued before on every blocking stream of the context (NVIDIA's
+    /// "Stream synchronization behavior"), so the event covers those streams too (Numba's
+    /// `cuda.stream()`, CuPy's streams unless non-blocking). Work on our own stream is in order.
+    fn order_after_foreign_work(&self) -> Result<()> {
+        if self.stream() == CU_STREAM_LEGACY {
+            return Ok(());
+        }
+        let mut mark = self.legacy_mark.lock();
+        let event = match &mut *mark {
+            Some(event) => event,
+            None => mark.insert(RawEvent::create(self.context().raw())?),
+        };
+        event.record(CU_STREAM_LEGACY as CUstream)?;
+        event::enqueue_wait(self.stream.raw(), self.context().raw(), event.raw())?;
+        Ok(())
+    }
+
+    fn foreign_work_event(&self) -> Result<Option<Event>> {
+        self.order_after_foreign_work()?;
+        Ok(Some(Queue::record_event(self)?))
     }
 
     /// Other libraries work on the stream itself once they hold it: its events cover their work.
     fn handed_out_event(&self) -> Result<Event> {
         Queue::record_event(self)
+    }
+
+    /// The context retained when the queue was made is still the device's primary context.
+    fn check_memory_alive(&self) -> Result<()> {
+        Ok(self.context().check_not_reset()?)
     }
 
     /// Every stream other libraries use devbuf memory on is in this queue's context, which
@@ -129,37 +156,6 @@ impl Interop for CudaQueue {
         is_cuda_device(device)
     }
 
-    /// Consumers were given the stream itself (CAI, DLPack, the exchange table's work stream),
-    /// and the ecosystem works on the legacy default stream by default (Numba's stream 0, CuPy's
-    /// and PyTorch's null stream, RMM's default, DLPack's `stream=None`).
-    fn untracked_foreign_work(&self) -> bool {
-        true
-    }
-
-    /// Our stream is non-blocking, so the legacy default stream's work is ordered before it
-    /// explicitly: an event recorded there, which our stream waits for. The legacy stream itself
-    /// waits for the work enqueued before on every blocking stream of the context (NVIDIA's
-    /// "Stream synchronization behavior"), so the event covers those streams too (Numba's
-    /// `cuda.stream()`, CuPy's streams unless non-blocking). Work on our own stream is in order.
-    fn order_after_foreign_work(&self) -> Result<()> {
-        if self.stream() == CU_STREAM_LEGACY {
-            return Ok(());
-        }
-        let mut mark = self.legacy_mark.lock();
-        let event = match &mut *mark {
-            Some(event) => event,
-            None => mark.insert(RawEvent::create(self.context().raw())?),
-        };
-        event.record(CU_STREAM_LEGACY as CUstream)?;
-        event::enqueue_wait(self.stream.raw(), self.context().raw(), event.raw())?;
-        Ok(())
-    }
-
-    fn foreign_work_event(&self) -> Result<Option<Event>> {
-        self.order_after_foreign_work()?;
-        Ok(Some(Queue::record_event(self)?))
-    }
-
     /// CAI's rule, where a producer that names no stream is taken to work on
     /// [`protocol::implied_cai_stream`], for a CAI's `stream` entry and for the work stream
     /// DLPack's exchange API reports (where NULL, 0, is the legacy default stream).
@@ -186,6 +182,10 @@ impl Interop for CudaQueue {
         }
         // SAFETY: the caller's promise about `stream`.
         blocking(|| unsafe { self.follow_producer(producer) })
+    }
+
+    fn ipc(&self) -> Result<&dyn devbuf_core::IpcSharing> {
+        Ok(self)
     }
 }
 

@@ -12,15 +12,6 @@ use crate::queue::OpenClQueue;
 /// The exchange half: kDLOpenCL memory, which no exchange protocol hands over with a queue or
 /// stream, so no other library enqueues work on this queue.
 impl Interop for OpenClQueue {
-    /// As far as the device's memory strategy can tell: Intel USM names the allocation holding
-    /// any pointer into it; with SVM only devbuf's own allocations are known.
-    fn holder_of(&self, ptr: *const u8) -> Result<Holder> {
-        if ptr.is_null() {
-            return Ok(Holder::Unknown);
-        }
-        Ok(self.memory.holder_of(&self.context, ptr))
-    }
-
     fn dlpack_device(&self, _kind: MemKind) -> DLDevice {
         DLDevice {
             device_type: DLDeviceType::OPENCL,
@@ -28,15 +19,17 @@ impl Interop for OpenClQueue {
         }
     }
 
-    fn ipc(&self) -> Result<&dyn devbuf_core::IpcSharing> {
-        Err(devbuf_core::ipc::unsupported(
-            &self.info,
-            crate::ipc::NO_IPC,
-        ))
-    }
-
     fn dlpack_export_refusal(&self) -> Option<String> {
         None
+    }
+
+    /// As far as the device's memory strategy can tell: Intel USM names the allocation holding
+    /// any pointer into it; with SVM only devbuf's own allocations are known.
+    fn holder_of(&self, ptr: *const u8) -> Result<Holder> {
+        if ptr.is_null() {
+            return Ok(Holder::Unknown);
+        }
+        Ok(self.memory.holder_of(&self.context, ptr))
     }
 
     fn native_stream(&self) -> Option<StreamHandle> {
@@ -93,5 +86,12 @@ impl Interop for OpenClQueue {
         _sync: bool,
     ) -> Result<ProducerWork> {
         Ok(ProducerWork::default())
+    }
+
+    fn ipc(&self) -> Result<&dyn devbuf_core::IpcSharing> {
+        Err(devbuf_core::ipc::unsupported(
+            &self.info,
+            crate::ipc::NO_IPC,
+        ))
     }
 }

@@ -18,22 +18,15 @@ use crate::raw::{Device, owned_handle};
 /// The exchange half: kDLOneAPI memory, handed to other libraries as copies of this very
 /// `sycl::queue`, which they enqueue on.
 impl Interop for SyclQueue {
-    /// Other libraries enqueue on copies of this queue (SUAI's `syclobj`, dpctl's `sycl_queue`,
-    /// DLPack's `stream`): dpnp does for every operation on devbuf memory.
-    fn untracked_foreign_work(&self) -> bool {
-        true
+    fn dlpack_device(&self, _kind: MemKind) -> DLDevice {
+        DLDevice {
+            device_type: DLDeviceType::ONEAPI,
+            device_id: self.dlpack_id.unwrap_or(-1),
+        }
     }
 
-    /// The queue is in order, and their copies of it are the same queue: work enqueued here
-    /// already follows theirs. For the host and other queues, a barrier covers it.
-    fn foreign_work_event(&self) -> Result<Option<Event>> {
-        Ok(Some(Event::new(self.event(Arc::new(self.barrier()?)))))
-    }
-
-    /// Other libraries' own queues (dpctl's default ones) are out of [`Queue::wait_device`]'s
-    /// sight; the runtime's own free waits for their commands on the memory.
-    fn wait_device_covers_every_queue(&self) -> bool {
-        false
+    fn dlpack_export_refusal(&self) -> Option<String> {
+        self.dlpack_refusal()
     }
 
     /// dpctl's C API tells a USM pointer's type and device in a context, not the bounds of its
@@ -66,11 +59,15 @@ impl Interop for SyclQueue {
         Ok(Holder::Unbounded { kind, place })
     }
 
-    fn dlpack_device(&self, _kind: MemKind) -> DLDevice {
-        DLDevice {
-            device_type: DLDeviceType::ONEAPI,
-            device_id: self.dlpack_id.unwrap_or(-1),
-        }
+    /// No native stream: SYCL's queue is the handle ([`Interop::dlpack_work_stream`],
+    /// [`Interop::export_handle`]).
+    fn native_stream(&self) -> Option<StreamHandle> {
+        None
+    }
+
+    /// The `sycl::queue*` itself: what DLPack's exchange API names for kDLOneAPI.
+    fn dlpack_work_stream(&self) -> Option<usize> {
+        Some(self.queue.as_ptr() as usize)
     }
 
     /// A fresh owned copy of this queue as a "SyclQueueRef" payload (destroyed with
@@ -83,20 +80,34 @@ impl Interop for SyclQueue {
         owned_handle(c"SyclQueueRef", copy, delete)
     }
 
-    /// The `sycl::queue*` itself: what DLPack's exchange API names for kDLOneAPI.
-    fn dlpack_work_stream(&self) -> Option<usize> {
-        Some(self.queue.as_ptr() as usize)
+    /// Other libraries enqueue on copies of this queue (SUAI's `syclobj`, dpctl's `sycl_queue`,
+    /// DLPack's `stream`): dpnp does for every operation on devbuf memory.
+    fn untracked_foreign_work(&self) -> bool {
+        true
     }
 
-    fn ipc(&self) -> Result<&dyn devbuf_core::IpcSharing> {
-        Err(devbuf_core::ipc::unsupported(
-            &self.info,
-            crate::ipc::NO_IPC,
-        ))
+    /// Nothing of theirs on this queue's other copies can run before work enqueued here: the
+    /// queue is in order.
+    fn order_after_foreign_work(&self) -> Result<()> {
+        Ok(())
     }
 
-    fn dlpack_export_refusal(&self) -> Option<String> {
-        self.dlpack_refusal()
+    /// The queue is in order, and their copies of it are the same queue: work enqueued here
+    /// already follows theirs. For the host and other queues, a barrier covers it.
+    fn foreign_work_event(&self) -> Result<Option<Event>> {
+        Ok(Some(Event::new(self.event(Arc::new(self.barrier()?)))))
+    }
+
+    /// Their copies of this queue are this queue: a barrier covers their work too, which
+    /// devbuf's last command does not.
+    fn handed_out_event(&self) -> Result<Event> {
+        Ok(Event::new(self.event(Arc::new(self.barrier()?))))
+    }
+
+    /// Other libraries' own queues (dpctl's default ones) are out of [`Queue::wait_device`]'s
+    /// sight; the runtime's own free waits for their commands on the memory.
+    fn wait_device_covers_every_queue(&self) -> bool {
+        false
     }
 
     /// A kDLOneAPI consumer's `stream` is its SYCL queue (a devbuf queue or a "SyclQueueRef"),
@@ -152,21 +163,10 @@ impl Interop for SyclQueue {
         Ok(ProducerWork::default())
     }
 
-    /// Their copies of this queue are this queue: a barrier covers their work too, which
-    /// devbuf's last command does not.
-    fn handed_out_event(&self) -> Result<Event> {
-        Ok(Event::new(self.event(Arc::new(self.barrier()?))))
-    }
-
-    /// No native stream: SYCL's queue is the handle ([`Interop::dlpack_work_stream`],
-    /// [`Interop::export_handle`]).
-    fn native_stream(&self) -> Option<StreamHandle> {
-        None
-    }
-
-    /// Nothing of theirs on this queue's other copies can run before work enqueued here: the
-    /// queue is in order.
-    fn order_after_foreign_work(&self) -> Result<()> {
-        Ok(())
+    fn ipc(&self) -> Result<&dyn devbuf_core::IpcSharing> {
+        Err(devbuf_core::ipc::unsupported(
+            &self.info,
+            crate::ipc::NO_IPC,
+        ))
     }
 }

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
 
-use super::Owner;
 use super::shared::Shared;
+use crate::Owner;
 use crate::blocking::blocking;
 use crate::mr::{FreeAfter, MemoryResource};
 use crate::{Error, Event, ForeignQueue, MemKind, Queue, Result};

@@ -5,11 +5,11 @@
 
 use super::*;
 use crate::Event;
+use crate::interop::IpcSharing;
 use crate::interop::{
     ConsumerOrder, ExportedHandle, ForeignObject, Holder, Interop, ProducerStream, ProducerWork,
     StreamHandle,
 };
-use crate::ipc::IpcSharing;
 use crate::mr::{PoolOptions, PoolResource, QueueResource};
 use crate::{CompletedEvent, HostQueue};
 use dlpark::ffi::DLDevice;

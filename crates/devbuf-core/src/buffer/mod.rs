@@ -8,7 +8,6 @@ mod allocation;
 mod hints;
 mod on_queue;
 mod ordering;
-mod owner;
 mod shared;
 mod strided;
 mod transfer;
@@ -22,12 +21,13 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU8;
 
 use crate::mr::{self, MemoryResource};
-use crate::{DEFAULT_ALIGNMENT, DeviceInfo, Error, ForeignQueue, MemKind, Queue, Result};
+use crate::{
+    DEFAULT_ALIGNMENT, DeviceInfo, Error, ForeignQueue, KeptAlive, MemKind, Owner, Queue, Result,
+};
 use allocation::{
     Allocation, Pending, PendingList, Release, SharedAllocation, check_allocation, exported,
 };
 pub use ordering::Access;
-pub use owner::{KeptAlive, Owner};
 pub use strided::Runs;
 
 /// A contiguous range of bytes in one allocation; cheap to clone, and every clone or sub-view

@@ -227,7 +227,7 @@ pub(super) fn reaches(queue: &Arc<dyn Queue>, buffer: &Buffer) -> bool {
 fn fills(queue: &Arc<dyn Queue>, buffer: &Buffer) -> bool {
     Arc::ptr_eq(queue, buffer.queue())
         || queue.kind_of(buffer.ptr()) != MemKind::Unknown
-        || (queue.device().backend == crate::host::HOST && buffer.is_host_accessible())
+        || (queue.device().backend == crate::kind::HOST && buffer.is_host_accessible())
 }
 
 /// What a queue is asked to do with a buffer it did not make.

@@ -7,8 +7,6 @@
 
 use std::sync::Arc;
 
-use super::checks::DEVICE;
-use super::interop::INTEROP;
 use super::kit::{
     Check, CheckResult, KIT_RESOURCES, Outcome, ctx, expect_bytes, for_each_kind, pattern, run_one,
     supported_kinds,
@@ -93,21 +91,27 @@ fn adaptors(queue: &Arc<dyn Queue>) -> Vec<(&'static str, Arc<dyn MemoryResource
     ]
 }
 
-/// Every check of the device and exchange halves again, allocating through each memory resource
-/// adaptor on `queue` in turn.
-pub(super) fn every_check_through_each_adaptor(queue: &Arc<dyn Queue>) -> Outcome {
+/// Every check of `groups` (the device and exchange halves) again, allocating through each memory
+/// resource adaptor on `queue` in turn.
+pub(super) fn every_check_through_each_adaptor(
+    queue: &Arc<dyn Queue>,
+    groups: &[&[Check]],
+) -> Outcome {
     if let Err(skip) = supported_kinds(queue) {
         return skip;
     }
     let mut failures: Vec<String> = Vec::new();
     for (name, resource) in adaptors(queue) {
         KIT_RESOURCES.lock().push(Arc::clone(&resource));
-        failures.extend(DEVICE.iter().chain(INTEROP).filter_map(|check| {
-            match run_one(check, queue) {
-                Outcome::Fail(why) => Some(format!("{} through {name}: {why}", check.name)),
-                Outcome::Pass | Outcome::Skip(_) => None,
-            }
-        }));
+        failures.extend(
+            groups
+                .concat()
+                .iter()
+                .filter_map(|check| match run_one(check, queue) {
+                    Outcome::Fail(why) => Some(format!("{} through {name}: {why}", check.name)),
+                    Outcome::Pass | Outcome::Skip(_) => None,
+                }),
+        );
         KIT_RESOURCES
             .lock()
             .retain(|kit| !Arc::ptr_eq(kit, &resource));
@@ -260,23 +264,3 @@ pub(super) fn busy_block_is_reused_after_its_work(queue: &Arc<dyn Queue>) -> Out
         Ok(())
     })
 }
-
-/// The memory resources' checks.
-pub(super) const ADAPTORS: &[Check] = &[
-    Check {
-        name: "pool_export",
-        run: exported_block_is_not_reused,
-    },
-    Check {
-        name: "pool_busy",
-        run: busy_block_is_reused_after_its_work,
-    },
-    Check {
-        name: "fixed_size_export",
-        run: exported_fixed_size_block_is_not_reused,
-    },
-    Check {
-        name: "adaptors",
-        run: every_check_through_each_adaptor,
-    },
-];

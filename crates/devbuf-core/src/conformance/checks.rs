@@ -5,10 +5,9 @@
 
 use std::sync::Arc;
 
-use super::imports;
 use super::kit::{
-    Check, CheckResult, Outcome, alloc, allocate, ctx, expect_bytes, for_each_kind, outcome,
-    pattern, supported_kinds,
+    CheckResult, Outcome, alloc, allocate, ctx, expect_bytes, for_each_kind, outcome, pattern,
+    supported_kinds,
 };
 use crate::{Buffer, DEFAULT_ALIGNMENT, Error, HostQueue, MemKind, Queue};
 
@@ -329,67 +328,3 @@ pub(super) fn copies_across_backends(queue: &Arc<dyn Queue>) -> Outcome {
         )
     })
 }
-
-/// The device operations' checks.
-pub(super) const DEVICE: &[Check] = &[
-    Check {
-        name: "alloc",
-        run: alloc_each_kind,
-    },
-    Check {
-        name: "align",
-        run: alignment_honoured,
-    },
-    Check {
-        name: "copy",
-        run: copy_round_trips,
-    },
-    Check {
-        name: "fill",
-        run: fill_patterns,
-    },
-    Check {
-        name: "busy_free",
-        run: release_waits_for_enqueued_work,
-    },
-    Check {
-        name: "kind_of",
-        run: classifies_own_pointers,
-    },
-    Check {
-        name: "foreign",
-        run: imports::classifies_foreign_pointers,
-    },
-    Check {
-        name: "extent",
-        run: imports::bounds_own_allocations,
-    },
-    Check {
-        name: "deleter",
-        run: imports::deleter_runs_once,
-    },
-    Check {
-        name: "subview",
-        run: subview_keeps_parent_alive,
-    },
-    Check {
-        name: "threads",
-        run: threads_allocate_copy_free,
-    },
-    Check {
-        name: "oom",
-        run: impossible_allocation_fails,
-    },
-    Check {
-        name: "events",
-        run: events_order_work,
-    },
-    Check {
-        name: "cross",
-        run: copies_across_backends,
-    },
-    Check {
-        name: "handed_out",
-        run: consumer_work_on_handed_out_memory_comes_first,
-    },
-];

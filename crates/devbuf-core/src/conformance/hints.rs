@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::kit::{Check, Outcome, alloc, ctx, expect_bytes, outcome, pattern};
+use super::kit::{Outcome, alloc, ctx, expect_bytes, outcome, pattern};
 use crate::{Advice, Error, Location, MemKind, Queue};
 
 /// A hint taken, or refused as unsupported (a backend without hints answers so every time); any
@@ -62,9 +62,3 @@ pub(super) fn hints_keep_the_bytes(queue: &Arc<dyn Queue>) -> Outcome {
         Ok(())
     })())
 }
-
-/// The hints' checks.
-pub(super) const HINTS: &[Check] = &[Check {
-    name: "hints",
-    run: hints_keep_the_bytes,
-}];

@@ -4,9 +4,7 @@
 
 use std::sync::Arc;
 
-use super::kit::{
-    Check, CheckResult, Outcome, alloc, ctx, for_each_kind, outcome, supported_kinds,
-};
+use super::kit::{CheckResult, Outcome, alloc, ctx, for_each_kind, outcome, supported_kinds};
 use crate::interop::{ForeignObject, Holder, ProducerStream};
 use crate::{Error, MemKind, Queue};
 
@@ -198,19 +196,3 @@ pub(super) fn stream_rules_take_what_the_protocols_allow(queue: &Arc<dyn Queue>)
         Outcome::Pass
     }
 }
-
-/// The exchange half's checks.
-pub(super) const INTEROP: &[Check] = &[
-    Check {
-        name: "interop_memory",
-        run: holders_agree_with_kinds,
-    },
-    Check {
-        name: "interop_handles",
-        run: handles_agree_with_foreign_work,
-    },
-    Check {
-        name: "interop_streams",
-        run: stream_rules_take_what_the_protocols_allow,
-    },
-];

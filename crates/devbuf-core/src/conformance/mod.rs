@@ -6,6 +6,9 @@
 //! other and against the device half, and run the kit again through each memory resource adaptor
 //! (pool, binning, fixed-size, limiting, statistics, tracking, logging, prefetch, failure
 //! callback), checking the pool's own promises too.
+//!
+//! A new check is a function here and one line in the kit's list (`__conformance_checks!`): the
+//! table the matrix runs ([`CHECKS`]) and every backend's `#[test]`s are both made from that list.
 
 use std::sync::{Arc, LazyLock};
 
@@ -20,17 +23,65 @@ pub use kit::{Check, Outcome, pattern, run_one};
 
 use crate::Queue;
 
-/// Every check, in the order the matrix prints them: the device operations, the hints about
-/// shared memory, the exchange answers, then the memory resources around the queue.
-pub static CHECKS: LazyLock<Vec<Check>> = LazyLock::new(|| {
-    [
-        checks::DEVICE,
-        hints::HINTS,
-        interop::INTEROP,
-        adaptors::ADAPTORS,
-    ]
-    .concat()
-});
+/// Every check of the kit, written once: its name and what runs it, in groups, in the order the
+/// matrix prints them (the device operations, the hints about shared memory, the exchange answers,
+/// then the memory resources around the queue). [`CHECKS`] and the tests of
+/// [`conformance_tests!`](crate::conformance_tests) are both made from it, so a check cannot be in
+/// one and not the other. Passes the list to the macro `$then` names, after `$args`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_checks {
+    ([$($then:tt)*] $args:tt) => {
+        $($then)*! { $args
+            DEVICE {
+                alloc: checks::alloc_each_kind,
+                align: checks::alignment_honoured,
+                copy: checks::copy_round_trips,
+                fill: checks::fill_patterns,
+                busy_free: checks::release_waits_for_enqueued_work,
+                kind_of: checks::classifies_own_pointers,
+                foreign: imports::classifies_foreign_pointers,
+                extent: imports::bounds_own_allocations,
+                deleter: imports::deleter_runs_once,
+                subview: checks::subview_keeps_parent_alive,
+                threads: checks::threads_allocate_copy_free,
+                oom: checks::impossible_allocation_fails,
+                events: checks::events_order_work,
+                cross: checks::copies_across_backends,
+                handed_out: checks::consumer_work_on_handed_out_memory_comes_first,
+            }
+            HINTS {
+                hints: hints::hints_keep_the_bytes,
+            }
+            INTEROP {
+                interop_memory: interop::holders_agree_with_kinds,
+                interop_handles: interop::handles_agree_with_foreign_work,
+                interop_streams: interop::stream_rules_take_what_the_protocols_allow,
+            }
+            ADAPTORS {
+                pool_export: adaptors::exported_block_is_not_reused,
+                pool_busy: adaptors::busy_block_is_reused_after_its_work,
+                fixed_size_export: adaptors::exported_fixed_size_block_is_not_reused,
+                adaptors: |queue| adaptors::every_check_through_each_adaptor(queue, &[DEVICE, INTEROP]),
+            }
+        }
+    };
+}
+
+/// Makes each group of [`__conformance_checks!`]'s list a table of [`Check`]s, and [`CHECKS`]
+/// of them all.
+macro_rules! check_tables {
+    ([] $($group:ident { $($name:ident: $run:expr,)* })*) => {
+        $(
+            const $group: &[Check] = &[$(Check { name: stringify!($name), run: $run },)*];
+        )*
+
+        /// Every check, in the order the matrix prints them (see [`__conformance_checks!`]).
+        pub static CHECKS: LazyLock<Vec<Check>> = LazyLock::new(|| [$($group),*].concat());
+    };
+}
+
+__conformance_checks!([check_tables] []);
 
 /// Runs every check against `queue`.
 pub fn run_all(queue: &Arc<dyn Queue>) -> Vec<(&'static str, Outcome)> {
@@ -69,24 +120,29 @@ fn skip(backend: &str, name: &str, why: &str) {
     eprintln!("skip {name}: {why}");
 }
 
-/// Generates one `#[test]` per conformance check for `$backend` (its name, for `DEVBUF_REQUIRE`).
+/// Generates one `#[test]` per conformance check for `$backend` (its name, for `DEVBUF_REQUIRE`),
+/// and `every_check_has_a_test`, which fails if [`CHECKS`] holds a check these tests do not run.
 /// `$queue` is an expression of type `Result<Arc<dyn Queue>, String>` (the error is why the
 /// backend is unavailable).
 #[macro_export]
 macro_rules! conformance_tests {
     ($backend:literal, $queue:expr) => {
-        $crate::conformance_tests!(@tests $backend, $queue;
-            alloc align copy fill busy_free kind_of foreign extent deleter subview threads oom events cross
-            handed_out hints interop_memory interop_handles interop_streams pool_export pool_busy
-            fixed_size_export adaptors);
+        $crate::__conformance_checks!([$crate::conformance_tests] [$backend, $queue]);
     };
-    (@tests $backend:literal, $queue:expr; $($name:ident)*) => {
-        $(
+    ([$backend:literal, $queue:expr] $($group:ident { $($name:ident: $run:expr,)* })*) => {
+        $($(
             #[test]
             fn $name() {
                 $crate::conformance::assert_check(stringify!($name), $backend, &$queue);
             }
-        )*
+        )*)*
+
+        #[test]
+        fn every_check_has_a_test() {
+            let tested = [$($(stringify!($name),)*)*];
+            let table: Vec<&str> = $crate::conformance::CHECKS.iter().map(|c| c.name).collect();
+            assert_eq!(table, tested, "a conformance check without its test");
+        }
     };
 }
 

@@ -5,11 +5,11 @@
 use dlpark::ffi::{DLDevice, DLDeviceType};
 
 use super::queue::HostQueue;
+use crate::interop::IpcSharing;
 use crate::interop::{
     ConsumerOrder, ExportedHandle, ForeignObject, Holder, Interop, ProducerStream, ProducerWork,
     StreamHandle,
 };
-use crate::ipc::IpcSharing;
 use crate::{CompletedEvent, Event, MemKind, Result};
 
 impl Interop for HostQueue {

@@ -19,7 +19,7 @@ use std::sync::{Arc, OnceLock};
 
 use super::HOST;
 use super::queue::HostQueue;
-use crate::ipc::{IpcHandle, IpcSharing, OpenedAllocation, SharedAllocation};
+use crate::interop::{IpcHandle, IpcSharing, OpenedAllocation, SharedAllocation};
 use crate::{Error, MemKind, Owner, Result};
 
 /// The name every devbuf memfd carries; `/proc/<pid>/fd/<fd>` reads as `/memfd:<name> (deleted)`.

@@ -15,8 +15,6 @@ use std::collections::BTreeMap;
 use std::ptr::NonNull;
 
 use parking_lot::Mutex;
-use spin::mutex::SpinMutex;
-use spin::relax::Yield;
 
 use super::HOST;
 use crate::interop::Holder;
@@ -32,11 +30,8 @@ const RECENT_MAX_SIZE: usize = 64 << 10;
 pub(super) struct HostMemory {
     /// Start address → (size, kind) of each live allocation, and of each block kept in `recent`.
     allocations: Mutex<BTreeMap<usize, (usize, MemKind)>>,
-    /// Small freed blocks kept for reuse (see the module's notes). A spin lock that yields the
-    /// thread while another holds it: held for a scan of at most 16 entries, and its unlock is a
-    /// plain store where a `Mutex`'s is an atomic read-modify-write (2 of the 4 atomics an
-    /// allocate+free of a kept block pays, 4-5 ns each here).
-    recent: SpinMutex<Vec<RecentBlock>, Yield>,
+    /// Small freed blocks kept for reuse (see the module's notes).
+    recent: Mutex<Vec<RecentBlock>>,
 }
 
 /// A freed block kept for reuse, with the request it was made for.
@@ -52,7 +47,7 @@ impl Default for HostMemory {
     fn default() -> Self {
         HostMemory {
             allocations: Mutex::new(BTreeMap::new()),
-            recent: SpinMutex::new(Vec::with_capacity(RECENT_BLOCKS)),
+            recent: Mutex::new(Vec::with_capacity(RECENT_BLOCKS)),
         }
     }
 }
@@ -165,7 +160,7 @@ impl HostMemory {
 /// Blocks from this size up are advised to use transparent huge pages, as NumPy advises its
 /// arrays (`NUMPY_MADVISE_HUGEPAGE`): where the kernel's THP mode is `madvise`, memory gets huge
 /// pages only when asked, and without them a 64 MiB block sent through a socket read 2–8% slower
-/// than NumPy's (BENCHMARKS.md, the Dask row).
+/// than NumPy's (BENCHMARKS-archive.md, the Dask row).
 const HUGE_PAGE_ADVICE_FROM: usize = 4 << 20;
 
 /// The huge page size the advice is aligned to (x86-64 and aarch64 with 4 KiB base pages).

@@ -20,5 +20,7 @@ mod queue;
 pub use backend::HostBackend;
 pub use queue::HostQueue;
 
-/// The name of the host backend and its one selector.
-pub const HOST: &str = "host";
+/// The name of the host backend and its one selector (defined with [`crate::DeviceInfo`], whose
+/// `backend` it names, so that `Buffer` can tell the host backend's queues without depending on
+/// the backend).
+pub use crate::kind::HOST;

@@ -12,14 +12,18 @@
 mod foreign;
 mod handles;
 mod holder;
+mod ipc_handle;
+mod ipc_sharing;
 
 use dlpark::ffi::DLDevice;
 
 pub use foreign::{ConsumerOrder, ForeignObject, ProducerStream, ProducerWork};
 pub use handles::{ExportedHandle, StreamHandle};
 pub use holder::Holder;
+pub use ipc_handle::IpcHandle;
+pub(crate) use ipc_handle::bad_handle;
+pub use ipc_sharing::{IpcSharing, OpenedAllocation, SharedAllocation, unsupported};
 
-use crate::ipc::IpcSharing;
 use crate::{Event, MemKind, Result};
 
 /// The exchange half of a queue (the device half is [`crate::Queue`]).
@@ -144,6 +148,6 @@ pub trait Interop: Send + Sync {
     // -- Other processes.
 
     /// How this queue shares memory with other processes on the machine, or why it cannot (an
-    /// [`crate::Error::Unsupported`] with the reason, made with [`crate::ipc::unsupported`]).
+    /// [`crate::Error::Unsupported`] with the reason, made with [`unsupported`]).
     fn ipc(&self) -> Result<&dyn IpcSharing>;
 }

@@ -4,15 +4,12 @@
 //! In front of the allocator, each arena keeps a few small blocks freed with no work pending for the
 //! next request of exactly the same size, as malloc's thread caches do: the allocate-use-free loop
 //! of one size, the pool's most common use, then skips the allocator and the address map (most of
-//! a pooled allocation's ~80 ns here), and the arena's lock too. Each thread first keeps one such
-//! block per kind in its own magazine ([`magazine`]: plain loads and stores, no atomic
-//! read-modify-write); the rest sit in atomic slots shared by all threads
-//! ([`recent::RecentBlocks`]), one compare-exchange to take or keep one. Both are given back to the
-//! allocator before the pool grows or releases memory, so they never make it take more from
-//! upstream.
+//! a pooled allocation's ~80 ns here), and the arena's lock too. They sit in atomic slots shared
+//! by all threads ([`recent::RecentBlocks`]), one compare-exchange to take or keep one, and are
+//! given back to the allocator before the pool grows or releases memory, so they never make it take
+//! more from upstream.
 
 mod arena;
-mod magazine;
 mod recent;
 
 #[cfg(test)]
@@ -20,8 +17,8 @@ mod contract_tests;
 
 use std::collections::HashMap;
 use std::ptr::NonNull;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
 
 use offset_allocator::Allocator;
 use parking_lot::{Mutex, MutexGuard};
@@ -30,7 +27,6 @@ use super::{Adaptor, FreeAfter, MemoryResource, refused};
 use crate::blocking::blocking;
 use crate::{Event, MemKind, Result};
 use arena::{Arena, Block, UNIT, slot_of, units_for};
-use magazine::{Home, Magazines};
 use recent::RecentBlocks;
 
 /// The smallest upstream block the pool asks for when it grows.
@@ -59,8 +55,6 @@ pub struct PoolResource {
     arenas: [Mutex<Arena>; 3],
     /// Each arena's small freed blocks kept for reuse (see the module's notes), outside its lock.
     recent: [RecentBlocks; 3],
-    /// Every thread's magazine for this pool ([`magazine`]): freed blocks kept for that thread.
-    magazines: Magazines,
     upstream_bytes: AtomicUsize,
     upstream_peak: AtomicUsize,
 }
@@ -96,13 +90,12 @@ impl PoolResource {
                 drained: Vec::new(),
             })
         };
-        Arc::new_cyclic(|me| PoolResource {
+        Arc::new(PoolResource {
             upstream,
             initial_size: options.initial_size,
             maximum_size: options.maximum_size,
             arenas: MemKind::ALLOCATABLE.map(arena),
             recent: Default::default(),
-            magazines: Magazines::new(me.clone() as Weak<dyn Home>),
             upstream_bytes: AtomicUsize::new(0),
             upstream_peak: AtomicUsize::new(0),
         })
@@ -299,14 +292,9 @@ impl PoolResource {
         }
     }
 
-    /// Gives the blocks kept for reuse, in the shared slots and every thread's magazine, back to
-    /// `arena`'s allocator.
+    /// Gives the blocks kept for reuse back to `arena`'s allocator.
     fn free_recent(&self, arena: &mut Arena) {
-        let slot = slot_of(arena.kind);
-        for addr in self.recent[slot].take_all() {
-            arena.free(addr);
-        }
-        for addr in magazine::take_back_all(&self.magazines, slot) {
+        for addr in self.recent[slot_of(arena.kind)].take_all() {
             arena.free(addr);
         }
     }
@@ -347,13 +335,10 @@ impl Adaptor for PoolResource {
         let units = units_for(size, align).ok_or_else(too_large)?;
         let units32 = u32::try_from(units).map_err(|_| too_large())?;
         let slot = slot_of(kind);
-        if let Some(request) = recent::request(units32, align) {
-            if let Some(ptr) = magazine::take(&self.magazines, slot, request) {
-                return Ok(ptr);
-            }
-            if let Some(ptr) = self.recent[slot].take(request) {
-                return Ok(ptr);
-            }
+        if let Some(request) = recent::request(units32, align)
+            && let Some(ptr) = self.recent[slot].take(request)
+        {
+            return Ok(ptr);
         }
         let mut arena = self.arenas[slot].lock();
         if let Some(ptr) = arena.try_allocate(units32, align) {
@@ -424,7 +409,7 @@ impl Adaptor for PoolResource {
             .and_then(|request| recent::entry(addr, request));
         if done
             && let Some(entry) = kept
-            && (magazine::keep(&self.magazines, slot, entry) || self.recent[slot].keep(entry))
+            && self.recent[slot].keep(entry)
         {
             return;
         }
@@ -434,19 +419,6 @@ impl Adaptor for PoolResource {
             FreeAfter::Event(event) if !done => arena.deferred.push((addr, event)),
             FreeAfter::Now | FreeAfter::Event(_) => arena.free(addr),
         }
-        self.give_back_drained(arena);
-    }
-}
-
-// The threads' magazines give their blocks back here.
-impl Home for PoolResource {
-    fn magazines(&self) -> &Magazines {
-        &self.magazines
-    }
-
-    fn free_kept(&self, slot: usize, addr: usize) {
-        let mut arena = self.arenas[slot].lock();
-        arena.free(addr);
         self.give_back_drained(arena);
     }
 }
@@ -464,11 +436,6 @@ impl Drop for PoolResource {
                 arena.free(addr);
             }
             for addr in recent.take_all() {
-                arena.free(addr);
-            }
-            // No thread can be using this pool's magazines now: their blocks come back as they
-            // are.
-            for addr in self.magazines.take_all_dropped(slot_of(arena.kind)) {
                 arena.free(addr);
             }
             // A block still in use by work whose wait failed is leaked: freeing it would be worse.

@@ -1,8 +1,7 @@
 //! [`RecentBlocks`]: the small blocks an arena keeps for the next request of the same size, in
 //! atomic slots outside the arena's lock, so that the allocate-use-free loop of one size takes
-//! one atomic read-modify-write each way and no lock where the thread's own magazine
-//! ([`super::magazine`]) has no block or no room. The slots' entries encode a block and the
-//! request it was made for; the magazines use the same.
+//! one atomic read-modify-write each way and no lock. The slots' entries encode a block and the
+//! request it was made for.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,13 +42,13 @@ pub(super) fn entry(addr: usize, request: u64) -> Option<u64> {
 
 /// Whether a slot's `entry` holds a block made for `request`.
 #[inline]
-pub(super) fn holds(entry: u64, request: u64) -> bool {
+fn holds(entry: u64, request: u64) -> bool {
     entry != 0 && entry & REQUEST_MASK == request
 }
 
 /// The address of the block in a (non-empty) slot entry.
 #[inline]
-pub(super) fn address(entry: u64) -> usize {
+fn address(entry: u64) -> usize {
     (entry >> REQUEST_BITS) as usize * UNIT
 }
 

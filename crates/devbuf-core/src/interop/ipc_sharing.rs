@@ -6,7 +6,7 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use super::handle::IpcHandle;
+use super::ipc_handle::IpcHandle;
 use crate::{DeviceInfo, Error, MemKind, Owner, Result};
 
 /// An allocation other processes on this machine can open. It is released when dropped (after

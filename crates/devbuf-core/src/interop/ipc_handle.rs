@@ -95,7 +95,7 @@ impl IpcHandle {
     }
 }
 
-pub(super) fn bad_handle(message: impl Into<String>) -> Error {
+pub(crate) fn bad_handle(message: impl Into<String>) -> Error {
     Error::invalid("ipc_handle", message)
 }
 

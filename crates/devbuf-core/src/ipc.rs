@@ -12,18 +12,17 @@
 //!
 //! The sharing allocation is a separate piece ([`SharedAllocation`], reached through
 //! [`alloc_shareable`]) so that a memory resource can wrap it later.
-
-mod handle;
-mod sharing;
+//!
+//! What a backend implements lives below the exchange half, in [`crate::interop`]; this module
+//! builds on [`Buffer`] and is re-exported here under the names backends and users know.
 
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
-pub use handle::IpcHandle;
-use handle::bad_handle;
-pub use sharing::{IpcSharing, OpenedAllocation, SharedAllocation, unsupported};
+use crate::interop::bad_handle;
+pub use crate::interop::{IpcHandle, IpcSharing, OpenedAllocation, SharedAllocation, unsupported};
 
 use crate::{Buffer, Error, MemKind, Owner, Queue, Result};
 
