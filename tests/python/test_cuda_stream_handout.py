@@ -31,11 +31,13 @@ ON_USER_STREAM = {
         S = devbuf.Stream("cuda:0")
         memory = devbuf.alloc(N, "{kind}", device="cuda:0")
         memory.fill(0)
+        hold(S.stream)
         memory.fill(1, stream=S, blocking=False)  # pending on S: the export names S
         """,
     "alloc-on-S": """
         S = devbuf.Stream("cuda:0")
         memory = S.alloc(N, "{kind}")
+        hold(S.stream)
         memory.fill(0, stream=S, blocking=False)
         """,
 }
@@ -136,6 +138,7 @@ def test_a_stream_named_in_an_export_outlives_its_stream_object(cuda):
         """
         S = devbuf.Stream("cuda:0")
         memory = devbuf.alloc(N, "device", device="cuda:0")
+        hold(S.stream)
         memory.fill(1, stream=S, blocking=False)
         interface = memory.__cuda_array_interface__
         stream = interface["stream"]
