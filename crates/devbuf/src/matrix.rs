@@ -177,3 +177,28 @@ impl fmt::Display for Table<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_selection_runs_only_its_cell() {
+        let selection = Selection {
+            row: Some("host"),
+            check: Some("fill"),
+        };
+        let rows = run_selected(selection);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].label, "host");
+        assert!(matches!(rows[0].outcomes[..], [("fill", Outcome::Pass)]));
+        assert!(
+            run_selected(Selection {
+                row: Some("no such row"),
+                check: None
+            })
+            .is_empty()
+        );
+        assert_eq!(checks().len(), CHECKS.len());
+    }
+}

@@ -14,8 +14,9 @@
 //!
 //! - nothing but `cuInit`, `cuDriverGetVersion`, `cuGetErrorString`/`Name` and
 //!   `cuGetProcAddress` works before `cuInit` (CUDA_ERROR_NOT_INITIALIZED), nothing at all from a
-//!   host function or stream callback (CUDA_ERROR_NOT_PERMITTED); every `CUresult` of CUDA 13 has
-//!   a name and a description;
+//!   host function or stream callback (CUDA_ERROR_NOT_PERMITTED), and host functions and
+//!   callbacks run one at a time, whichever streams they are on ("may be serialized"); every
+//!   `CUresult` of CUDA 13 has a name and a description;
 //! - `cuGetProcAddress` as documented: the versioned variant for the CUDA version asked for, a
 //!   NULL function with CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND for names the double does not
 //!   implement (kernels, graphs, ...) and with CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT for a
