@@ -23,7 +23,7 @@ CELL = "devbuf-matrix-cell "
 
 def _labels() -> list[str]:
     """The matrix's rows: each device of an available backend, or an unavailable backend's name."""
-    labels = []
+    labels: list[str] = []
     for backend in devbuf.backends():
         if backend.available:
             labels.extend(device.selector for device in backend.devices)
