@@ -140,14 +140,16 @@ child_test!(memory_of_another_context_is_not_imported_with_the_primary_queue {
 // device's queue whichever context allocated it, and outlives that context ("cuCtxDestroy() will
 // not destroy memory allocations by cuMemCreate(), cuMemAllocAsync() and
 // cuMemAllocFromPoolAsync()").
-child_test!(stream_ordered_memory_is_imported_whichever_context_allocated_it needs Need::Devices(2); {
-    let queue = shared(1);
+child_test!(stream_ordered_memory_is_imported_whichever_context_allocated_it {
+    // The last device: device 1 on the test driver, the only one on a one-GPU machine.
+    let last = common::device_count() - 1;
+    let queue = shared(last);
     let mut context = ptr::null_mut();
     let mut memory = 0;
     // SAFETY: valid out-pointers; the created context is current until it is destroyed below,
     // and its legacy stream orders the allocation.
     unsafe {
-        check("cuCtxCreate", sys::cuCtxCreate_v2(&mut context, 0, 1));
+        check("cuCtxCreate", sys::cuCtxCreate_v2(&mut context, 0, last as i32));
         check("cuMemAllocAsync", sys::cuMemAllocAsync(&mut memory, LEN, ptr::null_mut()));
         check("cuCtxSynchronize", sys::cuCtxSynchronize());
     }
@@ -157,13 +159,13 @@ child_test!(stream_ordered_memory_is_imported_whichever_context_allocated_it nee
             .expect("stream-ordered memory is CUDA memory");
         (queue.ordinal(), kind)
     };
-    assert_eq!(imported(memory), (1, MemKind::Device));
+    assert_eq!(imported(memory), (last, MemKind::Device));
     // SAFETY: the context created above, destroyed once; the pool memory stays.
     check("cuCtxDestroy", unsafe { sys::cuCtxDestroy_v2(context) });
-    assert_eq!(imported(memory), (1, MemKind::Device));
+    assert_eq!(imported(memory), (last, MemKind::Device));
     let own = Buffer::alloc(&queue, MemKind::Device, 64).unwrap();
-    assert_eq!(imported(own.ptr() as u64), (1, MemKind::Device));
-    in_primary_context(1, || {
+    assert_eq!(imported(own.ptr() as u64), (last, MemKind::Device));
+    in_primary_context(last as i32, || {
         // SAFETY: allocated above, freed once, nothing pending on it.
         check("cuMemFree", unsafe { sys::cuMemFree_v2(memory) });
     });

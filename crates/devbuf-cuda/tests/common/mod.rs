@@ -75,6 +75,11 @@ pub fn has(test: &str, need: Need) -> bool {
     missing.is_none()
 }
 
+/// How many CUDA devices the driver shows.
+pub fn device_count() -> u32 {
+    CudaBackend.devices().expect("the CUDA devices").len() as u32
+}
+
 /// `CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS` of device `ordinal`.
 fn concurrent_managed_access(ordinal: i32) -> bool {
     let mut value = 0;
