@@ -2,7 +2,10 @@
 256 MiB device-to-device and pinned host-to-device copies (goal: >= 0.95x CuPy's bandwidth),
 pooled alloc+free against CuPy's memory pool, and a Numba kernel launched with three devbuf arrays
 against three Numba DeviceNDArrays (goal: <= 1.2x the launch time). Prints a Markdown table.
-Exits with the reason where there is no GPU."""
+Exits with the reason where there is no GPU. Each peer's rows stand alone: where CuPy cannot be
+imported, or numba-cuda cannot compile a kernel with no devbuf in it (an environment's fault, e.g.
+numba-cuda 0.30 on NumPy 2.5), its rows are missing and the output says why; a failure of devbuf's
+side is an error."""
 
 import statistics
 import sys
@@ -19,13 +22,12 @@ if cuda.devices[0].test_double:
     print(f"no GPU: {cuda.devices[0].selector} is {cuda.devices[0].test_double}; nothing to benchmark")
     sys.exit(0)
 
-import cupy  # noqa: E402
 import numpy as np  # noqa: E402
-from numba import cuda as numba_cuda  # noqa: E402
 
 LEN = 256 << 20
 ROUNDS = 15
 rows = []
+missing = []
 
 
 def median(samples):
@@ -45,52 +47,85 @@ def timed(op, sync, number):
     return median(samples)
 
 
+def peer(name, load):
+    """The peer library `load` gives, or None with why it is missing noted."""
+    try:
+        return load()
+    except Exception as err:  # whatever keeps the peer from working here; the output says what
+        missing.append(f"{name}: {type(err).__name__}: {err}")
+        return None
+
+
 device = cuda.devices[0]
 queue = devbuf.Device("cuda:0").queue
 sync_ours = queue.wait
-sync_cupy = cupy.cuda.Device(0).synchronize
-
-# Copies: devbuf's blocking copy_from against CuPy's copy of the same size.
-src, dst = devbuf.alloc(LEN, "device", device="cuda"), devbuf.alloc(LEN, "device", device="cuda")
-src.fill(1)
-ours = timed(lambda: dst.copy_from(src), sync_ours, 5)
-c_src, c_dst = cupy.ones(LEN, dtype=cupy.uint8), cupy.empty(LEN, dtype=cupy.uint8)
-theirs = timed(lambda: c_dst.data.copy_from_device(c_src.data, LEN), sync_cupy, 5)
-gbps = lambda seconds: 2 * LEN / seconds / 1e9  # noqa: E731  bytes read + written
-rows.append(("copy 256 MiB device to device", f"{gbps(ours):.0f} GB/s", f"{gbps(theirs):.0f} GB/s", theirs / ours, "≥ 0.95×"))
-
-pinned = devbuf.alloc(LEN, "host", device="cuda")
-ours = timed(lambda: dst.copy_from(pinned), sync_ours, 5)
-c_pinned = cupy.cuda.alloc_pinned_memory(LEN)
-theirs = timed(lambda: c_dst.data.copy_from_host(c_pinned.ptr, LEN), sync_cupy, 5)
-gbps = lambda seconds: LEN / seconds / 1e9  # noqa: E731
-rows.append(("copy 256 MiB pinned host to device", f"{gbps(ours):.1f} GB/s", f"{gbps(theirs):.1f} GB/s", theirs / ours, "≥ 0.95×"))
-
-# Pooled allocation: devbuf's stream-ordered pool against CuPy's memory pool.
-for size, label in ((1024, "1 KiB"), (1 << 20, "1 MiB")):
-    ours = timed(lambda: devbuf.alloc(size, "device", device="cuda"), sync_ours, 2000)
-    theirs = timed(lambda: cupy.empty(size, dtype=cupy.uint8), sync_cupy, 2000)
-    rows.append((f"alloc+free {label} (pooled)", f"{ours * 1e9:.0f} ns", f"{theirs * 1e9:.0f} ns", ours / theirs, "report"))
 
 
-# A Numba kernel launched with devbuf arrays against Numba's own arrays.
-@numba_cuda.jit
-def axpy(a, x, y, out):
-    i = numba_cuda.grid(1)
-    if i < out.size:
-        out[i] = a * x[i] + y[i]
+def cupy_rows(cupy):
+    sync_cupy = cupy.cuda.Device(0).synchronize
+    # Copies: devbuf's blocking copy_from against CuPy's copy of the same size.
+    src, dst = devbuf.alloc(LEN, "device", device="cuda"), devbuf.alloc(LEN, "device", device="cuda")
+    src.fill(1)
+    ours = timed(lambda: dst.copy_from(src), sync_ours, 5)
+    c_src, c_dst = cupy.ones(LEN, dtype=cupy.uint8), cupy.empty(LEN, dtype=cupy.uint8)
+    theirs = timed(lambda: c_dst.data.copy_from_device(c_src.data, LEN), sync_cupy, 5)
+    gbps = lambda seconds: 2 * LEN / seconds / 1e9  # noqa: E731  bytes read + written
+    rows.append(("copy 256 MiB device to device", f"{gbps(ours):.0f} GB/s", f"{gbps(theirs):.0f} GB/s", theirs / ours, "≥ 0.95×"))
+
+    pinned = devbuf.alloc(LEN, "host", device="cuda")
+    ours = timed(lambda: dst.copy_from(pinned), sync_ours, 5)
+    c_pinned = cupy.cuda.alloc_pinned_memory(LEN)
+    theirs = timed(lambda: c_dst.data.copy_from_host(c_pinned.ptr, LEN), sync_cupy, 5)
+    gbps = lambda seconds: LEN / seconds / 1e9  # noqa: E731
+    rows.append(("copy 256 MiB pinned host to device", f"{gbps(ours):.1f} GB/s", f"{gbps(theirs):.1f} GB/s", theirs / ours, "≥ 0.95×"))
+
+    # Pooled allocation: devbuf's stream-ordered pool against CuPy's memory pool.
+    for size, label in ((1024, "1 KiB"), (1 << 20, "1 MiB")):
+        ours = timed(lambda: devbuf.alloc(size, "device", device="cuda"), sync_ours, 2000)
+        theirs = timed(lambda: cupy.empty(size, dtype=cupy.uint8), sync_cupy, 2000)
+        rows.append((f"alloc+free {label} (pooled)", f"{ours * 1e9:.0f} ns", f"{theirs * 1e9:.0f} ns", ours / theirs, "report"))
 
 
-n = 1 << 10
-ours_args = [devbuf.alloc(n * 4, "device", device="cuda").view("float32") for _ in range(3)]
-numba_args = [numba_cuda.device_array(n, dtype=np.float32) for _ in range(3)]
-launch = lambda x, y, out: axpy[4, 256](2.0, x, y, out)  # noqa: E731
-ours = timed(lambda: launch(*ours_args), numba_cuda.synchronize, 500)
-theirs = timed(lambda: launch(*numba_args), numba_cuda.synchronize, 500)
-rows.append(("Numba kernel launch, 3 arrays", f"{ours * 1e6:.1f} µs", f"{theirs * 1e6:.1f} µs", ours / theirs, "≤ 1.2×"))
+def empty():
+    pass
 
-print(f"{device.name}, driver {device.driver}; CuPy {cupy.__version__}; median of {ROUNDS} rounds\n")
+
+def numba_with_kernels():
+    from numba import cuda as numba_cuda
+
+    numba_cuda.jit("void()")(empty)  # an empty kernel, no devbuf in it: numba-cuda works here
+    return numba_cuda
+
+
+def numba_rows(numba_cuda):
+    # A Numba kernel launched with devbuf arrays against Numba's own arrays.
+    @numba_cuda.jit
+    def axpy(a, x, y, out):
+        i = numba_cuda.grid(1)
+        if i < out.size:
+            out[i] = a * x[i] + y[i]
+
+    n = 1 << 10
+    ours_args = [devbuf.alloc(n * 4, "device", device="cuda").view("float32") for _ in range(3)]
+    numba_args = [numba_cuda.device_array(n, dtype=np.float32) for _ in range(3)]
+    launch = lambda x, y, out: axpy[4, 256](2.0, x, y, out)  # noqa: E731
+    ours = timed(lambda: launch(*ours_args), numba_cuda.synchronize, 500)
+    theirs = timed(lambda: launch(*numba_args), numba_cuda.synchronize, 500)
+    rows.append(("Numba kernel launch, 3 arrays", f"{ours * 1e6:.1f} µs", f"{theirs * 1e6:.1f} µs", ours / theirs, "≤ 1.2×"))
+
+
+cupy = peer("CuPy", lambda: __import__("cupy"))
+if cupy is not None:
+    cupy_rows(cupy)
+numba_cuda = peer("Numba (numba-cuda cannot compile a kernel)", numba_with_kernels)
+if numba_cuda is not None:
+    numba_rows(numba_cuda)
+
+versions = f"; CuPy {cupy.__version__}" if cupy is not None else ""
+print(f"{device.name}, driver {device.driver}{versions}; median of {ROUNDS} rounds\n")
 print("| case | devbuf | reference (CuPy / Numba) | ratio | goal |")
 print("|---|---:|---:|---:|---|")
 for case, ours, theirs, ratio, goal in rows:
     print(f"| {case} | {ours} | {theirs} | {ratio:.2f}× | {goal} |")
+for why in missing:
+    print(f"\nMISSING the rows of {why}")

@@ -46,15 +46,18 @@ pub fn assert_passed(name: &str, output: &Output) {
 }
 
 /// Declares a test whose body runs in a child process with the given environment, where
-/// `common::may_run` allows it.
+/// `common::may_run` allows it and, after `needs`, where `common::has` finds what the test needs
+/// (e.g. a second device; otherwise it is skipped, saying what is missing).
 #[macro_export]
 macro_rules! child_test {
-    ($name:ident $([$($key:literal = $value:literal),* $(,)?])? $body:block) => {
+    ($name:ident $([$($key:literal = $value:literal),* $(,)?])? $(needs $($need:expr),+;)? $body:block) => {
         #[test]
         fn $name() {
             if common::child::is_child() {
                 $body
-            } else if common::may_run(stringify!($name)) {
+            } else if common::may_run(stringify!($name))
+                $($(&& common::has(stringify!($name), $need))+)?
+            {
                 let output = common::run_child(stringify!($name), &[$($(($key, $value)),*)?]);
                 common::child::assert_passed(stringify!($name), &output);
             }

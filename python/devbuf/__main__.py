@@ -1,7 +1,8 @@
 """``python -m devbuf info``: backends, devices, kinds, why a backend is unavailable, and which
 device is the default and why.
 ``python -m devbuf matrix``: every conformance check and every consumer library on every device,
-pass / FAIL / skip with the reason; exits 1 on any FAIL.
+pass / FAIL / skip with the reason; exits 1 on any FAIL. Each row runs in a child process, so a cell
+that crashes is a FAIL saying so, not the end of the matrix.
 ``python -m devbuf demo``: memory on the default device handed zero-copy to dpctl, dpnp and NumPy and
 back, writes on one side read on the other; then the matrix.
 ``python -m devbuf replay LOG [--device D] [--resource queue|pool|binning] [--kind K]``: every
@@ -13,8 +14,7 @@ import sys
 
 import devbuf
 import devbuf.mr
-from devbuf import _consumers, _runtime
-from devbuf._devbuf import conformance_matrix
+from devbuf import _matrix, _runtime
 
 
 def info() -> int:
@@ -43,35 +43,7 @@ def info() -> int:
 
 
 def matrix() -> int:
-    rows = conformance_matrix()
-    consumers = _consumers.CONSUMERS
-    checks = [check for check, _, _ in rows[0][1]] if rows else []
-    columns = checks + [name for name, _ in consumers]
-    notes: list[str] = []
-
-    def cell(status: str, reason: str) -> str:
-        if status == "pass":
-            return "pass"
-        if reason not in notes:
-            notes.append(reason)
-        return f"{status}[{notes.index(reason) + 1}]"
-
-    width = max([len(label) for label, _ in rows] + [6])
-    print(f"{'device':{width}}" + "".join(f"  {c:>8}" for c in columns))
-    failed = False
-    for label, outcomes in rows:
-        cells = [cell(status, reason) for _, status, reason in outcomes]
-        for _, check in consumers:
-            status, reason = _consumers.run(check, label)
-            cells.append(cell(status, reason))
-        failed |= any(c.startswith("FAIL") for c in cells)
-        print(f"{label:{width}}" + "".join(f"  {c:>8}" for c in cells))
-    for number, note in enumerate(notes, 1):
-        print(f"[{number}] {note}")
-    for device in devbuf.devices():
-        if device.test_double:
-            print(f"{device.selector} is NOT hardware: {device.test_double}")
-    return 1 if failed else 0
+    return _matrix.matrix()
 
 
 def demo() -> int:

@@ -47,6 +47,7 @@ __all__ = [
     "from_dlpack",
     "set_cai_export_stream",
     "conformance_matrix",
+    "conformance_checks",
     "IpcHandle",
     "open_ipc",
     "_ipc_handle_from_bytes",
@@ -494,7 +495,10 @@ def asarray(
     BufferError; more than 64 dimensions is a ValueError."""
 def from_dlpack(x: Any, /, *, device: str | Device | Queue | Any | None = None, copy: bool | None = None) -> Array: ...
 def set_cai_export_stream(enabled: bool) -> None: ...
-def conformance_matrix() -> list[tuple[str, list[tuple[str, str, str]]]]: ...
+def conformance_matrix(
+    device: str | None = None, check: str | None = None
+) -> list[tuple[str, list[tuple[str, str, str]]]]: ...
+def conformance_checks() -> list[str]: ...
 
 # devbuf.mr (see devbuf/mr.py)
 @disjoint_base

@@ -1,6 +1,7 @@
 """Shared fixtures: which backends are usable here, and skips that say why (or fail, for the
 backends listed in DEVBUF_REQUIRE, so CI never silently skips a runtime it installed)."""
 
+import functools
 import gc
 import os
 
@@ -23,6 +24,30 @@ def require_backend(name):
     if name in required or "all" in required:
         pytest.fail(f"{name} is required by DEVBUF_REQUIRE but unavailable: {reason}")
     pytest.skip(f"{name} backend unavailable: {reason}")
+
+
+@functools.cache
+def numba_kernel_problem():
+    """Why numba-cuda cannot compile a kernel here (an empty one, no devbuf in it), or None."""
+    try:
+        from numba import cuda
+
+        cuda.jit("void()")(_empty_kernel)
+    except Exception as err:  # whatever broke numba-cuda here; the skip says what
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+def _empty_kernel():
+    pass
+
+
+def require_numba_kernels():
+    """Skips the calling test where numba-cuda cannot compile an empty kernel: a fault of the
+    environment (e.g. numba-cuda 0.30 on NumPy 2.5, which removed np.row_stack), not devbuf's."""
+    problem = numba_kernel_problem()
+    if problem is not None:
+        pytest.skip(f"numba-cuda cannot compile a kernel here, with no devbuf in it: {problem}")
 
 
 def usable_kinds(device):

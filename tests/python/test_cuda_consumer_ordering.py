@@ -17,13 +17,10 @@ from conftest import require_backend
 from test_cuda_ordering import run
 
 BUSY = """
-_scratch = ctypes.c_uint64()
-ok(cu.cuMemAlloc_v2(ctypes.byref(_scratch), 64))
-
-def busy(stream, operations=4):
-    # Work the consumer queues first, so that its write lands well after any read of devbuf's.
-    for _ in range(operations):
-        memset(_scratch.value, 0, 64, stream)
+def busy(stream):
+    # What the consumer queues first, so that its write lands well after any read of devbuf's: on
+    # a GPU too, where a few small memsets would be done before devbuf's read is even enqueued.
+    hold(stream, 100_000)
 """
 
 NUMBA = """
@@ -180,6 +177,7 @@ def test_a_cai_consumer_on_devbufs_own_stream_comes_before_host_views(cuda, kind
         f"""
         memory = devbuf.alloc(N, "{kind}", device="cuda:0")
         memory.fill(0)
+        hold(memory.queue.stream)
         memory.fill(1, blocking=False)  # pending: the export names devbuf's stream
         interface = memory.__cuda_array_interface__
         assert interface["stream"] == memory.queue.stream

@@ -4,6 +4,7 @@ and releasing exported memory without holding the GIL.
 
 Each scenario runs in a fresh Python process with the CUDA test driver's per-operation delay on
 (DEVBUF_CUDA_TEST_DELAY_US; a real driver ignores it), so that a missing wait reads wrong bytes.
+Where a scenario needs work to be pending on a GPU too, it holds the stream first (`hold`).
 Other libraries' streams and work are made with ctypes on the same libcuda.so.1 devbuf loaded."""
 
 import os
@@ -46,6 +47,16 @@ PRELUDE = textwrap.dedent(
     def synchronize(stream):
         ok(cu.cuStreamSynchronize(ctypes.c_void_p(stream)))
 
+    _usleep = ctypes.cast(ctypes.CDLL(None).usleep, ctypes.c_void_p)
+
+    def hold(stream, microseconds=300_000):
+        # Work enqueued on `stream` after this stays pending for a while on any device, a GPU's
+        # included (which finishes a 1 MiB fill before the next line runs; the test driver's delay
+        # is no GPU's): a host function that sleeps. It is libc's usleep itself, which takes the
+        # host function's one argument (passed in the first integer register) as its microseconds,
+        # so no Python and no GIL run on the driver's host-function thread.
+        ok(cu.cuLaunchHostFunc(ctypes.c_void_p(stream), _usleep, ctypes.c_void_p(microseconds)))
+
     class Cai:
         \"\"\"A CAI producer of `n` bytes at `ptr`; `stream=...` leaves the key out.\"\"\"
 
@@ -84,6 +95,7 @@ def test_a_cai_import_is_pending_work_for_host_views_and_re_exports(cuda, kind):
         memory = devbuf.alloc(N, "{kind}", device="cuda:0")
         memory.fill(0)
         producer = new_stream()
+        hold(producer)  # the producer's work is still pending at the import
         memset(memory.ptr, 7, N, producer)
         imported = devbuf.asarray(Cai(memory.ptr, N, producer))
         assert imported.__cuda_array_interface__["stream"] == devbuf.Device("cuda:0").queue.stream, \\

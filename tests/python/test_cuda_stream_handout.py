@@ -11,6 +11,7 @@ The consumers are ctypes calls on the libcuda.so.1 devbuf loaded, and the C exch
 consumer (dlpack_consumer.c)."""
 
 import pathlib
+import textwrap
 
 import pytest
 
@@ -31,11 +32,13 @@ ON_USER_STREAM = {
         S = devbuf.Stream("cuda:0")
         memory = devbuf.alloc(N, "{kind}", device="cuda:0")
         memory.fill(0)
+        hold(S.stream)
         memory.fill(1, stream=S, blocking=False)  # pending on S: the export names S
         """,
     "alloc-on-S": """
         S = devbuf.Stream("cuda:0")
         memory = S.alloc(N, "{kind}")
+        hold(S.stream)
         memory.fill(0, stream=S, blocking=False)
         """,
 }
@@ -71,13 +74,16 @@ def test_an_ipc_export_after_a_cai_consumer_on_a_user_stream_carries_its_bytes(c
     # CUDA IPC shares device memory only.
     run(
         BUSY
-        + """
+        + textwrap.dedent(
+            """
         import subprocess, sys
         S = devbuf.Stream("cuda:0")
         memory = devbuf.alloc(N, "device", device="cuda:0", ipc=True)
         memory.fill(0)
+        hold(S.stream)
         memory.fill(1, stream=S, blocking=False)
         interface = memory.__cuda_array_interface__
+        assert interface["stream"] == S.stream, "the export names the stream with pending work"
         busy(interface["stream"])
         memset(interface["data"][0], 7, N, interface["stream"])
         handle = bytes(memory.ipc_handle())
@@ -89,6 +95,7 @@ def test_an_ipc_export_after_a_cai_consumer_on_a_user_stream_carries_its_bytes(c
         assert child.returncode == 0, child.stderr.decode()
         assert child.stdout.decode().strip() == "[7]", child.stdout.decode()
         """
+        )
     )
 
 
@@ -136,6 +143,7 @@ def test_a_stream_named_in_an_export_outlives_its_stream_object(cuda):
         """
         S = devbuf.Stream("cuda:0")
         memory = devbuf.alloc(N, "device", device="cuda:0")
+        hold(S.stream)
         memory.fill(1, stream=S, blocking=False)
         interface = memory.__cuda_array_interface__
         stream = interface["stream"]

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 import devbuf
-from conftest import require_backend
+from conftest import require_backend, require_numba_kernels
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BACKENDS = {"host", "sycl", "cuda", "opencl"}
@@ -64,6 +64,8 @@ def test_example_runs(marked, needs, code, tmp_path):
             require_backend(need)
         elif importlib.util.find_spec(need) is None:
             pytest.skip(f"needs {need}, which is not installed")
+        elif need == "numba" and "gpu" in needs:
+            require_numba_kernels()
     script = tmp_path / "example.py"
     script.write_text(code)
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)

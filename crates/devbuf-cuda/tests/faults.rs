@@ -1,5 +1,6 @@
 //! How the CUDA backend reports and survives driver faults, shown on the CUDA test driver with
-//! injected failures. Each test runs in a child process with the driver settings it needs.
+//! injected failures. Each test runs in a child process with the driver settings it needs; on a GPU
+//! a test that needs the test driver's knobs or a second device is skipped, saying so.
 
 mod common;
 
@@ -10,7 +11,7 @@ use cudarc::driver::sys;
 use devbuf_core::conformance::pattern;
 use devbuf_core::{Buffer, Error, HostQueue, MemKind, Queue};
 
-use common::{check, fresh, in_primary_context, shared};
+use common::{Need, check, fresh, in_primary_context, shared};
 
 const LEN: usize = 1 << 20;
 
@@ -20,7 +21,7 @@ child_test!(allocation_failures_keep_their_meaning [
     "DEVBUF_CUDA_TEST_DELAY_US" = "20000",
     "DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS" = "1:INVALID_CONTEXT,2:NOT_SUPPORTED,4",
     "DEVBUF_CUDA_TEST_MEMORY_POOLS" = "1",
-] {
+] needs Need::TestDriver("injected allocation failures (DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS)"); {
     let queue = shared(0);
     match Buffer::alloc(&queue, MemKind::Host, LEN) {
         Err(Error::Runtime { .. }) => {}
@@ -41,8 +42,10 @@ child_test!(allocation_failures_keep_their_meaning [
 });
 
 // After a fault the context's error is sticky: an allocation then is a runtime fault, not a lack of
-// memory.
-child_test!(a_sticky_error_is_not_out_of_memory ["DEVBUF_CUDA_TEST_DELAY_US" = "20000"] {
+// memory. The fault is a fill of pinned memory freed while the fill is queued, which only the test
+// driver's delay keeps queued (a GPU finishes the fill first, and cuMemFreeHost may synchronize).
+child_test!(a_sticky_error_is_not_out_of_memory ["DEVBUF_CUDA_TEST_DELAY_US" = "20000"]
+    needs Need::TestDriver("illegal address from memory freed under a delayed fill"); {
     let queue = fresh(0);
     in_primary_context(0, || {
         let mut pinned: *mut c_void = ptr::null_mut();
@@ -68,7 +71,7 @@ child_test!(a_sticky_error_is_not_out_of_memory ["DEVBUF_CUDA_TEST_DELAY_US" = "
 child_test!(managed_memory_is_copied_not_touched_without_concurrent_access [
     "DEVBUF_CUDA_TEST_DELAY_US" = "20000",
     "DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS" = "0",
-] {
+] needs Need::NoConcurrentManagedAccess; {
     let queue = shared(0);
     let managed = Buffer::alloc(&queue, MemKind::Shared, LEN).unwrap();
     managed.copy_from_host(&pattern(LEN, 1)).unwrap();
@@ -85,7 +88,9 @@ child_test!(managed_memory_is_copied_not_touched_without_concurrent_access [
 // Memory of device 1 is classified without device 0, which may be unusable.
 child_test!(pointers_are_classified_without_device_0 [
     "DEVBUF_CUDA_TEST_UNAVAILABLE_DEVICES" = "0",
-] {
+]
+    needs Need::TestDriver("devices made unusable (DEVBUF_CUDA_TEST_UNAVAILABLE_DEVICES)"),
+    Need::Devices(2); {
     let memory = Buffer::alloc(&shared(1), MemKind::Device, 64).unwrap();
     let (queue, kind) = devbuf_cuda::queue_for_pointer(memory.ptr() as usize)
         .expect("classifying device 1's memory")
@@ -94,7 +99,7 @@ child_test!(pointers_are_classified_without_device_0 [
 });
 
 // Classifying device 1's memory does not open device 0.
-child_test!(classifying_opens_no_other_device {
+child_test!(classifying_opens_no_other_device needs Need::Devices(2); {
     let memory = Buffer::alloc(&shared(1), MemKind::Host, 64).unwrap();
     assert!(devbuf_cuda::classify(memory.ptr() as usize).unwrap().is_some());
     let (mut flags, mut active) = (0u32, 0i32);
@@ -136,13 +141,15 @@ child_test!(memory_of_another_context_is_not_imported_with_the_primary_queue {
 // not destroy memory allocations by cuMemCreate(), cuMemAllocAsync() and
 // cuMemAllocFromPoolAsync()").
 child_test!(stream_ordered_memory_is_imported_whichever_context_allocated_it {
-    let queue = shared(1);
+    // The last device: device 1 on the test driver, the only one on a one-GPU machine.
+    let last = common::device_count() - 1;
+    let queue = shared(last);
     let mut context = ptr::null_mut();
     let mut memory = 0;
     // SAFETY: valid out-pointers; the created context is current until it is destroyed below,
     // and its legacy stream orders the allocation.
     unsafe {
-        check("cuCtxCreate", sys::cuCtxCreate_v2(&mut context, 0, 1));
+        check("cuCtxCreate", sys::cuCtxCreate_v2(&mut context, 0, last as i32));
         check("cuMemAllocAsync", sys::cuMemAllocAsync(&mut memory, LEN, ptr::null_mut()));
         check("cuCtxSynchronize", sys::cuCtxSynchronize());
     }
@@ -152,13 +159,13 @@ child_test!(stream_ordered_memory_is_imported_whichever_context_allocated_it {
             .expect("stream-ordered memory is CUDA memory");
         (queue.ordinal(), kind)
     };
-    assert_eq!(imported(memory), (1, MemKind::Device));
+    assert_eq!(imported(memory), (last, MemKind::Device));
     // SAFETY: the context created above, destroyed once; the pool memory stays.
     check("cuCtxDestroy", unsafe { sys::cuCtxDestroy_v2(context) });
-    assert_eq!(imported(memory), (1, MemKind::Device));
+    assert_eq!(imported(memory), (last, MemKind::Device));
     let own = Buffer::alloc(&queue, MemKind::Device, 64).unwrap();
-    assert_eq!(imported(own.ptr() as u64), (1, MemKind::Device));
-    in_primary_context(1, || {
+    assert_eq!(imported(own.ptr() as u64), (last, MemKind::Device));
+    in_primary_context(last as i32, || {
         // SAFETY: allocated above, freed once, nothing pending on it.
         check("cuMemFree", unsafe { sys::cuMemFree_v2(memory) });
     });

@@ -3,15 +3,14 @@
 //!
 //! Work is held back deterministically where ordering is under test: a host function enqueued on
 //! a stream blocks that stream until the test opens a gate, so "B has not run yet" is a fact, not a
-//! race the test hopes to win.
+//! race the test hopes to win. Such a test runs alone in a child process (see `common::hold_stream`).
 
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use cudarc::driver::sys::{self, CUcontext, CUpointer_attribute, CUstream};
+use cudarc::driver::sys::{self, CUcontext, CUpointer_attribute};
 use devbuf_core::conformance::pattern;
 use devbuf_core::dlpark::ffi::DLDeviceType;
 use devbuf_core::{Backend, Buffer, CompletedEvent, Error, Event, MemKind, Owner, Queue};
@@ -19,7 +18,7 @@ use devbuf_cuda::protocol::decode_cai_stream;
 use devbuf_cuda::{CudaBackend, CudaQueue, ProtocolStream};
 
 mod common;
-use common::{check, in_primary_context};
+use common::{Gate, check, hold_stream, in_primary_context};
 
 /// Device 0's shared queue, or `None` after printing why the test is skipped.
 fn shared_queue(test: &str) -> Option<Arc<CudaQueue>> {
@@ -63,31 +62,6 @@ fn current_context() -> CUcontext {
         sys::cuCtxGetCurrent(&mut context)
     });
     context
-}
-
-/// Holds a stream at this point until `gate` opens (or 30 s pass, so a failed test cannot hang
-/// the process).
-unsafe extern "C" fn wait_for_gate(gate: *mut c_void) {
-    // SAFETY: the pointer is to one of the tests' static gates.
-    let gate = unsafe { &*(gate as *const AtomicBool) };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !gate.load(Ordering::Acquire) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-/// Blocks `stream` (of device 0's primary context) until `gate` opens.
-fn hold_stream(stream: usize, gate: &'static AtomicBool) {
-    in_primary_context(0, || {
-        // SAFETY: the stream is alive; the gate is static, so it outlives the host function.
-        check("cuLaunchHostFunc", unsafe {
-            sys::cuLaunchHostFunc(
-                stream as CUstream,
-                Some(wait_for_gate),
-                gate as *const AtomicBool as *mut c_void,
-            )
-        });
-    });
 }
 
 fn read(buffer: &Buffer) -> Vec<u8> {
@@ -408,11 +382,10 @@ fn eight_threads_share_one_queue() {
     });
 }
 
-static CAI_GATE: AtomicBool = AtomicBool::new(false);
+static CAI_GATE: Gate = Gate::new();
 
-/// CAI import: the producer's stream is blocked, its pending fill must land before our copy.
-#[test]
-fn importing_a_cai_stream_orders_our_work_after_the_producers_without_blocking() {
+// CAI import: the producer's stream is blocked, its pending fill must land before our copy.
+child_test!(importing_a_cai_stream_orders_our_work_after_the_producers_without_blocking {
     let test = "importing_a_cai_stream_orders_our_work_after_the_producers";
     let (Some(producer), Some(ours)) = (fresh_queue(test), fresh_queue(test)) else {
         return;
@@ -433,12 +406,14 @@ fn importing_a_cai_stream_orders_our_work_after_the_producers_without_blocking()
     let stream = decode_cai_stream(Some(cuda(&producer).stream() as i64)).unwrap();
     // SAFETY: the producer's stream lives until the end of the test.
     unsafe { cuda(&ours).wait_for_stream(stream) }.unwrap();
+    let waited = started.elapsed();
     // SAFETY: both buffers stay alive until the queues are drained below.
     unsafe { ours.copy(result.ptr(), data.ptr(), len) }.unwrap();
     let ours_done = ours.record_event().unwrap();
+    let enqueued = started.elapsed();
     assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "the import blocked the host"
+        enqueued < Duration::from_secs(5) && !CAI_GATE.expired(),
+        "the import blocked the host: the wait took {waited:?}, with the copy {enqueued:?}"
     );
     assert!(
         !producer_done.is_complete().unwrap(),
@@ -449,18 +424,17 @@ fn importing_a_cai_stream_orders_our_work_after_the_producers_without_blocking()
         "our copy ran before the producer's work"
     );
 
-    CAI_GATE.store(true, Ordering::Release);
+    CAI_GATE.open();
     ours.wait().unwrap();
     assert!(producer_done.is_complete().unwrap());
     assert!(read(&result).iter().all(|&b| b == 0xAB));
     producer.wait().unwrap();
-}
+});
 
-static DLPACK_GATE: AtomicBool = AtomicBool::new(false);
+static DLPACK_GATE: Gate = Gate::new();
 
-/// DLPack export: the consumer's stream must wait for our pending fill.
-#[test]
-fn exporting_to_a_dlpack_stream_orders_the_consumers_work_after_ours() {
+// DLPack export: the consumer's stream must wait for our pending fill.
+child_test!(exporting_to_a_dlpack_stream_orders_the_consumers_work_after_ours {
     let test = "exporting_to_a_dlpack_stream_orders_the_consumers_work_after_ours";
     let (Some(ours), Some(consumer)) = (fresh_queue(test), fresh_queue(test)) else {
         return;
@@ -472,6 +446,7 @@ fn exporting_to_a_dlpack_stream_orders_the_consumers_work_after_ours() {
     result.fill(0).unwrap();
 
     hold_stream(cuda(&ours).stream(), &DLPACK_GATE);
+    let started = Instant::now();
     // SAFETY: `data` stays alive until both queues are drained below.
     unsafe { ours.fill(data.ptr(), 0xCD, len) }.unwrap();
     let consumer_stream = cuda(&consumer).stream() as i64;
@@ -480,16 +455,21 @@ fn exporting_to_a_dlpack_stream_orders_the_consumers_work_after_ours() {
     // SAFETY: both buffers stay alive until the queues are drained below.
     unsafe { consumer.copy(result.ptr(), data.ptr(), len) }.unwrap();
     let consumer_done = consumer.record_event().unwrap();
+    let enqueued = started.elapsed();
+    assert!(
+        !DLPACK_GATE.expired(),
+        "the host was blocked until the gate gave up ({enqueued:?} to enqueue)"
+    );
     assert!(
         !consumer_done.is_complete().unwrap(),
         "the consumer's copy ran before our work"
     );
 
-    DLPACK_GATE.store(true, Ordering::Release);
+    DLPACK_GATE.open();
     consumer.wait().unwrap();
     assert!(read(&result).iter().all(|&b| b == 0xCD));
     ours.wait().unwrap();
-}
+});
 
 #[test]
 fn protocol_streams_are_validated_and_the_default_streams_accepted() {

@@ -74,7 +74,7 @@ child_test!(a_prefetch_adaptor_prefetches_shared_allocations_to_the_device {
 // must be non-zero": without it, devbuf says the device cannot, before asking the driver.
 child_test!(without_concurrent_managed_access_the_device_is_no_target [
     "DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS" = "0",
-] {
+] needs common::Need::NoConcurrentManagedAccess; {
     let queue = shared(0);
     let buffer = Buffer::alloc(&queue, MemKind::Shared, LEN).unwrap();
     match buffer.prefetch(Location::Device) {

@@ -14,9 +14,12 @@ use devbuf_core::{Buffer, MemKind, Owner, Queue};
 use devbuf_cuda::CudaQueue;
 use std::sync::Arc;
 
-use common::{check, cuda, foreign_fill, fresh, in_primary_context, shared};
+use common::{Need, check, cuda, foreign_fill, fresh, hold_stream_for, in_primary_context, shared};
 
 const LEN: usize = 1 << 20;
+
+/// How long a held stream keeps the work after it pending (see `hold_stream_for`).
+const PENDING: std::time::Duration = std::time::Duration::from_millis(300);
 
 child_test!(busy_frees_are_ordered_with_memory_pools ["DEVBUF_CUDA_TEST_DELAY_US" = "2000"] {
     assert_check("busy_free", "cuda", &Ok(shared(0)));
@@ -30,7 +33,8 @@ child_test!(busy_frees_are_ordered_without_memory_pools [
 });
 
 // Pinned memory that a copy on another device's stream still writes: the release waits for it.
-child_test!(pinned_memory_outlives_a_copy_on_another_device ["DEVBUF_CUDA_TEST_DELAY_US" = "20000"] {
+child_test!(pinned_memory_outlives_a_copy_on_another_device ["DEVBUF_CUDA_TEST_DELAY_US" = "20000"]
+    needs Need::Devices(2); {
     let (home, other) = (shared(0), shared(1));
     let source = Buffer::alloc(&other, MemKind::Device, LEN).unwrap();
     source.copy_from_host(&pattern(LEN, 3)).unwrap();
@@ -114,7 +118,7 @@ child_test!(a_cai_import_records_the_producers_work_and_holds_its_stream_back [
 // after that work.
 child_test!(exported_memory_is_released_after_consumers_on_every_device [
     "DEVBUF_CUDA_TEST_DELAY_US" = "20000",
-] {
+] needs Need::Devices(2); {
     let (home, consumer) = (shared(0), shared(1));
     for kind in [MemKind::Host, MemKind::Shared] {
         let exported = Buffer::alloc(&home, kind, LEN).unwrap();
@@ -222,6 +226,8 @@ child_test!(a_consumer_on_a_user_stream_named_by_a_cai_export_comes_before_devbu
     let (home, user) = (shared(0), user_stream());
     let memory = Buffer::alloc(&home, MemKind::Host, LEN).unwrap();
     memory.fill(0).unwrap();
+    // Pending on any device: a GPU finishes a 1 MiB fill before the export looks.
+    hold_stream_for(cuda(&user).stream(), PENDING);
     memory.enqueue_fill_on(1, &user).unwrap();
     let named = devbuf_core::exchange::cai_export_stream(&memory).unwrap();
     assert_eq!(named, Some(cuda(&user).stream()), "the export names the stream with the work");
@@ -301,7 +307,7 @@ fn device_0_reaches_device_1_s_pool() -> bool {
 // one, with device 1's pool made accessible to device 0 first (the Programming Guide's
 // cuMemPoolSetAccess): no staging through the host, so it can be enqueued without waiting.
 child_test!(a_copy_between_peer_devices_runs_on_the_devices_ordered_with_both
-    ["DEVBUF_CUDA_TEST_DELAY_US" = "20000"] {
+    ["DEVBUF_CUDA_TEST_DELAY_US" = "20000"] needs Need::Devices(2); {
     let (zero, one) = (shared(0), shared(1));
     let on_one = Buffer::alloc(&one, MemKind::Device, LEN).unwrap();
     let on_zero = Buffer::alloc(&zero, MemKind::Device, LEN).unwrap();
@@ -321,7 +327,9 @@ child_test!(a_copy_between_peer_devices_runs_on_the_devices_ordered_with_both
 // Devices that are not peers: no direct copy; `copy_from` stages through the host, and an
 // enqueued copy on one device's queue is refused (it cannot reach the other's memory).
 child_test!(a_copy_between_devices_that_are_not_peers_stages_through_the_host
-    ["DEVBUF_CUDA_TEST_NO_PEER_ACCESS" = "0-1"] {
+    ["DEVBUF_CUDA_TEST_NO_PEER_ACCESS" = "0-1"]
+    needs Need::TestDriver("devices that are not peers (DEVBUF_CUDA_TEST_NO_PEER_ACCESS)"),
+    Need::Devices(2); {
     let (zero, one) = (shared(0), shared(1));
     let on_one = Buffer::alloc(&one, MemKind::Device, LEN).unwrap();
     let on_zero = Buffer::alloc(&zero, MemKind::Device, LEN).unwrap();

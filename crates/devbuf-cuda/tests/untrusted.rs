@@ -42,9 +42,12 @@ child_test!(an_import_claiming_more_than_its_allocation_is_refused {
         let err = check_extent(&*queue, &claim, "data").unwrap_err().to_string();
         assert!(err.starts_with("shape: ") && err.contains("past the end"), "{kind}: {err}");
     }
-    // Device memory of another device is no memory of this queue's.
+});
+
+// Device memory of another device is no memory of this queue's.
+child_test!(another_devices_memory_is_no_allocation_of_this_queue needs common::Need::Devices(2); {
     let other = Buffer::alloc(&shared(1), MemKind::Device, 64).unwrap();
-    assert_eq!(queue.interop().holder_of(other.ptr()).unwrap(), Holder::Unknown);
+    assert_eq!(shared(0).interop().holder_of(other.ptr()).unwrap(), Holder::Unknown);
 });
 
 // The driver refuses to set bytes it does not know; the host must not set them either (a host

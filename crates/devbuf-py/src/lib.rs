@@ -25,10 +25,17 @@ use pyo3::prelude::*;
 /// One check's result for Python: `(check, "pass" | "FAIL" | "skip", reason)`.
 type CheckRow = (&'static str, &'static str, String);
 
-/// The Rust conformance matrix: `[(device label, [check rows])]`.
+/// The Rust conformance matrix: `[(device label, [check rows])]`; only row `device` (a device's
+/// selector or an unavailable backend's name) and only check `check` where given.
 #[pyfunction]
-fn conformance_matrix(py: Python<'_>) -> Vec<(String, Vec<CheckRow>)> {
-    py.detach(devbuf::matrix::run)
+#[pyo3(signature = (device=None, check=None))]
+fn conformance_matrix(
+    py: Python<'_>,
+    device: Option<&str>,
+    check: Option<&str>,
+) -> Vec<(String, Vec<CheckRow>)> {
+    let selection = devbuf::matrix::Selection { row: device, check };
+    py.detach(|| devbuf::matrix::run_selected(selection))
         .into_iter()
         .map(|row| {
             let outcomes = row
@@ -43,6 +50,12 @@ fn conformance_matrix(py: Python<'_>) -> Vec<(String, Vec<CheckRow>)> {
             (row.label, outcomes)
         })
         .collect()
+}
+
+/// The conformance matrix's checks, its columns, in order.
+#[pyfunction]
+fn conformance_checks() -> Vec<&'static str> {
+    devbuf::matrix::checks()
 }
 
 unsafe extern "C" {
@@ -109,6 +122,7 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m
     )?)?;
     m.add_function(wrap_pyfunction!(conformance_matrix, m)?)?;
+    m.add_function(wrap_pyfunction!(conformance_checks, m)?)?;
     m.add_class::<ipc::PyIpcHandle>()?;
     m.add_function(wrap_pyfunction!(ipc::open_ipc, m)?)?;
     m.add_function(wrap_pyfunction!(ipc::_ipc_handle_from_bytes, m)?)?;

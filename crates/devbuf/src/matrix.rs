@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use devbuf_core::conformance::{CHECKS, Outcome, run_all};
+use devbuf_core::conformance::{CHECKS, Outcome, run_one};
 
 use crate::{Availability, backends, split_selector};
 
@@ -18,10 +18,36 @@ pub struct Row {
     pub test_double: Option<String>,
 }
 
-impl Row {
-    fn skipped(label: String, reason: &str) -> Row {
-        let outcomes = CHECKS
+/// Which cells of the matrix to run: every row and check, or one row (a device's selector or an
+/// unavailable backend's name), or one check, or both (`python -m devbuf matrix` runs each cell
+/// so, in a process of its own, so that a crash costs one cell, not the matrix).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Selection<'a> {
+    pub row: Option<&'a str>,
+    pub check: Option<&'a str>,
+}
+
+impl Selection<'_> {
+    fn row(&self, label: &str) -> bool {
+        self.row.is_none_or(|row| row == label)
+    }
+
+    fn checks(&self) -> impl Iterator<Item = &'static devbuf_core::conformance::Check> + '_ {
+        CHECKS
             .iter()
+            .filter(|check| self.check.is_none_or(|name| name == check.name))
+    }
+}
+
+/// The names of the checks, the matrix's columns, in order.
+pub fn checks() -> Vec<&'static str> {
+    CHECKS.iter().map(|check| check.name).collect()
+}
+
+impl Row {
+    fn skipped(label: String, reason: &str, selection: Selection<'_>) -> Row {
+        let outcomes = selection
+            .checks()
             .map(|check| (check.name, Outcome::Skip(reason.to_string())))
             .collect();
         Row {
@@ -41,15 +67,22 @@ impl Row {
 
 /// The matrix for every backend compiled in.
 pub fn run() -> Vec<Row> {
+    run_selected(Selection::default())
+}
+
+/// The cells of the matrix that `selection` names.
+pub fn run_selected(selection: Selection<'_>) -> Vec<Row> {
     let mut rows = Vec::new();
     for backend in backends() {
         if let Availability::Unavailable(reason) = backend.availability() {
-            rows.push(Row::skipped(backend.name().into(), &reason));
+            if selection.row(backend.name()) {
+                rows.push(Row::skipped(backend.name().into(), &reason, selection));
+            }
             continue;
         }
         let devices = match backend.devices() {
             Ok(devices) => devices,
-            Err(err) => {
+            Err(err) if selection.row(backend.name()) => {
                 rows.push(Row {
                     label: backend.name().into(),
                     outcomes: vec![("devices", Outcome::Fail(err.to_string()))],
@@ -57,18 +90,29 @@ pub fn run() -> Vec<Row> {
                 });
                 continue;
             }
+            Err(_) => continue,
         };
         for device in devices {
             let label = device.selector.clone();
+            if !selection.row(&label) {
+                continue;
+            }
             if let Some(reason) = &device.unusable_reason {
-                rows.push(Row::skipped(label, &format!("{}: {reason}", device.name)));
+                rows.push(Row::skipped(
+                    label,
+                    &format!("{}: {reason}", device.name),
+                    selection,
+                ));
                 continue;
             }
             let test_double = device.test_double.clone();
             match backend.open(split_selector(&device.selector).1) {
                 Ok(queue) => rows.push(Row {
                     label,
-                    outcomes: run_all(&queue),
+                    outcomes: selection
+                        .checks()
+                        .map(|check| (check.name, run_one(check, &queue)))
+                        .collect(),
                     test_double,
                 }),
                 Err(err) => rows.push(Row {
@@ -131,5 +175,30 @@ impl fmt::Display for Table<'_> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_selection_runs_only_its_cell() {
+        let selection = Selection {
+            row: Some("host"),
+            check: Some("fill"),
+        };
+        let rows = run_selected(selection);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].label, "host");
+        assert!(matches!(rows[0].outcomes[..], [("fill", Outcome::Pass)]));
+        assert!(
+            run_selected(Selection {
+                row: Some("no such row"),
+                check: None
+            })
+            .is_empty()
+        );
+        assert_eq!(checks().len(), CHECKS.len());
     }
 }

@@ -29,7 +29,14 @@ thread_local! {
 /// driver refuses calls from it. cuStreamAddCallback: "Callbacks must not make any CUDA API calls.
 /// Attempting to use a CUDA API will result in CUDA_ERROR_NOT_PERMITTED." (cuLaunchHostFunc: "may
 /// result in CUDA_ERROR_NOT_PERMITTED, but this is not required"; the double always does.)
+///
+/// They run one at a time, whichever streams they are on: cuLaunchHostFunc, "Host functions
+/// without a mandated order (such as in independent streams) execute in undefined order and may be
+/// serialized" (a GPU's driver runs them on one thread), so a host function that waits for another
+/// stream's host function never returns on a GPU, and not here either.
 pub(crate) fn run_host_function(function: impl FnOnce()) {
+    static ONE_AT_A_TIME: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+    let _serialized = ONE_AT_A_TIME.lock();
     IN_HOST_FUNCTION.set(true);
     function();
     IN_HOST_FUNCTION.set(false);

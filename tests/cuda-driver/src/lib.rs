@@ -14,8 +14,9 @@
 //!
 //! - nothing but `cuInit`, `cuDriverGetVersion`, `cuGetErrorString`/`Name` and
 //!   `cuGetProcAddress` works before `cuInit` (CUDA_ERROR_NOT_INITIALIZED), nothing at all from a
-//!   host function or stream callback (CUDA_ERROR_NOT_PERMITTED); every `CUresult` of CUDA 13 has
-//!   a name and a description;
+//!   host function or stream callback (CUDA_ERROR_NOT_PERMITTED), and host functions and
+//!   callbacks run one at a time, whichever streams they are on ("may be serialized"); every
+//!   `CUresult` of CUDA 13 has a name and a description;
 //! - `cuGetProcAddress` as documented: the versioned variant for the CUDA version asked for, a
 //!   NULL function with CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND for names the double does not
 //!   implement (kernels, graphs, ...) and with CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT for a
@@ -120,7 +121,10 @@
 //! contexts, CUDA arrays, textures and surfaces, checkpointing, coredump attributes, 2D/3D and
 //! batch copies, virtual memory management (`cuMemCreate`, `cuMemMap`, ...), exportable and host
 //! memory pools (CUDA_ERROR_NOT_SUPPORTED), which addresses a pool's kept memory is reused at (a
-//! new allocation gets fresh addresses; only the figures show the reuse), stream priorities'
+//! new allocation gets fresh addresses; only the figures show the reuse), the implicit
+//! synchronization `cuMemFree` and `cuMemFreeHost` "may perform" (a GPU's driver waits there for
+//! the device's work, other streams' included, and other threads' calls may wait meanwhile; the
+//! double waits for nothing but earlier synchronous calls on the memory), stream priorities'
 //! effect (kept, not acted on, which the documentation allows), and the pre-3.2 32-bit ABIs of the plain names `cuMemAlloc`,
 //! `cuMemcpyHtoD`, ... (not exported, so a program built against them fails to load instead of
 //! corrupting memory). `cuGetProcAddress` does not find any of these. With `DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0`, a managed

@@ -348,3 +348,32 @@ child_test!(host_functions_run_in_stream_order ["DEVBUF_CUDA_TEST_DELAY_US" = "2
     synchronize(stream);
     assert!(reached.load(std::sync::atomic::Ordering::Acquire));
 });
+
+static RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static MOST_AT_ONCE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Counts how many host functions run at once while it runs (for 50 ms).
+unsafe extern "C" fn count_overlap(_: *mut c_void) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let now = RUNNING.fetch_add(1, SeqCst) + 1;
+    MOST_AT_ONCE.fetch_max(now, SeqCst);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    RUNNING.fetch_sub(1, SeqCst);
+}
+
+// cuLaunchHostFunc: "Host functions without a mandated order (such as in independent streams)
+// execute in undefined order and may be serialized." A GPU's driver runs them on one thread, so
+// the double does too: a host function that waits for another stream's host function waits for
+// ever, as on a GPU.
+child_test!(host_functions_of_independent_streams_run_one_at_a_time {
+    setup();
+    let streams = [stream(NON_BLOCKING), stream(NON_BLOCKING), stream(NON_BLOCKING)];
+    for &stream in &streams {
+        // SAFETY: the function takes no data.
+        ok(unsafe { sys::cuLaunchHostFunc(stream, Some(count_overlap), ptr::null_mut()) });
+    }
+    for stream in streams {
+        synchronize(stream);
+    }
+    assert_eq!(MOST_AT_ONCE.load(std::sync::atomic::Ordering::SeqCst), 1);
+});

@@ -1,0 +1,120 @@
+"""``python -m devbuf matrix``: every conformance check and every consumer library on every device,
+pass / FAIL / skip with the reason; exits 1 on any FAIL.
+
+Each row runs in a child process, one cell after another, reporting each cell as it finishes: a
+cell that crashes its process (a segfault in a driver, in a consumer library or in devbuf) is a
+FAIL saying so, with what Python's faulthandler printed, and the row goes on in a new process
+from the next cell. The matrix itself never crashes."""
+
+import json
+import signal
+import subprocess
+import sys
+
+import devbuf
+from devbuf import _consumers
+from devbuf._devbuf import conformance_checks, conformance_matrix
+
+# How long one child process may take for the rest of its row before its running cell is a FAIL.
+ROW_TIMEOUT_S = 300
+# Marks the child's result lines among whatever the libraries it loads print.
+CELL = "devbuf-matrix-cell "
+
+
+def _labels() -> list[str]:
+    """The matrix's rows: each device of an available backend, or an unavailable backend's name."""
+    labels: list[str] = []
+    for backend in devbuf.backends():
+        if backend.available:
+            labels.extend(device.selector for device in backend.devices)
+        else:
+            labels.append(backend.name)
+    return labels
+
+
+def run_row(label: str, start: int) -> None:
+    """In the child process: row `label`'s cells from column `start` on, one line each as it ends."""
+    checks = conformance_checks()
+    consumers = _consumers.CONSUMERS
+    for index in range(start, len(checks) + len(consumers)):
+        if index < len(checks):
+            rows = conformance_matrix(device=label, check=checks[index])
+            status, reason = (rows[0][1][0][1:]) if rows and rows[0][1] else ("FAIL", f"no matrix row {label}")
+        else:
+            status, reason = _consumers.run(consumers[index - len(checks)][1], label)
+        print(CELL + json.dumps([index, status, reason]), flush=True)
+
+
+def _ended(returncode: int | None) -> str:
+    if returncode is None:
+        return f"gave no answer in {ROW_TIMEOUT_S} s"
+    if returncode < 0:
+        return f"crashed the process (signal {-returncode}, {signal.Signals(-returncode).name})"
+    return f"ended the process with exit status {returncode}"
+
+
+def _row(label: str, columns: list[str], crashes: list[str], cells_of: str = __name__) -> list[tuple[str, str]]:
+    """Row `label`'s cells, each run in a child process by module `cells_of`'s `run_row`;
+    `crashes` gets what a crash left."""
+    cells: dict[int, tuple[str, str]] = {}
+    start = 0
+    while start < len(columns):
+        code = f"from {cells_of} import run_row; run_row({label!r}, {start})"
+        child = subprocess.Popen(
+            [sys.executable, "-X", "faulthandler", "-c", code],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            out, err = child.communicate(timeout=ROW_TIMEOUT_S)
+            returncode: int | None = child.returncode
+        except subprocess.TimeoutExpired:
+            child.kill()
+            out, err = child.communicate()
+            returncode = None
+        following = start
+        for line in out.splitlines():
+            if line.startswith(CELL):
+                index, status, reason = json.loads(line.removeprefix(CELL))
+                cells[index] = (status, reason)
+                following = index + 1
+        if returncode == 0 and following >= len(columns):
+            break
+        if following < len(columns):
+            what = f"{columns[following]} on {label} {_ended(returncode)}"
+            cells[following] = ("FAIL", what)
+            crashes.append(f"{what}; its stderr ended:\n" + "\n".join(err.splitlines()[-25:]))
+        start = following + 1
+    return [cells[index] for index in range(len(columns))]
+
+
+def matrix() -> int:
+    consumers = _consumers.CONSUMERS
+    columns = conformance_checks() + [name for name, _ in consumers]
+    notes: list[str] = []
+    crashes: list[str] = []
+
+    def cell(status: str, reason: str) -> str:
+        if status == "pass":
+            return "pass"
+        if reason not in notes:
+            notes.append(reason)
+        return f"{status}[{notes.index(reason) + 1}]"
+
+    labels = _labels()
+    width = max([len(label) for label in labels] + [6])
+    print(f"{'device':{width}}" + "".join(f"  {c:>8}" for c in columns), flush=True)
+    failed = False
+    for label in labels:
+        cells = [cell(status, reason) for status, reason in _row(label, columns, crashes)]
+        failed |= any(c.startswith("FAIL") for c in cells)
+        print(f"{label:{width}}" + "".join(f"  {c:>8}" for c in cells), flush=True)
+    for number, note in enumerate(notes, 1):
+        print(f"[{number}] {note}")
+    for crash in crashes:
+        print(f"\nCRASH: {crash}")
+    for device in devbuf.devices():
+        if device.test_double:
+            print(f"{device.selector} is NOT hardware: {device.test_double}")
+    return 1 if failed else 0
