@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use dlpark::ffi::DLDevice;
 
+use crate::descriptor::BackendDescriptor;
 use crate::exchange::{Protocol, ResolvedQueue};
 use crate::interop::ForeignObject;
-use crate::{DeviceInfo, Queue, Result, StreamOptions, StreamOwner};
+use crate::{DeviceInfo, Error, Queue, Result, StreamOptions, StreamOwner};
 
 /// Whether a backend's runtime can be used in this process, and if not, why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,10 +20,27 @@ pub enum Availability {
     Unavailable(String),
 }
 
+/// What a backend says of memory another library hands over as a bare pointer.
+#[derive(Debug)]
+pub enum Claim<T> {
+    /// The backend's runtime recognises the memory: the answer for it, or why the memory cannot
+    /// be used (it belongs to a context devbuf's queues do not work in, say).
+    Recognised(Result<T>),
+    /// The backend's runtime does not know the memory (or cannot be asked): why, for the error an
+    /// import raises when no backend recognises it.
+    Unrecognised(Error),
+}
+
 /// A family of devices behind one runtime: discovery, availability and opening queues.
 pub trait Backend: Send + Sync {
+    /// The facts about this backend that code outside it reads, stated once (a `const` of the
+    /// backend's crate).
+    fn descriptor(&self) -> &'static BackendDescriptor;
+
     /// The backend's name, also the first part of its selectors ("host", "sycl", "cuda", "opencl").
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &'static str {
+        self.descriptor().name
+    }
 
     /// Whether the runtime is usable, with the reason when it is not. Never panics.
     fn availability(&self) -> Availability;
@@ -64,9 +82,9 @@ pub trait Backend: Send + Sync {
     /// A queue on the device a DLPack producer named, if `device` belongs to this backend.
     fn queue_for_dlpack_device(&self, device: DLDevice) -> Option<Result<Arc<dyn Queue>>>;
 
-    /// Whether memory of this backend's queues is described by `protocol`.
-    fn speaks(&self, _protocol: Protocol) -> bool {
-        false
+    /// Whether memory of this backend's queues is described by `protocol` (its descriptor says).
+    fn speaks(&self, protocol: Protocol) -> bool {
+        self.descriptor().speaks(protocol)
     }
 
     /// The queue a SUAI `syclobj` names for memory at `data`, if the object is this backend's.
@@ -92,14 +110,18 @@ pub trait Backend: Send + Sync {
         None
     }
 
-    /// The queue for memory at `ptr` that `protocol` hands over as a bare pointer (CAI's `data`),
-    /// if `protocol` is this backend's; an error when the runtime does not know the pointer.
-    fn queue_for_pointer(
-        &self,
-        _protocol: Protocol,
-        _ptr: usize,
-    ) -> Option<Result<Arc<dyn Queue>>> {
-        None
+    /// The queue for memory at `ptr` that `protocol` hands over as a bare pointer (CAI's `data`)
+    /// when this backend's runtime recognises the pointer. Asked of every backend that speaks
+    /// `protocol`, so that the memory, not the order backends are compiled in, decides which
+    /// backend answers.
+    fn claim_pointer(&self, protocol: Protocol, ptr: usize) -> Claim<Arc<dyn Queue>> {
+        Claim::Unrecognised(Error::invalid(
+            "data",
+            format!(
+                "{ptr:#x}: the {} backend takes no {protocol} pointers",
+                self.name()
+            ),
+        ))
     }
 }
 
