@@ -25,6 +25,9 @@ pub struct BackendDescriptor {
     /// protocol; the one whose runtime recognises the memory answers an import
     /// ([`crate::Backend::claim_pointer`]).
     pub protocols: &'static [Protocol],
+    /// Whether it makes streams of its own on a device ([`crate::Backend::open_stream`]): what
+    /// a user's `Stream` is. The host's one queue serves as every stream, so it does.
+    pub makes_streams: bool,
     /// Its place in the order the default device is looked for and the registry lists backends:
     /// lower first (ties broken by name, never by the order backends are compiled in).
     pub default_rank: u8,

@@ -34,6 +34,7 @@ pub const DESCRIPTOR: BackendDescriptor = BackendDescriptor {
         DlpackDeviceType::allocating(DLDeviceType::CUDAMANAGED, MemKind::Shared),
     ],
     protocols: &[Protocol::Cai],
+    makes_streams: true,
     default_rank: 0,
 };
 

@@ -14,13 +14,15 @@ use crate::queue::OpenClQueue;
 
 /// The OpenCL backend's facts: Intel USM's three kinds (or SVM's two), exported as DLPack's OpenCL
 /// device, for which devbuf does not allocate (no consumer of DLPack's C exchange table has an
-/// OpenCL device); no array-interface protocol. Last among the runtimes in the default order:
+/// OpenCL device); no array-interface protocol; no streams of its own (each device has the one
+/// command queue devbuf opens). Last among the runtimes in the default order:
 /// every OpenCL ICD (PoCL, a CPU runtime) is found without being asked for.
 pub const DESCRIPTOR: BackendDescriptor = BackendDescriptor {
     name: OPENCL,
     kinds: &MemKind::ALLOCATABLE,
     dlpack_device_types: &[DlpackDeviceType::not_allocating(DLDeviceType::OPENCL)],
     protocols: &[],
+    makes_streams: false,
     default_rank: 2,
 };
 

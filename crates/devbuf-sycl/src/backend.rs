@@ -33,6 +33,7 @@ pub const DESCRIPTOR: BackendDescriptor = BackendDescriptor {
         MemKind::Device,
     )],
     protocols: &[Protocol::Suai],
+    makes_streams: true,
     default_rank: 1,
 };
 

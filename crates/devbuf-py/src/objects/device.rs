@@ -40,6 +40,9 @@ pub struct PyBackendInfo {
     /// from (`"__cuda_array_interface__"`, `"__sycl_usm_array_interface__"`).
     #[pyo3(get)]
     protocols: Vec<String>,
+    /// Whether it makes streams of its own on a device (`devbuf.Stream(device)`).
+    #[pyo3(get)]
+    makes_streams: bool,
     /// Its place in the order the default device is looked for (lower first).
     #[pyo3(get)]
     default_rank: u8,
@@ -87,6 +90,7 @@ pub fn backends(py: Python<'_>) -> PyResult<Vec<PyBackendInfo>> {
                     .map(|entry| (entry.device_type.0, entry.allocates.map(MemKind::as_str)))
                     .collect(),
                 protocols: descriptor.protocols.iter().map(|p| p.to_string()).collect(),
+                makes_streams: descriptor.makes_streams,
                 default_rank: descriptor.default_rank,
                 available: reason.is_none(),
                 reason,

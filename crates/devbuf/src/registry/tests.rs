@@ -29,7 +29,7 @@ fn the_default_order_is_the_descriptors_not_the_order_backends_are_compiled_in()
 }
 
 /// Each descriptor against its backend: the kinds its devices allocate, the DLPack device types
-/// its memory is exported as, and the device types it answers for.
+/// its memory is exported as, the device types it answers for, and whether it makes streams.
 #[test]
 fn each_descriptor_says_what_its_backend_does() {
     let every_type: Vec<_> = backends()
@@ -56,6 +56,14 @@ fn each_descriptor_says_what_its_backend_does() {
         if backend.availability() != Availability::Available {
             continue;
         }
+        let stream = backend.open_stream("", StreamOptions::default());
+        assert_eq!(
+            stream.is_ok(),
+            descriptor.makes_streams,
+            "{}: {:?}",
+            descriptor.name,
+            stream.err()
+        );
         for device in backend.devices().unwrap() {
             assert_eq!(device.backend, descriptor.name);
             assert!(
@@ -126,6 +134,7 @@ const FIRST: BackendDescriptor = BackendDescriptor {
     kinds: &MemKind::ALLOCATABLE,
     dlpack_device_types: &[],
     protocols: &[Protocol::Cai],
+    makes_streams: false,
     default_rank: 0,
 };
 
