@@ -126,40 +126,19 @@ pub trait Backend: Send + Sync {
 }
 
 /// Splits a device selector such as "sycl:opencl:cpu:0", "cuda:1" or "host" into the backend name
-/// and the backend-specific rest. A dpctl filter string whose first word is a SYCL device type
-/// or backend that names no devbuf backend ("gpu", "cpu", "accelerator", "level_zero:gpu:0") is a
-/// SYCL selector as it stands, as `dpctl.SyclDevice("gpu")` reads it.
+/// and the backend-specific rest, at the first colon. (`devbuf::split_selector` also knows the
+/// words of other libraries' device strings that a backend's descriptor claims, such as dpctl's
+/// "gpu".)
 pub fn split_selector(selector: &str) -> (&str, &str) {
-    let first = selector.split(':').next().unwrap_or_default();
-    if DPCTL_WORDS.contains(&first) {
-        return ("sycl", selector);
-    }
     match selector.split_once(':') {
         Some((backend, rest)) => (backend, rest),
         None => (selector, ""),
     }
 }
 
-/// The first words of dpctl filter strings that are not devbuf backend names: SYCL device types,
-/// and the Level Zero backend (dpctl's "opencl" and "cuda" are devbuf's own backends' names, so
-/// those filter strings take the "sycl:" prefix).
-const DPCTL_WORDS: [&str; 4] = ["gpu", "cpu", "accelerator", "level_zero"];
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dpctl_device_type_words_are_sycl_selectors() {
-        assert_eq!(split_selector("gpu"), ("sycl", "gpu"));
-        assert_eq!(split_selector("cpu:0"), ("sycl", "cpu:0"));
-        assert_eq!(
-            split_selector("level_zero:gpu:0"),
-            ("sycl", "level_zero:gpu:0")
-        );
-        assert_eq!(split_selector("opencl:0:1"), ("opencl", "0:1"));
-        assert_eq!(split_selector("gpux"), ("gpux", ""));
-    }
 
     #[test]
     fn selectors_split_at_the_first_colon() {

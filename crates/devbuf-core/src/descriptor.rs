@@ -25,6 +25,10 @@ pub struct BackendDescriptor {
     /// protocol; the one whose runtime recognises the memory answers an import
     /// ([`crate::Backend::claim_pointer`]).
     pub protocols: &'static [Protocol],
+    /// The first words of other libraries' device strings that are this backend's selectors as
+    /// they stand, without the "`name`:" prefix (dpctl's filter strings "gpu", "cpu:0",
+    /// "level_zero:gpu:0" are SYCL's, as `dpctl.SyclDevice("gpu")` reads them).
+    pub selector_words: &'static [&'static str],
     /// Whether it makes streams of its own on a device ([`crate::Backend::open_stream`]): what
     /// a user's `Stream` is. The host's one queue serves as every stream, so it does.
     pub makes_streams: bool,

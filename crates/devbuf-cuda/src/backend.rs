@@ -34,6 +34,7 @@ pub const DESCRIPTOR: BackendDescriptor = BackendDescriptor {
         DlpackDeviceType::allocating(DLDeviceType::CUDAMANAGED, MemKind::Shared),
     ],
     protocols: &[Protocol::Cai],
+    selector_words: &[],
     makes_streams: true,
     default_rank: 0,
 };

@@ -22,6 +22,7 @@ pub const DESCRIPTOR: BackendDescriptor = BackendDescriptor {
     kinds: &MemKind::ALLOCATABLE,
     dlpack_device_types: &[DlpackDeviceType::not_allocating(DLDeviceType::OPENCL)],
     protocols: &[],
+    selector_words: &[],
     makes_streams: false,
     default_rank: 2,
 };

@@ -33,6 +33,9 @@ pub const DESCRIPTOR: BackendDescriptor = BackendDescriptor {
         MemKind::Device,
     )],
     protocols: &[Protocol::Suai],
+    // SYCL device types, and the Level Zero backend: dpctl's "opencl" and "cuda" are devbuf's
+    // own backends' names, so those filter strings take the "sycl:" prefix.
+    selector_words: &["gpu", "cpu", "accelerator", "level_zero"],
     makes_streams: true,
     default_rank: 1,
 };

@@ -43,6 +43,21 @@ pub fn default_order() -> Vec<&'static str> {
     backends().iter().map(|backend| backend.name()).collect()
 }
 
+/// Splits a device selector into the backend name and the backend-specific rest: at the first
+/// colon ("sycl:opencl:cpu:0", "cuda:1", "host"), except that a selector whose first word a
+/// backend's descriptor claims ([`BackendDescriptor::selector_words`]: dpctl's "gpu",
+/// "level_zero:gpu:0") is that backend's as it stands.
+pub fn split_selector(selector: &str) -> (&str, &str) {
+    let first = selector.split(':').next().unwrap_or_default();
+    let claimed = backends()
+        .iter()
+        .find(|backend| backend.descriptor().selector_words.contains(&first));
+    match claimed {
+        Some(backend) => (backend.name(), selector),
+        None => devbuf_core::split_selector(selector),
+    }
+}
+
 /// The backend called `name`.
 pub fn backend(name: &str) -> Result<&'static dyn Backend> {
     backends()

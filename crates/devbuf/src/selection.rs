@@ -17,11 +17,9 @@
 
 use std::sync::Arc;
 
-use devbuf_core::{
-    Availability, Buffer, Error, IpcHandle, MemKind, Queue, Result, ipc, split_selector,
-};
+use devbuf_core::{Availability, Buffer, Error, IpcHandle, MemKind, Queue, Result, ipc};
 
-use crate::registry::{backend, default_order};
+use crate::registry::{backend, default_order, split_selector};
 
 /// Opens a queue from a selector: `"host"`, `"sycl"`, `"sycl:<dpctl filter string>"`, `"cuda"`,
 /// `"cuda:N"`, `"opencl"`, `"opencl:P:D"` (platform and device index), or `""` for the default

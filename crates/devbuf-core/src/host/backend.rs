@@ -26,6 +26,7 @@ pub const DESCRIPTOR: BackendDescriptor = BackendDescriptor {
         MemKind::Host,
     )],
     protocols: &[],
+    selector_words: &[],
     makes_streams: true,
     default_rank: u8::MAX,
 };

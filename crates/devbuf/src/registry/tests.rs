@@ -95,6 +95,24 @@ fn each_descriptor_says_what_its_backend_does() {
 }
 
 #[test]
+fn words_a_descriptor_claims_are_that_backends_selectors_as_they_stand() {
+    for backend in backends() {
+        for &word in backend.descriptor().selector_words {
+            assert_eq!(split_selector(word), (backend.name(), word));
+            let filter = format!("{word}:0");
+            assert_eq!(split_selector(&filter), (backend.name(), filter.as_str()));
+        }
+    }
+    #[cfg(feature = "sycl")]
+    assert_eq!(
+        split_selector("level_zero:gpu:0"),
+        ("sycl", "level_zero:gpu:0")
+    );
+    assert_eq!(split_selector("opencl:0:1"), ("opencl", "0:1"));
+    assert_eq!(split_selector("gpux"), ("gpux", ""));
+}
+
+#[test]
 fn the_dlpack_allocation_table_is_the_descriptors() {
     let mut allocates: HashMap<u32, MemKind> = HashMap::new();
     for backend in backends() {
@@ -134,6 +152,7 @@ const FIRST: BackendDescriptor = BackendDescriptor {
     kinds: &MemKind::ALLOCATABLE,
     dlpack_device_types: &[],
     protocols: &[Protocol::Cai],
+    selector_words: &[],
     makes_streams: false,
     default_rank: 0,
 };
