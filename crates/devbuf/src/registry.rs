@@ -77,20 +77,42 @@ pub fn backend(name: &str) -> Result<&'static dyn Backend> {
         })
 }
 
-/// A queue on the device a DLPack producer named.
+/// A queue on the device a DLPack producer named: from the first backend, in the default order,
+/// whose descriptor lists the device type and that opens a queue for it; else the first one's
+/// error. (A DLPack consumer names its stream before it sees the memory, so no pointer can decide
+/// between backends that share a device type: the import's extent check then asks the chosen
+/// backend's runtime about the pointer.)
 pub fn queue_for_dlpack_device(device: dlpark::ffi::DLDevice) -> Result<Arc<dyn Queue>> {
-    backends()
-        .iter()
-        .find_map(|backend| backend.queue_for_dlpack_device(device))
-        .unwrap_or_else(|| {
-            Err(Error::DeviceNotFound {
-                selector: format!(
-                    "DLPack device ({}, {})",
-                    device.device_type.0, device.device_id
-                ),
-                reason: "no backend compiled into devbuf handles this DLPack device type".into(),
-            })
-        })
+    queue_for_dlpack_device_among(backends().iter().map(|backend| backend.as_ref()), device)
+}
+
+/// [`queue_for_dlpack_device`] among `backends`, in their order.
+fn queue_for_dlpack_device_among<'a>(
+    backends: impl Iterator<Item = &'a dyn Backend>,
+    device: dlpark::ffi::DLDevice,
+) -> Result<Arc<dyn Queue>> {
+    let mut first_error = None;
+    let listing = backends.filter(|backend| {
+        backend
+            .descriptor()
+            .has_dlpack_device_type(device.device_type)
+    });
+    for backend in listing {
+        match backend.queue_for_dlpack_device(device) {
+            Some(Ok(queue)) => return Ok(queue),
+            Some(Err(err)) => {
+                first_error.get_or_insert(err);
+            }
+            None => {}
+        }
+    }
+    Err(first_error.unwrap_or_else(|| Error::DeviceNotFound {
+        selector: format!(
+            "DLPack device ({}, {})",
+            device.device_type.0, device.device_id
+        ),
+        reason: "no backend compiled into devbuf handles this DLPack device type".into(),
+    }))
 }
 
 /// The first backend, in the default order, whose memory `protocol` describes: the one that

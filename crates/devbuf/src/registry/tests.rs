@@ -150,7 +150,7 @@ fn a_protocol_asks_the_backends_its_descriptors_name() {
 const FIRST: BackendDescriptor = BackendDescriptor {
     name: "first",
     kinds: &MemKind::ALLOCATABLE,
-    dlpack_device_types: &[],
+    dlpack_device_types: &[DlpackDeviceType::not_allocating(DLDeviceType::VULKAN)],
     protocols: &[Protocol::Cai],
     selector_words: &[],
     makes_streams: false,
@@ -165,11 +165,13 @@ const SECOND: BackendDescriptor = BackendDescriptor {
 
 /// A host-like backend whose runtime is a host queue of its own: it recognises the memory that
 /// queue allocated, and nothing else. `claims_everything` makes it the kind of backend that
-/// answers for any pointer, as a registry that asked by compile order would let it.
+/// answers for any pointer, as a registry that asked by compile order would let it. It lists one
+/// device as DLPack device 0 of its descriptor's device type, or none.
 struct Arena {
     descriptor: &'static BackendDescriptor,
     queue: Arc<dyn Queue>,
     claims_everything: bool,
+    lists_a_device: bool,
 }
 
 impl Arena {
@@ -178,6 +180,14 @@ impl Arena {
             descriptor,
             queue: Arc::new(HostQueue::new()),
             claims_everything,
+            lists_a_device: true,
+        }
+    }
+
+    fn without_devices(descriptor: &'static BackendDescriptor) -> Self {
+        Arena {
+            lists_a_device: false,
+            ..Arena::new(descriptor, false)
         }
     }
 }
@@ -201,9 +211,18 @@ impl Backend for Arena {
 
     fn queue_for_dlpack_device(
         &self,
-        _device: dlpark::ffi::DLDevice,
+        device: dlpark::ffi::DLDevice,
     ) -> Option<Result<Arc<dyn Queue>>> {
-        None
+        if !self.descriptor.has_dlpack_device_type(device.device_type) {
+            return None;
+        }
+        Some(match (self.lists_a_device, device.device_id) {
+            (true, 0) => Ok(Arc::clone(&self.queue)),
+            _ => Err(Error::DeviceNotFound {
+                selector: format!("{}:{}", self.name(), device.device_id),
+                reason: format!("{} lists no such device", self.name()),
+            }),
+        })
     }
 
     fn claim_pointer(&self, _protocol: Protocol, ptr: usize) -> Claim<Arc<dyn Queue>> {
@@ -285,4 +304,37 @@ fn memory_no_speaker_recognises_is_refused_with_each_ones_reason() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn a_shared_dlpack_device_type_goes_to_the_backend_that_has_the_device_in_either_order() {
+    let without = Arena::without_devices(&FIRST);
+    let with = Arena::new(&SECOND, false);
+    let device = dlpark::ffi::DLDevice {
+        device_type: DLDeviceType::VULKAN,
+        device_id: 0,
+    };
+    for order in [[&without, &with], [&with, &without]] {
+        let queue =
+            queue_for_dlpack_device_among(order.map(|b| b as &dyn Backend).into_iter(), device)
+                .unwrap();
+        assert!(Arc::ptr_eq(&queue, &with.queue));
+    }
+    // No backend has device 1: the first one's reason.
+    let missing = dlpark::ffi::DLDevice {
+        device_id: 1,
+        ..device
+    };
+    match queue_for_dlpack_device_among([&without as &dyn Backend, &with].into_iter(), missing) {
+        Err(Error::DeviceNotFound { reason, .. }) => {
+            assert_eq!(reason, "first lists no such device")
+        }
+        other => panic!("{other:?}"),
+    }
+    // A device type no descriptor lists is not asked of anyone.
+    let cpu = dlpark::ffi::DLDevice {
+        device_type: DLDeviceType::CPU,
+        device_id: 0,
+    };
+    assert!(queue_for_dlpack_device_among([&with as &dyn Backend].into_iter(), cpu).is_err());
 }
