@@ -182,6 +182,10 @@ class Stream:
     @property
     def timing(self) -> bool:
         """Whether its events can keep time (SYCL: made with ``timing=True``)."""
+    def close(self) -> None:
+        """cuda.core's ``Stream.close()``: later uses of the stream raise ValueError; enqueued
+        work still runs and memory allocated on it stays usable. A device's shared stream
+        cannot be closed."""
     def __enter__(self) -> Stream:
         """``with stream:``: the stream of the calls in the block that name none (``alloc``,
         ``copy_from``, ``fill``, ``get``, ``to_bytes``), for memory of its device."""

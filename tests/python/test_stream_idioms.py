@@ -110,3 +110,36 @@ def test_with_stream_enqueues_there(device):
     idle_elsewhere = device.default_stream.query()
     stream.synchronize()
     assert busy and idle_elsewhere, "the fill ran on the current stream, not the device's queue"
+
+
+def test_a_closed_stream_refuses_use_and_its_memory_stays_usable(device):
+    stream = devbuf.Stream(device)
+    memory = devbuf.alloc(1 << 20, "device", stream=stream)
+    memory.fill(7, blocking=False, stream=stream)
+    stream.close()
+    stream.close()  # as cuda.core's: closing twice is allowed
+    closed = r"^stream: <devbuf\.Stream on .*> was closed \(Stream\.close\(\)\)"
+    for use in (
+        stream.synchronize,
+        stream.query,
+        stream.record,
+        stream.wait,
+        lambda: stream.alloc(64),
+        lambda: devbuf.alloc(64, stream=stream),
+        lambda: memory.fill(1, stream=stream),
+        lambda: memory.to_bytes(stream),
+        lambda: stream.__enter__(),
+    ):
+        with pytest.raises(ValueError, match=closed):
+            use()
+    # Work enqueued before the close ran to its end, and the memory is still devbuf's to use.
+    assert memory.to_bytes()[:4] == b"\x07" * 4
+    memory.fill(9)
+    assert memory.to_bytes()[-4:] == b"\x09" * 4
+    assert memory.queue == stream and "devbuf.Stream" in repr(stream)
+
+
+def test_a_devices_shared_stream_cannot_be_closed(device):
+    with pytest.raises(ValueError, match=r"^stream: .* is its device's shared stream"):
+        device.default_stream.close()
+    devbuf.alloc(64, device=device).fill(0)

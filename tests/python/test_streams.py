@@ -74,6 +74,17 @@ def test_fill_and_events_on_a_stream(device):
         stream.wait(1)
 
 
+def test_a_synchronized_stream_answers_query_as_idle(device):
+    # SYCL asks a barrier, which the runtime completes on its own threads a moment later: a
+    # query right after synchronize() once said "busy" under load.
+    stream = device.create_stream()
+    buffer = devbuf.alloc(1 << 16, "device", device=device)
+    for value in range(100):
+        buffer.fill(value, stream=stream, blocking=False)
+        stream.synchronize()
+        assert stream.query(), f"busy after synchronize(), round {value}"
+
+
 def test_timed_events_give_the_time_between(device):
     stream = device.create_stream()
     if device.backend == "sycl":

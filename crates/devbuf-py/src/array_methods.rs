@@ -152,7 +152,7 @@ impl PyArray {
         if let Some(stream) = stream {
             let array = self.array(py)?;
             let buffer = array.buffer();
-            let queue = &stream.get().queue;
+            let queue = stream.get().queue()?;
             let (on, own) = (&queue.device().selector, &buffer.device().selector);
             if on != own {
                 return Err(PyValueError::new_err(format!(
@@ -264,7 +264,7 @@ impl PyArray {
                 .py()
             }
             (Some(stream), blocking) => {
-                let queue = &stream.get().queue;
+                let queue = stream.get().queue()?;
                 py.detach(|| {
                     let copied = destination.enqueue_copy_elements_from(source, queue)?;
                     if blocking { copied.wait() } else { Ok(()) }
@@ -339,7 +339,7 @@ impl PyArray {
         let data = match stream.or(current.as_ref()) {
             None => py.detach(|| bytes.to_vec()).py()?,
             Some(stream) => {
-                let queue = &stream.get().queue;
+                let queue = stream.get().queue()?;
                 let mut data = vec![0; bytes.len()];
                 if let Err(err) = py.detach(|| bytes.copy_to_host_on(&mut data, queue)) {
                     // The copy may still be writing into the vector.

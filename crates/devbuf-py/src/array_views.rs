@@ -176,7 +176,7 @@ pub(crate) fn compact_copy(array: &Bound<'_, PyArray>) -> PyResult<Py<PyArray>> 
     let py = array.py();
     let this = array.get();
     let open = this.array(py)?;
-    let queue = &this.queue.get().queue;
+    let queue = this.queue.get().held();
     let kind = match open.buffer().kind() {
         kind @ (MemKind::Host | MemKind::Device | MemKind::Shared) if queue.supports(kind) => kind,
         _ if open.buffer().is_host_accessible() && queue.supports(MemKind::Host) => MemKind::Host,

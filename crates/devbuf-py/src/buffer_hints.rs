@@ -17,7 +17,9 @@ pub(crate) fn prefetch(
     stream: Option<&Bound<'_, PyQueue>>,
 ) -> PyResult<()> {
     let location: Location = location.parse().py()?;
-    let queue = stream.map(|stream| stream.get().queue.clone());
+    let queue = stream
+        .map(|stream| stream.get().queue().cloned())
+        .transpose()?;
     py.detach(|| match &queue {
         Some(queue) => buffer.prefetch_on(location, queue),
         None => buffer.prefetch(location),

@@ -166,7 +166,7 @@ impl PyBuffer {
             Some(_) => None,
         };
         if let Some(stream) = stream.or(current.as_ref()) {
-            let queue = &stream.get().queue;
+            let queue = stream.get().queue()?;
             return slf
                 .py()
                 .detach(|| {
@@ -321,14 +321,14 @@ pub(crate) fn alloc(
             let device = device.map(|d| resolve_queue(py, Some(d))).transpose()?;
             let selector = device
                 .as_ref()
-                .map(|queue| queue.get().queue.device().selector.as_str());
+                .map(|queue| queue.get().held().device().selector.as_str());
             current = crate::objects::current_stream::current_on(py, selector);
             current.as_ref()
         }
         stream => stream,
     };
     if let Some(stream) = stream {
-        let on = &stream.get().queue.device().selector;
+        let on = &stream.get().queue()?.device().selector;
         if mr.is_some() {
             return Err(PyValueError::new_err(
                 "stream: a memory resource allocates on its own queue; leave out mr= or stream=",
@@ -336,7 +336,7 @@ pub(crate) fn alloc(
         }
         if let Some(device) = device {
             let asked = resolve_queue(py, Some(device))?;
-            let asked = &asked.get().queue.device().selector;
+            let asked = &asked.get().queue()?.device().selector;
             if asked != on {
                 return Err(PyValueError::new_err(format!(
                     "device: {asked:?} is not the device of stream, a stream of {on:?}"
@@ -355,7 +355,7 @@ pub(crate) fn alloc(
         }
         if let Some(device) = device {
             let asked = resolve_queue(py, Some(device))?;
-            let asked = &asked.get().queue.device().selector;
+            let asked = &asked.get().queue()?.device().selector;
             let own = crate::mr::memory_resource::PyMemoryResource::selector(&mr)?;
             if *asked != own {
                 return Err(PyValueError::new_err(format!(

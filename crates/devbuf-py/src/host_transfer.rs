@@ -34,7 +34,7 @@ pub(crate) fn to_numpy<'py>(
         Some(_) => None,
     };
     let queue = match stream.or(current.as_ref()) {
-        Some(stream) => stream.get().queue.clone(),
+        Some(stream) => stream.get().queue()?.clone(),
         None => array.buffer().queue().clone(),
     };
     let layout = array.layout();

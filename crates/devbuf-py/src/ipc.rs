@@ -128,6 +128,7 @@ pub(crate) fn open_ipc(py: Python<'_>, handle: &Bound<'_, PyAny>) -> PyResult<Py
         },
     };
     let queue = shared_queue(py, &handle.device)?;
-    let buffer = py.detach(|| ipc::open(&queue.get().queue, &handle)).py()?;
+    let target = queue.get().queue()?;
+    let buffer = py.detach(|| ipc::open(target, &handle)).py()?;
     PyBuffer::wrap(py, buffer, queue)
 }

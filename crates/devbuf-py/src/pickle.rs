@@ -147,7 +147,7 @@ pub(crate) fn _rebuild<'py>(
     let alignment = layout
         .as_ref()
         .map_or(1, |layout| layout.dtype().alignment());
-    let target = &queue.get().queue;
+    let target = queue.get().queue()?;
     let buffer = if target.device().backend == devbuf::host::HOST && ptr % alignment == 0 {
         // SAFETY: the held Py_buffer keeps `len` bytes at `ptr` alive and unmoved until the
         // owner drops it; host memory is reachable by the host queue.
@@ -203,17 +203,17 @@ fn held_bytes(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<HeldBuffer> {
 /// memory, else the default device's, else the host's, with a warning saying why.
 fn target_queue(py: Python<'_>, selector: &str, kind: MemKind) -> PyResult<Py<PyQueue>> {
     let reason = match shared_queue(py, selector) {
-        Ok(queue) if queue.get().queue.supports(kind) => return Ok(queue),
+        Ok(queue) if queue.get().queue()?.supports(kind) => return Ok(queue),
         Ok(_) => format!("it has no {kind} memory"),
         Err(err) => err.value(py).to_string(),
     };
     let fallback = match crate::objects::default_device::current_default(py) {
-        Ok(queue) if queue.get().queue.supports(kind) => queue,
+        Ok(queue) if queue.get().queue()?.supports(kind) => queue,
         _ => shared_queue(py, devbuf::host::HOST)?,
     };
     let message = format!(
         "devbuf: an unpickled buffer of {kind} memory from device {selector:?} is placed on {:?}: {reason}",
-        fallback.get().queue.device().selector
+        fallback.get().queue()?.device().selector
     );
     let message = std::ffi::CString::new(message.replace('\0', "?")).expect("no NUL");
     PyErr::warn(py, &py.get_type::<DeviceFallbackWarning>(), &message, 1)?;

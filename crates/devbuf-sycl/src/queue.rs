@@ -20,6 +20,10 @@ use crate::loader::SYCL;
 use crate::memory::classify;
 use crate::raw::{Context, Device, RawEvent, RawQueue, owned_handle};
 
+/// How long `is_idle` lets a barrier behind finished work settle: the runtime's bookkeeping,
+/// microseconds on an idle machine, milliseconds when its threads wait for a core.
+const BARRIER_SETTLE: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// Receives SYCL's asynchronous errors. Without a handler the SYCL runtime terminates the process
 /// when it reports one (e.g. while destroying a queue); here it is reported and devbuf goes on.
 extern "C" fn report_async_error(code: c_int) {
@@ -409,8 +413,28 @@ impl Queue for SyclQueue {
 
     /// Other libraries enqueue on copies of this queue, which its last command does not cover: a
     /// barrier does (what a stream's `query` means to dpctl's users too).
+    ///
+    /// The runtime completes a barrier on its own threads: one enqueued behind finished work is
+    /// not complete at once (seen right after `synchronize()` on the CPU device under load), so
+    /// it is given a short while before the queue is called busy; devbuf's own unfinished work
+    /// answers at once.
     fn is_idle(&self) -> Result<bool> {
-        self.event(Arc::new(self.barrier()?)).is_complete()
+        if let Some(last) = self.last.get()
+            && !self.event(last).is_complete()?
+        {
+            return Ok(false);
+        }
+        let barrier = self.event(Arc::new(self.barrier()?));
+        let deadline = std::time::Instant::now() + BARRIER_SETTLE;
+        loop {
+            if barrier.is_complete()? {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::yield_now();
+        }
     }
 
     fn wait_event(&self, event: &Event) -> Result<()> {

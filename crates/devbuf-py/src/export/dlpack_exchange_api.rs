@@ -113,7 +113,7 @@ fn export_without_sync(
 #[cold]
 fn export_on_work_stream(py: Python<'_>, buffer: &Buffer, device: DLDevice) -> PyResult<()> {
     let queue = shared_queue_for_dlpack(py, device)?;
-    let queue = &queue.get().queue;
+    let queue = queue.get().queue()?;
     devbuf::exchange::exchange_table_export(buffer, queue).py()
 }
 
@@ -303,7 +303,7 @@ unsafe extern "C" fn current_work_stream(
         )?;
         let stream = queue
             .get()
-            .queue
+            .queue()?
             .interop()
             .dlpack_work_stream()
             .unwrap_or(0);

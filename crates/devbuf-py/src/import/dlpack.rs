@@ -97,7 +97,7 @@ pub(crate) fn import_dlpack<'py>(
     let array = import_capsule(py, &capsule, announced)?;
     if let Some(queue) = consumer {
         let buffer = array.get().array(py)?;
-        devbuf::exchange::after_dlpack_import(buffer.buffer(), &queue.get().queue, passed, sync)
+        devbuf::exchange::after_dlpack_import(buffer.buffer(), queue.get().queue()?, passed, sync)
             .py()?;
     }
     Ok(Some(array))

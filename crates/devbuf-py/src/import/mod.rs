@@ -19,6 +19,7 @@ use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyType};
 use pyo3::{ffi, intern};
+use std::sync::Arc;
 
 use crate::errors::IntoPyResult;
 use crate::import::buffer_protocol::import_buffer_protocol;
@@ -60,12 +61,19 @@ fn copy_of<'py>(
 ) -> PyResult<Bound<'py, PyArray>> {
     let this = array.get();
     let open = this.array(py)?;
-    let named_device = queue.as_ref().is_some_and(|queue| {
-        let target = &queue.get().queue;
-        target.device().backend != devbuf::host::HOST && target.supports(MemKind::Device)
-    });
+    let named_device = match &queue {
+        Some(queue) => {
+            let target = queue.get().queue()?;
+            target.device().backend != devbuf::host::HOST && target.supports(MemKind::Device)
+        }
+        None => false,
+    };
+    let target = match &queue {
+        Some(named) => Arc::clone(named.get().queue()?),
+        // The array's own stream, which it keeps using after a `Stream.close()`.
+        None => Arc::clone(this.queue.get().held()),
+    };
     let queue = queue.unwrap_or_else(|| this.queue.clone_ref(py));
-    let target = &queue.get().queue;
     let kind = match (kind, open.buffer().kind()) {
         (Some(kind), _) => kind,
         _ if named_device => MemKind::Device,
@@ -78,7 +86,7 @@ fn copy_of<'py>(
         _ => MemKind::Device,
     };
     let source: &devbuf::Array = &open;
-    let copy = py.detach(|| source.copy_to(target, kind)).py()?;
+    let copy = py.detach(|| source.copy_to(&target, kind)).py()?;
     Ok(PyArray::wrap(py, copy, queue)?.into_bound(py))
 }
 
@@ -314,7 +322,7 @@ pub fn asarray<'py>(
             array.get().array(py)?.buffer().device().selector,
             queue
                 .as_ref()
-                .map_or("", |q| q.get().queue.device().selector.as_str()),
+                .map_or("", |q| q.get().held().device().selector.as_str()),
         ))),
         Some(false) if kind.is_some_and(|kind| kind != own_kind) => Err(PyValueError::new_err(
             format!("kind: the data is {own_kind} memory and copy=False forbids copying it",),
@@ -363,5 +371,5 @@ pub fn from_dlpack<'py>(
 
 fn same_device(array: &Bound<'_, PyArray>, queue: &Py<PyQueue>) -> PyResult<bool> {
     let open = array.get().array(array.py())?;
-    Ok(open.buffer().device().selector == queue.get().queue.device().selector)
+    Ok(open.buffer().device().selector == queue.get().queue()?.device().selector)
 }

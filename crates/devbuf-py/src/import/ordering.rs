@@ -20,7 +20,7 @@ pub(crate) fn consumer_stream_argument<'py>(
     sync: bool,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
     Ok(
-        match devbuf::exchange::producer_stream_argument(&queue.queue, sync) {
+        match devbuf::exchange::producer_stream_argument(queue.queue()?, sync) {
             ProducerStreamArgument::Stream(stream) => Some(stream.into_pyobject(py)?.into_any()),
             ProducerStreamArgument::Queue => {
                 foreign_objects::dpctl_queue(py, queue)?.map(|queue| queue.into_bound(py))

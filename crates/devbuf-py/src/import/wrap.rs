@@ -35,7 +35,7 @@ pub(crate) fn foreign_kind(
     foreign: &ForeignLayout,
     pointer_key: &'static str,
 ) -> PyResult<MemKind> {
-    extent::check_extent(&*queue.get().queue, foreign, pointer_key).py()
+    extent::check_extent(&**queue.get().queue()?, foreign, pointer_key).py()
 }
 
 /// Wraps foreign memory of `kind` ([`foreign_kind`]) in an Array, as [`wrap_foreign`].
@@ -47,7 +47,7 @@ pub(crate) fn wrap_classified<'py>(
     owner: Owner,
     producer: Option<Arc<dyn ForeignQueue>>,
 ) -> PyResult<Bound<'py, PyArray>> {
-    let runtime_queue = queue.get().queue.clone();
+    let runtime_queue = queue.get().queue()?.clone();
     // SAFETY: the protocol promised the span's bytes reachable by this device, alive while `owner`
     // is held.
     let array = unsafe { Array::from_foreign(runtime_queue, foreign, kind, owner, producer) };

@@ -121,7 +121,7 @@ impl PyMemoryResource {
 
     /// The selector of the device the resource allocates on.
     pub(crate) fn selector(slf: &Bound<'_, PyMemoryResource>) -> PyResult<String> {
-        Ok(backing(slf)?.queue.get().queue.device().selector.clone())
+        Ok(backing(slf)?.queue.get().held().device().selector.clone())
     }
 }
 
@@ -161,7 +161,7 @@ pub(crate) fn resource_of(slf: &Bound<'_, PyMemoryResource>) -> PyResult<Arc<dyn
             if let Some(resource) = caller.upgrade() {
                 return Ok(resource);
             }
-            let queue = Arc::clone(&backing.queue.get().queue);
+            let queue = Arc::clone(backing.queue.get().held());
             let resource = PythonResource::new(slf.as_any(), queue)?;
             *caller = Arc::downgrade(&resource);
             Ok(resource)
@@ -251,7 +251,7 @@ impl PyMemoryResource {
         };
         if let Some(upstream) = &upstream {
             let own = PyMemoryResource::selector(upstream.bind(py))?;
-            let asked = &queue.get().queue.device().selector;
+            let asked = &queue.get().queue()?.device().selector;
             if *asked != own {
                 return Err(PyValueError::new_err(format!(
                     "device: {asked:?} is not the device of upstream_mr, which allocates on {own:?}"
@@ -316,7 +316,7 @@ impl PyMemoryResource {
         if let Some(stream) = stream {
             // The stream's later work follows the allocation on the resource's queue; memory
             // the caller never learns the address of goes back before the error is raised.
-            let ordered = order_after(slf.py(), &stream.get().queue, &backing.queue.get().queue);
+            let ordered = order_after(slf.py(), stream.get().queue()?, backing.queue.get().held());
             if let Err(err) = ordered {
                 handouts.deallocate(address, kind, nbytes).py()?;
                 return Err(err);
@@ -344,7 +344,7 @@ impl PyMemoryResource {
         // Reused only once all work on the stream so far is done, other libraries' included.
         let after = match stream {
             Some(stream) => {
-                let stream = &stream.get().queue;
+                let stream = stream.get().queue()?;
                 let event = slf.py().detach(|| devbuf::stream::all_work_event(stream));
                 devbuf::mr::FreeAfter::Event(event.py()?)
             }
@@ -362,7 +362,7 @@ impl PyMemoryResource {
         let Some(backing) = slf.get().backing.get() else {
             return Ok(format!("<{module}.{name} (not initialised)>"));
         };
-        let selector = &backing.queue.get().queue.device().selector;
+        let selector = &backing.queue.get().held().device().selector;
         let details = match &backing.source {
             Source::Devbuf(handouts) => details(handouts.resource().as_ref()),
             Source::Python(_) => String::new(),

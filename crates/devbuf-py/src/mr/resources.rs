@@ -41,7 +41,7 @@ impl PyQueueResource {
 
 impl PyQueueResource {
     fn of(queue: Py<PyQueue>) -> PyClassInitializer<Self> {
-        let resource = QueueResource::new(Arc::clone(&queue.get().queue));
+        let resource = QueueResource::new(Arc::clone(queue.get().held()));
         PyClassInitializer::from(PyMemoryResource::devbuf(resource, queue, None))
             .add_subclass(PyQueueResource)
     }
@@ -314,7 +314,7 @@ pub fn reset_current_device_resource(
         None => MemKind::ALLOCATABLE.to_vec(),
     };
     let queue = resolve_queue(py, device)?;
-    let selector = queue.get().queue.device().selector.clone();
+    let selector = queue.get().queue()?.device().selector.clone();
     for kind in kinds {
         let previous = devbuf::mr::reset_current(&selector, kind);
         let object = current_objects(py).lock().remove(&(selector.clone(), kind));
@@ -334,7 +334,7 @@ pub fn get_current_device_resource(
 ) -> PyResult<Py<PyMemoryResource>> {
     let kind: MemKind = kind.parse().py()?;
     let queue = resolve_queue(py, device)?;
-    let selector = queue.get().queue.device().selector.clone();
+    let selector = queue.get().queue()?.device().selector.clone();
     if let Some(set) = devbuf::mr::current(&selector, kind) {
         let object = current_objects(py)
             .lock()

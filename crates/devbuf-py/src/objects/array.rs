@@ -119,8 +119,9 @@ pub struct PyArray {
     /// where dpctl cannot view it.
     pub(crate) dpctl_view: LazyBox<PyOnceLock<Option<Box<DpctlView>>>>,
     /// Who made an imported array read-only, for the errors of writes through it; views of it
-    /// inherit it.
-    readonly_origin: OnceBox<ReadonlyOrigin>,
+    /// inherit it. Held inline, not boxed: dpctl marks every SUAI export read-only, so most
+    /// foreign SUAI imports set it, and a box cost each of them an allocation and a free.
+    readonly_origin: OnceLock<ReadonlyOrigin>,
 }
 
 /// The producer whose flag made an imported array read-only, and the protocol that carried it:
@@ -138,13 +139,13 @@ impl PyArray {
             queue,
             cache: LazyBox::new(),
             dpctl_view: LazyBox::new(),
-            readonly_origin: OnceBox::new(),
+            readonly_origin: OnceLock::new(),
         }
     }
 
     /// Says who made this array read-only (the first word stays).
     pub(crate) fn set_readonly_origin(&self, origin: ReadonlyOrigin) {
-        let _ = self.readonly_origin.set(Box::new(origin));
+        let _ = self.readonly_origin.set(origin);
     }
 
     /// This array with `parent`'s read-only origin, for a view of it.

@@ -52,7 +52,7 @@ pub(crate) fn current_on<'py>(
     let stream = ENTERED.with_borrow(|entered| entered.last().map(|s| s.clone_ref(py)))?;
     let stream = stream.into_bound(py);
     match selector {
-        Some(selector) if stream.get().queue.device().selector != selector => None,
+        Some(selector) if stream.get().held().device().selector != selector => None,
         _ => Some(stream),
     }
 }

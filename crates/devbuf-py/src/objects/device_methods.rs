@@ -62,7 +62,7 @@ impl PyDevice {
     /// on devbuf's queue, which covers other libraries' work on that very queue only).
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
         let queue = shared_queue(py, &self.info.selector)?;
-        let queue = Arc::clone(&queue.get().queue);
+        let queue = Arc::clone(queue.get().queue()?);
         py.detach(|| queue.wait_device()).py()
     }
 
@@ -72,7 +72,7 @@ impl PyDevice {
     #[getter]
     fn mem_info(&self, py: Python<'_>) -> PyResult<(usize, usize)> {
         let queue = shared_queue(py, &self.info.selector)?;
-        let queue = Arc::clone(&queue.get().queue);
+        let queue = Arc::clone(queue.get().queue()?);
         py.detach(|| queue.memory_info()).map_err(|err| match err {
             devbuf::Error::Unsupported { .. } => {
                 pyo3::exceptions::PyAttributeError::new_err(format!("mem_info: {err}"))

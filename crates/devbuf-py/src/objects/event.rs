@@ -60,7 +60,7 @@ impl PyEvent {
             Ok(false) => "pending",
             Err(_) => "failed",
         };
-        let device = self.stream.get().queue.device();
+        let device = self.stream.get().held().device();
         format!(
             "<devbuf.Event {state} on a stream of {:?}>",
             device.selector

@@ -71,7 +71,8 @@ fn hold<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Held<'py>> {
         return Ok(Held::Nothing);
     }
     if let Ok(queue) = obj.cast::<PyQueue>() {
-        let queue = &queue.get().queue;
+        // A syclobj: memory on a stream since closed still names its queue this way.
+        let queue = queue.get().held();
         return Ok(Held::Queue(
             Arc::clone(queue),
             devbuf::exchange::as_foreign_queue(queue),
@@ -158,7 +159,7 @@ pub(crate) fn queue_from_syclobj(
     }
     if let Ok(queue) = syclobj.cast::<PyQueue>() {
         return Ok(ContextQueue {
-            producer: devbuf::exchange::as_foreign_queue(&queue.get().queue),
+            producer: devbuf::exchange::as_foreign_queue(queue.get().queue()?),
             queue: queue.clone().unbind(),
         });
     }
@@ -224,7 +225,7 @@ pub(crate) fn dlpack_producer_queue(
     producer: &Bound<'_, PyAny>,
     device_queue: Py<PyQueue>,
 ) -> PyResult<Py<PyQueue>> {
-    if !speaks_suai(&device_queue.get().queue) {
+    if !speaks_suai(device_queue.get().queue()?) {
         return Ok(device_queue);
     }
     let Some(own) = producer.getattr_opt(intern!(py, "sycl_queue"))? else {
@@ -235,9 +236,9 @@ pub(crate) fn dlpack_producer_queue(
     let Ok(ContextQueue { queue: own, .. }) = queue_from_syclobj(py, &own, 0) else {
         return Ok(device_queue);
     };
-    let own_queue = &own.get().queue;
+    let own_queue = own.get().queue()?;
     let same_place = own_queue.interop().dlpack_export_refusal().is_none()
-        && own_queue.device().selector == device_queue.get().queue.device().selector;
+        && own_queue.device().selector == device_queue.get().queue()?.device().selector;
     Ok(if same_place { own } else { device_queue })
 }
 
@@ -246,7 +247,7 @@ pub(crate) fn dlpack_producer_queue(
 /// exports no handle or dpctl is not installed.
 pub(crate) fn dpctl_queue(py: Python<'_>, queue: &PyQueue) -> PyResult<Option<Py<PyAny>>> {
     let made = queue.dpctl_queue.get_or_try_init(py, || -> PyResult<_> {
-        let Some(handle) = queue.queue.interop().export_handle() else {
+        let Some(handle) = queue.held().interop().export_handle() else {
             return Ok(None);
         };
         let Ok(dpctl) = py.import(intern!(py, "dpctl")) else {
@@ -262,7 +263,7 @@ pub(crate) fn dpctl_queue(py: Python<'_>, queue: &PyQueue) -> PyResult<Option<Py
 /// The Python queue for a runtime queue: the shared one when it is its device's shared queue.
 fn wrap_queue(py: Python<'_>, queue: Arc<dyn Queue>) -> PyResult<Py<PyQueue>> {
     if let Ok(shared) = shared_queue(py, &queue.device().selector)
-        && Arc::ptr_eq(&shared.get().queue, &queue)
+        && Arc::ptr_eq(shared.get().queue()?, &queue)
     {
         return Ok(shared);
     }
@@ -278,7 +279,7 @@ pub(crate) fn selector_of(device: &Bound<'_, PyAny>) -> PyResult<String> {
         return Ok(device.get().info.selector.clone());
     }
     if let Ok(queue) = device.cast::<PyQueue>() {
-        return Ok(queue.get().queue.device().selector.clone());
+        return Ok(queue.get().queue()?.device().selector.clone());
     }
     Err(PyTypeError::new_err(format!(
         "device: expected None, a selector string, a devbuf.Device, a devbuf.Queue or a \

@@ -5,10 +5,12 @@
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use devbuf::dlpark::ffi::DLDevice;
 use devbuf::{ExportedHandle, Queue};
 use parking_lot::Mutex;
+use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -21,7 +23,10 @@ use crate::objects::device::PyDevice;
 /// `devbuf.Queue` is the same class under its earlier name.
 #[pyclass(frozen, module = "devbuf", name = "Stream")]
 pub struct PyQueue {
-    pub(crate) queue: Arc<dyn Queue>,
+    /// Read through [`PyQueue::queue`], which refuses a closed stream.
+    inner: Arc<dyn Queue>,
+    /// Set by `Stream.close()`: every later use of the stream is refused.
+    closed: AtomicBool,
     pub(crate) device: Py<PyDevice>,
     /// This queue as a `dpctl.SyclQueue` (DLPack's `stream` for kDLOneAPI producers), made on
     /// first use; `None` for queues dpctl cannot wrap.
@@ -64,7 +69,8 @@ impl PyQueue {
         Py::new(
             py,
             PyQueue {
-                queue,
+                inner: queue,
+                closed: AtomicBool::new(false),
                 device,
                 dpctl_queue: PyOnceLock::new(),
                 made_with,
@@ -73,8 +79,43 @@ impl PyQueue {
         )
     }
 
+    /// The queue, unless `Stream.close()` closed it (ValueError naming the stream).
+    pub(crate) fn queue(&self) -> PyResult<&Arc<dyn Queue>> {
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(PyValueError::new_err(format!(
+                "stream: {} was closed (Stream.close()); open a new one",
+                self.describe()
+            )));
+        }
+        Ok(&self.inner)
+    }
+
+    /// Marks the stream closed (`Stream.close()`); a device's shared stream is refused.
+    pub(crate) fn mark_closed(&self) -> PyResult<()> {
+        if self.shared {
+            return Err(PyValueError::new_err(format!(
+                "stream: {} is its device's shared stream, which every allocation without \
+                 stream= uses; it cannot be closed (close the streams you made)",
+                self.describe()
+            )));
+        }
+        self.closed.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The queue whether or not the stream was closed: for memory already on it, which stays
+    /// usable (the runtime stream lives while it does), and for identity (`==`, `hash`).
+    pub(crate) fn held(&self) -> &Arc<dyn Queue> {
+        &self.inner
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        let device = self.inner.device();
+        format!("<devbuf.Stream on {:?} {:?}>", device.selector, device.name)
+    }
+
     pub(crate) fn backend_name(&self) -> &'static str {
-        self.queue.device().backend
+        self.inner.device().backend
     }
 }
 

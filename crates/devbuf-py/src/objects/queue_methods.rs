@@ -28,7 +28,7 @@ impl PyQueue {
         ipc: bool,
     ) -> PyResult<Py<PyBuffer>> {
         let kind: MemKind = kind.parse().py()?;
-        let inner = &queue.get().queue;
+        let inner = queue.get().queue()?;
         let buffer = if ipc {
             py.detach(|| devbuf::ipc::alloc_shareable(inner, kind, nbytes))
         // Host allocations take tens of nanoseconds: releasing the GIL would cost more.
@@ -44,8 +44,9 @@ impl PyQueue {
 
 impl PyQueue {
     fn cuda_stream_handle(&self) -> PyResult<usize> {
-        let cuda = devbuf::speaks(self.queue.device(), Protocol::Cai);
-        match (cuda, self.queue.interop().native_stream()) {
+        let queue = self.queue()?;
+        let cuda = devbuf::speaks(queue.device(), Protocol::Cai);
+        match (cuda, queue.interop().native_stream()) {
             (true, Some(stream)) => Ok(stream.get()),
             _ => Err(PyAttributeError::new_err(format!(
                 "{} streams have no CUDA stream handle",
@@ -95,7 +96,12 @@ impl PyQueue {
             }
         }
         let selector = match device {
-            None => current_default(py)?.get().queue.device().selector.clone(),
+            None => current_default(py)?
+                .get()
+                .queue()?
+                .device()
+                .selector
+                .clone(),
             Some(device) => selector_of(device)?,
         };
         let options = devbuf::StreamOptions {
@@ -129,7 +135,7 @@ impl PyQueue {
     /// made with `timing=True`; a ValueError where events have no timing).
     #[pyo3(signature = (*, timing = false))]
     fn record(slf: &Bound<'_, Self>, timing: bool) -> PyResult<Py<PyEvent>> {
-        let queue = &slf.get().queue;
+        let queue = slf.get().queue()?;
         let event = slf
             .py()
             .detach(|| {
@@ -160,7 +166,7 @@ impl PyQueue {
         let event = if let Ok(event) = other.cast::<PyEvent>() {
             event.get().event.clone()
         } else if let Ok(stream) = other.cast::<PyQueue>() {
-            let stream = &stream.get().queue;
+            let stream = stream.get().queue()?;
             py.detach(|| devbuf::stream::all_work_event(stream)).py()?
         } else {
             return Err(PyTypeError::new_err(format!(
@@ -168,19 +174,21 @@ impl PyQueue {
                 other.get_type().name()?
             )));
         };
-        py.detach(|| self.queue.wait_event(&event)).py()
+        let queue = self.queue()?;
+        py.detach(|| queue.wait_event(&event)).py()
     }
 
     /// Blocks until all work enqueued on this stream has completed, other libraries' included.
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| devbuf::stream::synchronize_stream(&self.queue))
-            .py()
+        let queue = self.queue()?;
+        py.detach(|| devbuf::stream::synchronize_stream(queue)).py()
     }
 
     /// Whether all work enqueued on this stream so far has completed (other libraries' included),
     /// without waiting.
     fn query(&self, py: Python<'_>) -> PyResult<bool> {
-        py.detach(|| self.queue.is_idle()).py()
+        let queue = self.queue()?;
+        py.detach(|| queue.is_idle()).py()
     }
 
     /// The device this queue runs on.
@@ -208,8 +216,12 @@ impl PyQueue {
 
     /// The native stream handle (a CUstream as an int) for backends that have one, else None.
     #[getter]
-    fn stream(&self) -> Option<usize> {
-        self.queue.interop().native_stream().map(StreamHandle::get)
+    fn stream(&self) -> PyResult<Option<usize>> {
+        Ok(self
+            .queue()?
+            .interop()
+            .native_stream()
+            .map(StreamHandle::get))
     }
 
     /// Allocates `nbytes` of `kind` memory ("host", "device" or "shared") on this queue. With
@@ -226,9 +238,10 @@ impl PyQueue {
     }
 
     /// A new "SyclQueueRef" capsule holding a copy of this SYCL queue (what dpctl expects of a
-    /// `syclobj`). Only SYCL queues have one.
+    /// `syclobj`). Only SYCL queues have one. Memory allocated on a stream since closed still
+    /// hands its queue to consumers this way.
     fn _get_capsule<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyCapsule>> {
-        match self.queue.interop().export_handle() {
+        match self.held().interop().export_handle() {
             Some(handle) => handle_capsule(py, handle),
             None => Err(PyAttributeError::new_err(format!(
                 "{} queues have no SYCL queue capsule",
@@ -282,12 +295,22 @@ impl PyQueue {
         Ok(made.timing || self.backend_name() != "sycl")
     }
 
+    /// Closes the stream, as cuda.core's `Stream.close()`: later calls that use it, or name it as
+    /// `stream=`, raise ValueError. Like `cuStreamDestroy`, it neither waits nor cancels: work
+    /// already enqueued runs to its end, and memory allocated on the stream stays usable and
+    /// ordered (devbuf lets go of the runtime stream when this object and the last such buffer or
+    /// event are gone). A device's shared stream cannot be closed; closing twice is allowed.
+    fn close(&self) -> PyResult<()> {
+        self.mark_closed()
+    }
+
     /// `with stream:` makes this the stream of the calls in the block that name none (`alloc`,
     /// `copy_from`, `fill`, `get`, `to_bytes`), for memory of its device, as CuPy's
     /// `with stream:`; blocks nest.
-    fn __enter__(slf: &Bound<'_, Self>) -> Py<PyQueue> {
+    fn __enter__(slf: &Bound<'_, Self>) -> PyResult<Py<PyQueue>> {
+        slf.get().queue()?;
         crate::objects::current_stream::enter(slf.clone().unbind());
-        slf.clone().unbind()
+        Ok(slf.clone().unbind())
     }
 
     /// Ends the `with` block: the stream before it is current again.
@@ -303,15 +326,14 @@ impl PyQueue {
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
         other
             .cast::<PyQueue>()
-            .is_ok_and(|other| Arc::ptr_eq(&other.get().queue, &self.queue))
+            .is_ok_and(|other| Arc::ptr_eq(other.get().held(), self.held()))
     }
 
     fn __hash__(&self) -> usize {
-        Arc::as_ptr(&self.queue).cast::<u8>() as usize
+        Arc::as_ptr(self.held()).cast::<u8>() as usize
     }
 
     fn __repr__(&self) -> String {
-        let device = self.queue.device();
-        format!("<devbuf.Stream on {:?} {:?}>", device.selector, device.name)
+        self.describe()
     }
 }
