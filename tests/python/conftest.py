@@ -14,6 +14,18 @@ def backend_info(name):
     return next((b for b in devbuf.backends() if b.name == name), None)
 
 
+def backend_names(*, protocol=None, makes_streams=None):
+    """The backends compiled in, in the default order, whose descriptor (`devbuf.backends()`)
+    speaks `protocol` and makes streams as asked: what a test runs on, never a list written by
+    hand (a fixture's params; `require_backend` then skips or fails each that is unavailable)."""
+    return [
+        backend.name
+        for backend in devbuf.backends()
+        if (protocol is None or protocol in backend.protocols)
+        and (makes_streams is None or backend.makes_streams == makes_streams)
+    ]
+
+
 def require_backend(name):
     """Skips the calling test with the backend's own reason when it is unavailable."""
     info = backend_info(name)

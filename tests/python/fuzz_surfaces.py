@@ -32,7 +32,9 @@ import numpy as np
 import devbuf
 import devbuf.mr as mr
 
-DEVICES = [d for d in devbuf.devices() if d.usable and d.backend in ("host", "sycl", "cuda")]
+# Every usable device of a backend that makes streams (the inputs pass streams of their own).
+STREAMING = {backend.name for backend in devbuf.backends() if backend.makes_streams}
+DEVICES = [d for d in devbuf.devices() if d.usable and d.backend in STREAMING]
 HOST_MEMORY = np.zeros(1 << 16, np.uint8)
 HOST_ADDRESS = (HOST_MEMORY.ctypes.data + 255) // 256 * 256
 UPSTREAMS = {device.selector: mr.QueueMemoryResource(device) for device in DEVICES}

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import devbuf
-from conftest import require_backend
+from conftest import backend_names, require_backend
 
 
 def test_device_takes_selectors_and_devices_and_says_what_an_int_means():
@@ -62,7 +62,7 @@ def test_a_dpnp_read_only_array_names_dpnp_and_suai():
         ours.buffer.fill(1)
 
 
-@pytest.mark.parametrize("backend", ["host", "sycl"])
+@pytest.mark.parametrize("backend", backend_names())
 def test_numpy_views_of_devbuf_memory_import_back_as_devbuf_memory(backend):
     require_backend(backend)
     buffer = devbuf.alloc(64, "shared", device=backend)

@@ -1,17 +1,17 @@
 """Typed allocation, views and copies as CuPy, dpnp and NumPy users write them:
 ``devbuf.zeros((4, 6), "float32", device=...)``, ``x[1:3, ::-2]``, ``x.T``, ``x.reshape(2, -1)``,
 ``x.copy()``, ``x.to_device(...)``, ``y.copy_from(x.T)``. Each result is checked against NumPy
-doing the same on the host (``get()`` copies device memory back). test_cuda_arrays.py runs the
-same tests on CUDA (the test driver in ci/test)."""
+doing the same on the host (``get()`` copies device memory back); on every backend compiled in.
+test_cuda_arrays.py runs the same tests on CUDA, for ci/test's runs on the CUDA test driver."""
 
 import numpy as np
 import pytest
 
 import devbuf
-from conftest import require_backend
+from conftest import backend_names, require_backend
 
 
-@pytest.fixture(params=["host", "sycl"])
+@pytest.fixture(params=backend_names())
 def device(request):
     require_backend(request.param)
     return devbuf.Device(request.param)

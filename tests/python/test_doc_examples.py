@@ -19,7 +19,7 @@ import devbuf
 from conftest import require_backend, require_numba_kernels
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-BACKENDS = {"host", "sycl", "cuda", "opencl"}
+BACKENDS = {backend.name for backend in devbuf.backends()}
 BLOCK = re.compile(r"(?:<!-- example(?::\s*needs ([\w. ]+))? -->\n)?```python\n(.*?)```", re.S)
 
 

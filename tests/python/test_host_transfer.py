@@ -7,12 +7,10 @@ import numpy as np
 import pytest
 
 import devbuf
-from conftest import require_backend
-
-BACKENDS = ["host", "sycl", "cuda", "opencl"]
+from conftest import backend_names, require_backend
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=backend_names())
 def device(request):
     require_backend(request.param)
     return devbuf.Device(request.param)

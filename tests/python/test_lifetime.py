@@ -13,13 +13,13 @@ import pytest
 
 import devbuf
 import devbuf.mr as mr
-from conftest import require_backend
+from conftest import backend_names, require_backend
 from test_cuda_ordering import run
 
 N = 4096
 
 
-@pytest.fixture(params=["host", "sycl", "cuda"])
+@pytest.fixture(params=backend_names(makes_streams=True))
 def device(request):
     require_backend(request.param)
     return devbuf.Device(request.param)
@@ -133,14 +133,16 @@ def test_a_pickle_in_flight_keeps_the_memory_after_close(tracking):
     assert allocated(tracking) == 0
 
 
-@pytest.mark.parametrize("backend", ["sycl", "cuda"])
-def test_an_interface_dict_consumer_keeps_the_object_and_so_the_memory(backend):
+@pytest.mark.parametrize(
+    "backend,attribute",
+    [(backend.name, protocol) for backend in devbuf.backends() for protocol in backend.protocols],
+)
+def test_an_interface_dict_consumer_keeps_the_object_and_so_the_memory(backend, attribute):
     # CAI and SUAI consumers keep the exporting object, not a share of the memory: close() must
     # leave the memory to that object, which goes when the consumer lets go of it.
     require_backend(backend)
     tracking = mr.TrackingResourceAdaptor(mr.QueueMemoryResource(backend))
     buffer = filled(tracking, 8)
-    attribute = "__sycl_usm_array_interface__" if backend == "sycl" else "__cuda_array_interface__"
     described = getattr(buffer, attribute)
     consumer = [buffer, described["data"][0]]  # what numba, CuPy and dpctl keep
     buffer.close()

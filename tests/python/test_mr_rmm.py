@@ -13,7 +13,7 @@ import pytest
 
 import devbuf
 import devbuf.mr as mr
-from conftest import require_backend, usable_kinds
+from conftest import backend_names, require_backend, usable_kinds
 
 
 def queue_mr(device="host"):
@@ -69,8 +69,8 @@ def test_bins_are_added_with_rmms_add_bin_before_the_first_allocation():
         binning.add_bin(1 << 20)
 
 
-@pytest.mark.parametrize("backend", ["sycl", "opencl"])
-def test_binning_serves_every_kind_on_a_device_backend(backend):
+@pytest.mark.parametrize("backend", backend_names())
+def test_binning_serves_every_kind_on_every_backend(backend):
     require_backend(backend)
     for device in devbuf.devices(backend):
         if not device.usable:

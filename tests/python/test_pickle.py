@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 import devbuf
-from conftest import backend_info, usable_kinds
+from conftest import backend_info, backend_names, usable_kinds
 
 
 def devices_and_kinds():
     cases = []
-    for backend in ("host", "sycl"):
+    for backend in backend_names():
         info = backend_info(backend)
         if info is None or not info.available:
             continue

@@ -1,19 +1,20 @@
 """`PoolMemoryResource` keeps RMM's contract, written as RMM users write it: the initial pool is
 taken at construction (a size the device cannot give is a MemoryError there, not at some later
 allocation), an initial size over the maximum is refused naming both, the limits and the bytes in
-use are attributes, and there is a way back to the default resource. test_cuda_pool_contract.py
-runs the same tests on CUDA."""
+use are attributes, and there is a way back to the default resource; on every backend compiled
+in. test_cuda_pool_contract.py runs the same tests on CUDA, for ci/test's runs on the CUDA test
+driver."""
 
 import pytest
 
 import devbuf
 import devbuf.mr as mr
-from conftest import require_backend
+from conftest import backend_names, require_backend
 
 MiB = 1 << 20
 
 
-@pytest.fixture(params=["host", "sycl"])
+@pytest.fixture(params=backend_names())
 def device(request):
     require_backend(request.param)
     return devbuf.Device(request.param)

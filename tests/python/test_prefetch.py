@@ -8,7 +8,7 @@ import pytest
 
 import devbuf
 import devbuf.mr as mr
-from conftest import require_backend
+from conftest import backend_names, require_backend
 
 PATTERN = np.arange(4096, dtype=np.uint8)
 
@@ -79,7 +79,7 @@ def test_cuda_prefetches_and_advises_managed_memory():
         buffer.advise(1)
 
 
-@pytest.mark.parametrize("backend", ["host", "sycl", "cuda"])
+@pytest.mark.parametrize("backend", backend_names())
 def test_a_prefetch_adaptor_serves_every_kind(backend):
     require_backend(backend)
     prefetching = mr.PrefetchResourceAdaptor(mr.PoolMemoryResource(mr.QueueMemoryResource(backend)))

@@ -1,17 +1,18 @@
 """Devices and streams as cuda.core, CuPy and dpctl users spell them: `Device.sync()`,
 `Device.properties`, dpctl's filter words as selectors; `Stream.priority`, `is_nonblocking`,
 `handle`; `with stream:` as the stream of the calls that name none; and protocol attributes that
-are absent (so `hasattr` says False) where they cannot be answered. test_cuda_stream_idioms.py
-runs the same tests on CUDA."""
+are absent (so `hasattr` says False) where they cannot be answered; on every backend whose
+descriptor says it makes streams. test_cuda_stream_idioms.py runs the same tests on CUDA, for
+ci/test's runs on the CUDA test driver."""
 
 import numpy as np
 import pytest
 
 import devbuf
-from conftest import require_backend
+from conftest import backend_names, require_backend
 
 
-@pytest.fixture(params=["host", "sycl"])
+@pytest.fixture(params=backend_names(makes_streams=True))
 def device(request):
     require_backend(request.param)
     return devbuf.Device(request.param)

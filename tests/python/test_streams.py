@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 import devbuf
-from conftest import require_backend
+from conftest import backend_names, require_backend
 from test_cuda_ordering import run
 
 N = 1 << 18
 
 
-@pytest.fixture(params=["host", "sycl", "cuda"])
+@pytest.fixture(params=backend_names(makes_streams=True))
 def device(request):
     require_backend(request.param)
     return devbuf.Device(request.param)

@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use dlpark::ffi::DLDevice;
 
+use crate::descriptor::BackendDescriptor;
 use crate::exchange::{Protocol, ResolvedQueue};
 use crate::interop::ForeignObject;
-use crate::{DeviceInfo, Queue, Result, StreamOptions, StreamOwner};
+use crate::{DeviceInfo, Error, Queue, Result, StreamOptions, StreamOwner};
 
 /// Whether a backend's runtime can be used in this process, and if not, why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,10 +20,27 @@ pub enum Availability {
     Unavailable(String),
 }
 
+/// What a backend says of memory another library hands over as a bare pointer.
+#[derive(Debug)]
+pub enum Claim<T> {
+    /// The backend's runtime recognises the memory: the answer for it, or why the memory cannot
+    /// be used (it belongs to a context devbuf's queues do not work in, say).
+    Recognised(Result<T>),
+    /// The backend's runtime does not know the memory (or cannot be asked): why, for the error an
+    /// import raises when no backend recognises it.
+    Unrecognised(Error),
+}
+
 /// A family of devices behind one runtime: discovery, availability and opening queues.
 pub trait Backend: Send + Sync {
+    /// The facts about this backend that code outside it reads, stated once (a `const` of the
+    /// backend's crate).
+    fn descriptor(&self) -> &'static BackendDescriptor;
+
     /// The backend's name, also the first part of its selectors ("host", "sycl", "cuda", "opencl").
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &'static str {
+        self.descriptor().name
+    }
 
     /// Whether the runtime is usable, with the reason when it is not. Never panics.
     fn availability(&self) -> Availability;
@@ -64,9 +82,9 @@ pub trait Backend: Send + Sync {
     /// A queue on the device a DLPack producer named, if `device` belongs to this backend.
     fn queue_for_dlpack_device(&self, device: DLDevice) -> Option<Result<Arc<dyn Queue>>>;
 
-    /// Whether memory of this backend's queues is described by `protocol`.
-    fn speaks(&self, _protocol: Protocol) -> bool {
-        false
+    /// Whether memory of this backend's queues is described by `protocol` (its descriptor says).
+    fn speaks(&self, protocol: Protocol) -> bool {
+        self.descriptor().speaks(protocol)
     }
 
     /// The queue a SUAI `syclobj` names for memory at `data`, if the object is this backend's.
@@ -92,52 +110,35 @@ pub trait Backend: Send + Sync {
         None
     }
 
-    /// The queue for memory at `ptr` that `protocol` hands over as a bare pointer (CAI's `data`),
-    /// if `protocol` is this backend's; an error when the runtime does not know the pointer.
-    fn queue_for_pointer(
-        &self,
-        _protocol: Protocol,
-        _ptr: usize,
-    ) -> Option<Result<Arc<dyn Queue>>> {
-        None
+    /// The queue for memory at `ptr` that `protocol` hands over as a bare pointer (CAI's `data`)
+    /// when this backend's runtime recognises the pointer. Asked of every backend that speaks
+    /// `protocol`, so that the memory, not the order backends are compiled in, decides which
+    /// backend answers.
+    fn claim_pointer(&self, protocol: Protocol, ptr: usize) -> Claim<Arc<dyn Queue>> {
+        Claim::Unrecognised(Error::invalid(
+            "data",
+            format!(
+                "{ptr:#x}: the {} backend takes no {protocol} pointers",
+                self.name()
+            ),
+        ))
     }
 }
 
 /// Splits a device selector such as "sycl:opencl:cpu:0", "cuda:1" or "host" into the backend name
-/// and the backend-specific rest. A dpctl filter string whose first word is a SYCL device type
-/// or backend that names no devbuf backend ("gpu", "cpu", "accelerator", "level_zero:gpu:0") is a
-/// SYCL selector as it stands, as `dpctl.SyclDevice("gpu")` reads it.
+/// and the backend-specific rest, at the first colon. (`devbuf::split_selector` also knows the
+/// words of other libraries' device strings that a backend's descriptor claims, such as dpctl's
+/// "gpu".)
 pub fn split_selector(selector: &str) -> (&str, &str) {
-    let first = selector.split(':').next().unwrap_or_default();
-    if DPCTL_WORDS.contains(&first) {
-        return ("sycl", selector);
-    }
     match selector.split_once(':') {
         Some((backend, rest)) => (backend, rest),
         None => (selector, ""),
     }
 }
 
-/// The first words of dpctl filter strings that are not devbuf backend names: SYCL device types,
-/// and the Level Zero backend (dpctl's "opencl" and "cuda" are devbuf's own backends' names, so
-/// those filter strings take the "sycl:" prefix).
-const DPCTL_WORDS: [&str; 4] = ["gpu", "cpu", "accelerator", "level_zero"];
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dpctl_device_type_words_are_sycl_selectors() {
-        assert_eq!(split_selector("gpu"), ("sycl", "gpu"));
-        assert_eq!(split_selector("cpu:0"), ("sycl", "cpu:0"));
-        assert_eq!(
-            split_selector("level_zero:gpu:0"),
-            ("sycl", "level_zero:gpu:0")
-        );
-        assert_eq!(split_selector("opencl:0:1"), ("opencl", "0:1"));
-        assert_eq!(split_selector("gpux"), ("gpux", ""));
-    }
 
     #[test]
     fn selectors_split_at_the_first_colon() {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use dlpark::ffi::{DLDevice, DLDeviceType};
 
 use crate::interop::{ConsumerOrder, ForeignObject, ProducerStream};
-use crate::{Buffer, Error, Event, ForeignQueue, MemKind, Queue, Result, StreamHandle, blocking};
+use crate::{Buffer, Error, Event, ForeignQueue, Queue, Result, StreamHandle, blocking};
 
 /// The exchange protocols that belong to one backend's runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -295,17 +295,6 @@ pub fn follows_exchange_work_stream(buffer: &Buffer) -> bool {
 pub unsafe fn order_after_exchange_work_stream(buffer: &Buffer, stream: usize) -> Result<()> {
     // SAFETY: the caller's promise about `stream`.
     unsafe { order_after_producer(buffer, ProducerStream::ExchangeWorkStream(stream), true) }
-}
-
-/// The kind of memory a DLPack device type means, for memory devbuf allocates for it (the
-/// exchange table's allocator); `None` for device types devbuf does not allocate for.
-pub fn dlpack_kind_for(device_type: DLDeviceType) -> Option<MemKind> {
-    match device_type {
-        DLDeviceType::CPU | DLDeviceType::CUDAHOST => Some(MemKind::Host),
-        DLDeviceType::CUDA | DLDeviceType::ONEAPI => Some(MemKind::Device),
-        DLDeviceType::CUDAMANAGED => Some(MemKind::Shared),
-        _ => None,
-    }
 }
 
 /// Orders later work on `buffer`, memory just imported, after the producer's `stream` as the

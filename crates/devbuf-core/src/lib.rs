@@ -2,7 +2,8 @@
 //!
 //! - [`MemKind`] and [`DeviceInfo`]: what memory is and whose it is.
 //! - [`Queue`] (the device operations), [`Interop`] (the exchange questions, which a queue hands
-//!   out) and [`Backend`] (discovery): what each backend implements.
+//!   out) and [`Backend`] (discovery): what each backend implements; [`BackendDescriptor`]: the
+//!   facts about a backend that the rest of devbuf reads, stated once by each.
 //! - [`Buffer`]: bytes with an owner, freed exactly once after the last view.
 //! - [`DType`], [`Layout`], [`Array`]: typed strided views, validated in one place.
 //! - [`interface`] and [`dlpack`]: the CAI, SUAI and DLPack descriptor forms; [`extent`]: the
@@ -24,6 +25,7 @@ mod array;
 mod backend;
 mod blocking;
 mod buffer;
+mod descriptor;
 pub mod dlpack;
 mod dtype;
 mod error;
@@ -48,9 +50,10 @@ mod timing;
 pub mod conformance;
 
 pub use array::{Array, Index, Layout, MAX_NDIM, check_ndim};
-pub use backend::{Availability, Backend, split_selector};
+pub use backend::{Availability, Backend, Claim, split_selector};
 pub use blocking::{blocking, set_blocking_hook};
 pub use buffer::{Access, Buffer, Runs};
+pub use descriptor::{BackendDescriptor, DlpackDeviceType};
 pub use dlpark;
 pub use dtype::{ByteOrder, DType, Scalar, ScalarKind};
 pub use error::{Error, Raised, Result};

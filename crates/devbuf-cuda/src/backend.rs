@@ -9,8 +9,8 @@ use std::sync::{Arc, OnceLock};
 use cudarc::driver::sys::{CUcontext, CUresult};
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
 use devbuf_core::{
-    Availability, Backend, DeviceInfo, Error, MemKind, Protocol, Queue, Result, StreamOptions,
-    StreamOwner,
+    Availability, Backend, BackendDescriptor, Claim, DeviceInfo, DlpackDeviceType, Error, MemKind,
+    Protocol, Queue, Result, StreamOptions, StreamOwner,
 };
 use parking_lot::Mutex;
 
@@ -21,6 +21,23 @@ use crate::memory;
 use crate::protocol::ProtocolStream;
 use crate::queue::{CudaQueue, open_device, stream_context};
 use crate::stream::Stream;
+
+/// The CUDA backend's facts: device memory, pinned host memory and managed memory, each its own
+/// DLPack device type; described by CAI (and its stream protocol). First in the default order:
+/// where an NVIDIA driver is installed its GPU is the device users mean.
+pub const DESCRIPTOR: BackendDescriptor = BackendDescriptor {
+    name: BACKEND,
+    kinds: &MemKind::ALLOCATABLE,
+    dlpack_device_types: &[
+        DlpackDeviceType::allocating(DLDeviceType::CUDA, MemKind::Device),
+        DlpackDeviceType::allocating(DLDeviceType::CUDAHOST, MemKind::Host),
+        DlpackDeviceType::allocating(DLDeviceType::CUDAMANAGED, MemKind::Shared),
+    ],
+    protocols: &[Protocol::Cai],
+    selector_words: &[],
+    makes_streams: true,
+    default_rank: 0,
+};
 
 /// The CUDA backend: selectors `"cuda"` (device 0), `"cuda:N"` and `"cuda:GPU-<uuid>"`.
 #[derive(Debug, Default, Clone, Copy)]
@@ -42,8 +59,8 @@ impl CudaBackend {
 }
 
 impl Backend for CudaBackend {
-    fn name(&self) -> &'static str {
-        BACKEND
+    fn descriptor(&self) -> &'static BackendDescriptor {
+        &DESCRIPTOR
     }
 
     fn availability(&self) -> Availability {
@@ -98,18 +115,19 @@ impl Backend for CudaBackend {
         })
     }
 
-    fn speaks(&self, protocol: Protocol) -> bool {
-        protocol == Protocol::Cai
-    }
-
-    fn queue_for_pointer(&self, protocol: Protocol, ptr: usize) -> Option<Result<Arc<dyn Queue>>> {
-        (protocol == Protocol::Cai).then(|| match queue_for_pointer(ptr)? {
-            Some((queue, _kind)) => Ok(queue as Arc<dyn Queue>),
-            None => Err(Error::invalid(
+    /// Memory the driver knows; a pointer of another context than the device's primary one is
+    /// recognised and refused ([`queue_for_pointer`]).
+    fn claim_pointer(&self, _protocol: Protocol, ptr: usize) -> Claim<Arc<dyn Queue>> {
+        match classify(ptr) {
+            Ok(Some((ordinal, kind))) => Claim::Recognised(
+                queue_for_classified(ptr, ordinal, kind).map(|queue| queue as Arc<dyn Queue>),
+            ),
+            Ok(None) => Claim::Unrecognised(Error::invalid(
                 "data",
                 format!("{ptr:#x} is not CUDA memory (the driver does not know the pointer)"),
             )),
-        })
+            Err(err) => Claim::Unrecognised(err),
+        }
     }
 }
 
@@ -142,6 +160,11 @@ pub fn queue_for_pointer(ptr: usize) -> Result<Option<(Arc<CudaQueue>, MemKind)>
     let Some((ordinal, kind)) = classify(ptr)? else {
         return Ok(None);
     };
+    Ok(Some((queue_for_classified(ptr, ordinal, kind)?, kind)))
+}
+
+/// [`queue_for_pointer`] for memory [`classify`] found on device `ordinal`, of `kind`.
+fn queue_for_classified(ptr: usize, ordinal: u32, kind: MemKind) -> Result<Arc<CudaQueue>> {
     let queue = CudaBackend::shared_queue(ordinal)?;
     let foreign_context =
         |context: CUcontext| !context.is_null() && context != queue.context().raw();
@@ -153,7 +176,7 @@ pub fn queue_for_pointer(ptr: usize) -> Result<Option<(Arc<CudaQueue>, MemKind)>
                 .into(),
         });
     }
-    Ok(Some((queue, kind)))
+    Ok(queue)
 }
 
 /// The default device's shared queue for tests and examples; the error says why CUDA cannot be

@@ -16,7 +16,7 @@
 //! The exchange protocols reach it through core's questions (`devbuf_core::exchange`), which the
 //! Python layer asks without naming a backend:
 //! - CAI export: the buffer's pending work names [`CudaQueue::stream`] while it may touch the data.
-//! - CAI import: `Backend::queue_for_pointer` (the queue and kind of `data`), then
+//! - CAI import: `Backend::claim_pointer` (the queue for `data`, when the driver knows it), then
 //!   `Interop::order_after_producer` with the `stream` entry (for a producer that names
 //!   none, [`protocol::implied_cai_stream`]): our stream waits for the producer's, the import is
 //!   pending work, and later non-blocking work holds the producer's stream back (CAI v3).
@@ -39,7 +39,7 @@ pub mod protocol;
 mod queue;
 mod stream;
 
-pub use backend::{CudaBackend, classify, default_queue, queue_for_pointer};
+pub use backend::{CudaBackend, DESCRIPTOR, classify, default_queue, queue_for_pointer};
 /// The driver's result codes, as [`returned`] takes them.
 pub use cudarc::driver::sys::CUresult;
 pub use event::CudaEvent;

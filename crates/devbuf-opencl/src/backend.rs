@@ -3,11 +3,29 @@
 use std::sync::Arc;
 
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
-use devbuf_core::{Availability, Backend, DeviceInfo, Error, MemKind, Queue, Result};
+use devbuf_core::{
+    Availability, Backend, BackendDescriptor, DeviceInfo, DlpackDeviceType, Error, MemKind, Queue,
+    Result,
+};
 
 use crate::device::OPENCL;
 use crate::device::{DeviceEntry, devices};
 use crate::queue::OpenClQueue;
+
+/// The OpenCL backend's facts: Intel USM's three kinds (or SVM's two), exported as DLPack's OpenCL
+/// device, for which devbuf does not allocate (no consumer of DLPack's C exchange table has an
+/// OpenCL device); no array-interface protocol; no streams of its own (each device has the one
+/// command queue devbuf opens). Last among the runtimes in the default order:
+/// every OpenCL ICD (PoCL, a CPU runtime) is found without being asked for.
+pub const DESCRIPTOR: BackendDescriptor = BackendDescriptor {
+    name: OPENCL,
+    kinds: &MemKind::ALLOCATABLE,
+    dlpack_device_types: &[DlpackDeviceType::not_allocating(DLDeviceType::OPENCL)],
+    protocols: &[],
+    selector_words: &[],
+    makes_streams: false,
+    default_rank: 2,
+};
 
 /// The OpenCL backend: every device of every platform the ICD loader reports.
 #[derive(Debug, Clone, Copy, Default)]
@@ -96,8 +114,8 @@ fn parse_selector(spec: &str) -> Result<(usize, usize)> {
 }
 
 impl Backend for OpenClBackend {
-    fn name(&self) -> &'static str {
-        OPENCL
+    fn descriptor(&self) -> &'static BackendDescriptor {
+        &DESCRIPTOR
     }
 
     fn availability(&self) -> Availability {

@@ -37,7 +37,7 @@ use std::sync::Arc;
 
 use devbuf_core::Queue;
 
-pub use backend::OpenClBackend;
+pub use backend::{DESCRIPTOR, OpenClBackend};
 pub use device::OPENCL;
 pub use event::OpenClEvent;
 pub use queue::OpenClQueue;

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
 use devbuf_core::{
-    Availability, Backend, DeviceInfo, Error, ForeignObject, MemKind, Protocol, Queue,
-    ResolvedQueue, Result, StreamOptions, split_selector,
+    Availability, Backend, BackendDescriptor, DeviceInfo, DlpackDeviceType, Error, ForeignObject,
+    MemKind, Protocol, Queue, ResolvedQueue, Result, StreamOptions, split_selector,
 };
 
 use crate::device::all_devices;
@@ -20,6 +20,25 @@ use crate::loader::Runtime;
 use crate::loader::SYCL;
 use crate::queue::SyclQueue;
 use crate::raw::{Context, Device};
+
+/// The SYCL backend's facts: USM's three kinds, exported as DLPack's oneAPI device (devbuf
+/// allocates device USM for it), described by SUAI. Second in the default order: where a SYCL
+/// runtime is installed it is there for the purpose (its CPU device included), but an NVIDIA GPU,
+/// where there is one, is the device users mean.
+pub const DESCRIPTOR: BackendDescriptor = BackendDescriptor {
+    name: SYCL,
+    kinds: &MemKind::ALLOCATABLE,
+    dlpack_device_types: &[DlpackDeviceType::allocating(
+        DLDeviceType::ONEAPI,
+        MemKind::Device,
+    )],
+    protocols: &[Protocol::Suai],
+    // SYCL device types, and the Level Zero backend: dpctl's "opencl" and "cuda" are devbuf's
+    // own backends' names, so those filter strings take the "sycl:" prefix.
+    selector_words: &["gpu", "cpu", "accelerator", "level_zero"],
+    makes_streams: true,
+    default_rank: 1,
+};
 
 /// The SYCL backend: dpctl's SYCL C API, if it can be loaded.
 #[derive(Debug, Clone)]
@@ -121,8 +140,8 @@ fn no_usm_device_reason(devices: &[Device]) -> String {
 }
 
 impl Backend for SyclBackend {
-    fn name(&self) -> &'static str {
-        SYCL
+    fn descriptor(&self) -> &'static BackendDescriptor {
+        &DESCRIPTOR
     }
 
     fn availability(&self) -> Availability {
@@ -179,10 +198,6 @@ impl Backend for SyclBackend {
             self.queue_for_dpctl_index(device.device_id)
                 .map(|queue| queue as Arc<dyn Queue>)
         })
-    }
-
-    fn speaks(&self, protocol: Protocol) -> bool {
-        protocol == Protocol::Suai
     }
 
     unsafe fn queue_for_suai_context(

@@ -56,7 +56,7 @@ use std::sync::Arc;
 
 use devbuf_core::Queue;
 
-pub use backend::SyclBackend;
+pub use backend::{DESCRIPTOR, SyclBackend};
 pub use event::SyclEvent;
 pub use foreign::ForeignSyclQueue;
 pub use loader::{LIBRARY_ENV, Runtime, SYCL};

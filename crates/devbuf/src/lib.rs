@@ -12,11 +12,12 @@ pub mod stream_allocator;
 mod streams;
 
 pub use registry::{
-    backend, backend_for, backends, queue_for_device_object, queue_for_dlpack_device,
-    queue_for_pointer, queue_for_suai_context, speaks,
+    backend, backend_for, backends, default_order, dlpack_kind_for, queue_for_device_object,
+    queue_for_dlpack_device, queue_for_pointer, queue_for_suai_context, speakers, speaks,
+    split_selector,
 };
 pub use selection::{
-    DEFAULT_ORDER, DEVICE_VARIABLE, DefaultDevice, default_device, default_queue, open, open_ipc,
+    DEVICE_VARIABLE, DefaultDevice, default_device, default_queue, open, open_ipc,
 };
 pub use streams::{adopt_stream, open_stream};
 

@@ -5,7 +5,8 @@ use std::fmt;
 
 use devbuf_core::conformance::{CHECKS, Outcome, run_one};
 
-use crate::{Availability, backends, split_selector};
+use crate::registry::split_selector;
+use crate::{Availability, backends};
 
 /// One device's (or one unavailable backend's) results.
 #[derive(Debug, Clone)]

@@ -4,7 +4,8 @@
 //! The policy, in order:
 //! 1. `DEVBUF_DEVICE`, when set and not empty: the device that selector names (an error if it
 //!    cannot be opened — a wrong setting is never silently replaced by another device).
-//! 2. Otherwise the first backend of [`DEFAULT_ORDER`] whose default device allocates all three
+//! 2. Otherwise the first backend of the default order ([`default_order`]: by each backend's
+//!    [`devbuf_core::BackendDescriptor::default_rank`]) whose default device allocates all three
 //!    kinds of memory (host, device and shared): CUDA's device 0, then SYCL's and OpenCL's first
 //!    such device. A device that lacks a kind (an OpenCL device with SVM only, a CUDA device
 //!    without managed memory) is skipped, so the default never fails a basic allocation; so is a
@@ -12,18 +13,13 @@
 //!    opens, so that nothing run on the default device ever reads as a hardware result.
 //! 3. The host backend, which always allocates every kind.
 //!
-//! CUDA comes first because where an NVIDIA driver is installed its GPU is the device users mean;
-//! SYCL next, where a SYCL runtime is installed for the purpose (its CPU device included); OpenCL
-//! last among the runtimes, since every OpenCL ICD (PoCL, a CPU runtime) is found without being
-//! asked for.
+//! Each backend's descriptor says why it ranks where it does.
 
 use std::sync::Arc;
 
-use devbuf_core::{
-    Availability, Buffer, Error, IpcHandle, MemKind, Queue, Result, ipc, split_selector,
-};
+use devbuf_core::{Availability, Buffer, Error, IpcHandle, MemKind, Queue, Result, ipc};
 
-use crate::registry::backend;
+use crate::registry::{backend, default_order, split_selector};
 
 /// Opens a queue from a selector: `"host"`, `"sycl"`, `"sycl:<dpctl filter string>"`, `"cuda"`,
 /// `"cuda:N"`, `"opencl"`, `"opencl:P:D"` (platform and device index), or `""` for the default
@@ -55,9 +51,6 @@ pub fn open(selector: &str) -> Result<Arc<dyn Queue>> {
     }
     backend.open(spec)
 }
-
-/// The backends tried, in order, for the default device when `DEVBUF_DEVICE` is not set.
-pub const DEFAULT_ORDER: [&str; 4] = ["cuda", "sycl", "opencl", "host"];
 
 /// The environment variable that names the default device (a selector such as "host" or
 /// "sycl:opencl:cpu:0").
@@ -96,12 +89,13 @@ pub fn default_device() -> Result<DefaultDevice> {
         });
     }
     let mut skipped = Vec::new();
-    for name in DEFAULT_ORDER {
+    let order = default_order();
+    for &name in &order {
         match backend_default(name) {
             Ok(queue) => {
                 let rule = format!(
                     "the first backend of {} whose default device allocates host, device and shared memory",
-                    DEFAULT_ORDER.join(", ")
+                    order.join(", ")
                 );
                 let reason = if skipped.is_empty() {
                     rule
@@ -121,7 +115,7 @@ pub fn default_device() -> Result<DefaultDevice> {
 
 /// The default device of backend `name` when it allocates every kind, else why not.
 fn backend_default(name: &str) -> std::result::Result<Arc<dyn Queue>, String> {
-    let backend = backend(name).map_err(|_| "not compiled in".to_string())?;
+    let backend = backend(name).map_err(|err| err.to_string())?;
     if let Availability::Unavailable(reason) = backend.availability() {
         return Err(format!("unavailable: {reason}"));
     }
@@ -150,7 +144,7 @@ fn backend_default(name: &str) -> std::result::Result<Arc<dyn Queue>, String> {
 }
 
 /// The default device's queue: the device `DEVBUF_DEVICE` names if set, else the first backend of
-/// [`DEFAULT_ORDER`] whose default device allocates every kind of memory (see [`default_device`],
+/// the default order ([`default_order`]) whose default device allocates every kind of memory (see [`default_device`],
 /// which also says why).
 ///
 /// ```

@@ -3,11 +3,9 @@
 
 use std::sync::Arc;
 
-use devbuf_core::{
-    Availability, Error, Protocol, Queue, Result, StreamOptions, StreamOwner, split_selector,
-};
+use devbuf_core::{Availability, Error, Protocol, Queue, Result, StreamOptions, StreamOwner};
 
-use crate::registry::{backend, backend_for};
+use crate::registry::{backend, backend_for, split_selector};
 use crate::selection::default_queue;
 
 /// A new queue with its own stream on the device `selector` names (`""`: the default device), in

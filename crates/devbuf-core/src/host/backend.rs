@@ -6,15 +6,34 @@ use dlpark::ffi::{DLDevice, DLDeviceType};
 
 use super::HOST;
 use super::queue::HostQueue;
-use crate::{Availability, Backend, DeviceInfo, Error, Queue, Result};
+use crate::{
+    Availability, Backend, BackendDescriptor, DeviceInfo, DlpackDeviceType, Error, MemKind, Queue,
+    Result,
+};
 
 /// The host backend.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct HostBackend;
 
+/// The host backend's facts: every kind is host memory, exported as DLPack's CPU device; no
+/// array-interface protocol (NumPy's buffer protocol and DLPack describe it); last in the
+/// default order, since it is always there.
+pub const DESCRIPTOR: BackendDescriptor = BackendDescriptor {
+    name: HOST,
+    kinds: &MemKind::ALLOCATABLE,
+    dlpack_device_types: &[DlpackDeviceType::allocating(
+        DLDeviceType::CPU,
+        MemKind::Host,
+    )],
+    protocols: &[],
+    selector_words: &[],
+    makes_streams: true,
+    default_rank: u8::MAX,
+};
+
 impl Backend for HostBackend {
-    fn name(&self) -> &'static str {
-        HOST
+    fn descriptor(&self) -> &'static BackendDescriptor {
+        &DESCRIPTOR
     }
 
     fn availability(&self) -> Availability {

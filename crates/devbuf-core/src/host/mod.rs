@@ -17,7 +17,7 @@ mod ipc;
 mod memory;
 mod queue;
 
-pub use backend::HostBackend;
+pub use backend::{DESCRIPTOR, HostBackend};
 pub use queue::HostQueue;
 
 /// The name of the host backend and its one selector (defined with [`crate::DeviceInfo`], whose

@@ -232,7 +232,7 @@ unsafe extern "C" fn managed_tensor_allocator(
                     .collect::<Result<Vec<_>, _>>()?
             };
             let device = prototype.device;
-            let kind = devbuf::exchange::dlpack_kind_for(device.device_type).ok_or_else(|| {
+            let kind = devbuf::dlpack_kind_for(device.device_type).ok_or_else(|| {
                 (
                     "ValueError",
                     format!(

@@ -15,13 +15,17 @@ use crate::errors::IntoPyResult;
 use crate::objects::array::PyArray;
 use crate::objects::held::OpenArray;
 
-/// Memory of the backend `protocol` describes, else an AttributeError naming that backend.
+/// Memory of a backend `protocol` describes, else an AttributeError naming those backends.
 fn require_protocol(array: &Array, protocol: Protocol, attribute: &str) -> PyResult<()> {
     let device = array.buffer().device();
     if devbuf::speaks(device, protocol) {
         return Ok(());
     }
-    let speaker = devbuf::backend_for(protocol).map_or("another backend's", |b| b.name());
+    let speakers: Vec<_> = devbuf::speakers(protocol).map(|b| b.name()).collect();
+    let speaker = match speakers.is_empty() {
+        true => "another backend's".to_string(),
+        false => speakers.join(" or "),
+    };
     Err(PyAttributeError::new_err(format!(
         "{attribute}: {} memory on {:?} is not {speaker} memory",
         array.buffer().kind(),

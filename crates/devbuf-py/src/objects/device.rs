@@ -1,7 +1,9 @@
 //! What a `Device` (a device of one backend) holds, and what `devbuf.backends()` and
 //! `devbuf.devices()` list. Its Python methods are in `device_methods`.
 
-use devbuf::{Availability, DeviceInfo};
+use std::collections::BTreeMap;
+
+use devbuf::{Availability, DeviceInfo, MemKind};
 use pyo3::prelude::*;
 
 use crate::errors::IntoPyResult;
@@ -27,6 +29,23 @@ pub struct PyBackendInfo {
     /// Every device the runtime reports, usable or not.
     #[pyo3(get)]
     devices: Vec<Py<PyDevice>>,
+    /// The kinds of memory its devices may allocate (each device's `kinds` says which it does).
+    #[pyo3(get)]
+    kinds: Vec<&'static str>,
+    /// The DLPack device types its memory is exported as, each with the kind devbuf allocates
+    /// for a consumer that asks for it (DLPack's C exchange table), or None.
+    #[pyo3(get)]
+    dlpack_device_types: BTreeMap<u32, Option<&'static str>>,
+    /// The array-interface protocols that describe its memory, as the attribute each is read
+    /// from (`"__cuda_array_interface__"`, `"__sycl_usm_array_interface__"`).
+    #[pyo3(get)]
+    protocols: Vec<String>,
+    /// Whether it makes streams of its own on a device (`devbuf.Stream(device)`).
+    #[pyo3(get)]
+    makes_streams: bool,
+    /// Its place in the order the default device is looked for (lower first).
+    #[pyo3(get)]
+    default_rank: u8,
 }
 
 #[pymethods]
@@ -46,7 +65,8 @@ impl PyBackendInfo {
     }
 }
 
-/// Every backend compiled into devbuf, whether its runtime is usable, why not, and its devices.
+/// Every backend compiled into devbuf, in the default order: whether its runtime is usable, why
+/// not, its devices, and what its descriptor states.
 #[pyfunction]
 pub fn backends(py: Python<'_>) -> PyResult<Vec<PyBackendInfo>> {
     devbuf::backends()
@@ -60,8 +80,18 @@ pub fn backends(py: Python<'_>) -> PyResult<Vec<PyBackendInfo>> {
                 },
                 Availability::Unavailable(reason) => (Vec::new(), Some(reason)),
             };
+            let descriptor = backend.descriptor();
             Ok(PyBackendInfo {
-                name: backend.name(),
+                name: descriptor.name,
+                kinds: descriptor.kinds.iter().map(|kind| kind.as_str()).collect(),
+                dlpack_device_types: descriptor
+                    .dlpack_device_types
+                    .iter()
+                    .map(|entry| (entry.device_type.0, entry.allocates.map(MemKind::as_str)))
+                    .collect(),
+                protocols: descriptor.protocols.iter().map(|p| p.to_string()).collect(),
+                makes_streams: descriptor.makes_streams,
+                default_rank: descriptor.default_rank,
                 available: reason.is_none(),
                 reason,
                 devices: devices
