@@ -435,7 +435,22 @@ impl PyArray {
         crate::export::dlpack::dlpack_device(self, py)
     }
 
-    // `__dlpack__` is installed on the type by `export::dlpack_vectorcall` (hand-written).
+    /// A DLPack capsule of this array (see the array API's __dlpack__): a versioned capsule when
+    /// max_version is at least (1, 0), the legacy one otherwise.
+    #[pyo3(
+        signature = (*, max_version=None, dl_device=None, copy=None, stream=None),
+        text_signature = "($self, /, *, max_version=None, dl_device=None, copy=None, stream=None)"
+    )]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        max_version: Option<&Bound<'py, PyAny>>,
+        dl_device: Option<&Bound<'py, PyAny>>,
+        copy: Option<&Bound<'py, PyAny>>,
+        stream: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        crate::export::dlpack::dlpack_method(self, py, max_version, dl_device, copy, stream)
+    }
 
     /// DLPack 1.3's C exchange table ("dlpack_exchange_api" capsule).
     #[classattr]

@@ -9,8 +9,9 @@ mod buffer_methods;
 mod creation;
 mod dtypes;
 mod errors;
+mod exact_int;
 mod export;
-mod fastcall;
+mod gil_as_lock;
 mod host_transfer;
 mod import;
 mod ipc;
@@ -72,12 +73,13 @@ fn release_gil_while(wait: &mut dyn FnMut()) {
     Python::attach(|py| py.detach(move || wait.run()));
 }
 
-#[pymodule]
+// Not free-threaded: `gil_as_lock`'s types take the GIL as their lock.
+#[pymodule(gil_used = true)]
 fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    gil_as_lock::require_gil(m.py())?;
     devbuf::set_blocking_hook(release_gil_while);
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<objects::array::PyArray>()?;
-    export::dlpack_vectorcall::install(&m.py().get_type::<objects::array::PyArray>())?;
     m.add_class::<objects::array::PyBuffer>()?;
     m.add_class::<objects::device::PyDevice>()?;
     m.add_class::<objects::queue::PyQueue>()?;
@@ -99,7 +101,7 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
         objects::default_device::_default_device_reason,
         m
     )?)?;
-    buffer_methods::add_alloc(m)?;
+    m.add_function(wrap_pyfunction!(buffer_methods::alloc_function, m)?)?;
     creation::register(m)?;
     m.add_function(wrap_pyfunction!(objects::event::get_elapsed_time, m)?)?;
     m.add_function(wrap_pyfunction!(import::asarray, m)?)?;

@@ -1,5 +1,5 @@
-//! `__dlpack__` (the work behind `dlpack_vectorcall`'s method) and `__dlpack_device__` of an
-//! `Array` (and so a `Buffer`): capsules of either DLPack ABI, zero-copy or copied.
+//! `__dlpack__` and `__dlpack_device__` of an `Array` (and so a `Buffer`; the methods themselves
+//! are in `array_methods`): capsules of either DLPack ABI, zero-copy or copied.
 
 use std::ffi::{CStr, c_char};
 use std::ptr::NonNull;
@@ -14,8 +14,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyTuple};
 
 use crate::errors::IntoPyResult;
-use crate::export::last_object::LastObject;
 use crate::export::ordering;
+use crate::gil_as_lock::LastObject;
 use crate::objects::array::PyArray;
 
 fn own_dlpack_device(array: &Array) -> DLDevice {
@@ -102,6 +102,61 @@ unsafe fn read_major_version(max_version: *mut ffi::PyObject) -> Option<u32> {
         }
         u32::try_from(major).ok()
     }
+}
+
+/// `__dlpack__(max_version=, dl_device=, copy=, stream=)`, each argument absent or None: the
+/// common call (at most `max_version`, what `np.from_dlpack` passes) takes [`dlpack_as_is`],
+/// every other [`dlpack_with_arguments`], out of line.
+#[inline]
+pub(crate) fn dlpack_method<'py>(
+    this: &PyArray,
+    py: Python<'py>,
+    max_version: Option<&Bound<'py, PyAny>>,
+    dl_device: Option<&Bound<'py, PyAny>>,
+    copy: Option<&Bound<'py, PyAny>>,
+    stream: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyCapsule>> {
+    let versioned = match max_version {
+        Some(version) => major_version(version)? >= 1,
+        None => false,
+    };
+    if dl_device.is_none() && copy.is_none() && stream.is_none() {
+        return dlpack_as_is(this, py, versioned);
+    }
+    dlpack_with_arguments(this, py, versioned, dl_device, copy, stream)
+}
+
+/// [`dlpack_method`] with a `dl_device`, `copy` or `stream`: each read, the error naming it.
+#[cold]
+#[inline(never)]
+fn dlpack_with_arguments<'py>(
+    this: &PyArray,
+    py: Python<'py>,
+    versioned: bool,
+    dl_device: Option<&Bound<'py, PyAny>>,
+    copy: Option<&Bound<'py, PyAny>>,
+    stream: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyCapsule>> {
+    let dl_device = dl_device
+        .map(|device| {
+            device.extract::<(i32, i32)>().map_err(|_| {
+                wrong_argument(device, "dl_device", "a (device type, device id) tuple")
+            })
+        })
+        .transpose()?;
+    let copy = copy
+        .map(|copy| {
+            copy.extract::<bool>()
+                .map_err(|_| wrong_argument(copy, "copy", "None or a bool"))
+        })
+        .transpose()?;
+    dlpack(this, py, stream, versioned, dl_device, copy)
+}
+
+/// A TypeError naming `name`, what it takes and the value it got.
+fn wrong_argument(value: &Bound<'_, PyAny>, name: &str, expected: &str) -> PyErr {
+    let got = value.repr().map_or_else(|_| "?".into(), |r| r.to_string());
+    PyTypeError::new_err(format!("{name}: expected {expected}, got {got}"))
 }
 
 /// `__dlpack__` with no `dl_device`, `copy` or `stream` (or each None), what `np.from_dlpack`

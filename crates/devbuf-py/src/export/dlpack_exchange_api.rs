@@ -55,7 +55,11 @@ pub(crate) fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
     Ok(unsafe { Bound::from_owned_ptr(py, capsule).cast_into_unchecked() })
 }
 
-/// Runs `body`, turning an Err or a panic into -1 with the Python exception set.
+/// Runs `body`, turning an Err or a panic into -1 with the Python exception set: the one way in
+/// for every function of the table (C callers, not CPython's calls, so no pyo3 trampoline of its
+/// own; `Python::attach` on a thread that is already attached, as the protocol's callers are, only
+/// counts it, and a `Py` dropped inside is released at once).
+#[inline]
 fn guarded(body: impl FnOnce(Python<'_>) -> PyResult<()>) -> c_int {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         Python::attach(|py| match body(py) {
@@ -146,12 +150,9 @@ unsafe extern "C" fn managed_tensor_from_py_object(
 }
 
 unsafe extern "C" fn dltensor_from_py_object(py_object: *mut c_void, out: *mut DLTensor) -> c_int {
-    // The fast path: no allocation, no Python calls; the caller holds the GIL (it passes us a
-    // PyObject), so we borrow without re-attaching.
-    let filled = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: the caller holds the GIL and passes a live object and a writable DLTensor.
-        let py = unsafe { Python::assume_attached() };
-        // SAFETY: as above.
+    // The fast path: no allocation, no Python calls.
+    guarded(|py| {
+        // SAFETY: the protocol passes a live object and a writable DLTensor.
         let array = unsafe { borrow_array(py, py_object) }?;
         let open = array.get().array(py)?;
         let template = array
@@ -171,20 +172,8 @@ unsafe extern "C" fn dltensor_from_py_object(py_object: *mut c_void, out: *mut D
         open.anchor();
         // SAFETY: `out` is writable (caller); the template lives as long as the array.
         template.fill(unsafe { &mut *out });
-        Ok::<(), PyErr>(())
-    }));
-    match filled {
-        Ok(Ok(())) => 0,
-        Ok(Err(err)) => {
-            crate::errors::restore_attached(err);
-            -1
-        }
-        Err(_) => guarded(|_| {
-            Err(PyRuntimeError::new_err(
-                "devbuf: panic in dltensor_from_py_object",
-            ))
-        }),
-    }
+        Ok(())
+    })
 }
 
 unsafe extern "C" fn managed_tensor_to_py_object(

@@ -12,8 +12,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::errors::IntoPyResult;
+use crate::gil_as_lock::OpenArray;
 use crate::objects::array::PyArray;
-use crate::objects::held::OpenArray;
 
 /// Memory of the backend `protocol` describes, else an AttributeError naming that backend.
 fn require_protocol(array: &Array, protocol: Protocol, attribute: &str) -> PyResult<()> {

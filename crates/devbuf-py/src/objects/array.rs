@@ -14,7 +14,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
 
 use crate::errors::IntoPyResult;
-use crate::objects::held::{HeldArray, OpenArray};
+use crate::gil_as_lock::{HeldArray, OpenArray};
 use crate::objects::queue::PyQueue;
 
 /// What the protocol getters build once and hand out copies of.
