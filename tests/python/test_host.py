@@ -400,6 +400,20 @@ def test_alloc_arguments_are_sorted_checked_and_named_as_pyo3_names_them():
     assert error(2**64 - 1, "host", device="host")[0] is MemoryError
 
 
+def test_alloc_keyword_tuple_seen_before_still_meets_its_positional_arguments():
+    # One call site, one keyword tuple: alloc keeps where its names went, and a later call with
+    # the same tuple but more positional arguments (through *args) is still told apart.
+    def call(*args):
+        return devbuf.alloc(*args, kind="host", device="host")
+
+    for _ in range(3):
+        assert call(8).kind == "host"
+        with pytest.raises(TypeError, match=r"^alloc\(\) got multiple values for argument 'kind'$"):
+            call(8, "device")
+        with pytest.raises(TypeError, match=r"^alloc\(\) got multiple values for argument 'device'$"):
+            devbuf.alloc(*(8, "host", "host"), **{"device": "host"})
+
+
 def test_dlpack_max_version_takes_subclasses_and_refuses_what_is_not_two_ints():
     class Version(tuple):
         pass

@@ -435,22 +435,8 @@ impl PyArray {
         crate::export::dlpack::dlpack_device(self, py)
     }
 
-    /// A DLPack capsule of this array (see the array API's __dlpack__): a versioned capsule when
-    /// max_version is at least (1, 0), the legacy one otherwise.
-    #[pyo3(
-        signature = (*, max_version=None, dl_device=None, copy=None, stream=None),
-        text_signature = "($self, /, *, max_version=None, dl_device=None, copy=None, stream=None)"
-    )]
-    fn __dlpack__<'py>(
-        &self,
-        py: Python<'py>,
-        max_version: Option<&Bound<'py, PyAny>>,
-        dl_device: Option<&Bound<'py, PyAny>>,
-        copy: Option<&Bound<'py, PyAny>>,
-        stream: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyCapsule>> {
-        crate::export::dlpack::dlpack_method(self, py, max_version, dl_device, copy, stream)
-    }
+    // `__dlpack__` is set on the type by `export::dlpack::add_dlpack_method` (a hot path:
+    // `vectorcall`'s way in).
 
     /// DLPack 1.3's C exchange table ("dlpack_exchange_api" capsule).
     #[classattr]

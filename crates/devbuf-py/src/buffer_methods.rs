@@ -1,8 +1,11 @@
 //! The Python methods of `Buffer` (what it holds is `objects::array`), and `devbuf.alloc`, which
 //! makes Buffers. Nothing in the crate depends on this module.
 
+use std::ffi::CStr;
+
 use devbuf::{Array, Buffer, DType, Layout};
 use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyInt, PySlice, PyString};
@@ -12,6 +15,7 @@ use crate::exact_int::exact_int;
 use crate::objects::array::{PyArray, PyBuffer};
 use crate::objects::foreign_objects::resolve_queue;
 use crate::objects::queue::PyQueue;
+use crate::vectorcall::{Arguments, Body, Signature};
 
 #[pymethods]
 impl PyBuffer {
@@ -301,7 +305,7 @@ fn is_owned(buffer: &Buffer) -> bool {
     buffer.is_owned() || devbuf::ipc::is_shareable(buffer)
 }
 
-/// `devbuf.alloc`, its arguments read ([`alloc_function`]).
+/// `devbuf.alloc`, its arguments read ([`Alloc`]).
 pub(crate) fn alloc(
     py: Python<'_>,
     nbytes: usize,
@@ -367,73 +371,83 @@ pub(crate) fn alloc(
     PyQueue::alloc_on(py, queue, nbytes, kind, ipc)
 }
 
-/// Allocates `nbytes` of `kind` memory ("host", "device" or "shared") on `device` (a selector,
-/// a Device, a Stream, or None for the default device), or on `stream` (a `devbuf.Stream`: a
-/// stream-ordered allocation is then that stream's work, and the memory goes back on that stream
-/// when freed); `ipc=True` makes it shareable with other
-/// processes (see `Queue.alloc`); `mr=` allocates from that memory resource, on its own device:
-/// a `device` other than the resource's is a ValueError naming both, and so is `ipc=True` (memory
-/// for sharing comes from the device, not from a resource).
-// The hottest call of the Python layer. The arguments stay Python objects until the common call
-// (a plain int, a literal kind, no ipc, mr or stream) is told apart, which goes straight to the
-// queue; every other call takes `alloc_general`, out of line: this call's hot code shares the
-// instruction cache with CPython's on every call (see BENCHMARKS.md). `kind` and `ipc` come as
-// given, None included (`given`): None is not a kind, nor True or False.
-#[pyfunction]
-#[pyo3(
-    name = "alloc",
-    signature = (nbytes, kind=None, device=None, *, ipc=None, mr=None, stream=None),
-    text_signature = "(nbytes, kind=\"shared\", device=None, *, ipc=False, mr=None, stream=None)"
-)]
-pub(crate) fn alloc_function<'a, 'py>(
-    py: Python<'py>,
-    nbytes: &'a Bound<'py, PyAny>,
-    #[pyo3(from_py_with = given)] kind: Option<&'a Bound<'py, PyAny>>,
-    device: Option<&'a Bound<'py, PyAny>>,
-    #[pyo3(from_py_with = given)] ipc: Option<&'a Bound<'py, PyAny>>,
-    mr: Option<&'a Bound<'py, PyAny>>,
-    stream: Option<&'a Bound<'py, PyAny>>,
-) -> PyResult<Py<PyBuffer>> {
-    let kinds = KindNames::get(py);
-    if ipc.is_none()
-        && mr.is_none()
-        && stream.is_none()
-        && !crate::objects::current_stream::any()
-        && let Some(nbytes) = exact_int(nbytes.as_borrowed())
-        && let Some(kind) = kind.map_or(Some("shared"), |kind| kinds.kind(kind))
-    {
-        let queue = resolve_queue(py, device)?;
-        return PyQueue::alloc_on(py, queue, nbytes, kind, false);
+const ALLOC_DOC: &CStr =
+    c"alloc(nbytes, kind=\"shared\", device=None, *, ipc=False, mr=None, stream=None)
+--
+
+Allocates `nbytes` of `kind` memory (\"host\", \"device\" or \"shared\") on `device` (a selector,
+a Device, a Stream, or None for the default device), or on `stream` (a `devbuf.Stream`: a
+stream-ordered allocation is then that stream's work, and the memory goes back on that stream
+when freed); `ipc=True` makes it shareable with other
+processes (see `Queue.alloc`); `mr=` allocates from that memory resource, on its own device:
+a `device` other than the resource's is a ValueError naming both, and so is `ipc=True` (memory
+for sharing comes from the device, not from a resource).";
+
+static ALLOC: Signature<6> = Signature::new(
+    "alloc()",
+    ["nbytes", "kind", "device", "ipc", "mr", "stream"],
+    3,
+    1,
+);
+
+/// Adds `devbuf.alloc` to the module: the hottest call of the Python layer, through
+/// `vectorcall`'s way in.
+pub(crate) fn add_alloc(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    crate::vectorcall::add_function::<Alloc>(module, c"alloc", ALLOC_DOC)
+}
+
+/// `devbuf.alloc`'s body.
+struct Alloc;
+
+impl Body for Alloc {
+    unsafe fn call(
+        py: Python<'_>,
+        _module: *mut ffi::PyObject,
+        args: *const *mut ffi::PyObject,
+        nargs: ffi::Py_ssize_t,
+        kwnames: *mut ffi::PyObject,
+    ) -> PyResult<*mut ffi::PyObject> {
+        // SAFETY: CPython's arguments, live for the call.
+        let [nbytes, kind, device, ipc, mr, stream] =
+            unsafe { ALLOC.parse(py, args, nargs, kwnames)? };
+        let Some(nbytes) = nbytes else {
+            // `parse` checked the required one.
+            return Err(PyTypeError::new_err("alloc() missing nbytes"));
+        };
+        let kinds = KindNames::get(py);
+        // The common call (a plain int, a literal kind, no ipc, mr or stream): straight to the
+        // queue. Every other call takes `alloc_general`, out of line: this call's hot code shares
+        // the instruction cache with CPython's on every call (see BENCHMARKS.md).
+        if ipc.is_none()
+            && mr.is_none()
+            && stream.is_none()
+            && !crate::objects::current_stream::any()
+            && let Some(nbytes) = exact_int(nbytes)
+            && let Some(kind) = kind.map_or(Some("shared"), |kind| kinds.kind(kind))
+        {
+            let queue = resolve_queue(py, device.filter(|device| !device.is_none()).as_deref())?;
+            return Ok(PyQueue::alloc_on(py, queue, nbytes, kind, false)?.into_ptr());
+        }
+        alloc_general(py, kinds, nbytes, [kind, device, ipc, mr, stream])
     }
-    alloc_general(py, kinds, nbytes, kind, device, ipc, mr, stream)
 }
 
-/// An argument as given, None included (pyo3 reads None as absent for an `Option`).
-fn given<'a, 'py>(value: &'a Bound<'py, PyAny>) -> PyResult<Option<&'a Bound<'py, PyAny>>> {
-    Ok(Some(value))
-}
-
-/// [`alloc_function`] for every call but the common one: each argument extracted in turn, the
-/// error naming it.
+/// [`Alloc`] for every call but the common one: each argument extracted in turn, the error
+/// naming it.
 #[cold]
 #[inline(never)]
-#[allow(clippy::too_many_arguments)]
-fn alloc_general(
-    py: Python<'_>,
+fn alloc_general<'py>(
+    py: Python<'py>,
     kinds: &KindNames,
-    nbytes: &Bound<'_, PyAny>,
-    kind: Option<&Bound<'_, PyAny>>,
-    device: Option<&Bound<'_, PyAny>>,
-    ipc: Option<&Bound<'_, PyAny>>,
-    mr: Option<&Bound<'_, PyAny>>,
-    stream: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Py<PyBuffer>> {
-    let nbytes: usize = match exact_int(nbytes.as_borrowed()) {
+    nbytes: Borrowed<'_, 'py, PyAny>,
+    [kind, device, ipc, mr, stream]: Arguments<'_, 'py, 5>,
+) -> PyResult<*mut ffi::PyObject> {
+    let nbytes: usize = match exact_int(nbytes) {
         Some(nbytes) => nbytes,
-        None => byte_count(nbytes)?,
+        None => byte_count(&nbytes)?,
     };
-    let kind: &str = match kind {
-        Some(kind) => match kinds.kind(kind) {
+    let kind: &str = match &kind {
+        Some(kind) => match kinds.kind(*kind) {
             Some(kind) => kind,
             None => kind
                 .extract()
@@ -441,21 +455,32 @@ fn alloc_general(
         },
         None => "shared",
     };
-    let ipc = match ipc {
+    let device = device.filter(|device| !device.is_none());
+    let ipc = match &ipc {
         Some(ipc) => ipc
             .extract()
             .map_err(|_| wrong_type(ipc, "ipc", "True or False"))?,
         None => false,
     };
-    let stream = match stream {
-        Some(stream) => Some(
+    let mr = mr.filter(|mr| !mr.is_none());
+    let stream = match &stream {
+        Some(stream) if !stream.is_none() => Some(
             stream
                 .cast::<PyQueue>()
                 .map_err(|_| wrong_type(stream, "stream", "a devbuf.Stream"))?,
         ),
-        None => None,
+        _ => None,
     };
-    alloc(py, nbytes, kind, device, ipc, mr, stream)
+    let made = alloc(
+        py,
+        nbytes,
+        kind,
+        device.as_deref(),
+        ipc,
+        mr.as_deref(),
+        stream.as_deref(),
+    )?;
+    Ok(made.into_ptr())
 }
 
 /// A TypeError naming `parameter`, what it takes and the type it got.
@@ -505,7 +530,7 @@ impl KindNames {
     /// literal `"host"` at a call site is (CPython interns identifier-like string constants): no
     /// UTF-8 conversion; any other str is extracted and goes through the kind's own
     /// parsing.
-    fn kind(&self, kind: &Bound<'_, PyAny>) -> Option<&'static str> {
+    fn kind(&self, kind: Borrowed<'_, '_, PyAny>) -> Option<&'static str> {
         self.0
             .iter()
             .find(|(name, _)| name.as_ptr() == kind.as_ptr())

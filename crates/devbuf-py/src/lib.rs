@@ -19,6 +19,7 @@ mod mr;
 mod objects;
 mod pickle;
 mod stream_allocator;
+mod vectorcall;
 
 use devbuf::conformance::Outcome;
 use pyo3::prelude::*;
@@ -80,6 +81,7 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     devbuf::set_blocking_hook(release_gil_while);
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<objects::array::PyArray>()?;
+    export::dlpack::add_dlpack_method(&m.py().get_type::<objects::array::PyArray>())?;
     m.add_class::<objects::array::PyBuffer>()?;
     m.add_class::<objects::device::PyDevice>()?;
     m.add_class::<objects::queue::PyQueue>()?;
@@ -101,7 +103,7 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
         objects::default_device::_default_device_reason,
         m
     )?)?;
-    m.add_function(wrap_pyfunction!(buffer_methods::alloc_function, m)?)?;
+    buffer_methods::add_alloc(m)?;
     creation::register(m)?;
     m.add_function(wrap_pyfunction!(objects::event::get_elapsed_time, m)?)?;
     m.add_function(wrap_pyfunction!(import::asarray, m)?)?;

@@ -1,7 +1,8 @@
-//! `__dlpack__` and `__dlpack_device__` of an `Array` (and so a `Buffer`; the methods themselves
-//! are in `array_methods`): capsules of either DLPack ABI, zero-copy or copied.
+//! `__dlpack__` (the method itself: `add_dlpack_method`) and `__dlpack_device__` of an `Array`
+//! (and so a `Buffer`): capsules of either DLPack ABI, zero-copy or copied.
 
 use std::ffi::{CStr, c_char};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 
 use devbuf::dlpack::{self, DlpackTemplate, ManagedTensorAbi};
@@ -10,13 +11,15 @@ use devbuf::dlpark::ffi::{DLDevice, DLDeviceType, DLManagedTensor, DLManagedTens
 use devbuf::{Array, HostQueue, MemKind};
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::ffi;
+use pyo3::panic::PanicException;
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyTuple};
+use pyo3::types::{PyCapsule, PyTuple, PyType};
 
 use crate::errors::IntoPyResult;
 use crate::export::ordering;
 use crate::gil_as_lock::LastObject;
 use crate::objects::array::PyArray;
+use crate::vectorcall::{Body, Signature};
 
 fn own_dlpack_device(array: &Array) -> DLDevice {
     let buffer = array.buffer();
@@ -101,6 +104,60 @@ unsafe fn read_major_version(max_version: *mut ffi::PyObject) -> Option<u32> {
             ffi::PyErr_Clear();
         }
         u32::try_from(major).ok()
+    }
+}
+
+const DLPACK_DOC: &CStr =
+    c"__dlpack__($self, /, *, max_version=None, dl_device=None, copy=None, stream=None)
+--
+
+A DLPack capsule of this array (see the array API's __dlpack__): a versioned capsule when
+max_version is at least (1, 0), the legacy one otherwise.";
+
+static DLPACK: Signature<4> = Signature::new(
+    "Array.__dlpack__()",
+    ["max_version", "dl_device", "copy", "stream"],
+    0,
+    0,
+);
+
+/// An argument that is there and not None.
+fn given<'a, 'py>(value: Option<Borrowed<'a, 'py, PyAny>>) -> Option<Borrowed<'a, 'py, PyAny>> {
+    value.filter(|value| !value.is_none())
+}
+
+/// Sets `__dlpack__` on the `Array` class (and so its subclasses): the hottest call of the
+/// exchange protocols, through `vectorcall`'s way in.
+pub(crate) fn add_dlpack_method(array_type: &Bound<'_, PyType>) -> PyResult<()> {
+    crate::vectorcall::add_method::<Dlpack>(array_type, c"__dlpack__", DLPACK_DOC)
+}
+
+/// `Array.__dlpack__`'s body.
+struct Dlpack;
+
+impl Body for Dlpack {
+    unsafe fn call(
+        py: Python<'_>,
+        this: *mut ffi::PyObject,
+        args: *const *mut ffi::PyObject,
+        nargs: ffi::Py_ssize_t,
+        kwnames: *mut ffi::PyObject,
+    ) -> PyResult<*mut ffi::PyObject> {
+        // SAFETY: a live object, which the method descriptor (`add_method`) checked is an
+        // instance of the class or a subclass before calling.
+        let this = unsafe { Borrowed::from_ptr(py, this).cast_unchecked::<PyArray>() };
+        // SAFETY: CPython's arguments, live for the call.
+        let [max_version, dl_device, copy, stream] =
+            unsafe { DLPACK.parse(py, args, nargs, kwnames)? };
+        dlpack_method(
+            this.get(),
+            py,
+            given(max_version).as_deref(),
+            given(dl_device).as_deref(),
+            given(copy).as_deref(),
+            given(stream).as_deref(),
+        )
+        .map(Bound::into_ptr)
     }
 }
 
@@ -340,7 +397,19 @@ unsafe extern "C" fn capsule_destructor<T: ManagedTensorAbi>(capsule: *mut ffi::
         let name = ffi::PyCapsule_GetName(capsule);
         let consumed = name != T::CAPSULE_NAME.as_ptr() && !names_match(name, T::CAPSULE_NAME);
         if let Some(tensor) = NonNull::new(ffi::PyCapsule_GetPointer(capsule, name).cast::<T>()) {
-            dlpack::release_capsule(tensor, consumed);
+            // No unwinding into CPython: a panic while releasing (the memory then stays) is
+            // reported as any error in a destructor is, to `sys.unraisablehook`.
+            if catch_unwind(AssertUnwindSafe(|| {
+                dlpack::release_capsule(tensor, consumed)
+            }))
+            .is_err()
+            {
+                Python::attach(|py| {
+                    let capsule = Borrowed::from_ptr(py, capsule);
+                    PanicException::new_err("devbuf: panic releasing a DLPack capsule")
+                        .write_unraisable(py, Some(&capsule));
+                });
+            }
         }
         if !ffi::PyErr_Occurred().is_null() {
             ffi::PyErr_Clear();
