@@ -9,9 +9,10 @@
 //! time) and its names placed as they were the first time; a new tuple's names are matched by
 //! identity with the interned parameter names, then by text. Every error reads as pyo3's does.
 //!
-//! The rules are pyo3's, through its public API: the call runs in `Python::attach` (so a `Py`
-//! dropped in the call is released at once, not deferred to pyo3's pool), and a panic becomes a
-//! `PanicException`, never an unwind into CPython. pyo3 runs its own `#[pyfunction]`s through
+//! The rules are pyo3's, through its public API: the call runs attached (`Python::attach`'s
+//! unchecked form, since CPython is calling), so a `Py` dropped in the call is released at once,
+//! not deferred to pyo3's pool; and a panic becomes a `PanicException`, never an unwind into
+//! CPython. pyo3 runs its own `#[pyfunction]`s through
 //! a fastcall trampoline too, but that trampoline is in its private `impl_` module: using it
 //! pinned pyo3 to one exact version.
 
@@ -237,13 +238,17 @@ unsafe extern "C" fn entry<B: Body>(
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
-        Python::attach(|py| {
-            // SAFETY: CPython's arguments, live for the call.
-            unsafe { B::call(py, this, args, nargs, kwnames) }.unwrap_or_else(|err| {
-                err.restore(py);
-                std::ptr::null_mut()
+        // SAFETY: CPython is calling: the interpreter is initialised, and this thread holds the
+        // GIL (`attach_unchecked` counts it as attached without asking whether it may attach).
+        unsafe {
+            Python::attach_unchecked(|py| {
+                // SAFETY: CPython's arguments, live for the call.
+                B::call(py, this, args, nargs, kwnames).unwrap_or_else(|err| {
+                    err.restore(py);
+                    std::ptr::null_mut()
+                })
             })
-        })
+        }
     }));
     outcome.unwrap_or_else(|payload| {
         let message = payload
