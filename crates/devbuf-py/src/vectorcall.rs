@@ -12,10 +12,12 @@
 //! The rules are pyo3's, through its public API: the call runs attached (`Python::attach`'s
 //! unchecked form, since CPython is calling), so a `Py` dropped in the call is released at once,
 //! not deferred to pyo3's pool; and a panic becomes a `PanicException`, never an unwind into
-//! CPython. What that costs beyond pyo3's own trampoline (~80 instructions: `PyGILState_Ensure`
-//! and `_Release`, which pyo3's skips since CPython called it) would go with a public pyo3 call
-//! that counts an already attached thread (its trampoline is in the private `impl_` module, and
-//! using it pinned pyo3 to one exact version).
+//! CPython. One exception, stated by each body that takes it: a plain case that makes and drops no
+//! `Py` ([`Body::plain`]) runs on CPython's attachment without counting it, because counting it
+//! from here costs `PyGILState_Ensure` and `_Release`, which pyo3's own trampoline skips since
+//! CPython called it. A public pyo3 call that counts an already attached thread would remove the
+//! exception (pyo3's trampoline is in its private `impl_` module; using it pinned pyo3 to one
+//! exact version).
 
 use std::ffi::CStr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -219,6 +221,25 @@ impl<const N: usize> Signature<N> {
 /// A vectorcall function's body: what CPython passed (`this` is the module of a function, the
 /// object of a method), run attached; a new reference, or the error to raise.
 pub(crate) trait Body {
+    /// The call's plain case, run on CPython's attachment without counting it (`Python::attach`
+    /// from a C function CPython calls costs `PyGILState_Ensure` and `_Release`: 10-20 ns of a
+    /// ~90 ns `__dlpack__`, which took `np.from_dlpack` past its goal). Allowed only for work that
+    /// makes and drops no `Py` (borrowed objects, `Bound`s, Rust data), so that nothing waits in
+    /// pyo3's pool; its error is raised attached. `None`, having changed nothing, sends the call
+    /// to [`Body::call`].
+    ///
+    /// # Safety
+    /// As for [`Body::call`].
+    unsafe fn plain(
+        _py: Python<'_>,
+        _this: *mut ffi::PyObject,
+        _args: *const *mut ffi::PyObject,
+        _nargs: ffi::Py_ssize_t,
+        _kwnames: *mut ffi::PyObject,
+    ) -> Option<PyResult<*mut ffi::PyObject>> {
+        None
+    }
+
     /// # Safety
     /// CPython's arguments to a `METH_FASTCALL | METH_KEYWORDS` function, live for the call.
     unsafe fn call(
@@ -239,12 +260,20 @@ unsafe extern "C" fn entry<B: Body>(
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: CPython is calling: the interpreter is initialised, and this thread holds the
-        // GIL (`attach_unchecked` counts it as attached without asking whether it may attach).
+        // SAFETY: (all) CPython is calling: the interpreter is initialised and this thread holds
+        // the GIL (`attach_unchecked` counts it as attached without asking whether it may);
+        // CPython's arguments, live for the call.
         unsafe {
+            let plain = B::plain(Python::assume_attached(), this, args, nargs, kwnames);
+            if let Some(Ok(made)) = plain {
+                return made;
+            }
             Python::attach_unchecked(|py| {
-                // SAFETY: CPython's arguments, live for the call.
-                B::call(py, this, args, nargs, kwnames).unwrap_or_else(|err| {
+                let made = match plain {
+                    Some(made) => made,
+                    None => B::call(py, this, args, nargs, kwnames),
+                };
+                made.unwrap_or_else(|err| {
                     err.restore(py);
                     std::ptr::null_mut()
                 })

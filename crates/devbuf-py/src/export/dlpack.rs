@@ -136,6 +136,34 @@ pub(crate) fn add_dlpack_method(array_type: &Bound<'_, PyType>) -> PyResult<()> 
 struct Dlpack;
 
 impl Body for Dlpack {
+    unsafe fn plain(
+        py: Python<'_>,
+        this: *mut ffi::PyObject,
+        args: *const *mut ffi::PyObject,
+        nargs: ffi::Py_ssize_t,
+        kwnames: *mut ffi::PyObject,
+    ) -> Option<PyResult<*mut ffi::PyObject>> {
+        // SAFETY: as in `call`.
+        let this = unsafe { Borrowed::from_ptr(py, this).cast_unchecked::<PyArray>() };
+        // SAFETY: CPython's arguments, live for the call.
+        let [max_version, dl_device, copy, stream] =
+            match unsafe { DLPACK.parse(py, args, nargs, kwnames) } {
+                Ok(arguments) => arguments,
+                Err(err) => return Some(Err(err)),
+            };
+        if given(dl_device).is_some() || given(copy).is_some() || given(stream).is_some() {
+            return None;
+        }
+        let versioned = match given(max_version) {
+            Some(version) => match major_version(&version) {
+                Ok(major) => major >= 1,
+                Err(err) => return Some(Err(err)),
+            },
+            None => false,
+        };
+        dlpack_in_place(this.get(), py, versioned).map(|made| made.map(Bound::into_ptr))
+    }
+
     unsafe fn call(
         py: Python<'_>,
         this: *mut ffi::PyObject,
@@ -229,29 +257,43 @@ pub(crate) fn dlpack_as_is<'py>(
     py: Python<'py>,
     versioned: bool,
 ) -> PyResult<Bound<'py, PyCapsule>> {
-    let open = this.array(py)?;
+    dlpack_in_place(this, py, versioned)
+        .unwrap_or_else(|| dlpack(this, py, None, versioned, None, None))
+}
+
+/// [`dlpack_as_is`] where the array's own template serves as it is (no refusal, no backend rule
+/// for a streamless export, and writable memory for a legacy capsule); `None`, having changed
+/// nothing, where it does not. It makes and drops no `Py` (see `vectorcall::Body::plain`).
+#[inline]
+fn dlpack_in_place<'py>(
+    this: &PyArray,
+    py: Python<'py>,
+    versioned: bool,
+) -> Option<PyResult<Bound<'py, PyCapsule>>> {
+    let open = match this.array(py) {
+        Ok(open) => open,
+        Err(err) => return Some(Err(err)),
+    };
     let prepared = this.dlpack(&open);
-    match &prepared.template {
+    let template = match &prepared.template {
         Ok(template)
             if prepared.refusal.is_none()
                 && !prepared.streamless_rule
                 && (versioned || !open.readonly()) =>
         {
-            ordering::prepare_streamless_dlpack_export(&open)?;
-            let template = template.clone();
-            if versioned {
-                export_capsule::<DLManagedTensorVersioned>(
-                    py,
-                    &open,
-                    template,
-                    DlpackFlags::empty(),
-                )
-            } else {
-                export_capsule::<DLManagedTensor>(py, &open, template, DlpackFlags::empty())
-            }
+            template
         }
-        _ => dlpack(this, py, None, versioned, None, None),
+        _ => return None,
+    };
+    if let Err(err) = ordering::prepare_streamless_dlpack_export(&open) {
+        return Some(Err(err));
     }
+    let template = template.clone();
+    Some(if versioned {
+        export_capsule::<DLManagedTensorVersioned>(py, &open, template, DlpackFlags::empty())
+    } else {
+        export_capsule::<DLManagedTensor>(py, &open, template, DlpackFlags::empty())
+    })
 }
 
 /// `__dlpack__`, per the array API and DLPack 1.3: a versioned capsule when the consumer's
