@@ -110,7 +110,7 @@ pub(crate) struct DpctlView {
 /// protocol), and a missing attribute where the memory cannot honour one.
 #[pyclass(frozen, subclass, module = "devbuf", name = "Array")]
 pub struct PyArray {
-    /// Its memory and layout, until `close()` lets go of them (see `objects::held`).
+    /// Its memory and layout, until `close()` lets go of them (see `crate::gil_as_lock::HeldArray`).
     held: HeldArray,
     pub(crate) queue: Py<PyQueue>,
     /// What exports build once, DLPack's preparation included.
