@@ -260,35 +260,59 @@ unsafe extern "C" fn entry<B: Body>(
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: (all) CPython is calling: the interpreter is initialised and this thread holds
-        // the GIL (`attach_unchecked` counts it as attached without asking whether it may);
-        // CPython's arguments, live for the call.
+        // SAFETY: (all) CPython is calling: this thread holds the GIL; CPython's arguments, live
+        // for the call.
         unsafe {
-            let plain = B::plain(Python::assume_attached(), this, args, nargs, kwnames);
-            if let Some(Ok(made)) = plain {
-                return made;
+            match B::plain(Python::assume_attached(), this, args, nargs, kwnames) {
+                Some(Ok(made)) => made,
+                plain => attached::<B>(plain, this, args, nargs, kwnames),
             }
-            Python::attach_unchecked(|py| {
-                let made = match plain {
-                    Some(made) => made,
-                    None => B::call(py, this, args, nargs, kwnames),
-                };
-                made.unwrap_or_else(|err| {
-                    err.restore(py);
-                    std::ptr::null_mut()
-                })
-            })
         }
     }));
-    outcome.unwrap_or_else(|payload| {
-        let message = payload
-            .downcast_ref::<&str>()
-            .map(|text| text.to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "devbuf: panic".into());
-        Python::attach(|py| PanicException::new_err(message).restore(py));
-        std::ptr::null_mut()
-    })
+    outcome.unwrap_or_else(raise_panic)
+}
+
+/// [`entry`] past the plain case, attached: out of line, so that a plain case's code stays
+/// small (it shares the instruction cache with CPython's and the consumer's on every call).
+///
+/// # Safety
+/// As for [`Body::call`], called by CPython.
+#[inline(never)]
+unsafe fn attached<B: Body>(
+    plain: Option<PyResult<*mut ffi::PyObject>>,
+    this: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: (all) the interpreter is initialised and this thread holds the GIL
+    // (`attach_unchecked` counts it as attached without asking whether it may); CPython's
+    // arguments, live for the call.
+    unsafe {
+        Python::attach_unchecked(|py| {
+            let made = match plain {
+                Some(made) => made,
+                None => B::call(py, this, args, nargs, kwnames),
+            };
+            made.unwrap_or_else(|err| {
+                err.restore(py);
+                std::ptr::null_mut()
+            })
+        })
+    }
+}
+
+/// Raises a caught panic as a `PanicException`, with its message.
+#[cold]
+#[inline(never)]
+fn raise_panic(payload: Box<dyn std::any::Any + Send>) -> *mut ffi::PyObject {
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|text| text.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "devbuf: panic".into());
+    Python::attach(|py| PanicException::new_err(message).restore(py));
+    std::ptr::null_mut()
 }
 
 /// A method definition for `B` (its docstring `doc`, whose first line is the text signature as
