@@ -55,6 +55,17 @@ def test_a_bare_dltensor_of_read_only_memory_is_refused(consumer):
     assert flags & 1 and described["data"] == readonly.ptr
 
 
+def test_a_bare_dltensor_of_a_closed_array_is_refused_and_of_an_open_one_is_not(consumer):
+    # Each case the fast fill does not take goes through the guarded path, which raises.
+    buffer = devbuf.alloc(16, device="host")
+    open_view, closed_view = buffer.view("float32"), buffer.view("float32")
+    closed_view.close()
+    for _ in range(3):
+        with pytest.raises(ValueError, match="closed"):
+            consumer.describe(closed_view)
+        assert consumer.describe(open_view)["data"] == buffer.ptr
+
+
 def test_refused_bare_dltensors_release_what_they_hold_at_once(consumer):
     """The C exchange fast path raised its errors as `__dlpack__` did: each refusal left its
     error's references in pyo3's pending pool until some other devbuf call ran."""

@@ -435,7 +435,8 @@ impl PyArray {
         crate::export::dlpack::dlpack_device(self, py)
     }
 
-    // `__dlpack__` is installed on the type by `export::dlpack_vectorcall` (hand-written).
+    // `__dlpack__` is set on the type by `export::dlpack::add_dlpack_method` (a hot path:
+    // `vectorcall`'s way in).
 
     /// DLPack 1.3's C exchange table ("dlpack_exchange_api" capsule).
     #[classattr]

@@ -6,16 +6,16 @@ use std::ffi::CStr;
 use devbuf::{Array, Buffer, DType, Layout};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
-use pyo3::impl_::trampoline::{MethodDef, fastcall_cfunction_with_keywords};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyInt, PySlice, PyString};
 
 use crate::errors::IntoPyResult;
-use crate::fastcall::{self, Signature, exact_int};
+use crate::exact_int::exact_int;
 use crate::objects::array::{PyArray, PyBuffer};
 use crate::objects::foreign_objects::resolve_queue;
 use crate::objects::queue::PyQueue;
+use crate::vectorcall::{Arguments, Body, Signature};
 
 #[pymethods]
 impl PyBuffer {
@@ -305,7 +305,7 @@ fn is_owned(buffer: &Buffer) -> bool {
     buffer.is_owned() || devbuf::ipc::is_shareable(buffer)
 }
 
-/// `devbuf.alloc` (its Python documentation is [`ALLOC_DOC`]).
+/// `devbuf.alloc`, its arguments read ([`Alloc`]).
 pub(crate) fn alloc(
     py: Python<'_>,
     nbytes: usize,
@@ -383,80 +383,71 @@ processes (see `Queue.alloc`); `mr=` allocates from that memory resource, on its
 a `device` other than the resource's is a ValueError naming both, and so is `ipc=True` (memory
 for sharing comes from the device, not from a resource).";
 
-const ALLOC_PARAMETERS: [&str; 6] = ["nbytes", "kind", "device", "ipc", "mr", "stream"];
+static ALLOC: Signature<6> = Signature::new(
+    "alloc()",
+    ["nbytes", "kind", "device", "ipc", "mr", "stream"],
+    3,
+    1,
+);
 
-const ALLOC: Signature = Signature {
-    name: "alloc()",
-    parameters: &ALLOC_PARAMETERS,
-    positional: 3,
-    required: 1,
-};
-
-/// Adds `devbuf.alloc` to the module: a vectorcall function, the hottest call of the Python
-/// layer (see `fastcall`).
+/// Adds `devbuf.alloc` to the module: the hottest call of the Python layer, through
+/// `vectorcall`'s way in.
 pub(crate) fn add_alloc(module: &Bound<'_, PyModule>) -> PyResult<()> {
-    struct Alloc;
-    impl MethodDef<fastcall_cfunction_with_keywords::Func> for Alloc {
-        const METH: fastcall_cfunction_with_keywords::Func = alloc_call;
-    }
-    fastcall::add(
-        module,
-        c"alloc",
-        fastcall_cfunction_with_keywords::<Alloc>,
-        ALLOC_DOC,
-    )
+    crate::vectorcall::add_function::<Alloc>(module, c"alloc", ALLOC_DOC)
 }
 
-/// # Safety
-/// CPython's arguments to a `METH_FASTCALL | METH_KEYWORDS` function, live for the call.
-unsafe fn alloc_call(
-    py: Python<'_>,
-    _module: *mut ffi::PyObject,
-    args: *const *mut ffi::PyObject,
-    nargs: ffi::Py_ssize_t,
-    kwnames: *mut ffi::PyObject,
-) -> PyResult<*mut ffi::PyObject> {
-    let interned = AllocNames::get(py);
-    let names = interned.parameters.each_ref().map(|name| name.bind(py));
-    // SAFETY: CPython's arguments, live for the call.
-    let [nbytes, kind, device, ipc, mr, stream] =
-        unsafe { ALLOC.parse(py, names, args, nargs, kwnames)? };
-    let Some(nbytes) = nbytes else {
-        // `parse` checked the required one.
-        return Err(PyTypeError::new_err("alloc() missing nbytes"));
-    };
-    // The common call (a plain int, a literal kind, no ipc, mr or stream): straight to the queue.
-    // Every other call takes `alloc_general`, out of line: this call's hot code shares the
-    // instruction cache with CPython's on every call (see BENCHMARKS.md).
-    if ipc.is_none()
-        && mr.is_none()
-        && stream.is_none()
-        && !crate::objects::current_stream::any()
-        && let Some(nbytes) = exact_int(nbytes)
-        && let Some(kind) = kind.map_or(Some("shared"), |kind| interned.kind(kind))
-    {
-        let queue = resolve_queue(py, device.filter(|device| !device.is_none()).as_deref())?;
-        return Ok(PyQueue::alloc_on(py, queue, nbytes, kind, false)?.into_ptr());
+/// `devbuf.alloc`'s body.
+struct Alloc;
+
+impl Body for Alloc {
+    unsafe fn call(
+        py: Python<'_>,
+        _module: *mut ffi::PyObject,
+        args: *const *mut ffi::PyObject,
+        nargs: ffi::Py_ssize_t,
+        kwnames: *mut ffi::PyObject,
+    ) -> PyResult<*mut ffi::PyObject> {
+        // SAFETY: CPython's arguments, live for the call.
+        let [nbytes, kind, device, ipc, mr, stream] =
+            unsafe { ALLOC.parse(py, args, nargs, kwnames)? };
+        let Some(nbytes) = nbytes else {
+            // `parse` checked the required one.
+            return Err(PyTypeError::new_err("alloc() missing nbytes"));
+        };
+        let kinds = KindNames::get(py);
+        // The common call (a plain int, a literal kind, no ipc, mr or stream): straight to the
+        // queue. Every other call takes `alloc_general`, out of line: this call's hot code shares
+        // the instruction cache with CPython's on every call (see BENCHMARKS.md).
+        if ipc.is_none()
+            && mr.is_none()
+            && stream.is_none()
+            && !crate::objects::current_stream::any()
+            && let Some(nbytes) = exact_int(nbytes)
+            && let Some(kind) = kind.map_or(Some("shared"), |kind| kinds.kind(kind))
+        {
+            let queue = resolve_queue(py, device.filter(|device| !device.is_none()).as_deref())?;
+            return Ok(PyQueue::alloc_on(py, queue, nbytes, kind, false)?.into_ptr());
+        }
+        alloc_general(py, kinds, nbytes, [kind, device, ipc, mr, stream])
     }
-    alloc_general(py, interned, nbytes, [kind, device, ipc, mr, stream])
 }
 
-/// [`alloc_call`] for every call but the common one: each argument extracted in turn, with
-/// pyo3's errors.
+/// [`Alloc`] for every call but the common one: each argument extracted in turn, the error
+/// naming it.
 #[cold]
 #[inline(never)]
 fn alloc_general<'py>(
     py: Python<'py>,
-    interned: &AllocNames,
+    kinds: &KindNames,
     nbytes: Borrowed<'_, 'py, PyAny>,
-    [kind, device, ipc, mr, stream]: fastcall::Arguments<'_, 'py, 5>,
+    [kind, device, ipc, mr, stream]: Arguments<'_, 'py, 5>,
 ) -> PyResult<*mut ffi::PyObject> {
     let nbytes: usize = match exact_int(nbytes) {
         Some(nbytes) => nbytes,
-        None => byte_count(nbytes)?,
+        None => byte_count(&nbytes)?,
     };
-    let kind: &str = match kind {
-        Some(kind) => match interned.kind(kind) {
+    let kind: &str = match &kind {
+        Some(kind) => match kinds.kind(*kind) {
             Some(kind) => kind,
             None => kind
                 .extract()
@@ -465,20 +456,20 @@ fn alloc_general<'py>(
         None => "shared",
     };
     let device = device.filter(|device| !device.is_none());
-    let ipc = match ipc {
+    let ipc = match &ipc {
         Some(ipc) => ipc
             .extract()
             .map_err(|_| wrong_type(ipc, "ipc", "True or False"))?,
         None => false,
     };
     let mr = mr.filter(|mr| !mr.is_none());
-    let stream = match stream.filter(|stream| !stream.is_none()) {
-        Some(stream) => Some(
+    let stream = match &stream {
+        Some(stream) if !stream.is_none() => Some(
             stream
                 .cast::<PyQueue>()
                 .map_err(|_| wrong_type(stream, "stream", "a devbuf.Stream"))?,
         ),
-        None => None,
+        _ => None,
     };
     let made = alloc(
         py,
@@ -493,7 +484,7 @@ fn alloc_general<'py>(
 }
 
 /// A TypeError naming `parameter`, what it takes and the type it got.
-fn wrong_type(value: Borrowed<'_, '_, PyAny>, parameter: &str, expected: &str) -> PyErr {
+fn wrong_type(value: &Bound<'_, PyAny>, parameter: &str, expected: &str) -> PyErr {
     let got = value
         .get_type()
         .name()
@@ -503,7 +494,7 @@ fn wrong_type(value: Borrowed<'_, '_, PyAny>, parameter: &str, expected: &str) -
 
 /// `alloc`'s `nbytes` when it is not a plain non-negative int: an int index (NumPy's) is taken;
 /// a negative or huge one is a ValueError and anything else a TypeError, each naming `nbytes`.
-fn byte_count(nbytes: Borrowed<'_, '_, PyAny>) -> PyResult<usize> {
+fn byte_count(nbytes: &Bound<'_, PyAny>) -> PyResult<usize> {
     if let Ok(n) = nbytes.extract::<usize>() {
         return Ok(n);
     }
@@ -521,22 +512,17 @@ fn byte_count(nbytes: Borrowed<'_, '_, PyAny>) -> PyResult<usize> {
     }
 }
 
-/// The interned strs `devbuf.alloc` compares its arguments with, made once (one check per call
-/// instead of one per name).
-struct AllocNames {
-    /// `ALLOC.parameters`' names, in order.
-    parameters: [Py<PyString>; 6],
-    /// The memory kinds' names, with their text.
-    kinds: [(Py<PyString>, &'static str); 3],
-}
+/// The memory kinds' names, interned, that `devbuf.alloc` compares its `kind` with, made once.
+struct KindNames([(Py<PyString>, &'static str); 3]);
 
-impl AllocNames {
-    fn get(py: Python<'_>) -> &'static AllocNames {
-        static NAMES: PyOnceLock<AllocNames> = PyOnceLock::new();
-        NAMES.get_or_init(py, || AllocNames {
-            parameters: ALLOC_PARAMETERS.map(|name| PyString::intern(py, name).unbind()),
-            kinds: ["host", "device", "shared"]
-                .map(|kind| (PyString::intern(py, kind).unbind(), kind)),
+impl KindNames {
+    fn get(py: Python<'_>) -> &'static KindNames {
+        static NAMES: PyOnceLock<KindNames> = PyOnceLock::new();
+        NAMES.get_or_init(py, || {
+            KindNames(
+                ["host", "device", "shared"]
+                    .map(|kind| (PyString::intern(py, kind).unbind(), kind)),
+            )
         })
     }
 
@@ -545,7 +531,7 @@ impl AllocNames {
     /// UTF-8 conversion; any other str is extracted and goes through the kind's own
     /// parsing.
     fn kind(&self, kind: Borrowed<'_, '_, PyAny>) -> Option<&'static str> {
-        self.kinds
+        self.0
             .iter()
             .find(|(name, _)| name.as_ptr() == kind.as_ptr())
             .map(|(_, text)| *text)

@@ -50,12 +50,3 @@ impl<T> IntoPyResult<T> for devbuf::Result<T> {
         self.map_err(to_py)
     }
 }
-
-/// Raises `err`, attached the way pyo3 counts it. Under `assume_attached` pyo3 does not count the
-/// thread as attached, so every Python reference an error drops (its type and message once
-/// raised, the errors it replaced) would wait in pyo3's pending pool until some later call
-/// attaches: a failing call would hold its references and bytes until then. Attaching releases
-/// what the call deferred, and the error's own references are released at once.
-pub(crate) fn restore_attached(err: PyErr) {
-    Python::attach(|py| err.restore(py));
-}

@@ -9,8 +9,9 @@ mod buffer_methods;
 mod creation;
 mod dtypes;
 mod errors;
+mod exact_int;
 mod export;
-mod fastcall;
+mod gil_as_lock;
 mod host_transfer;
 mod import;
 mod ipc;
@@ -18,6 +19,7 @@ mod mr;
 mod objects;
 mod pickle;
 mod stream_allocator;
+mod vectorcall;
 
 use devbuf::conformance::Outcome;
 use pyo3::prelude::*;
@@ -85,12 +87,14 @@ fn release_gil_while(wait: &mut dyn FnMut()) {
     Python::attach(|py| py.detach(move || wait.run()));
 }
 
-#[pymodule]
+// Not free-threaded: `gil_as_lock`'s types take the GIL as their lock.
+#[pymodule(gil_used = true)]
 fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    gil_as_lock::require_gil(m.py())?;
     devbuf::set_blocking_hook(release_gil_while);
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<objects::array::PyArray>()?;
-    export::dlpack_vectorcall::install(&m.py().get_type::<objects::array::PyArray>())?;
+    export::dlpack::add_dlpack_method(&m.py().get_type::<objects::array::PyArray>())?;
     m.add_class::<objects::array::PyBuffer>()?;
     m.add_class::<objects::device::PyDevice>()?;
     m.add_class::<objects::queue::PyQueue>()?;

@@ -7,8 +7,8 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 
 use crate::errors::IntoPyResult;
+use crate::gil_as_lock::OpenArray;
 use crate::objects::array::PyArray;
-use crate::objects::held::OpenArray;
 use devbuf::{Array, Layout, MemKind};
 
 /// The flag bits that ask for a contiguity (C, Fortran or either), beyond `PyBUF_STRIDES`.

@@ -1,7 +1,8 @@
-//! `__dlpack__` (the work behind `dlpack_vectorcall`'s method) and `__dlpack_device__` of an
-//! `Array` (and so a `Buffer`): capsules of either DLPack ABI, zero-copy or copied.
+//! `__dlpack__` (the method itself: `add_dlpack_method`) and `__dlpack_device__` of an `Array`
+//! (and so a `Buffer`): capsules of either DLPack ABI, zero-copy or copied.
 
 use std::ffi::{CStr, c_char};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 
 use devbuf::dlpack::{self, DlpackTemplate, ManagedTensorAbi};
@@ -10,13 +11,15 @@ use devbuf::dlpark::ffi::{DLDevice, DLDeviceType, DLManagedTensor, DLManagedTens
 use devbuf::{Array, HostQueue, MemKind};
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::ffi;
+use pyo3::panic::PanicException;
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyTuple};
+use pyo3::types::{PyCapsule, PyTuple, PyType};
 
 use crate::errors::IntoPyResult;
-use crate::export::last_object::LastObject;
 use crate::export::ordering;
+use crate::gil_as_lock::LastObject;
 use crate::objects::array::PyArray;
+use crate::vectorcall::{Body, Signature};
 
 fn own_dlpack_device(array: &Array) -> DLDevice {
     let buffer = array.buffer();
@@ -104,6 +107,143 @@ unsafe fn read_major_version(max_version: *mut ffi::PyObject) -> Option<u32> {
     }
 }
 
+const DLPACK_DOC: &CStr =
+    c"__dlpack__($self, /, *, max_version=None, dl_device=None, copy=None, stream=None)
+--
+
+A DLPack capsule of this array (see the array API's __dlpack__): a versioned capsule when
+max_version is at least (1, 0), the legacy one otherwise.";
+
+static DLPACK: Signature<4> = Signature::new(
+    "Array.__dlpack__()",
+    ["max_version", "dl_device", "copy", "stream"],
+    0,
+    0,
+);
+
+/// An argument that is there and not None.
+fn given<'a, 'py>(value: Option<Borrowed<'a, 'py, PyAny>>) -> Option<Borrowed<'a, 'py, PyAny>> {
+    value.filter(|value| !value.is_none())
+}
+
+/// Sets `__dlpack__` on the `Array` class (and so its subclasses): the hottest call of the
+/// exchange protocols, through `vectorcall`'s way in.
+pub(crate) fn add_dlpack_method(array_type: &Bound<'_, PyType>) -> PyResult<()> {
+    crate::vectorcall::add_method::<Dlpack>(array_type, c"__dlpack__", DLPACK_DOC)
+}
+
+/// `Array.__dlpack__`'s body.
+struct Dlpack;
+
+impl Body for Dlpack {
+    unsafe fn plain(
+        py: Python<'_>,
+        this: *mut ffi::PyObject,
+        args: *const *mut ffi::PyObject,
+        nargs: ffi::Py_ssize_t,
+        kwnames: *mut ffi::PyObject,
+    ) -> Option<PyResult<*mut ffi::PyObject>> {
+        // SAFETY: as in `call`.
+        let this = unsafe { Borrowed::from_ptr(py, this).cast_unchecked::<PyArray>() };
+        // SAFETY: CPython's arguments, live for the call.
+        let [max_version, dl_device, copy, stream] =
+            match unsafe { DLPACK.parse(py, args, nargs, kwnames) } {
+                Ok(arguments) => arguments,
+                Err(err) => return Some(Err(err)),
+            };
+        if given(dl_device).is_some() || given(copy).is_some() || given(stream).is_some() {
+            return None;
+        }
+        let versioned = match given(max_version) {
+            Some(version) => match major_version(&version) {
+                Ok(major) => major >= 1,
+                Err(err) => return Some(Err(err)),
+            },
+            None => false,
+        };
+        dlpack_in_place(this.get(), py, versioned).map(|made| made.map(Bound::into_ptr))
+    }
+
+    unsafe fn call(
+        py: Python<'_>,
+        this: *mut ffi::PyObject,
+        args: *const *mut ffi::PyObject,
+        nargs: ffi::Py_ssize_t,
+        kwnames: *mut ffi::PyObject,
+    ) -> PyResult<*mut ffi::PyObject> {
+        // SAFETY: a live object, which the method descriptor (`add_method`) checked is an
+        // instance of the class or a subclass before calling.
+        let this = unsafe { Borrowed::from_ptr(py, this).cast_unchecked::<PyArray>() };
+        // SAFETY: CPython's arguments, live for the call.
+        let [max_version, dl_device, copy, stream] =
+            unsafe { DLPACK.parse(py, args, nargs, kwnames)? };
+        dlpack_method(
+            this.get(),
+            py,
+            given(max_version).as_deref(),
+            given(dl_device).as_deref(),
+            given(copy).as_deref(),
+            given(stream).as_deref(),
+        )
+        .map(Bound::into_ptr)
+    }
+}
+
+/// `__dlpack__(max_version=, dl_device=, copy=, stream=)`, each argument absent or None: the
+/// common call (at most `max_version`, what `np.from_dlpack` passes) takes [`dlpack_as_is`],
+/// every other [`dlpack_with_arguments`], out of line.
+#[inline]
+pub(crate) fn dlpack_method<'py>(
+    this: &PyArray,
+    py: Python<'py>,
+    max_version: Option<&Bound<'py, PyAny>>,
+    dl_device: Option<&Bound<'py, PyAny>>,
+    copy: Option<&Bound<'py, PyAny>>,
+    stream: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyCapsule>> {
+    let versioned = match max_version {
+        Some(version) => major_version(version)? >= 1,
+        None => false,
+    };
+    if dl_device.is_none() && copy.is_none() && stream.is_none() {
+        return dlpack_as_is(this, py, versioned);
+    }
+    dlpack_with_arguments(this, py, versioned, dl_device, copy, stream)
+}
+
+/// [`dlpack_method`] with a `dl_device`, `copy` or `stream`: each read, the error naming it.
+#[cold]
+#[inline(never)]
+fn dlpack_with_arguments<'py>(
+    this: &PyArray,
+    py: Python<'py>,
+    versioned: bool,
+    dl_device: Option<&Bound<'py, PyAny>>,
+    copy: Option<&Bound<'py, PyAny>>,
+    stream: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyCapsule>> {
+    let dl_device = dl_device
+        .map(|device| {
+            device.extract::<(i32, i32)>().map_err(|_| {
+                wrong_argument(device, "dl_device", "a (device type, device id) tuple")
+            })
+        })
+        .transpose()?;
+    let copy = copy
+        .map(|copy| {
+            copy.extract::<bool>()
+                .map_err(|_| wrong_argument(copy, "copy", "None or a bool"))
+        })
+        .transpose()?;
+    dlpack(this, py, stream, versioned, dl_device, copy)
+}
+
+/// A TypeError naming `name`, what it takes and the value it got.
+fn wrong_argument(value: &Bound<'_, PyAny>, name: &str, expected: &str) -> PyErr {
+    let got = value.repr().map_or_else(|_| "?".into(), |r| r.to_string());
+    PyTypeError::new_err(format!("{name}: expected {expected}, got {got}"))
+}
+
 /// `__dlpack__` with no `dl_device`, `copy` or `stream` (or each None), what `np.from_dlpack`
 /// and most consumers ask: a zero-copy export on the array's own device. The same result as
 /// [`dlpack`] with those arguments, which takes every case this does not (and raises its errors).
@@ -117,29 +257,43 @@ pub(crate) fn dlpack_as_is<'py>(
     py: Python<'py>,
     versioned: bool,
 ) -> PyResult<Bound<'py, PyCapsule>> {
-    let open = this.array(py)?;
+    dlpack_in_place(this, py, versioned)
+        .unwrap_or_else(|| dlpack(this, py, None, versioned, None, None))
+}
+
+/// [`dlpack_as_is`] where the array's own template serves as it is (no refusal, no backend rule
+/// for a streamless export, and writable memory for a legacy capsule); `None`, having changed
+/// nothing, where it does not. It makes and drops no `Py` (see `vectorcall::Body::plain`).
+#[inline]
+fn dlpack_in_place<'py>(
+    this: &PyArray,
+    py: Python<'py>,
+    versioned: bool,
+) -> Option<PyResult<Bound<'py, PyCapsule>>> {
+    let open = match this.array(py) {
+        Ok(open) => open,
+        Err(err) => return Some(Err(err)),
+    };
     let prepared = this.dlpack(&open);
-    match &prepared.template {
+    let template = match &prepared.template {
         Ok(template)
             if prepared.refusal.is_none()
                 && !prepared.streamless_rule
                 && (versioned || !open.readonly()) =>
         {
-            ordering::prepare_streamless_dlpack_export(&open)?;
-            let template = template.clone();
-            if versioned {
-                export_capsule::<DLManagedTensorVersioned>(
-                    py,
-                    &open,
-                    template,
-                    DlpackFlags::empty(),
-                )
-            } else {
-                export_capsule::<DLManagedTensor>(py, &open, template, DlpackFlags::empty())
-            }
+            template
         }
-        _ => dlpack(this, py, None, versioned, None, None),
+        _ => return None,
+    };
+    if let Err(err) = ordering::prepare_streamless_dlpack_export(&open) {
+        return Some(Err(err));
     }
+    let template = template.clone();
+    Some(if versioned {
+        export_capsule::<DLManagedTensorVersioned>(py, &open, template, DlpackFlags::empty())
+    } else {
+        export_capsule::<DLManagedTensor>(py, &open, template, DlpackFlags::empty())
+    })
 }
 
 /// `__dlpack__`, per the array API and DLPack 1.3: a versioned capsule when the consumer's
@@ -285,7 +439,19 @@ unsafe extern "C" fn capsule_destructor<T: ManagedTensorAbi>(capsule: *mut ffi::
         let name = ffi::PyCapsule_GetName(capsule);
         let consumed = name != T::CAPSULE_NAME.as_ptr() && !names_match(name, T::CAPSULE_NAME);
         if let Some(tensor) = NonNull::new(ffi::PyCapsule_GetPointer(capsule, name).cast::<T>()) {
-            dlpack::release_capsule(tensor, consumed);
+            // No unwinding into CPython: a panic while releasing (the memory then stays) is
+            // reported as any error in a destructor is, to `sys.unraisablehook`.
+            if catch_unwind(AssertUnwindSafe(|| {
+                dlpack::release_capsule(tensor, consumed)
+            }))
+            .is_err()
+            {
+                Python::attach(|py| {
+                    let capsule = Borrowed::from_ptr(py, capsule);
+                    PanicException::new_err("devbuf: panic releasing a DLPack capsule")
+                        .write_unraisable(py, Some(&capsule));
+                });
+            }
         }
         if !ffi::PyErr_Occurred().is_null() {
             ffi::PyErr_Clear();

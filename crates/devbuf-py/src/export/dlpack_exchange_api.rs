@@ -55,7 +55,11 @@ pub(crate) fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
     Ok(unsafe { Bound::from_owned_ptr(py, capsule).cast_into_unchecked() })
 }
 
-/// Runs `body`, turning an Err or a panic into -1 with the Python exception set.
+/// Runs `body`, turning an Err or a panic into -1 with the Python exception set: the one way in
+/// for every function of the table (C callers, not CPython's calls, so no pyo3 trampoline of its
+/// own; `Python::attach` on a thread that is already attached, as the protocol's callers are, only
+/// counts it, and a `Py` dropped inside is released at once).
+#[inline]
 fn guarded(body: impl FnOnce(Python<'_>) -> PyResult<()>) -> c_int {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         Python::attach(|py| match body(py) {
@@ -103,11 +107,21 @@ fn export_without_sync(
     buffer: &Buffer,
     device: DLDevice,
 ) -> PyResult<()> {
-    if !buffer.needs_synchronize() && this.queue.get().shared {
-        buffer.mark_exported();
+    if exported_in_order(this, buffer) {
         return Ok(());
     }
     export_on_work_stream(py, buffer, device)
+}
+
+/// Marks `buffer` exported and says so when its export needs no ordering: nothing to synchronize,
+/// and its queue is the device's shared one (the consumer's `current_work_stream`).
+#[inline]
+fn exported_in_order(this: &PyArray, buffer: &Buffer) -> bool {
+    let in_order = !buffer.needs_synchronize() && this.queue.get().shared;
+    if in_order {
+        buffer.mark_exported();
+    }
+    in_order
 }
 
 #[cold]
@@ -146,11 +160,13 @@ unsafe extern "C" fn managed_tensor_from_py_object(
 }
 
 unsafe extern "C" fn dltensor_from_py_object(py_object: *mut c_void, out: *mut DLTensor) -> c_int {
-    // The fast path: no allocation, no Python calls; the caller holds the GIL (it passes us a
-    // PyObject), so we borrow without re-attaching.
-    let filled = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: the caller holds the GIL and passes a live object and a writable DLTensor.
-        let py = unsafe { Python::assume_attached() };
+    // A panic there (none is known) takes the guarded path too, which raises its own.
+    // SAFETY: the protocol passes a live object (or NULL) and a writable DLTensor.
+    let plain = catch_unwind(AssertUnwindSafe(|| unsafe { fill_plain(py_object, out) }));
+    if matches!(plain, Ok(true)) {
+        return 0;
+    }
+    guarded(|py| {
         // SAFETY: as above.
         let array = unsafe { borrow_array(py, py_object) }?;
         let open = array.get().array(py)?;
@@ -171,20 +187,43 @@ unsafe extern "C" fn dltensor_from_py_object(py_object: *mut c_void, out: *mut D
         open.anchor();
         // SAFETY: `out` is writable (caller); the template lives as long as the array.
         template.fill(unsafe { &mut *out });
-        Ok::<(), PyErr>(())
-    }));
-    match filled {
-        Ok(Ok(())) => 0,
-        Ok(Err(err)) => {
-            crate::errors::restore_attached(err);
-            -1
-        }
-        Err(_) => guarded(|_| {
-            Err(PyRuntimeError::new_err(
-                "devbuf: panic in dltensor_from_py_object",
-            ))
-        }),
+        Ok(())
+    })
+}
+
+/// [`dltensor_from_py_object`]'s common case (our writable array, exported in order, so no
+/// Python call), filled without [`guarded`]'s attach: a C caller is no pyo3 frame, so
+/// `Python::attach` would take `PyGILState_Ensure` and `_Release`, several times the ~6 ns this
+/// takes (its goal is 50 ns, BENCHMARKS.md). Sound on the caller's attachment uncounted because
+/// it makes and drops no `Py` (borrowed objects and Rust data only), so nothing waits in pyo3's
+/// pool. `false`, having changed nothing, for every other case: the caller then takes the guarded
+/// path, which does the same checks and raises what fails.
+///
+/// # Safety
+/// The thread is attached (the protocol's caller holds the GIL: it passes a Python object);
+/// `py_object` is a live object or NULL, `out` writable.
+unsafe fn fill_plain(py_object: *mut c_void, out: *mut DLTensor) -> bool {
+    // SAFETY: the caller's.
+    let py = unsafe { Python::assume_attached() };
+    // SAFETY: the caller's.
+    let Ok(array) = (unsafe { borrow_array(py, py_object) }) else {
+        return false;
+    };
+    let this = array.get();
+    let Ok(open) = this.array(py) else {
+        return false;
+    };
+    let Ok(template) = this.dlpack(&open).own_device_template() else {
+        return false;
+    };
+    if open.readonly() || !exported_in_order(this, open.buffer()) {
+        return false;
     }
+    // The tensor owns nothing: its consumer keeps `py_object` to keep the memory alive.
+    open.anchor();
+    // SAFETY: `out` is writable (caller); the template lives as long as the array.
+    template.fill(unsafe { &mut *out });
+    true
 }
 
 unsafe extern "C" fn managed_tensor_to_py_object(

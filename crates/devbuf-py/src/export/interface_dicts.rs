@@ -12,8 +12,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::errors::IntoPyResult;
+use crate::gil_as_lock::OpenArray;
 use crate::objects::array::PyArray;
-use crate::objects::held::OpenArray;
 
 /// Memory of a backend `protocol` describes, else an AttributeError naming those backends.
 fn require_protocol(array: &Array, protocol: Protocol, attribute: &str) -> PyResult<()> {

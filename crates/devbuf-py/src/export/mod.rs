@@ -6,8 +6,6 @@
 pub(crate) mod buffer_protocol;
 pub(crate) mod dlpack;
 pub(crate) mod dlpack_exchange_api;
-pub(crate) mod dlpack_vectorcall;
 pub(crate) mod dpctl_attrs;
 pub(crate) mod interface_dicts;
-pub(crate) mod last_object;
 pub(crate) mod ordering;

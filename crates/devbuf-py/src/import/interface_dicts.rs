@@ -12,7 +12,7 @@ use pyo3::{ffi, intern};
 use smallvec::SmallVec;
 
 use crate::errors::IntoPyResult;
-use crate::fastcall::exact_int;
+use crate::exact_int::exact_int;
 use crate::import::buffer_protocol::import_buffer_protocol;
 use crate::import::ordering;
 use crate::import::wrap::wrap_foreign;

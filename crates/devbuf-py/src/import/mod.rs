@@ -15,6 +15,7 @@ mod ordering;
 mod wrap;
 
 use devbuf::MemKind;
+use parking_lot::Mutex;
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyType};
@@ -27,7 +28,6 @@ use crate::import::dlpack::{import_capsule, import_dlpack};
 use crate::import::interface_dicts::{import_cai, import_suai};
 use crate::objects::array::{PyArray, ReadonlyOrigin};
 use crate::objects::foreign_objects::resolve_queue;
-use crate::objects::gil_cell::GilCell;
 use crate::objects::queue::PyQueue;
 
 /// Imports any supported object zero-copy (or copies it when `copy`). With `sync`, later work
@@ -116,8 +116,9 @@ const ROUTES: [Route; 4] = [
 
 /// The route each producer type last imported through, so that the next import of the same
 /// type goes straight to it instead of probing attributes it lacks (each miss costs an exception
-/// inside CPython). A hint only: if the type's instance does not speak it, probing starts over.
-static TYPE_ROUTES: GilCell<Vec<(Py<PyType>, Route)>> = GilCell::new(Vec::new());
+/// inside CPython). A hint only: if the type's instance does not speak it, probing starts over
+/// (and where the cache is busy, `try_lock`, the import probes without it).
+static TYPE_ROUTES: Mutex<Vec<(Py<PyType>, Route)>> = Mutex::new(Vec::new());
 const TYPE_CACHE_SIZE: usize = 32;
 
 fn import_foreign<'py>(
@@ -129,14 +130,12 @@ fn import_foreign<'py>(
         return import_capsule(py, capsule, None);
     }
     let ty = obj.get_type();
-    let hint = TYPE_ROUTES
-        .with(py, |cache| {
-            cache
-                .iter()
-                .find(|(known, _)| known.is(&ty))
-                .map(|&(_, route)| route)
-        })
-        .flatten();
+    let hint = TYPE_ROUTES.try_lock().and_then(|cache| {
+        cache
+            .iter()
+            .find(|(known, _)| known.is(&ty))
+            .map(|&(_, route)| route)
+    });
     if let Some(route) = hint
         && let Some(array) = import_through(py, obj, route, sync)?
     {
@@ -149,7 +148,7 @@ fn import_foreign<'py>(
         match import_through(py, obj, route, sync) {
             Ok(Some(array)) => {
                 let entry = (ty.unbind(), route);
-                let evicted = TYPE_ROUTES.with(py, |cache| {
+                let evicted = TYPE_ROUTES.try_lock().map(|mut cache| {
                     let known = cache.iter().position(|(known, _)| known.is(&entry.0));
                     let evicted = match known {
                         Some(at) => Some(cache.remove(at)),

@@ -14,7 +14,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
 
 use crate::errors::IntoPyResult;
-use crate::objects::held::{HeldArray, OpenArray};
+use crate::gil_as_lock::{HeldArray, OpenArray};
 use crate::objects::queue::PyQueue;
 
 /// What the protocol getters build once and hand out copies of.
@@ -110,7 +110,7 @@ pub(crate) struct DpctlView {
 /// protocol), and a missing attribute where the memory cannot honour one.
 #[pyclass(frozen, subclass, module = "devbuf", name = "Array")]
 pub struct PyArray {
-    /// Its memory and layout, until `close()` lets go of them (see `objects::held`).
+    /// Its memory and layout, until `close()` lets go of them (see `crate::gil_as_lock::HeldArray`).
     held: HeldArray,
     pub(crate) queue: Py<PyQueue>,
     /// What exports build once, DLPack's preparation included.

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use devbuf::{ForeignObject, ForeignQueue, Protocol, Queue};
+use parking_lot::Mutex;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyInt, PyString};
@@ -14,7 +15,6 @@ use pyo3::{ffi, intern};
 
 use crate::errors::IntoPyResult;
 use crate::objects::device::PyDevice;
-use crate::objects::gil_cell::GilCell;
 use crate::objects::queue::{PyQueue, handle_capsule, shared_queue};
 
 /// The name of a capsule (empty when it has none).
@@ -137,8 +137,10 @@ impl ContextQueue {
 /// Queues recently resolved from `syclobj` objects (other libraries' queues and contexts are
 /// long-lived and shared by many arrays), keyed by identity, when the backend says the answer does
 /// not depend on the pointer. Each entry holds its object, so an id is never reused while cached;
-/// the cache is small so that it keeps few objects alive.
-static CONTEXT_QUEUES: GilCell<VecDeque<(Py<PyAny>, ContextQueue)>> = GilCell::new(VecDeque::new());
+/// the cache is small so that it keeps few objects alive. Taken with `try_lock` (as every cache of
+/// this layer): where it is busy (a finalizer run from inside it, another thread) the call goes
+/// without it instead of waiting for it while attached.
+static CONTEXT_QUEUES: Mutex<VecDeque<(Py<PyAny>, ContextQueue)>> = Mutex::new(VecDeque::new());
 const CONTEXT_CACHE_SIZE: usize = 16;
 
 /// The queue a SUAI `syclobj` names, for memory at `data`.
@@ -149,7 +151,7 @@ pub(crate) fn queue_from_syclobj(
 ) -> PyResult<ContextQueue> {
     // Only objects of other kinds than those below are cached: a hit is asked first (the common
     // case: a producer hands out one queue object for all its arrays).
-    if let Some(Some(resolved)) = CONTEXT_QUEUES.with(py, |cache| {
+    if let Some(resolved) = CONTEXT_QUEUES.try_lock().and_then(|cache| {
         cache
             .iter()
             .find(|(obj, _)| obj.is(syclobj))
@@ -177,7 +179,7 @@ pub(crate) fn queue_from_syclobj(
     };
     if cacheable {
         let entry = (syclobj.clone().unbind(), resolved.clone_ref(py));
-        let evicted = CONTEXT_QUEUES.with(py, |cache| {
+        let evicted = CONTEXT_QUEUES.try_lock().map(|mut cache| {
             let evicted = (cache.len() == CONTEXT_CACHE_SIZE)
                 .then(|| cache.pop_front())
                 .flatten();
@@ -333,11 +335,11 @@ pub(crate) fn resolve_queue(
 /// site passes the same str object every time (a literal), so a hit skips making a `String` of it,
 /// hashing it and `shared_queue`'s lock. An entry holds its str, so that no other object can take
 /// its address meanwhile; `shared_queue` never forgets a selector, so an entry stays true.
-static SELECTOR_OBJECTS: GilCell<Vec<(Py<PyString>, Py<PyQueue>)>> = GilCell::new(Vec::new());
+static SELECTOR_OBJECTS: Mutex<Vec<(Py<PyString>, Py<PyQueue>)>> = Mutex::new(Vec::new());
 const SELECTOR_OBJECTS_SIZE: usize = 8;
 
 fn queue_of_selector(py: Python<'_>, selector: &Bound<'_, PyString>) -> PyResult<Py<PyQueue>> {
-    if let Some(Some(queue)) = SELECTOR_OBJECTS.with(py, |cache| {
+    if let Some(queue) = SELECTOR_OBJECTS.try_lock().and_then(|cache| {
         cache
             .iter()
             .find(|(known, _)| known.is(selector))
@@ -352,7 +354,7 @@ fn queue_of_selector(py: Python<'_>, selector: &Bound<'_, PyString>) -> PyResult
     }
     let queue = shared_queue(py, text)?;
     let entry = (selector.clone().unbind(), queue.clone_ref(py));
-    let evicted = SELECTOR_OBJECTS.with(py, |cache| {
+    let evicted = SELECTOR_OBJECTS.try_lock().map(|mut cache| {
         let evicted = (cache.len() == SELECTOR_OBJECTS_SIZE).then(|| cache.remove(0));
         cache.push(entry);
         evicted

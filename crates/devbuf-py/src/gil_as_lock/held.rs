@@ -30,8 +30,7 @@ pub(crate) struct HeldArray {
 }
 
 // SAFETY: every access takes a `Python` token, so it runs with the GIL held, one thread at a time
-// (the module is built for the stable ABI, which free-threaded interpreters do not load, and
-// pyo3 declares that it uses the GIL); no access calls into Python or lets go of the GIL while it
+// (the crate refuses to build or load without the GIL: `gil_as_lock`); no access calls into Python or lets go of the GIL while it
 // touches a field, and `array` is replaced only while nothing borrows it (`uses` is zero).
 unsafe impl Sync for HeldArray {}
 

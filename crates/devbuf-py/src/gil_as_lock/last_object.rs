@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use pyo3::ffi;
 
 /// One kept object (a strong reference, so that its address names that object while it is kept)
-/// and a 32-bit answer about it. Read and written only with the GIL held (the module declares no
-/// free-threading support), so the two fields are consistent; atomics only make them `Sync`.
+/// and a 32-bit answer about it. Read and written only with the GIL held (the crate refuses to build
+/// or load without it: `gil_as_lock`), so the two fields are consistent; atomics only make them `Sync`.
 pub(crate) struct LastObject {
     object: AtomicPtr<ffi::PyObject>,
     answer: AtomicU32,
