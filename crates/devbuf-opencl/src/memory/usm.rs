@@ -11,16 +11,17 @@ use opencl3::event::Event as ClEvent;
 use opencl3::types::{CL_FALSE, cl_event, cl_int, cl_uint};
 
 use super::strategy::{MemoryStrategy, QueueAccess, out_of_memory, unknown_fill};
-use crate::usm::{CL_MEM_ALLOC_BASE_PTR_INTEL, CL_MEM_ALLOC_SIZE_INTEL, UsmApi};
+use crate::usm::{CL_MEM_ALLOC_BASE_PTR_INTEL, CL_MEM_ALLOC_SIZE_INTEL, UsmApi, UsmFree};
 
 /// Memory through the platform's USM extension functions.
 pub(super) struct UsmMemory {
     api: UsmApi,
+    free: UsmFree,
 }
 
 impl UsmMemory {
-    pub(super) fn new(api: UsmApi) -> UsmMemory {
-        UsmMemory { api }
+    pub(super) fn new(api: UsmApi, free: UsmFree) -> UsmMemory {
+        UsmMemory { api, free }
     }
 }
 
@@ -74,9 +75,22 @@ impl MemoryStrategy for UsmMemory {
     }
 
     unsafe fn free(&self, queue: &dyn QueueAccess, ptr: NonNull<u8>) {
-        // SAFETY: `ptr` is a USM allocation of this context (the caller's contract); the
-        // blocking free waits for the commands that may still use it.
-        unsafe { (self.api.blocking_free)(queue.context().get(), ptr.as_ptr().cast()) };
+        let (context, ptr) = (queue.context().get(), ptr.as_ptr().cast());
+        match self.free {
+            // SAFETY: `ptr` is a USM allocation of this context (the caller's contract); the
+            // blocking free waits for the commands that may still use it.
+            UsmFree::Blocking => unsafe { (self.api.blocking_free)(context, ptr) },
+            UsmFree::AfterQueueWait => {
+                // clMemFreeINTEL does not wait for commands: never free memory the device may
+                // still be using. If waiting fails, leaking is the only safe choice.
+                if queue.wait().is_err() {
+                    return;
+                }
+                // SAFETY: `ptr` is a USM allocation of this context, and no command of the
+                // queue (the only one that uses it) is pending.
+                unsafe { (self.api.free)(context, ptr) }
+            }
+        };
     }
 
     unsafe fn copy(
