@@ -28,12 +28,9 @@ pub(super) struct UsmMemory {
 /// An allocation handed out inside a larger one of the runtime's.
 #[derive(Debug, Clone, Copy)]
 struct Padded {
-    base: *mut c_void,
+    base: usize,
     len: usize,
 }
-
-// SAFETY: `base` is only an address of USM memory, passed back to the runtime to free it.
-unsafe impl Send for Padded {}
 
 impl UsmMemory {
     pub(super) fn new(api: UsmApi, free: UsmFree) -> UsmMemory {
@@ -136,7 +133,7 @@ impl MemoryStrategy for UsmMemory {
         // `size + align - 1` bytes allocated.
         let aligned = unsafe { base.add(padding) };
         let padded = Padded {
-            base: base.as_ptr().cast(),
+            base: base.as_ptr() as usize,
             len: size,
         };
         self.padded.lock().insert(aligned.as_ptr() as usize, padded);
@@ -145,7 +142,7 @@ impl MemoryStrategy for UsmMemory {
 
     unsafe fn free(&self, queue: &dyn QueueAccess, ptr: NonNull<u8>) {
         let padded = self.padded.lock().remove(&(ptr.as_ptr() as usize));
-        let ptr = padded.map_or(ptr.as_ptr().cast(), |padded| padded.base);
+        let ptr = padded.map_or(ptr.as_ptr().cast(), |padded| padded.base as *mut c_void);
         let context = queue.context().get();
         match self.free {
             // SAFETY: `ptr` is a USM allocation of this context (the caller's contract); the
