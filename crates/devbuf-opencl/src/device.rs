@@ -11,7 +11,7 @@ use opencl3::platform::{Platform, get_platforms};
 
 use crate::usm::{
     CL_DEVICE_DEVICE_MEM_CAPABILITIES_INTEL, CL_DEVICE_HOST_MEM_CAPABILITIES_INTEL,
-    CL_DEVICE_SINGLE_DEVICE_SHARED_MEM_CAPABILITIES_INTEL, UsmApi,
+    CL_DEVICE_SINGLE_DEVICE_SHARED_MEM_CAPABILITIES_INTEL, UsmApi, UsmFree,
 };
 
 /// The backend's name and the first part of its selectors ("opencl:0:0").
@@ -22,8 +22,8 @@ const USM_EXTENSION: &str = "cl_intel_unified_shared_memory";
 /// How devbuf allocates on a device.
 #[derive(Debug, Clone, Copy)]
 pub enum Memory {
-    /// Intel USM through the platform's extension functions.
-    Usm(UsmApi),
+    /// Intel USM through the platform's extension functions, freed as the platform needs.
+    Usm(UsmApi, UsmFree),
     /// Core SVM buffers: coarse-grained as `device`, fine-grained as `shared`.
     Svm,
     /// Neither: the device is listed, but devbuf cannot allocate on it.
@@ -134,7 +134,8 @@ fn memory_of(platform: &Platform, device: &Device) -> (Memory, Vec<MemKind>, Opt
                 .map(|(kind, _)| kind)
                 .collect();
                 if !kinds.is_empty() {
-                    return (Memory::Usm(api), kinds, None);
+                    let free = UsmFree::for_platform(&platform.version().unwrap_or_default());
+                    return (Memory::Usm(api, free), kinds, None);
                 }
                 reasons.push(format!("{USM_EXTENSION} reports no USM capabilities"));
             }

@@ -37,7 +37,8 @@ type DeviceAlloc = unsafe extern "C" fn(
     cl_uint,
     *mut cl_int,
 ) -> *mut c_void;
-type BlockingFree = unsafe extern "C" fn(cl_context, *mut c_void) -> cl_int;
+/// `clMemFreeINTEL` and `clMemBlockingFreeINTEL`.
+type Free = unsafe extern "C" fn(cl_context, *mut c_void) -> cl_int;
 type GetAllocInfo = unsafe extern "C" fn(
     cl_context,
     *const c_void,
@@ -67,13 +68,37 @@ type EnqueueCopy = unsafe extern "C" fn(
     *mut cl_event,
 ) -> cl_int;
 
+/// How a platform's USM memory is freed once the queue may still be using it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsmFree {
+    /// `clMemBlockingFreeINTEL`, which waits for the commands that may use the memory.
+    Blocking,
+    /// The queue's own wait, then `clMemFreeINTEL`: for PoCL, whose blocking free crashes when
+    /// other threads enqueue on the context meanwhile (SIGSEGV in its wait on a queue's last
+    /// event, seen with PoCL 5.0 and 6.0). Nothing but the queue works on its memory (no handle
+    /// of it is handed out), so its wait covers every command that may use the memory.
+    AfterQueueWait,
+}
+
+impl UsmFree {
+    /// The way for a platform, by its `CL_PLATFORM_VERSION` ("OpenCL 3.0 PoCL 6.0+debian ...").
+    pub fn for_platform(version: &str) -> UsmFree {
+        if version.split_whitespace().any(|word| word == "PoCL") {
+            UsmFree::AfterQueueWait
+        } else {
+            UsmFree::Blocking
+        }
+    }
+}
+
 /// One platform's USM functions.
 #[derive(Debug, Clone, Copy)]
 pub struct UsmApi {
     pub host_alloc: HostAlloc,
     pub device_alloc: DeviceAlloc,
     pub shared_alloc: DeviceAlloc,
-    pub blocking_free: BlockingFree,
+    pub free: Free,
+    pub blocking_free: Free,
     pub get_alloc_info: GetAllocInfo,
     pub enqueue_fill: EnqueueFill,
     pub enqueue_copy: EnqueueCopy,
@@ -109,7 +134,8 @@ impl UsmApi {
                 shared_alloc: std::mem::transmute::<*mut c_void, DeviceAlloc>(fetch(
                     c"clSharedMemAllocINTEL",
                 )?),
-                blocking_free: std::mem::transmute::<*mut c_void, BlockingFree>(fetch(
+                free: std::mem::transmute::<*mut c_void, Free>(fetch(c"clMemFreeINTEL")?),
+                blocking_free: std::mem::transmute::<*mut c_void, Free>(fetch(
                     c"clMemBlockingFreeINTEL",
                 )?),
                 get_alloc_info: std::mem::transmute::<*mut c_void, GetAllocInfo>(fetch(
@@ -158,6 +184,28 @@ impl UsmApi {
             Some(CL_MEM_TYPE_DEVICE_INTEL) => MemKind::Device,
             Some(CL_MEM_TYPE_SHARED_INTEL) => MemKind::Shared,
             _ => MemKind::Unknown,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::UsmFree;
+
+    #[test]
+    fn pocl_frees_after_the_queue_wait_and_other_platforms_block() {
+        for pocl in [
+            "OpenCL 3.0 PoCL 5.0+debian  Linux, None+Asserts, RELOC, SPIR-V, LLVM 16.0.6, SLEEF",
+            "OpenCL 3.0 PoCL 6.0+debian  Linux, None+Asserts, RELOC, SPIR-V, LLVM 18.1.8, SLEEF",
+        ] {
+            assert_eq!(
+                UsmFree::for_platform(pocl),
+                UsmFree::AfterQueueWait,
+                "{pocl}"
+            );
+        }
+        for other in ["OpenCL 3.0 LINUX", "OpenCL 3.0 ", "", "OpenCL 3.0 PoCLX"] {
+            assert_eq!(UsmFree::for_platform(other), UsmFree::Blocking, "{other}");
         }
     }
 }

@@ -18,7 +18,7 @@ use usm::UsmMemory;
 /// The strategy for `entry`'s device.
 pub(crate) fn strategy_for(entry: &DeviceEntry) -> Box<dyn MemoryStrategy> {
     match entry.memory {
-        Memory::Usm(api) => Box::new(UsmMemory::new(api)),
+        Memory::Usm(api, free) => Box::new(UsmMemory::new(api, free)),
         Memory::Svm => Box::new(SvmMemory::new(&entry.device)),
         Memory::None => Box::new(NoMemory),
     }

@@ -1,43 +1,48 @@
 //! [`UsmMemory`]: Intel's `cl_intel_unified_shared_memory`, whose runtime allocates each kind
 //! and knows every allocation a pointer falls in.
 
+use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::ptr::NonNull;
 
 use devbuf_core::interop::Holder;
 use devbuf_core::{MemKind, Result};
 use opencl3::context::Context;
+use opencl3::error_codes::CL_INVALID_BUFFER_SIZE;
 use opencl3::event::Event as ClEvent;
 use opencl3::types::{CL_FALSE, cl_event, cl_int, cl_uint};
+use parking_lot::Mutex;
 
 use super::strategy::{MemoryStrategy, QueueAccess, out_of_memory, unknown_fill};
-use crate::usm::{CL_MEM_ALLOC_BASE_PTR_INTEL, CL_MEM_ALLOC_SIZE_INTEL, UsmApi};
+use crate::usm::{CL_MEM_ALLOC_BASE_PTR_INTEL, CL_MEM_ALLOC_SIZE_INTEL, UsmApi, UsmFree};
 
 /// Memory through the platform's USM extension functions.
 pub(super) struct UsmMemory {
     api: UsmApi,
+    free: UsmFree,
+    /// The allocations padded to meet an alignment the runtime ignored, by the address handed
+    /// out: what the runtime returned, and the length handed out.
+    padded: Mutex<BTreeMap<usize, Padded>>,
+}
+
+/// An allocation handed out inside a larger one of the runtime's.
+#[derive(Debug, Clone, Copy)]
+struct Padded {
+    base: usize,
+    len: usize,
 }
 
 impl UsmMemory {
-    pub(super) fn new(api: UsmApi) -> UsmMemory {
-        UsmMemory { api }
-    }
-}
-
-/// A USM command's event, made from what the extension function wrote.
-fn usm_event(code: cl_int, event: cl_event) -> std::result::Result<ClEvent, cl_int> {
-    match code {
-        0 => Ok(ClEvent::new(event)),
-        code => Err(code),
-    }
-}
-
-impl MemoryStrategy for UsmMemory {
-    fn name(&self) -> &'static str {
-        "usm"
+    pub(super) fn new(api: UsmApi, free: UsmFree) -> UsmMemory {
+        UsmMemory {
+            api,
+            free,
+            padded: Mutex::new(BTreeMap::new()),
+        }
     }
 
-    fn allocate(
+    /// The runtime's allocation of `size` bytes of `kind`, asked for with `align`.
+    fn runtime_allocate(
         &self,
         queue: &dyn QueueAccess,
         kind: MemKind,
@@ -73,10 +78,87 @@ impl MemoryStrategy for UsmMemory {
             .ok_or_else(|| out_of_memory(queue, operation, kind, size, code))
     }
 
+    /// The padded allocation holding `ptr`, with the address handed out.
+    fn padded_holding(&self, ptr: *const u8) -> Option<(usize, Padded)> {
+        let address = ptr as usize;
+        self.padded
+            .lock()
+            .range(..=address)
+            .next_back()
+            .filter(|(start, padded)| address - **start < padded.len)
+            .map(|(&start, &padded)| (start, padded))
+    }
+}
+
+/// A USM command's event, made from what the extension function wrote.
+fn usm_event(code: cl_int, event: cl_event) -> std::result::Result<ClEvent, cl_int> {
+    match code {
+        0 => Ok(ClEvent::new(event)),
+        code => Err(code),
+    }
+}
+
+impl MemoryStrategy for UsmMemory {
+    fn name(&self) -> &'static str {
+        "usm"
+    }
+
+    fn allocate(
+        &self,
+        queue: &dyn QueueAccess,
+        kind: MemKind,
+        size: usize,
+        align: usize,
+    ) -> Result<NonNull<u8>> {
+        let ptr = self.runtime_allocate(queue, kind, size, align)?;
+        if (ptr.as_ptr() as usize).is_multiple_of(align) {
+            return Ok(ptr);
+        }
+        // The runtime ignored the alignment (PoCL 5 and 6 check it, then allocate without it):
+        // allocate more and hand out an aligned address inside.
+        // SAFETY: `ptr` is new USM memory of this context that no command uses.
+        unsafe { (self.api.free)(queue.context().get(), ptr.as_ptr().cast()) };
+        let Some(padded_size) = size.checked_add(align - 1) else {
+            return Err(out_of_memory(
+                queue,
+                "clMemAllocINTEL",
+                kind,
+                size,
+                CL_INVALID_BUFFER_SIZE,
+            ));
+        };
+        let base = self.runtime_allocate(queue, kind, padded_size, align)?;
+        let padding = (base.as_ptr() as usize).next_multiple_of(align) - base.as_ptr() as usize;
+        // SAFETY: `padding` < `align`, so the address and the `size` bytes after it lie in the
+        // `size + align - 1` bytes allocated.
+        let aligned = unsafe { base.add(padding) };
+        let padded = Padded {
+            base: base.as_ptr() as usize,
+            len: size,
+        };
+        self.padded.lock().insert(aligned.as_ptr() as usize, padded);
+        Ok(aligned)
+    }
+
     unsafe fn free(&self, queue: &dyn QueueAccess, ptr: NonNull<u8>) {
-        // SAFETY: `ptr` is a USM allocation of this context (the caller's contract); the
-        // blocking free waits for the commands that may still use it.
-        unsafe { (self.api.blocking_free)(queue.context().get(), ptr.as_ptr().cast()) };
+        let padded = self.padded.lock().remove(&(ptr.as_ptr() as usize));
+        let ptr = padded.map_or(ptr.as_ptr().cast(), |padded| padded.base as *mut c_void);
+        let context = queue.context().get();
+        match self.free {
+            // SAFETY: `ptr` is a USM allocation of this context (the caller's contract); the
+            // blocking free waits for the commands that may still use it.
+            UsmFree::Blocking => unsafe { (self.api.blocking_free)(context, ptr) },
+            UsmFree::AfterQueueWait => {
+                // clMemFreeINTEL does not wait for commands: never free memory the device may
+                // still be using. If waiting fails, leaking is the only safe choice.
+                if queue.wait().is_err() {
+                    return;
+                }
+                // SAFETY: `ptr` is a USM allocation of this context, and no command of the
+                // queue (the only one that uses it) is pending.
+                unsafe { (self.api.free)(context, ptr) }
+            }
+        };
     }
 
     unsafe fn copy(
@@ -149,6 +231,11 @@ impl MemoryStrategy for UsmMemory {
         let kind = api.kind_of(context, ptr);
         if kind == MemKind::Unknown {
             return Holder::Unknown;
+        }
+        // Within a padded allocation, the part handed out is the allocation.
+        if let Some((start, padded)) = self.padded_holding(ptr) {
+            let range = start..start + padded.len;
+            return Holder::Allocation { kind, range };
         }
         let base = api.alloc_info::<*mut c_void>(context, ptr, CL_MEM_ALLOC_BASE_PTR_INTEL);
         let size = api.alloc_info::<usize>(context, ptr, CL_MEM_ALLOC_SIZE_INTEL);
