@@ -22,6 +22,15 @@ CELL = "devbuf-matrix-cell "
 
 
 def _labels() -> list[str]:
+    """The matrix's rows, listed by a child process: this process opens no runtime before its
+    children do. (On one H200 machine, once a process had opened NVIDIA's OpenCL, its child
+    processes' OpenCL loader no longer listed NVIDIA's platform, and that row's cells all failed.)"""
+    code = f"import json; from {__name__} import labels_here; print(json.dumps(labels_here()))"
+    listed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(listed.stdout.splitlines()[-1])
+
+
+def labels_here() -> list[str]:
     """The matrix's rows: each device of an available backend, or an unavailable backend's name."""
     labels: list[str] = []
     for backend in devbuf.backends():
