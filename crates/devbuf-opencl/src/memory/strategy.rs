@@ -1,6 +1,7 @@
 //! What a memory strategy is ([`MemoryStrategy`]) and what it uses of its queue
 //! ([`QueueAccess`]).
 
+use std::collections::BTreeMap;
 use std::ptr::NonNull;
 
 use cl3::error_codes::error_text;
@@ -10,6 +11,7 @@ use opencl3::command_queue::CommandQueue;
 use opencl3::context::Context;
 use opencl3::event::Event as ClEvent;
 use opencl3::types::{cl_device_id, cl_int};
+use parking_lot::Mutex;
 
 /// What a strategy uses of the queue it serves, beyond [`Queue`]. The queue implements it and
 /// holds the strategy, so that strategies need not know the queue.
@@ -113,4 +115,20 @@ pub(super) fn unknown_fill(queue: &dyn QueueAccess, dst: *mut u8, len: usize) ->
          memory the runtime has not shown to be host memory"
             .into(),
     )
+}
+
+/// The span holding `ptr` among `spans` (allocations by the address devbuf handed out, each
+/// `len` bytes long), with that address.
+pub(super) fn span_holding<T: Copy>(
+    spans: &Mutex<BTreeMap<usize, T>>,
+    ptr: *const u8,
+    len: impl Fn(&T) -> usize,
+) -> Option<(usize, T)> {
+    let address = ptr as usize;
+    spans
+        .lock()
+        .range(..=address)
+        .next_back()
+        .filter(|(start, span)| address - **start < len(span))
+        .map(|(&start, &span)| (start, span))
 }

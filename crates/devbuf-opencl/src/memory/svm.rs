@@ -15,7 +15,7 @@ use opencl3::memory::{CL_MEM_READ_WRITE, CL_MEM_SVM_FINE_GRAIN_BUFFER};
 use opencl3::types::{CL_FALSE, cl_uint};
 use parking_lot::Mutex;
 
-use super::strategy::{MemoryStrategy, QueueAccess, out_of_memory, unknown_fill};
+use super::strategy::{MemoryStrategy, QueueAccess, out_of_memory, span_holding, unknown_fill};
 
 /// Memory in SVM buffers, by the addresses handed out.
 pub(super) struct SvmMemory {
@@ -48,13 +48,7 @@ impl SvmMemory {
 
     /// The allocation devbuf handed out that holds `ptr`, with the address it starts at.
     fn holding(&self, ptr: *const u8) -> Option<(usize, SvmAllocation)> {
-        let address = ptr as usize;
-        self.allocations
-            .lock()
-            .range(..=address)
-            .next_back()
-            .filter(|(start, allocation)| address - **start < allocation.len)
-            .map(|(&start, &allocation)| (start, allocation))
+        span_holding(&self.allocations, ptr, |allocation| allocation.len)
     }
 }
 

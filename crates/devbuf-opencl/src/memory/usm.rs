@@ -13,7 +13,7 @@ use opencl3::event::Event as ClEvent;
 use opencl3::types::{CL_FALSE, cl_event, cl_int, cl_uint};
 use parking_lot::Mutex;
 
-use super::strategy::{MemoryStrategy, QueueAccess, out_of_memory, unknown_fill};
+use super::strategy::{MemoryStrategy, QueueAccess, out_of_memory, span_holding, unknown_fill};
 use crate::usm::{CL_MEM_ALLOC_BASE_PTR_INTEL, CL_MEM_ALLOC_SIZE_INTEL, UsmApi, UsmFree};
 
 /// Memory through the platform's USM extension functions.
@@ -80,13 +80,7 @@ impl UsmMemory {
 
     /// The padded allocation holding `ptr`, with the address handed out.
     fn padded_holding(&self, ptr: *const u8) -> Option<(usize, Padded)> {
-        let address = ptr as usize;
-        self.padded
-            .lock()
-            .range(..=address)
-            .next_back()
-            .filter(|(start, padded)| address - **start < padded.len)
-            .map(|(&start, &padded)| (start, padded))
+        span_holding(&self.padded, ptr, |padded| padded.len)
     }
 }
 
