@@ -77,7 +77,7 @@ impl ForeignQueue for HandedOut {
     }
 
     fn wait_event(&self, event: &Event) -> Result<()> {
-        self.0.wait_event(event)
+        self.0.interop().order_handed_out_after(event)
     }
 
     fn as_any(&self) -> Option<&dyn std::any::Any> {
@@ -124,9 +124,16 @@ pub unsafe fn order_dlpack_export(
 /// A consumer's queue that is one of devbuf's own (a devbuf stream passed as DLPack's `stream`)
 /// is a queue the memory was handed out on: the consumer writes there.
 fn record_consumer(buffer: &Buffer, consumer: &dyn ForeignQueue) {
-    if let Some(HandedOut(queue)) = consumer.as_any().and_then(|any| any.downcast_ref()) {
+    if let Some(queue) = devbuf_queue_of(consumer) {
         buffer.hand_out_on(queue);
     }
+}
+
+/// The devbuf queue behind `consumer`, when it is one of devbuf's queues as the libraries it was
+/// handed to see it ([`handed_out`]).
+pub(crate) fn devbuf_queue_of(consumer: &dyn ForeignQueue) -> Option<&Arc<dyn Queue>> {
+    let HandedOut(queue) = consumer.as_any()?.downcast_ref()?;
+    Some(queue)
 }
 
 /// Readies `buffer` for a zero-copy DLPack export to `device`, for the consumer's `stream`
@@ -213,12 +220,13 @@ pub fn cai_export_stream(buffer: &Buffer) -> Result<Option<usize>> {
 
 /// An export that names the memory's own queue to the consumer, which works there (SUAI's
 /// `syclobj`, dpctl's `sycl_queue`): everything that may still touch the memory is ordered before
-/// that queue's later work ([`Buffer::order_access`]). Callers skip it when
-/// [`Buffer::needs_ordering_on_own_queue`] says nothing can be pending (exports are hot paths:
-/// such queues are SYCL's, in order for every library that holds them).
+/// the later work of the libraries that hold that queue's handle ([`Buffer::order_access`]).
+/// Callers skip it when [`Buffer::needs_ordering_on_own_queue`] says nothing can be pending
+/// (exports are hot paths).
 pub fn export_on_own_queue(buffer: &Buffer) -> Result<()> {
     buffer.mark_exported();
-    buffer.order_on(buffer.queue())
+    let consumer = HandedOut(Arc::clone(buffer.queue()));
+    buffer.order_on_foreign(&consumer)
 }
 
 /// An export through DLPack's C exchange table without synchronization: the consumer orders its
@@ -227,7 +235,8 @@ pub fn export_on_own_queue(buffer: &Buffer) -> Result<()> {
 /// memory is handed out on it.
 pub fn exchange_table_export(buffer: &Buffer, work_queue: &Arc<dyn Queue>) -> Result<()> {
     if buffer.needs_synchronize() {
-        blocking(|| buffer.order_on(work_queue))?;
+        let consumer = HandedOut(Arc::clone(work_queue));
+        blocking(|| buffer.order_on_foreign(&consumer))?;
     }
     buffer.hand_out_on(work_queue);
     Ok(())

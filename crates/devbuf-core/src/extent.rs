@@ -309,6 +309,12 @@ mod tests {
         fn handed_out_event(&self) -> Result<crate::Event> {
             self.inner.handed_out_event()
         }
+        fn hands_out_command_queue(&self) -> bool {
+            self.inner.hands_out_command_queue()
+        }
+        fn order_handed_out_after(&self, event: &crate::Event) -> Result<()> {
+            self.inner.order_handed_out_after(event)
+        }
         fn wait_device_covers_every_queue(&self) -> bool {
             true
         }

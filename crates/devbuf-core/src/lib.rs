@@ -9,6 +9,8 @@
 //! - [`interface`] and [`dlpack`]: the CAI, SUAI and DLPack descriptor forms; [`extent`]: the
 //!   whole extent an import claims, checked against the allocation that holds it; [`exchange`]:
 //!   the protocols' ordering rules applied to a buffer's pending work.
+//! - [`ecosystem`]: where the consumers of a backend's memory keep their default queue for a
+//!   device, on which devbuf hands out its default queue's memory.
 //! - [`host`]: the host backend, always available.
 //! - [`mr`]: memory resources (pool, limiting, statistics, tracking) and the current one per device.
 //! - [`ipc`]: memory shared between processes (the host backend's through a memfd).
@@ -28,6 +30,7 @@ mod buffer;
 mod descriptor;
 pub mod dlpack;
 mod dtype;
+pub mod ecosystem;
 mod error;
 mod event;
 pub mod exchange;

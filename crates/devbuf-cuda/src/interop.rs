@@ -107,6 +107,16 @@ impl Interop for CudaQueue {
         Queue::record_event(self)
     }
 
+    /// The stream handed out is the stream devbuf's commands run on.
+    fn hands_out_command_queue(&self) -> bool {
+        true
+    }
+
+    /// The stream handed out is the stream devbuf's commands run on.
+    fn order_handed_out_after(&self, event: &Event) -> Result<()> {
+        Queue::wait_event(self, event)
+    }
+
     /// The context retained when the queue was made is still the device's primary context.
     fn check_memory_alive(&self) -> Result<()> {
         Ok(self.context().check_not_reset()?)

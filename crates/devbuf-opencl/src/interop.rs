@@ -61,6 +61,16 @@ impl Interop for OpenClQueue {
         Queue::record_event(self)
     }
 
+    /// Nothing is handed out but the queue itself.
+    fn hands_out_command_queue(&self) -> bool {
+        true
+    }
+
+    /// Nothing is handed out; work on this queue runs in order.
+    fn order_handed_out_after(&self, event: &Event) -> Result<()> {
+        Queue::wait_event(self, event)
+    }
+
     /// Nothing but this queue works on its memory.
     fn wait_device_covers_every_queue(&self) -> bool {
         true

@@ -8,6 +8,7 @@ mod buffer_hints;
 mod buffer_methods;
 mod creation;
 mod dtypes;
+mod ecosystem;
 mod errors;
 mod exact_int;
 mod export;
@@ -92,6 +93,7 @@ fn release_gil_while(wait: &mut dyn FnMut()) {
 fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     gil_as_lock::require_gil(m.py())?;
     devbuf::set_blocking_hook(release_gil_while);
+    devbuf::ecosystem::set_default_queue_source(Box::new(ecosystem::PythonDefaultQueues));
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<objects::array::PyArray>()?;
     export::dlpack::add_dlpack_method(&m.py().get_type::<objects::array::PyArray>())?;

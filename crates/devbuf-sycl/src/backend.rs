@@ -3,7 +3,7 @@
 //! devbuf's queue for the device and of dpctl's queues (dpctl's `SyclQueue(device,
 //! property="in_order")` is the same thing). SYCL queues have no priorities and nothing like CUDA's
 //! legacy default stream, so `StreamOptions`' `non_blocking` and `priority` change nothing here;
-//! `timing` makes a profiling queue.
+//! nor does `timing`: every queue devbuf makes keeps timestamps.
 
 use std::ffi::OsStr;
 use std::sync::Arc;
@@ -176,7 +176,7 @@ impl Backend for SyclBackend {
 
     /// A new in-order queue on the root device the dpctl filter string `spec` picks (for "", the
     /// device of devbuf's default SYCL queue), in the device's default context.
-    fn open_stream(&self, spec: &str, options: StreamOptions) -> Result<Arc<dyn Queue>> {
+    fn open_stream(&self, spec: &str, _options: StreamOptions) -> Result<Arc<dyn Queue>> {
         let rt = self.runtime()?;
         let device = match spec {
             "" => {
@@ -186,10 +186,7 @@ impl Backend for SyclBackend {
             filter => Device::from_filter(rt, filter)?,
         };
         let context = Context::default_for(&device)?;
-        let queue = match options.timing {
-            true => SyclQueue::create_profiling(context, device)?,
-            false => SyclQueue::create(context, device)?,
-        };
+        let queue = SyclQueue::create(context, device)?;
         Ok(SyclQueue::register(Arc::new(queue)))
     }
 

@@ -113,6 +113,16 @@ impl Device {
         (index >= 0).then_some(index)
     }
 
+    /// Whether `other` is the same `sycl::device`.
+    pub(crate) fn same_as(&self, other: &Device) -> bool {
+        // SAFETY: both are live; the call compares them.
+        unsafe {
+            self.rt
+                .api()
+                .DPCTLDevice_AreEq(self.as_ptr(), other.as_ptr())
+        }
+    }
+
     /// dpctl's filter string for this root device, "backend:type:n" (`SyclDevice.filter_string`).
     pub(crate) fn filter_string(&self) -> String {
         let api = self.rt.api();

@@ -1,18 +1,14 @@
 //! Other libraries' SYCL objects: which queue a SUAI `syclobj` or another library's queue handle
 //! means (the registry's questions, see [`devbuf_core::exchange`]), adopting their queues and
-//! contexts, which memory DLPack cannot carry, and [`ForeignSyclQueue`], another library's queue
-//! devbuf orders work with.
+//! contexts, and which memory DLPack cannot carry.
 
 use std::ffi::c_void;
 use std::sync::Arc;
 
 use std::sync::Weak;
 
-use devbuf_core::{
-    Error, Event, ForeignObject, ForeignQueue, MemKind, Queue, ResolvedQueue, Result,
-};
+use devbuf_core::{Error, ForeignObject, ForeignQueue, MemKind, Queue, ResolvedQueue, Result};
 
-use crate::event::{SyclEvent, barrier, barrier_for};
 use crate::loader::Runtime;
 use crate::loader::SYCL;
 use crate::memory::classify;
@@ -87,8 +83,8 @@ pub(crate) unsafe fn queue_for_syclobj(
     })
 }
 
-/// The queue for another library's SYCL queue given as a device (a "SyclQueueRef" handle): that
-/// very `sycl::queue` when it is in order, else devbuf's in-order queue on its device and context.
+/// The queue for another library's SYCL queue given as a device or a stream (a "SyclQueueRef"
+/// handle): the devbuf queue that hands out that very `sycl::queue`.
 ///
 /// # Safety
 /// As for [`queue_for_syclobj`].
@@ -131,10 +127,11 @@ impl SyclQueue {
 
 /// Adopting other libraries' queues and contexts.
 impl SyclQueue {
-    /// A queue for a `sycl::queue` someone else owns: the payload of a "SyclQueueRef" capsule
-    /// (dpctl's `SyclQueue._get_capsule()`). The caller's queue is copied, never freed; when it
-    /// is out of order (dpctl's default), an in-order queue on its context and device is made
-    /// instead, since devbuf orders work by queue order.
+    /// The devbuf queue that hands out a `sycl::queue` someone else owns: the payload of a
+    /// "SyclQueueRef" capsule (dpctl's `SyclQueue._get_capsule()`). The device's default queue
+    /// or a queue adopted before when it hands out that very queue; else a new one, registered,
+    /// that hands it out (its commands on a private in-order queue when the caller's runs out of
+    /// order, as dpctl's default queues do). The caller's queue is copied, never freed.
     ///
     /// # Safety
     /// `queue_ref` is a live `DPCTLSyclQueueRef` (a `sycl::queue*`) of the SYCL runtime `rt`
@@ -145,6 +142,9 @@ impl SyclQueue {
     ) -> Result<Arc<SyclQueue>> {
         if queue_ref.is_null() {
             return Err(Error::invalid("syclobj", "the SyclQueueRef is null"));
+        }
+        if let Some(known) = SyclQueue::known_handing_out(rt, queue_ref) {
+            return Ok(known);
         }
         let api = rt.api();
         // SAFETY: the caller guarantees the queue; Copy returns a new handle we own, or null.
@@ -165,16 +165,8 @@ impl SyclQueue {
                 "the queue has no context or device",
             ));
         };
-        // SAFETY: `copy` is live; the call reads a queue property.
-        if !unsafe { api.DPCTLQueue_IsInOrder(copy.as_ptr()) } {
-            return SyclQueue::on_context(context, device);
-        }
-        if let Some(known) = SyclQueue::known_equal_to(rt, &copy) {
-            return Ok(known);
-        }
-        Ok(SyclQueue::register(Arc::new(SyclQueue::assemble(
-            copy, context, device,
-        ))))
+        let queue = SyclQueue::handing_out(copy, context, device)?;
+        Ok(SyclQueue::register(Arc::new(queue)))
     }
 
     /// Records `queue` (a user's stream, or another library's queue adopted) among the queues
@@ -187,14 +179,14 @@ impl SyclQueue {
         queue
     }
 
-    /// The devbuf queue, still in use, that wraps the very `sycl::queue` `queue` is a handle to:
-    /// a device's default queue, or one adopted from another library.
-    fn known_equal_to(rt: &'static Runtime, queue: &RawQueue) -> Option<Arc<SyclQueue>> {
+    /// The devbuf queue, still in use, that hands out the very `sycl::queue` `queue_ref` is a
+    /// handle to: a device's default queue, or one adopted from another library.
+    fn known_handing_out(rt: &'static Runtime, queue_ref: *mut c_void) -> Option<Arc<SyclQueue>> {
         let same = |known: &SyclQueue| {
             // SAFETY: both handles are live queues of `rt`; the call compares them.
             unsafe {
                 rt.api()
-                    .DPCTLQueue_AreEq(known.queue.as_ptr(), queue.as_ptr())
+                    .DPCTLQueue_AreEq(known.handed_out.as_ptr(), queue_ref.cast())
             }
         };
         let defaults = queues_of(rt).default_queues.lock();
@@ -210,10 +202,9 @@ impl SyclQueue {
             .find(|known| same(known))
     }
 
-    /// Like [`SyclQueue::from_queue_ref`], for a SUAI producer's queue: also returns that queue
-    /// as another library's, whose events imports of its memory wait for. For an in-order queue
-    /// that is the returned queue itself (it shares the producer's); for an out-of-order one, the
-    /// producer's own queue, on which a barrier is submitted.
+    /// Like [`SyclQueue::from_queue_ref`], for a SUAI producer's queue or a DLPack consumer's:
+    /// also returns that queue as the libraries that hold it see it, whose work imports wait for
+    /// and whose later work waits for devbuf's ([`devbuf_core::exchange::handed_out`]).
     ///
     /// # Safety
     /// As for [`SyclQueue::from_queue_ref`].
@@ -223,14 +214,8 @@ impl SyclQueue {
     ) -> Result<(Arc<SyclQueue>, Arc<dyn ForeignQueue>)> {
         // SAFETY: the caller's guarantee.
         let queue = unsafe { SyclQueue::from_queue_ref(rt, queue_ref) }?;
-        // SAFETY: a live queue (checked non-null above); the call reads a queue property.
-        if unsafe { rt.api().DPCTLQueue_IsInOrder(queue_ref.cast()) } {
-            let producer = devbuf_core::exchange::handed_out(Arc::clone(&queue) as Arc<dyn Queue>);
-            return Ok((queue, producer));
-        }
-        // SAFETY: the caller's guarantee.
-        let producer = unsafe { ForeignSyclQueue::from_queue_ref(rt, queue_ref) }?;
-        Ok((queue, Arc::new(producer)))
+        let producer = devbuf_core::exchange::handed_out(Arc::clone(&queue) as Arc<dyn Queue>);
+        Ok((queue, producer))
     }
 
     /// A queue on a `sycl::context` someone else owns (the payload of a "SyclContextRef"
@@ -285,72 +270,6 @@ impl SyclQueue {
         }
         .ok_or_else(|| Error::runtime(SYCL, "DPCTLUSM_GetPointerDevice", "returned null"))?;
         Ok((SyclQueue::on_context(context, device)?, kind))
-    }
-}
-
-/// Another library's `sycl::queue` (dpctl's out-of-order default queue, or the queue a DLPack
-/// consumer passes as `stream`): devbuf submits barriers on it, never work of its own.
-#[derive(Debug)]
-pub struct ForeignSyclQueue {
-    queue: RawQueue,
-    /// Identifies the events recorded here (see [`SyclQueue`]'s).
-    identity: Arc<()>,
-}
-
-impl ForeignSyclQueue {
-    /// A handle of our own to the queue a "SyclQueueRef" payload names (copied, never freed).
-    ///
-    /// # Safety
-    /// `queue_ref` is a live `DPCTLSyclQueueRef` (a `sycl::queue*`) of the SYCL runtime `rt`
-    /// belongs to, for the duration of the call.
-    pub unsafe fn from_queue_ref(
-        rt: &'static Runtime,
-        queue_ref: *mut c_void,
-    ) -> Result<ForeignSyclQueue> {
-        if queue_ref.is_null() {
-            return Err(Error::invalid("stream", "the SyclQueueRef is null"));
-        }
-        // SAFETY: the caller guarantees the queue; Copy returns a new handle we own, or null.
-        let queue = unsafe { RawQueue::from_raw(rt, rt.api().DPCTLQueue_Copy(queue_ref.cast())) }
-            .ok_or_else(|| Error::runtime(SYCL, "DPCTLQueue_Copy", "returned null"))?;
-        Ok(ForeignSyclQueue {
-            queue,
-            identity: Arc::new(()),
-        })
-    }
-}
-
-impl ForeignQueue for ForeignSyclQueue {
-    fn record_event(&self) -> Result<Event> {
-        Ok(Event::new(SyclEvent {
-            event: Arc::new(barrier(&self.queue)?),
-            recorded_by: Arc::clone(&self.identity),
-            timed: false,
-        }))
-    }
-
-    fn wait_event(&self, event: &Event) -> Result<()> {
-        match event.downcast_ref::<SyclEvent>() {
-            Some(sycl) if Arc::ptr_eq(&sycl.recorded_by, &self.identity) => {
-                // Our own barrier: only an in-order queue is sure to run later work after it.
-                // SAFETY: the queue is live; the call reads a queue property.
-                if unsafe {
-                    self.queue
-                        .rt
-                        .api()
-                        .DPCTLQueue_IsInOrder(self.queue.as_ptr())
-                } {
-                    Ok(())
-                } else {
-                    barrier_for(&self.queue, sycl).map(drop)
-                }
-            }
-            Some(sycl) if std::ptr::eq(sycl.event.rt, self.queue.rt) => {
-                barrier_for(&self.queue, sycl).map(drop)
-            }
-            // Another runtime's event: the host waits for it.
-            _ => event.wait(),
-        }
     }
 }
 

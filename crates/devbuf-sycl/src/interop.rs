@@ -1,5 +1,5 @@
 //! The SYCL queue's exchange answers ([`devbuf_core::Interop`]): kDLOneAPI memory, handed to
-//! other libraries as copies of the queue itself (SUAI's `syclobj`, dpctl's `sycl_queue`,
+//! other libraries with copies of the queue handed out (SUAI's `syclobj`, dpctl's `sycl_queue`,
 //! DLPack's work stream), which they enqueue on.
 
 use std::sync::Arc;
@@ -11,12 +11,13 @@ use devbuf_core::{
     StreamHandle,
 };
 
+use crate::event::SyclEvent;
 use crate::loader::SYCL;
 use crate::queue::SyclQueue;
 use crate::raw::{Device, owned_handle};
 
-/// The exchange half: kDLOneAPI memory, handed to other libraries as copies of this very
-/// `sycl::queue`, which they enqueue on.
+/// The exchange half: kDLOneAPI memory, handed to other libraries with copies of the queue handed
+/// out, which they enqueue on.
 impl Interop for SyclQueue {
     fn dlpack_device(&self, _kind: MemKind) -> DLDevice {
         DLDevice {
@@ -65,43 +66,63 @@ impl Interop for SyclQueue {
         None
     }
 
-    /// The `sycl::queue*` itself: what DLPack's exchange API names for kDLOneAPI.
+    /// The `sycl::queue*` handed out: what DLPack's exchange API names for kDLOneAPI.
     fn dlpack_work_stream(&self) -> Option<usize> {
-        Some(self.queue.as_ptr() as usize)
+        Some(self.handed_out.as_ptr() as usize)
     }
 
-    /// A fresh owned copy of this queue as a "SyclQueueRef" payload (destroyed with
+    /// A fresh owned copy of the queue handed out as a "SyclQueueRef" payload (destroyed with
     /// `DPCTLQueue_Delete`).
     fn export_handle(&self) -> Option<ExportedHandle> {
         let api = self.runtime().api();
         let delete = *api.DPCTLQueue_Delete.as_ref().ok()?;
         // SAFETY: the queue is live; Copy returns a new handle, or null.
-        let copy = unsafe { api.DPCTLQueue_Copy(self.queue.as_ptr()) };
+        let copy = unsafe { api.DPCTLQueue_Copy(self.handed_out.as_ptr()) };
         owned_handle(c"SyclQueueRef", copy, delete)
     }
 
-    /// Other libraries enqueue on copies of this queue (SUAI's `syclobj`, dpctl's `sycl_queue`,
-    /// DLPack's `stream`): dpnp does for every operation on devbuf memory.
+    /// Other libraries enqueue on copies of the queue handed out (SUAI's `syclobj`, dpctl's
+    /// `sycl_queue`, DLPack's `stream`): dpnp does for every operation on devbuf memory.
     fn untracked_foreign_work(&self) -> bool {
         true
     }
 
-    /// Nothing of theirs on this queue's other copies can run before work enqueued here: the
-    /// queue is in order.
+    /// A barrier on the queue handed out, which devbuf's command queue waits for; nothing when
+    /// that is the command queue itself (in order: their work there comes first anyway).
     fn order_after_foreign_work(&self) -> Result<()> {
-        Ok(())
+        self.order_commands_after_handed_out()
     }
 
-    /// The queue is in order, and their copies of it are the same queue: work enqueued here
-    /// already follows theirs. For the host and other queues, a barrier covers it.
+    /// [`SyclQueue::all_work_event`]: a barrier on the queue handed out covers their work,
+    /// which devbuf's last command does not.
     fn foreign_work_event(&self) -> Result<Option<Event>> {
-        Ok(Some(Event::new(self.event(Arc::new(self.barrier()?)))))
+        self.all_work_event().map(Some)
     }
 
-    /// Their copies of this queue are this queue: a barrier covers their work too, which
-    /// devbuf's last command does not.
+    /// [`SyclQueue::all_work_event`].
     fn handed_out_event(&self) -> Result<Event> {
-        Ok(Event::new(self.event(Arc::new(self.barrier()?))))
+        self.all_work_event()
+    }
+
+    /// Unless the queue handed out runs out of order: devbuf's commands then run on a private
+    /// in-order queue beside it.
+    fn hands_out_command_queue(&self) -> bool {
+        !self.split
+    }
+
+    /// On a queue shared with them, an in-order queue: [`Queue::wait_event`]; on a queue handed out
+    /// beside devbuf's command queue, a barrier there that waits for the event.
+    fn order_handed_out_after(&self, event: &Event) -> Result<()> {
+        if !self.split {
+            return Queue::wait_event(self, event);
+        }
+        match event.downcast_ref::<SyclEvent>() {
+            Some(sycl) if std::ptr::eq(sycl.event.rt, self.runtime()) => {
+                self.order_handed_out_after_event(sycl)
+            }
+            // Another runtime's event: the host waits for it.
+            _ => event.wait(),
+        }
     }
 
     /// Other libraries' own queues (dpctl's default ones) are out of [`Queue::wait_device`]'s
@@ -126,9 +147,9 @@ impl Interop for SyclQueue {
                 foreign: Some(queue),
                 ..
             } => Arc::clone(queue),
-            // An in-order queue is taken as the devbuf queue that shares it (devbuf's own, handed
-            // back, or adopted): the memory is then handed out on it, and every later access
-            // waits for the consumer's work there.
+            // Taken as the devbuf queue that hands it out (a device's default queue, a queue
+            // adopted before, or one adopted now): the memory is then handed out on it, and every
+            // later access waits for the consumer's work there.
             ForeignObject::Handle { name, ptr } if name.to_bytes() == b"SyclQueueRef" => {
                 // SAFETY: a live "SyclQueueRef" payload (the caller's promise).
                 match unsafe { SyclQueue::from_producer_queue_ref(self.runtime(), *ptr as *mut _) }

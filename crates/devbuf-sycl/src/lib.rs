@@ -5,8 +5,9 @@
 //! - [`Runtime`]: finding and loading the library ([`Runtime::load`] for an explicit path,
 //!   [`Runtime::find`] for `DEVBUF_SYCL_LIBRARY`, then the loader's path).
 //! - [`SyclBackend`]: availability, devices (by dpctl filter string), default queue.
-//! - [`SyclQueue`]: an in-order queue in a device's default context, or one imported from a
-//!   "SyclQueueRef"/"SyclContextRef" payload; implements [`devbuf_core::Queue`].
+//! - [`SyclQueue`]: the queue devbuf hands out with its memory (for a device's default queue, the
+//!   one dpnp makes its arrays on) and the in-order queue devbuf's commands run on, or one adopted
+//!   from a "SyclQueueRef"/"SyclContextRef" payload; implements [`devbuf_core::Queue`].
 //!
 //! # Importing and exporting SYCL objects
 //! For SUAI's `syclobj` (after [`SyclBackend::runtime`]):
@@ -17,7 +18,7 @@
 //!   [`SyclQueue::from_context_ref_and_pointer`] (the queue on the data's device, and its kind),
 //!   or [`SyclQueue::from_context_ref`].
 //!
-//! A DLPack consumer's `stream` (a dpctl queue): [`ForeignSyclQueue::from_queue_ref`].
+//! A DLPack consumer's `stream` (a dpctl queue): [`SyclQueue::from_producer_queue_ref`].
 //!
 //! Then [`devbuf_core::Queue::kind_of`] tells whether the data is USM of that context (`unknown`:
 //! reject it, as dpctl does). Exports: [`devbuf_core::Interop::export_handle`] ("SyclQueueRef") and
@@ -58,7 +59,6 @@ use devbuf_core::Queue;
 
 pub use backend::{DESCRIPTOR, SyclBackend};
 pub use event::SyclEvent;
-pub use foreign::ForeignSyclQueue;
 pub use loader::{LIBRARY_ENV, Runtime, SYCL};
 pub use queue::SyclQueue;
 

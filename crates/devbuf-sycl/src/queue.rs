@@ -1,5 +1,5 @@
-//! [`SyclQueue`]: an in-order SYCL queue with its context and device, implementing devbuf's
-//! [`Queue`] over USM.
+//! [`SyclQueue`]: the SYCL queue devbuf hands out with its memory and the in-order queue its own
+//! commands run on, with their context and device, implementing devbuf's [`Queue`] over USM.
 
 use std::any::Any;
 use std::ffi::c_int;
@@ -8,13 +8,13 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Weak};
 
 use devbuf_core::{
-    Advice, DeviceInfo, Error, Event, ExportedHandle, Interop, LastCommand, Location, MemKind,
-    Queue, QueueEvent, Result,
+    Advice, DeviceInfo, Error, Event, ExportedHandle, ForeignObject, Interop, LastCommand,
+    Location, MemKind, Queue, QueueEvent, Result,
 };
 use devbuf_sycl_sys as sys;
 use parking_lot::Mutex;
 
-use crate::event::{SyclEvent, barrier};
+use crate::event::{SyclEvent, barrier, barrier_for};
 use crate::loader::Runtime;
 use crate::loader::SYCL;
 use crate::memory::classify;
@@ -38,7 +38,7 @@ extern "C" fn report_async_error(code: c_int) {
 /// runtime module knows nothing of queues).
 #[derive(Default)]
 pub(crate) struct RuntimeQueues {
-    /// One in-order queue in the default context of each device, by dpctl device index.
+    /// The default queue of each device ([`SyclQueue::default_for`]), by dpctl device index.
     pub(crate) default_queues: Mutex<Vec<(i32, Arc<SyclQueue>)>>,
     /// The default queue each filter string opened (resolving one takes tens of µs).
     pub(crate) filter_queues: Mutex<Vec<(String, Arc<SyclQueue>)>>,
@@ -63,101 +63,172 @@ pub(crate) fn queues_of(rt: &'static Runtime) -> &'static RuntimeQueues {
     queues
 }
 
-/// An in-order SYCL queue on one device and context.
+/// A SYCL queue on one device and context, as devbuf uses it: the `sycl::queue` other libraries
+/// are handed and enqueue on, and devbuf's own in-order queue for its commands, which is that same
+/// queue when it runs in order and a private one beside it when it does not (docs/architecture.md,
+/// "Where memory is handed out").
 pub struct SyclQueue {
-    pub(crate) queue: RawQueue,
+    /// The `sycl::queue` other libraries are handed (SUAI's `syclobj`, dpctl's `sycl_queue`,
+    /// DLPack's `stream` and work stream) and enqueue on: for a device's default queue, the queue
+    /// dpnp makes its arrays on (dpctl's cached queue, out of order); for an adopted queue, that
+    /// queue; for a user's new stream, its own in-order queue.
+    pub(crate) handed_out: RawQueue,
+    /// devbuf's commands run here, in order: a handle to `handed_out` when that runs in order,
+    /// else a private queue on its device and context.
+    pub(crate) commands: RawQueue,
+    /// Whether `commands` is not `handed_out`: other libraries' work there is then ordered with
+    /// devbuf's by barriers on `handed_out` (`sycl_ext_oneapi_enqueue_barrier`), both ways.
+    pub(crate) split: bool,
     pub(crate) context: Context,
     pub(crate) info: DeviceInfo,
     /// Whether the context can classify pointers (see [`Context::knows_usm`]).
     pub(crate) knows_usm: bool,
     pub(crate) default_context: bool,
     pub(crate) dlpack_id: Option<i32>,
-    /// The event of the last command enqueued here, until a wait sees it complete. The queue is
-    /// in order, so it completes after everything enqueued before it. (Waiting on it is much
-    /// cheaper than a barrier: a barrier behind a large copy slows the copy down by half.)
+    /// The event of the last command enqueued on `commands`, until a wait sees it complete. The
+    /// queue is in order, so it completes after everything enqueued before it. (Waiting on it is
+    /// much cheaper than a barrier: a barrier behind a large copy slows the copy down by half.)
     pub(crate) last: LastCommand<RawEvent>,
-    /// Identifies this queue in the events it records (shared with them, so never reused while
-    /// one is alive).
+    /// Identifies the events recorded on `commands` (shared with them, so never reused while one
+    /// is alive).
     pub(crate) identity: Arc<()>,
+    /// Identifies the events recorded on `handed_out`: `identity` itself when not split.
+    pub(crate) handed_out_identity: Arc<()>,
     /// Whether the context has several devices (then a pointer's device, not the context alone,
     /// decides the queue for its memory).
     pub(crate) multi_device_context: bool,
-    /// Whether the queue was made with profiling, so that its events carry timestamps.
+    /// Whether `commands` was made with profiling, so that its events carry timestamps. devbuf
+    /// makes its queues so (the cost is within noise: docs/guide/streams.md, "Timing").
     pub(crate) profiling: bool,
 }
 
+/// The properties of the in-order queues devbuf makes: timestamps on, so that any stream times
+/// (`record(timing=True)`) as CUDA's do.
+const IN_ORDER_TIMED: sys::DPCTLQueuePropertyType =
+    sys::DPCTLQueuePropertyType_DPCTL_IN_ORDER | sys::DPCTLQueuePropertyType_DPCTL_ENABLE_PROFILING;
+
+/// Makes a `sycl::queue` on `device` in `context` with `properties`.
+fn make_queue(
+    context: &Context,
+    device: &Device,
+    properties: sys::DPCTLQueuePropertyType,
+) -> Result<RawQueue> {
+    let rt = device.rt;
+    // SAFETY: both handles are live; the call catches the runtime's exceptions and returns a
+    // new queue we own, or null.
+    let raw = unsafe {
+        rt.api().DPCTLQueue_Create(
+            context.as_ptr(),
+            device.as_ptr(),
+            Some(report_async_error),
+            properties as c_int,
+        )
+    };
+    // SAFETY: `raw` is null or a queue we own.
+    unsafe { RawQueue::from_raw(rt, raw) }
+        .ok_or_else(|| Error::runtime(SYCL, "DPCTLQueue_Create", "the SYCL runtime made no queue"))
+}
+
+/// A second owned handle to the `sycl::queue` of `queue`.
+fn copy_queue(queue: &RawQueue) -> Result<RawQueue> {
+    // SAFETY: the queue is live; Copy returns a new handle we own, or null.
+    unsafe { RawQueue::from_raw(queue.rt, queue.rt.api().DPCTLQueue_Copy(queue.as_ptr())) }
+        .ok_or_else(|| Error::runtime(SYCL, "DPCTLQueue_Copy", "returned null"))
+}
+
 impl SyclQueue {
-    /// A new in-order queue on `device` in `context`.
+    /// A new in-order queue on `device` in `context` (a user's stream, or memory of a context
+    /// other than the device's default), which times its work.
     pub(crate) fn create(context: Context, device: Device) -> Result<SyclQueue> {
-        Self::create_with(context, device, sys::DPCTLQueuePropertyType_DPCTL_IN_ORDER)
+        let queue = make_queue(&context, &device, IN_ORDER_TIMED)?;
+        SyclQueue::handing_out(queue, context, device)
     }
 
-    /// A new in-order queue with profiling (`property::queue::enable_profiling`): its events
-    /// keep when their commands ran, so [`Queue::record_timed_event`] works on it. The runtime
-    /// then timestamps every command on the queue (see docs/guide/streams.md for the cost).
-    pub(crate) fn create_profiling(context: Context, device: Device) -> Result<SyclQueue> {
-        let properties = sys::DPCTLQueuePropertyType_DPCTL_IN_ORDER
-            | sys::DPCTLQueuePropertyType_DPCTL_ENABLE_PROFILING;
-        let mut queue = Self::create_with(context, device, properties)?;
-        queue.profiling = true;
-        Ok(queue)
-    }
-
-    fn create_with(
+    /// The devbuf queue that hands out `queue`, a `sycl::queue` on `device` in `context`: its
+    /// commands run on `queue` itself when it is in order, else on a new in-order queue beside
+    /// it.
+    pub(crate) fn handing_out(
+        queue: RawQueue,
         context: Context,
         device: Device,
-        properties: sys::DPCTLQueuePropertyType,
     ) -> Result<SyclQueue> {
-        let rt = device.rt;
-        // SAFETY: both handles are live; the call catches the runtime's exceptions and returns a
-        // new queue we own, or null.
-        let raw = unsafe {
-            rt.api().DPCTLQueue_Create(
-                context.as_ptr(),
-                device.as_ptr(),
-                Some(report_async_error),
-                properties as c_int,
+        let api = queue.rt.api();
+        // SAFETY: `queue` is live; the calls read queue properties.
+        let (in_order, profiling) = unsafe {
+            (
+                api.DPCTLQueue_IsInOrder(queue.as_ptr()),
+                api.DPCTLQueue_HasEnableProfiling(queue.as_ptr()),
             )
         };
-        // SAFETY: `raw` is null or a queue we own.
-        let queue = unsafe { RawQueue::from_raw(rt, raw) }.ok_or_else(|| {
-            Error::runtime(SYCL, "DPCTLQueue_Create", "the SYCL runtime made no queue")
-        })?;
-        Ok(SyclQueue::assemble(queue, context, device))
-    }
-
-    pub(crate) fn assemble(queue: RawQueue, context: Context, device: Device) -> SyclQueue {
+        let (commands, profiling) = if in_order {
+            (copy_queue(&queue)?, profiling)
+        } else {
+            (make_queue(&context, &device, IN_ORDER_TIMED)?, true)
+        };
         let default_context =
             Context::default_for(&device).is_ok_and(|default| default.same_as(&context));
-        SyclQueue {
+        let identity = Arc::new(());
+        let handed_out_identity = if in_order {
+            Arc::clone(&identity)
+        } else {
+            Arc::new(())
+        };
+        Ok(SyclQueue {
             info: device.info(),
             knows_usm: context.knows_usm(),
             multi_device_context: context.devices().len() > 1,
             default_context,
             dlpack_id: device.dpctl_index(),
             last: LastCommand::default(),
-            identity: Arc::new(()),
-            profiling: false,
-            queue,
+            identity,
+            handed_out_identity,
+            profiling,
+            split: !in_order,
+            handed_out: queue,
+            commands,
             context,
-        }
+        })
     }
 
-    /// The queue devbuf uses for a root device: in-order, in the device's default context (as
-    /// dpctl's own queues are), one per device and process.
+    /// The queue devbuf uses for a root device: in the device's default context (as dpctl's own
+    /// queues are), one per device and process, handing out the queue dpnp makes its arrays on
+    /// (dpctl's cached queue for the device, as [`devbuf_core::ecosystem`] finds it) or, where
+    /// none can be found, an out-of-order queue devbuf makes as dpctl would.
     pub(crate) fn default_for(device: Device) -> Result<Arc<SyclQueue>> {
         let rt = device.rt;
         let index = device.dpctl_index().ok_or_else(|| Error::DeviceNotFound {
             selector: format!("{SYCL}:{}", device.filter_string()),
             reason: "the device is not among dpctl's root devices".into(),
         })?;
+        let cached = |index| {
+            queues_of(rt)
+                .default_queues
+                .lock()
+                .iter()
+                .find(|(cached, _)| *cached == index)
+                .map(|(_, queue)| Arc::clone(queue))
+        };
+        if let Some(queue) = cached(index) {
+            return Ok(queue);
+        }
+        // Asked with no lock held: the source may run Python code.
+        let context = Context::default_for(&device)?;
+        let handed_out = match ecosystem_default_queue(&device, &context) {
+            Some(queue) => queue,
+            None => make_queue(
+                &context,
+                &device,
+                sys::DPCTLQueuePropertyType_DPCTL_DEFAULT_PROPERTY,
+            )?,
+        };
+        let made = Arc::new(SyclQueue::handing_out(handed_out, context, device)?);
         let mut cache = queues_of(rt).default_queues.lock();
+        // Another thread may have made one meanwhile: the first one stays.
         if let Some((_, queue)) = cache.iter().find(|(cached, _)| *cached == index) {
             return Ok(Arc::clone(queue));
         }
-        let queue = Arc::new(SyclQueue::create(Context::default_for(&device)?, device)?);
-        cache.push((index, Arc::clone(&queue)));
-        Ok(queue)
+        cache.push((index, Arc::clone(&made)));
+        Ok(made)
     }
 
     /// A queue on `device` in `context`: the cached default queue when `context` is the device's
@@ -199,7 +270,7 @@ impl SyclQueue {
 
     /// The runtime this queue belongs to.
     pub fn runtime(&self) -> &'static Runtime {
-        self.queue.rt
+        self.commands.rt
     }
 
     /// Whether the queue's context is its device's default context. DLPack consumers (dpctl,
@@ -224,8 +295,14 @@ impl SyclQueue {
         owned_handle(c"SyclContextRef", copy, delete)
     }
 
-    pub(crate) fn barrier(&self) -> Result<RawEvent> {
-        barrier(&self.queue)
+    /// A barrier on the queue handed out: its event completes once everything enqueued there so
+    /// far has, by other libraries (and, when not split, by devbuf).
+    pub(crate) fn handed_out_barrier(&self) -> Result<SyclEvent> {
+        Ok(SyclEvent {
+            event: Arc::new(barrier(&self.handed_out)?),
+            recorded_by: Arc::clone(&self.handed_out_identity),
+            timed: false,
+        })
     }
 
     pub(crate) fn event(&self, event: Arc<RawEvent>) -> SyclEvent {
@@ -236,21 +313,103 @@ impl SyclQueue {
         }
     }
 
-    /// Enqueues a command with `enqueue` (which returns its event, null when the runtime refused
-    /// it) and records it as the last.
+    /// An event that completes once all work enqueued so far has, by devbuf and by the libraries
+    /// the queue was handed to: a barrier on the queue handed out (which covers devbuf's commands
+    /// too where they run there, or when none is pending beside it); else the command queue's next
+    /// event, once it waits for such a barrier.
+    pub(crate) fn all_work_event(&self) -> Result<Event> {
+        if !self.split || self.last.is_idle() {
+            return Ok(Event::new(self.handed_out_barrier()?));
+        }
+        self.order_commands_after_handed_out()?;
+        Queue::record_event(self)
+    }
+
+    /// Makes devbuf's later commands wait for everything enqueued so far on the queue handed out
+    /// (nothing to do when that is the command queue itself: it runs in order).
+    pub(crate) fn order_commands_after_handed_out(&self) -> Result<()> {
+        if !self.split {
+            return Ok(());
+        }
+        let others = self.handed_out_barrier()?;
+        self.enqueue_wait(&others)
+    }
+
+    /// Makes work other libraries enqueue from now on on the queue handed out wait for `event`:
+    /// a barrier on it that waits for the event (`sycl_ext_oneapi_enqueue_barrier`: commands
+    /// submitted after it run after the events it lists, on an out-of-order queue too).
+    pub(crate) fn order_handed_out_after_event(&self, event: &SyclEvent) -> Result<()> {
+        if Arc::ptr_eq(&event.recorded_by, &self.handed_out_identity) {
+            // One of the handed-out queue's own barriers, which later work there follows.
+            return Ok(());
+        }
+        barrier_for(&self.handed_out, event).map(drop)
+    }
+
+    /// Enqueues on the command queue a barrier that waits for `event`, recorded as the last
+    /// command.
+    fn enqueue_wait(&self, event: &SyclEvent) -> Result<()> {
+        let dependencies = [event.event.as_ptr()];
+        let api = self.runtime().api();
+        self.submit("DPCTLQueue_SubmitBarrierForEvents", |queue| {
+            // SAFETY: the queue and the event are live; the call catches the runtime's exceptions
+            // and returns the barrier's event, which we own.
+            unsafe {
+                api.DPCTLQueue_SubmitBarrierForEvents(
+                    queue,
+                    dependencies.as_ptr(),
+                    dependencies.len(),
+                )
+            }
+        })
+    }
+
+    /// Enqueues a command on the command queue with `enqueue` (which returns its event, null when
+    /// the runtime refused it) and records it as the last.
     pub(crate) fn submit(
         &self,
         operation: &'static str,
         enqueue: impl FnOnce(sys::DPCTLSyclQueueRef) -> sys::DPCTLSyclEventRef,
     ) -> Result<()> {
         self.last.submit(|| {
-            let event = enqueue(self.queue.as_ptr());
+            let event = enqueue(self.commands.as_ptr());
             // SAFETY: `event` is null or an event we own.
             unsafe { RawEvent::from_raw(self.runtime(), event) }.ok_or_else(|| {
                 Error::runtime(SYCL, operation, "the SYCL runtime refused the command")
             })
         })
     }
+}
+
+/// The queue the consumers of SUAI memory keep by default for `device` (dpctl's cached queue), as
+/// a handle of ours, when it is one of this runtime's queues on that device in `context`.
+fn ecosystem_default_queue(device: &Device, context: &Context) -> Option<RawQueue> {
+    let rt = device.rt;
+    let mut found = None;
+    devbuf_core::ecosystem::with_default_queue(
+        devbuf_core::Protocol::Suai,
+        &device.filter_string(),
+        &mut |object| {
+            let ForeignObject::Handle { name, ptr } = object else {
+                return;
+            };
+            if name.to_bytes() != b"SyclQueueRef" || *ptr == 0 {
+                return;
+            }
+            // SAFETY: a live "SyclQueueRef" payload of the runtime dpctl loaded, which is `rt`'s
+            // library (the source's promise); Copy returns a new handle we own, or null.
+            found = unsafe { RawQueue::from_raw(rt, rt.api().DPCTLQueue_Copy(*ptr as *mut _)) };
+        },
+    );
+    let queue = found?;
+    // SAFETY: `queue` is live; the calls return new handles we own.
+    let (its_context, its_device) = unsafe {
+        (
+            Context::from_raw(rt, rt.api().DPCTLQueue_GetContext(queue.as_ptr()))?,
+            Device::from_raw(rt, rt.api().DPCTLQueue_GetDevice(queue.as_ptr()))?,
+        )
+    };
+    (its_context.same_as(context) && its_device.same_as(device)).then_some(queue)
 }
 
 impl fmt::Debug for SyclQueue {
@@ -283,7 +442,7 @@ impl Queue for SyclQueue {
             });
         }
         let api = self.runtime().api();
-        let queue = self.queue.as_ptr();
+        let queue = self.commands.as_ptr();
         // SAFETY: the queue is live and its device has the USM aspect for `kind` (checked above),
         // so none of the calls throws; each returns new memory or null.
         let ptr = unsafe {
@@ -315,7 +474,7 @@ impl Queue for SyclQueue {
         unsafe {
             self.runtime()
                 .api()
-                .DPCTLfree_with_queue(ptr.as_ptr().cast(), self.queue.as_ptr())
+                .DPCTLfree_with_queue(ptr.as_ptr().cast(), self.commands.as_ptr())
         }
     }
 
@@ -335,7 +494,7 @@ impl Queue for SyclQueue {
         unsafe {
             self.runtime()
                 .api()
-                .DPCTLfree_with_queue(ptr.as_ptr().cast(), self.queue.as_ptr())
+                .DPCTLfree_with_queue(ptr.as_ptr().cast(), self.commands.as_ptr())
         }
     }
 
@@ -380,39 +539,52 @@ impl Queue for SyclQueue {
 
     /// Consumers that were handed this queue (SUAI's `syclobj`, DLPack's `stream`) enqueue on
     /// it through their own copies of it, which devbuf's last command does not cover: a barrier
-    /// does, the queue being in order.
+    /// on the queue handed out does.
     fn wait_device(&self) -> Result<()> {
-        self.event(Arc::new(self.barrier()?)).wait()?;
+        self.handed_out_barrier()?.wait()?;
         self.wait()
     }
 
     fn record_event(&self) -> Result<Event> {
         let event = match self.last.get() {
-            Some(last) => last,
+            Some(last) => self.event(last),
             // Nothing of ours is pending, but work others enqueued on this queue may be.
-            None => Arc::new(self.barrier()?),
+            None if !self.split => self.handed_out_barrier()?,
+            // Nothing is pending on the private command queue: an event that is complete.
+            None => {
+                // SAFETY: the call makes a new default (complete) event we own, or null.
+                let made = unsafe {
+                    RawEvent::from_raw(self.runtime(), self.runtime().api().DPCTLEvent_Create())
+                };
+                self.event(Arc::new(made.ok_or_else(|| {
+                    Error::runtime(SYCL, "DPCTLEvent_Create", "returned null")
+                })?))
+            }
         };
-        Ok(Event::new(self.event(event)))
+        Ok(Event::new(event))
     }
 
+    /// A barrier on the command queue, after the work others enqueued on the queue handed out:
+    /// its command ends once everything enqueued before it has, whoever did it.
     fn record_timed_event(&self) -> Result<Event> {
         if !self.profiling {
             return Err(Error::Unsupported {
                 device: self.info.selector.clone(),
                 what: "a timed event".into(),
-                reason: "a SYCL queue keeps timestamps only when made with profiling: record on \
-                         a stream made with timing=True (devbuf.Stream(device, timing=True))"
+                reason: "this SYCL queue was made by another library without \
+                         property::queue::enable_profiling, so its events keep no timestamps: \
+                         time on a stream devbuf made (they all time)"
                     .into(),
             });
         }
-        // A barrier: its command ends once everything enqueued before it has, whoever did it.
-        let mut event = self.event(Arc::new(self.barrier()?));
+        self.order_commands_after_handed_out()?;
+        let mut event = self.event(Arc::new(barrier(&self.commands)?));
         event.timed = true;
         Ok(Event::new(event))
     }
 
-    /// Other libraries enqueue on copies of this queue, which its last command does not cover: a
-    /// barrier does (what a stream's `query` means to dpctl's users too).
+    /// Other libraries enqueue on copies of the queue handed out, which devbuf's last command does
+    /// not cover: a barrier there does (what a stream's `query` means to dpctl's users too).
     ///
     /// The runtime completes a barrier on its own threads: one enqueued behind finished work is
     /// not complete at once (seen right after `synchronize()` on the CPU device under load), so
@@ -424,7 +596,7 @@ impl Queue for SyclQueue {
         {
             return Ok(false);
         }
-        let barrier = self.event(Arc::new(self.barrier()?));
+        let barrier = self.handed_out_barrier()?;
         let deadline = std::time::Instant::now() + BARRIER_SETTLE;
         loop {
             if barrier.is_complete()? {
@@ -439,23 +611,9 @@ impl Queue for SyclQueue {
 
     fn wait_event(&self, event: &Event) -> Result<()> {
         match event.downcast_ref::<SyclEvent>() {
-            // Our own event: the queue is in order, so later work already follows it.
+            // Our own command's event: the command queue is in order, so later work follows it.
             Some(sycl) if Arc::ptr_eq(&sycl.recorded_by, &self.identity) => Ok(()),
-            Some(sycl) if std::ptr::eq(sycl.event.rt, self.runtime()) => {
-                let dependencies = [sycl.event.as_ptr()];
-                let api = self.runtime().api();
-                self.submit("DPCTLQueue_SubmitBarrierForEvents", |queue| {
-                    // SAFETY: the queue and the event are live; the call catches the runtime's
-                    // exceptions and returns the barrier's event, which we own.
-                    unsafe {
-                        api.DPCTLQueue_SubmitBarrierForEvents(
-                            queue,
-                            dependencies.as_ptr(),
-                            dependencies.len(),
-                        )
-                    }
-                })
-            }
+            Some(sycl) if std::ptr::eq(sycl.event.rt, self.runtime()) => self.enqueue_wait(sycl),
             // Another runtime's event: the host waits for it.
             _ => event.wait(),
         }

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use devbuf_core::conformance::{Outcome, run_all};
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
-use devbuf_core::{Availability, Backend, Buffer, CompletedEvent, Error, Event, MemKind, Queue};
+use devbuf_core::{
+    Availability, Backend, Buffer, CompletedEvent, Error, Event, Interop, MemKind, Queue,
+};
 use devbuf_sycl::{Runtime, SyclBackend, SyclQueue};
 
 /// The loaded runtime when the backend is available, or `None` after printing why the test is
@@ -225,27 +227,54 @@ fn queue_payload_round_trips_through_the_c_api() {
 }
 
 #[test]
-fn out_of_order_queue_payload_gives_the_in_order_default_queue() {
+fn out_of_order_queues_are_handed_out_as_they_are_beside_a_private_command_queue() {
     let Some(rt) = runtime_or_skip("out-of-order SyclQueueRef") else {
         return;
     };
     let default = default_queue();
     let api = rt.api();
-    let handle = default.export_context_handle().unwrap();
+    // Without Python there is no dpctl to ask: the default queue hands out an out-of-order queue
+    // devbuf made, as dpctl's cached queue is, and its handle comes back to it.
+    let handed_out = default.export_handle().unwrap();
+    // SAFETY: a live SyclQueueRef, borrowed for the calls.
+    unsafe {
+        assert!(!api.DPCTLQueue_IsInOrder(handed_out.ptr.as_ptr().cast()));
+        let again = SyclQueue::from_queue_ref(rt, handed_out.ptr.as_ptr()).unwrap();
+        assert!(Arc::ptr_eq(&again, &default));
+    }
+    let context = default.export_context_handle().unwrap();
     // SAFETY: C API calls on live handles; what is made here is deleted here.
-    let imported = unsafe {
-        let devices = api.DPCTLContext_GetDevices(handle.ptr.as_ptr().cast());
+    unsafe {
+        let devices = api.DPCTLContext_GetDevices(context.ptr.as_ptr().cast());
         let device = api.DPCTLDeviceVector_GetAt(devices, 0);
         // dpctl's default: properties 0, an out-of-order queue in the device's default context.
         let foreign = api.DPCTLQueue_CreateForDevice(device, None, 0);
         assert!(!api.DPCTLQueue_IsInOrder(foreign));
         let imported = SyclQueue::from_queue_ref(rt, foreign.cast()).unwrap();
+        // Not merged into the default queue: re-exports name the caller's own queue.
+        assert!(!Arc::ptr_eq(&imported, &default));
+        let exported = imported.export_handle().unwrap();
+        assert!(api.DPCTLQueue_AreEq(exported.ptr.as_ptr().cast(), foreign));
+        // The same queue handed over again is the same devbuf queue, while it is in use.
+        let again = SyclQueue::from_queue_ref(rt, foreign.cast()).unwrap();
+        assert!(Arc::ptr_eq(&again, &imported));
+        // devbuf's commands on it run in order, and its events time.
+        let queue = as_dyn(&imported);
+        let buffer = Buffer::alloc(&queue, MemKind::Shared, 1 << 20).unwrap();
+        buffer.fill(3).unwrap();
+        buffer
+            .slice(0..100)
+            .unwrap()
+            .copy_from_host(&[5; 100])
+            .unwrap();
+        let mut expected = vec![3; 1 << 20];
+        expected[..100].fill(5);
+        assert_eq!(buffer.to_vec().unwrap(), expected);
+        queue.record_timed_event().unwrap();
         api.DPCTLQueue_Delete(foreign);
         api.DPCTLDevice_Delete(device);
         api.DPCTLDeviceVector_Delete(devices);
-        imported
-    };
-    assert!(Arc::ptr_eq(&imported, &default));
+    }
 }
 
 #[test]
@@ -300,33 +329,55 @@ fn impossible_allocations_are_out_of_memory() {
 }
 
 #[test]
-fn streams_made_with_timing_are_profiling_queues_whose_events_time() {
-    if runtime_or_skip("timing").is_none() {
+fn every_queue_devbuf_makes_times_its_work() {
+    let Some(rt) = runtime_or_skip("timing") else {
         return;
-    }
+    };
     let backend = SyclBackend::new();
     let timing = devbuf_core::StreamOptions {
         timing: true,
         ..Default::default()
     };
-    let timed = backend.open_stream("", timing).unwrap();
-    let buffer = Buffer::alloc(&timed, MemKind::Device, 16 << 20).unwrap();
-    let start = timed.record_timed_event().unwrap();
-    // SAFETY: the buffer is alive; the queue is waited for below.
-    unsafe { timed.fill(buffer.ptr(), 7, buffer.len()) }.unwrap();
-    let end = timed.record_timed_event().unwrap();
-    timed.wait().unwrap();
-    let elapsed = end.elapsed_ms_since(&start).unwrap().unwrap();
-    assert!(elapsed > 0.0, "{elapsed}");
-    assert!(start.elapsed_ms_since(&end).unwrap().unwrap() < 0.0);
-    // A plain queue's events keep no time, and say how to get it.
-    let plain = backend.open_stream("", Default::default()).unwrap();
-    let err = plain.record_timed_event().unwrap_err();
-    assert!(matches!(err, Error::Unsupported { .. }) && err.to_string().contains("timing=True"));
-    assert!(
-        end.elapsed_ms_since(&plain.record_event().unwrap())
-            .is_none()
-    );
+    let default = as_dyn(&default_queue());
+    for queue in [
+        backend.open_stream("", timing).unwrap(),
+        backend.open_stream("", Default::default()).unwrap(),
+        default,
+    ] {
+        let buffer = Buffer::alloc(&queue, MemKind::Device, 16 << 20).unwrap();
+        let start = queue.record_timed_event().unwrap();
+        // SAFETY: the buffer is alive; the queue is waited for below.
+        unsafe { queue.fill(buffer.ptr(), 7, buffer.len()) }.unwrap();
+        let end = queue.record_timed_event().unwrap();
+        queue.wait().unwrap();
+        let elapsed = end.elapsed_ms_since(&start).unwrap().unwrap();
+        assert!(elapsed > 0.0, "{elapsed}");
+        assert!(start.elapsed_ms_since(&end).unwrap().unwrap() < 0.0);
+        // An untimed event has no time to compare with.
+        assert!(
+            end.elapsed_ms_since(&queue.record_event().unwrap())
+                .is_none()
+        );
+    }
+    // Another library's in-order queue made without profiling keeps no timestamps, and says so.
+    let handle = default_queue().export_context_handle().unwrap();
+    let api = rt.api();
+    // SAFETY: C API calls on live handles; what is made here is deleted here.
+    unsafe {
+        let devices = api.DPCTLContext_GetDevices(handle.ptr.as_ptr().cast());
+        let device = api.DPCTLDeviceVector_GetAt(devices, 0);
+        let in_order = devbuf_sycl_sys::DPCTLQueuePropertyType_DPCTL_IN_ORDER as i32;
+        let foreign = api.DPCTLQueue_CreateForDevice(device, None, in_order);
+        let adopted = as_dyn(&SyclQueue::from_queue_ref(rt, foreign.cast()).unwrap());
+        let err = adopted.record_timed_event().unwrap_err();
+        assert!(
+            matches!(err, Error::Unsupported { .. }) && err.to_string().contains("profiling"),
+            "{err}"
+        );
+        api.DPCTLQueue_Delete(foreign);
+        api.DPCTLDevice_Delete(device);
+        api.DPCTLDeviceVector_Delete(devices);
+    }
 }
 
 #[test]

@@ -108,6 +108,12 @@ impl Interop for HandedOutQueue {
     fn handed_out_event(&self) -> Result<Event> {
         self.record_event()
     }
+    fn hands_out_command_queue(&self) -> bool {
+        true
+    }
+    fn order_handed_out_after(&self, event: &Event) -> Result<()> {
+        self.wait_event(event)
+    }
     fn wait_device_covers_every_queue(&self) -> bool {
         self.covers_every_queue
     }

@@ -135,6 +135,10 @@ impl Buffer {
                 Access::Queue(target) if Arc::ptr_eq(target, &queue) => {
                     queue.interop().order_after_foreign_work()?;
                 }
+                // The libraries working on that very queue order their own work there.
+                Access::Consumer(consumer)
+                    if crate::exchange::devbuf_queue_of(*consumer)
+                        .is_some_and(|theirs| Arc::ptr_eq(theirs, &queue)) => {}
                 _ => {
                     let Some(event) = queue.interop().foreign_work_event()? else {
                         continue;
@@ -340,12 +344,40 @@ pub(super) fn record_enqueued(
         };
         set_latest(pending, queue, event.clone(), keep);
     }
-    for pending in &guards {
+    for (alloc, pending) in allocations.iter().zip(&guards) {
         if let Some(producer) = pending.held_back() {
             producer.wait_event(&event)?;
         }
+        publish(alloc, pending, queue, &event)?;
     }
     Ok(event)
+}
+
+/// Makes other libraries' later work on every queue `alloc` was handed out on wait for `event`,
+/// devbuf's command on it enqueued on `queue`, as an in-order queue shared with them does by
+/// itself: the other direction of [`Buffer::order_access`] for memory already handed out.
+fn publish(
+    alloc: &Allocation,
+    pending: &PendingList,
+    queue: &Arc<dyn Queue>,
+    event: &Event,
+) -> Result<()> {
+    let state = alloc.exported.load(Ordering::Relaxed);
+    if state < exported::WITH_FOREIGN_WORK {
+        return Ok(());
+    }
+    let publish_on = |handed_out: &Arc<dyn Queue>| {
+        let interop = handed_out.interop();
+        if Arc::ptr_eq(handed_out, queue) && interop.hands_out_command_queue() {
+            return Ok(());
+        }
+        interop.order_handed_out_after(event)
+    };
+    publish_on(alloc.queue())?;
+    if state == exported::ELSEWHERE_TOO {
+        pending.handed_out().iter().try_for_each(publish_on)?;
+    }
+    Ok(())
 }
 
 /// Makes `event` the latest work of `queue` in an allocation's pending list, which also holds

@@ -60,6 +60,16 @@ impl Interop for HostQueue {
         Ok(Event::new(CompletedEvent))
     }
 
+    /// Nothing is handed out but the queue itself.
+    fn hands_out_command_queue(&self) -> bool {
+        true
+    }
+
+    /// Nothing is handed out, and nothing runs later than the call that enqueued it.
+    fn order_handed_out_after(&self, _event: &Event) -> Result<()> {
+        Ok(())
+    }
+
     /// Its work is done when a call returns: there is nothing asynchronous to wait for.
     fn wait_device_covers_every_queue(&self) -> bool {
         true

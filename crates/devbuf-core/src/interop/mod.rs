@@ -94,6 +94,21 @@ pub trait Interop: Send + Sync {
     /// event; a barrier on a SYCL queue, whose last command does not cover theirs).
     fn handed_out_event(&self) -> Result<Event>;
 
+    /// Whether the handles this queue hands out name the very queue its commands run on, in
+    /// order, so that other libraries' later work there follows devbuf's commands by itself (a
+    /// CUDA stream, an in-order SYCL queue, a queue nothing is handed out of); false for a queue
+    /// handed out beside a private command queue, whose later work devbuf orders after its
+    /// commands with [`Interop::order_handed_out_after`].
+    fn hands_out_command_queue(&self) -> bool;
+
+    /// Makes work that other libraries enqueue from now on through this queue's handles
+    /// ([`Interop::untracked_foreign_work`]) wait for `event` (devbuf's command on memory handed
+    /// out with this queue), without blocking the host: the other direction of
+    /// [`Interop::handed_out_event`]. Where the handle is the queue devbuf's commands run on, in
+    /// order, that is [`crate::Queue::wait_event`]; a SYCL queue handed out beside a private
+    /// command queue takes a barrier that waits for the event.
+    fn order_handed_out_after(&self, event: &Event) -> Result<()>;
+
     /// An error once the memory of this queue's context is gone although devbuf still holds it:
     /// the runtime says the context died under devbuf (on CUDA, another library reset the
     /// primary context, which frees every allocation in it). No new host view may then hand out
