@@ -159,11 +159,20 @@ def test_round_trips_keep_one_queue(sycl):
     assert devbuf.asarray(through_dpnp).queue == queue
 
 
-def test_out_of_order_queues_map_to_our_in_order_queue_on_their_device(sycl):
-    # devbuf orders its work by queue order: dpctl's default queue is out of order.
+def test_out_of_order_queues_are_handed_out_as_they_are(sycl):
+    # dpctl's default queues run out of order: devbuf hands that very queue out with the memory
+    # (so dpnp mixes it with its arrays there), its own commands on an in-order queue beside it.
     theirs = dpctl.SyclQueue(sycl.selector.removeprefix("sycl:"))
     queue = devbuf.Queue(theirs)
-    assert queue == sycl.queue and queue.sycl_queue.sycl_context == theirs.sycl_context
+    assert queue != sycl.queue and queue.sycl_queue == theirs
+    assert devbuf.Queue(theirs) == queue
+    on_theirs = devbuf.zeros(4, "float32", device=theirs)
+    assert on_theirs.sycl_queue == theirs
+    assert (dpnp.asarray(on_theirs) + dpnp.ones(4, sycl_queue=theirs)).sycl_queue == theirs
+    # dpctl's cached queue for the device, where dpnp makes its arrays by default, is the one the
+    # device's own queue hands out.
+    cached = dpctl.get_device_cached_queue(theirs.sycl_device)
+    assert devbuf.Queue(cached) == sycl.queue and sycl.queue.sycl_queue == cached
 
 
 def test_other_memory_has_no_dpctl_attributes(sycl):
@@ -180,9 +189,6 @@ def test_no_dpctl_import_and_no_attributes_without_dpctl(sycl):
         import sys
         import devbuf
         assert "dpctl" not in sys.modules, "import devbuf imported dpctl"
-        array = devbuf.alloc(64, "device").view("float32")
-        assert array.buffer.device.backend == "sycl"
-        assert "dpctl" not in sys.modules, "a SYCL allocation imported dpctl"
 
         class NoDpctl:
             def find_spec(self, name, path=None, target=None):
@@ -190,6 +196,11 @@ def test_no_dpctl_import_and_no_attributes_without_dpctl(sycl):
                     raise ImportError("dpctl is blocked")
 
         sys.meta_path.insert(0, NoDpctl())
+        # Without dpctl, the device's queue hands out a queue devbuf made, and all works.
+        array = devbuf.alloc(64, "device").view("float32")
+        assert array.buffer.device.backend == "sycl"
+        array.buffer.fill(1)
+        assert array.buffer.to_bytes() == bytes([1]) * 64
         for name in ("sycl_queue", "sycl_device", "sycl_context", "usm_type", "__usm_ndarray__"):
             assert not hasattr(array, name), name
         assert not hasattr(array.queue, "sycl_queue")

@@ -36,8 +36,31 @@ def test_a_timing_stream_times_its_work(device):
     assert (other.record(timing=True) - other.record(timing=True)) <= 0
 
 
-def test_a_plain_stream_says_how_to_get_timing(device):
-    with pytest.raises(ValueError, match=r"a SYCL queue keeps timestamps only when made with profiling: .*timing=True"):
-        devbuf.Stream(device).record(timing=True)
+def test_every_stream_devbuf_makes_times_its_work_the_cuda_core_way(device):
+    # cuda.core's idiom, on a stream made with no timing asked for and on the device's own.
+    for stream in (device.create_stream(), devbuf.Stream(device), device.default_stream):
+        assert stream.timing
+        buffer = devbuf.alloc(16 << 20, "device", device=device)
+        start = stream.record(timing=True)
+        buffer.fill(3, stream=stream)
+        end = stream.record(timing=True)
+        end.synchronize()
+        assert end - start >= 0
     # Events without timing still order and complete.
     assert devbuf.Stream(device).record().query() in (True, False)
+
+
+def test_another_librarys_queue_times_as_it_was_made(device):
+    dpctl = pytest.importorskip("dpctl")
+    sycl_device = dpctl.SyclDevice(device.selector.split(":", 1)[1])
+    timed = devbuf.Stream(dpctl.SyclQueue(sycl_device, property=["in_order", "enable_profiling"]))
+    assert timed.timing
+    assert timed.record(timing=True) - timed.record(timing=True) <= 0
+    # Out of order: devbuf's commands run on an in-order queue of its own beside it, which times.
+    beside = devbuf.Stream(dpctl.SyclQueue(sycl_device))
+    assert beside.timing
+    beside.record(timing=True).synchronize()
+    untimed = devbuf.Stream(dpctl.SyclQueue(sycl_device, property="in_order"))
+    assert not untimed.timing
+    with pytest.raises(ValueError, match=r"without property::queue::enable_profiling"):
+        untimed.record(timing=True)

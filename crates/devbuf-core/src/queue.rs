@@ -98,6 +98,12 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// Records an event that completes when all work enqueued so far has completed.
     fn record_event(&self) -> Result<Event>;
 
+    /// Whether [`Queue::record_timed_event`] works here: the runtime keeps when this queue's
+    /// work completed. False unless a backend says otherwise.
+    fn keeps_time(&self) -> bool {
+        false
+    }
+
     /// Records an event like [`Queue::record_event`] that also carries when it completed, for
     /// [`Event::elapsed_ms_since`]; an [`crate::Error::Unsupported`] where the runtime keeps no
     /// such time for this queue.

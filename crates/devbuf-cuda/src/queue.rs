@@ -430,6 +430,10 @@ impl Queue for CudaQueue {
         )?))
     }
 
+    fn keeps_time(&self) -> bool {
+        true
+    }
+
     fn record_timed_event(&self) -> Result<Event> {
         Ok(Event::new(crate::event::record_timed(
             self.stream.context(),

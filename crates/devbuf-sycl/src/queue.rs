@@ -564,6 +564,10 @@ impl Queue for SyclQueue {
         Ok(Event::new(event))
     }
 
+    fn keeps_time(&self) -> bool {
+        self.profiling
+    }
+
     /// A barrier on the command queue, after the work others enqueued on the queue handed out:
     /// its command ends once everything enqueued before it has, whoever did it.
     fn record_timed_event(&self) -> Result<Event> {

@@ -84,6 +84,10 @@ impl Queue for HostQueue {
         Ok(Event::new(CompletedEvent))
     }
 
+    fn keeps_time(&self) -> bool {
+        true
+    }
+
     fn record_timed_event(&self) -> Result<Event> {
         Ok(Event::new(crate::InstantEvent(std::time::Instant::now())))
     }

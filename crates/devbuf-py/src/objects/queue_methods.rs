@@ -70,11 +70,11 @@ impl PyQueue {
     /// A new stream on `device` (a selector string, a Device, or None for the default device),
     /// made as cuda.core's `Device.create_stream` and CuPy's `Stream` make theirs: `non_blocking`
     /// (CUDA: no synchronisation with the legacy default stream) and `priority` (CUDA: lower is
-    /// more urgent; SYCL has none); `timing=True` makes its events able to keep time (SYCL: a
-    /// profiling queue; CUDA and host streams time either way). Or another library's stream
-    /// adopted, kept alive while devbuf
+    /// more urgent; SYCL has none); `timing` is taken for cuda.core's spelling: every stream
+    /// devbuf makes keeps time. Or another library's stream adopted, kept alive while devbuf
     /// uses it: anything with `__cuda_stream__` (cuda.core, CuPy, devbuf's own), or a
-    /// `dpctl.SyclQueue` (the same `sycl::queue` when it is in order).
+    /// `dpctl.SyclQueue` (that very queue is handed out with the memory; devbuf's own commands
+    /// run on it when it is in order, else on an in-order queue beside it).
     #[new]
     #[pyo3(signature = (device = None, *, non_blocking = true, priority = None, timing = false))]
     fn new(
@@ -131,8 +131,8 @@ impl PyQueue {
 
     /// Records an Event that completes once all work enqueued on this stream so far has, other
     /// libraries' included (on SYCL a barrier, not devbuf's last command). With `timing=True`
-    /// the event also keeps when it completed, for `end - start` (CUDA, host, and SYCL streams
-    /// made with `timing=True`; a ValueError where events have no timing).
+    /// the event also keeps when it completed, for `end - start` (every stream devbuf makes; a
+    /// ValueError for another library's queue made without timing).
     #[pyo3(signature = (*, timing = false))]
     fn record(slf: &Bound<'_, Self>, timing: bool) -> PyResult<Py<PyEvent>> {
         let queue = slf.get().queue()?;
@@ -287,12 +287,11 @@ impl PyQueue {
         Ok(self.made_with()?.non_blocking)
     }
 
-    /// Whether the stream's events can keep time (`Stream(..., timing=True)`; always on CUDA
-    /// and the host). AttributeError for another library's stream.
+    /// Whether the stream's events can keep time (`record(timing=True)`): every stream devbuf
+    /// makes, and another library's stream where its runtime keeps time for it.
     #[getter]
     fn timing(&self) -> PyResult<bool> {
-        let made = self.made_with()?;
-        Ok(made.timing || self.backend_name() != "sycl")
+        Ok(self.queue()?.keeps_time())
     }
 
     /// Closes the stream, as cuda.core's `Stream.close()`: later calls that use it, or name it as
