@@ -1,10 +1,11 @@
-"""Where the libraries devbuf hands memory to keep their own default queue for a device.
+"""What the libraries devbuf hands SYCL memory to keep for themselves, which devbuf follows.
 
 dpnp puts every array it makes by default on dpctl's cached queue for the device
 (``dpctl.get_device_cached_queue``) and mixes only arrays on one queue (compute follows data). So
 devbuf hands out the memory of a SYCL device's default queue on that very queue: the extension asks
-here, once per device, when it makes the device's default queue (docs/architecture.md, "Where
-memory is handed out").
+here, once per device, when it makes the device's default queue. dpctl's queues run out of order,
+and dpnp orders its work on one by dpctl's record of the queue's events: devbuf's commands on memory
+handed out there join that record. (docs/architecture.md, "Where memory is handed out".)
 """
 
 import warnings
@@ -33,3 +34,18 @@ def default_queue(protocol: str, native_selector: str):
             stacklevel=2,
         )
         return None
+
+
+def order_next_work_after(protocol: str, queue, event) -> bool:
+    """Makes the next work dpnp and dpnp.tensor submit on ``queue`` (a "SyclQueueRef" capsule)
+    follow ``event`` (a "SyclEventRef" capsule), devbuf's command on memory handed out there: they
+    submit by dpctl's record of each queue's events (``SequentialOrderManager``), which it joins.
+    Whether it could."""
+    if protocol != _SUAI:
+        return False
+    import dpctl
+    from dpctl.utils import SequentialOrderManager
+
+    done = dpctl.SyclEvent(event)
+    SequentialOrderManager[dpctl.SyclQueue(queue)].add_event_pair(done, done)
+    return True

@@ -66,6 +66,8 @@ def test_back_to_the_default_resource(device):
     finally:
         mr.reset_current_device_resource(device)
     assert type(mr.get_current_device_resource(device, "device")) is mr.QueueMemoryResource
+    # The block of the first allocation goes back to the pool once the work on it is done, which
+    # may be before or after this line: the pool's use may only shrink, never grow.
     before = pool.used_bytes
     kept = devbuf.alloc(4096, "device", device=device)
-    assert pool.used_bytes == before and kept.nbytes == 4096
+    assert pool.used_bytes <= before and kept.nbytes == 4096

@@ -1,16 +1,18 @@
-//! The queue the libraries that consume a backend's memory keep for a device by default (dpctl's
-//! cached queue, on which dpnp makes its arrays): memory devbuf allocates on a device's default
-//! queue is handed out on that very queue, so that the consumer's next line mixes it with its own
-//! arrays (docs/architecture.md, "Where memory is handed out"). The embedding layer says where the
-//! consumers keep it ([`set_default_queue_source`]: Python asks dpctl); without one (Rust alone)
-//! a backend makes such a queue itself.
+//! What the libraries that consume a backend's memory keep for themselves, which devbuf follows:
+//! the queue they use for a device by default (dpctl's cached queue, on which dpnp makes its
+//! arrays), so that memory devbuf allocates on a device's default queue is handed out on that very
+//! queue and the consumer's next line mixes it with its own arrays; and their own record of the
+//! work on a queue (dpctl's `SequentialOrderManager`, which dpnp submits by), so that their next
+//! work there follows devbuf's commands (docs/architecture.md, "Where memory is handed out"). The
+//! embedding layer answers for them ([`set_ecosystem`]: Python asks dpctl); without it (Rust
+//! alone) a backend makes such a queue itself and waits for its commands where it must.
 
 use std::sync::OnceLock;
 
-use crate::{ForeignObject, Protocol};
+use crate::{ExportedHandle, ForeignObject, Protocol};
 
-/// Where the consumers of a protocol keep their default queue for a device.
-pub trait DefaultQueueSource: Send + Sync {
+/// The consumers of a protocol, as the embedding layer can reach them.
+pub trait Ecosystem: Send + Sync {
     /// Calls `adopt` with the queue the libraries that speak `protocol` use by default for the
     /// device `native_selector` names (the device's selector in those libraries' own terms),
     /// while the handle stays alive; does not call it where they keep none or cannot be asked.
@@ -20,25 +22,47 @@ pub trait DefaultQueueSource: Send + Sync {
         native_selector: &str,
         adopt: &mut dyn FnMut(&ForeignObject<'_>),
     );
+
+    /// Tells the libraries that speak `protocol` and order their work on `queue` by their own
+    /// record of its events that their next work there must follow `event` (both handles of the
+    /// protocol's runtime, given away); whether they could be told.
+    fn order_next_work_after(
+        &self,
+        protocol: Protocol,
+        queue: ExportedHandle,
+        event: ExportedHandle,
+    ) -> bool;
 }
 
-static SOURCE: OnceLock<Box<dyn DefaultQueueSource>> = OnceLock::new();
+static ECOSYSTEM: OnceLock<Box<dyn Ecosystem>> = OnceLock::new();
 
-/// Installs where the consumers' default queues are found. Only the first call takes effect; it
-/// returns whether this one did.
-pub fn set_default_queue_source(source: Box<dyn DefaultQueueSource>) -> bool {
-    SOURCE.set(source).is_ok()
+/// Installs how the consumers are reached. Only the first call takes effect; it returns whether
+/// this one did.
+pub fn set_ecosystem(ecosystem: Box<dyn Ecosystem>) -> bool {
+    ECOSYSTEM.set(ecosystem).is_ok()
 }
 
-/// Calls `adopt` with the consumers' default queue for a device, as the installed source finds it
-/// ([`DefaultQueueSource::with_default_queue`]); nothing without a source. A backend calls this
-/// while it holds none of its own locks: the source may run the embedding language's code.
+/// Calls `adopt` with the consumers' default queue for a device ([`Ecosystem::with_default_queue`]);
+/// nothing without an ecosystem. A backend calls this while it holds none of its own locks: the
+/// embedding layer may run its language's code.
 pub fn with_default_queue(
     protocol: Protocol,
     native_selector: &str,
     adopt: &mut dyn FnMut(&ForeignObject<'_>),
 ) {
-    if let Some(source) = SOURCE.get() {
-        source.with_default_queue(protocol, native_selector, adopt);
+    if let Some(ecosystem) = ECOSYSTEM.get() {
+        ecosystem.with_default_queue(protocol, native_selector, adopt);
     }
+}
+
+/// [`Ecosystem::order_next_work_after`]; false without an ecosystem. Called with no lock held, as
+/// [`with_default_queue`].
+pub fn order_next_work_after(
+    protocol: Protocol,
+    queue: ExportedHandle,
+    event: ExportedHandle,
+) -> bool {
+    ECOSYSTEM
+        .get()
+        .is_some_and(|ecosystem| ecosystem.order_next_work_after(protocol, queue, event))
 }

@@ -13,6 +13,7 @@ use crate::objects::array::{PyArray, PyBuffer};
 use crate::objects::device::PyDevice;
 use crate::objects::python_owner::visit_owner;
 use crate::objects::queue::PyQueue;
+use crate::objects::streams::StreamArg;
 
 #[pymethods]
 impl PyArray {
@@ -219,8 +220,9 @@ impl PyArray {
         slf: &Bound<'_, Self>,
         source: &Bound<'_, PyAny>,
         blocking: bool,
-        stream: Option<&Bound<'_, PyQueue>>,
+        stream: Option<StreamArg<'_>>,
     ) -> PyResult<()> {
+        let stream = stream.as_deref();
         let py = slf.py();
         let this = slf.get();
         let destination = this.array(py)?;
@@ -329,8 +331,9 @@ impl PyArray {
     fn to_bytes<'py>(
         &self,
         py: Python<'py>,
-        stream: Option<&Bound<'py, PyQueue>>,
+        stream: Option<StreamArg<'py>>,
     ) -> PyResult<Bound<'py, PyBytes>> {
+        let stream = stream.as_deref();
         let bytes = self.contiguous_bytes(py, "to_bytes")?;
         let current = match stream {
             None => crate::objects::current_stream::current_on(py, Some(&bytes.device().selector)),
@@ -360,9 +363,10 @@ impl PyArray {
     #[pyo3(signature = (stream = None, out = None))]
     fn get<'py>(
         slf: &Bound<'py, Self>,
-        stream: Option<&Bound<'py, PyQueue>>,
+        stream: Option<StreamArg<'py>>,
         out: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let stream = stream.as_deref();
         crate::host_transfer::to_numpy(slf, out, stream)
     }
 
@@ -371,8 +375,9 @@ impl PyArray {
     fn copy_to_host<'py>(
         slf: &Bound<'py, Self>,
         out: Option<&Bound<'py, PyAny>>,
-        stream: Option<&Bound<'py, PyQueue>>,
+        stream: Option<StreamArg<'py>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let stream = stream.as_deref();
         crate::host_transfer::to_numpy(slf, out, stream)
     }
 

@@ -15,6 +15,7 @@ use crate::exact_int::exact_int;
 use crate::objects::array::{PyArray, PyBuffer};
 use crate::objects::foreign_objects::resolve_queue;
 use crate::objects::queue::PyQueue;
+use crate::objects::streams::StreamArg;
 use crate::vectorcall::{Arguments, Body, Signature};
 
 #[pymethods]
@@ -146,8 +147,9 @@ impl PyBuffer {
         slf: &Bound<'_, Self>,
         value: &Bound<'_, PyAny>,
         blocking: bool,
-        stream: Option<&Bound<'_, PyQueue>>,
+        stream: Option<StreamArg<'_>>,
     ) -> PyResult<()> {
+        let stream = stream.as_deref();
         let value = byte_value(value)?;
         let this = slf.as_super().get();
         let array = this.array(slf.py())?;
@@ -191,8 +193,9 @@ impl PyBuffer {
     fn prefetch(
         slf: &Bound<'_, Self>,
         location: &str,
-        stream: Option<&Bound<'_, PyQueue>>,
+        stream: Option<StreamArg<'_>>,
     ) -> PyResult<()> {
+        let stream = stream.as_deref();
         let array = slf.as_super().get().array(slf.py())?;
         crate::buffer_hints::prefetch(slf.py(), array.buffer(), location, stream)
     }
@@ -464,11 +467,9 @@ fn alloc_general<'py>(
     };
     let mr = mr.filter(|mr| !mr.is_none());
     let stream = match &stream {
-        Some(stream) if !stream.is_none() => Some(
-            stream
-                .cast::<PyQueue>()
-                .map_err(|_| wrong_type(stream, "stream", "a devbuf.Stream"))?,
-        ),
+        Some(stream) if !stream.is_none() => {
+            Some(crate::objects::streams::stream_argument(stream)?)
+        }
         _ => None,
     };
     let made = alloc(
@@ -478,7 +479,7 @@ fn alloc_general<'py>(
         device.as_deref(),
         ipc,
         mr.as_deref(),
-        stream.as_deref(),
+        stream.as_ref(),
     )?;
     Ok(made.into_ptr())
 }

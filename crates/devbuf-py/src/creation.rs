@@ -10,6 +10,7 @@ use pyo3::types::{PyBool, PyComplex, PyFloat, PyInt};
 use crate::errors::IntoPyResult;
 use crate::objects::array::PyArray;
 use crate::objects::queue::PyQueue;
+use crate::objects::streams::StreamArg;
 
 /// Where and how an allocation is made: `alloc`'s keywords.
 struct Placement<'a, 'py> {
@@ -129,9 +130,10 @@ pub(crate) fn empty<'py>(
     dtype: Option<&Bound<'py, PyAny>>,
     kind: Option<&str>,
     device: Option<&Bound<'py, PyAny>>,
-    stream: Option<&Bound<'py, PyQueue>>,
+    stream: Option<StreamArg<'py>>,
     mr: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Py<PyArray>> {
+    let stream = stream.as_deref();
     let at = Placement {
         kind,
         device,
@@ -155,7 +157,7 @@ pub(crate) fn zeros<'py>(
     dtype: Option<&Bound<'py, PyAny>>,
     kind: Option<&str>,
     device: Option<&Bound<'py, PyAny>>,
-    stream: Option<&Bound<'py, PyQueue>>,
+    stream: Option<StreamArg<'py>>,
     mr: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Py<PyArray>> {
     let array = empty(py, shape, dtype, kind, device, stream, mr)?;
@@ -176,9 +178,10 @@ pub(crate) fn full<'py>(
     dtype: Option<&Bound<'py, PyAny>>,
     kind: Option<&str>,
     device: Option<&Bound<'py, PyAny>>,
-    stream: Option<&Bound<'py, PyQueue>>,
+    stream: Option<StreamArg<'py>>,
     mr: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Py<PyArray>> {
+    let stream = stream.as_deref();
     let value = scalar(fill_value)?;
     let dtype = dtype_or(dtype, value.default_dtype())?;
     // Refused values are refused before anything is allocated.
@@ -205,9 +208,10 @@ pub(crate) fn empty_like<'py>(
     dtype: Option<&Bound<'py, PyAny>>,
     kind: Option<&str>,
     device: Option<&Bound<'py, PyAny>>,
-    stream: Option<&Bound<'py, PyQueue>>,
+    stream: Option<StreamArg<'py>>,
     mr: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Py<PyArray>> {
+    let stream = stream.as_deref();
     let prototype = crate::import::import_object(py, prototype, false, true)?;
     let this = prototype.get();
     let open = this.array(py)?;
@@ -240,7 +244,7 @@ pub(crate) fn zeros_like<'py>(
     dtype: Option<&Bound<'py, PyAny>>,
     kind: Option<&str>,
     device: Option<&Bound<'py, PyAny>>,
-    stream: Option<&Bound<'py, PyQueue>>,
+    stream: Option<StreamArg<'py>>,
     mr: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Py<PyArray>> {
     let array = empty_like(py, prototype, dtype, kind, device, stream, mr)?;

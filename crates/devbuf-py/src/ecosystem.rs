@@ -1,18 +1,20 @@
-//! Where the consumers of a backend's memory keep their default queue for a device, asked of
-//! Python (`devbuf._ecosystem`, which asks dpctl) for core's [`devbuf::ecosystem`]: the queue a
-//! device's default queue hands its memory out on.
+//! What the consumers of a backend's memory keep for themselves, asked of Python
+//! (`devbuf._ecosystem`, which asks dpctl) for core's [`devbuf::ecosystem`]: the queue a device's
+//! default queue hands its memory out on, and their record of the work on a queue, which devbuf's
+//! commands join.
 
-use devbuf::ecosystem::DefaultQueueSource;
-use devbuf::{ForeignObject, Protocol};
+use devbuf::ecosystem::Ecosystem;
+use devbuf::{ExportedHandle, ForeignObject, Protocol};
 use pyo3::intern;
 use pyo3::prelude::*;
 
 use crate::objects::foreign_objects::ask;
+use crate::objects::queue::handle_capsule;
 
-/// The source `devbuf._ecosystem.default_queue` answers for.
-pub(crate) struct PythonDefaultQueues;
+/// The ecosystem `devbuf._ecosystem` answers for.
+pub(crate) struct PythonEcosystem;
 
-impl DefaultQueueSource for PythonDefaultQueues {
+impl Ecosystem for PythonEcosystem {
     fn with_default_queue(
         &self,
         protocol: Protocol,
@@ -38,5 +40,30 @@ impl DefaultQueueSource for PythonDefaultQueues {
                 err.write_unraisable(py, None);
             }
         });
+    }
+
+    fn order_next_work_after(
+        &self,
+        protocol: Protocol,
+        queue: ExportedHandle,
+        event: ExportedHandle,
+    ) -> bool {
+        // Past the interpreter's end no consumer is left to tell: the caller waits instead.
+        Python::try_attach(|py| {
+            let told = (|| -> PyResult<bool> {
+                let (queue, event) = (handle_capsule(py, queue)?, handle_capsule(py, event)?);
+                py.import(intern!(py, "devbuf._ecosystem"))?
+                    .call_method1(
+                        intern!(py, "order_next_work_after"),
+                        (protocol.to_string(), queue, event),
+                    )?
+                    .extract()
+            })();
+            told.unwrap_or_else(|err| {
+                err.write_unraisable(py, None);
+                false
+            })
+        })
+        .unwrap_or(false)
     }
 }

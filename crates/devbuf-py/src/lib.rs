@@ -93,7 +93,7 @@ fn release_gil_while(wait: &mut dyn FnMut()) {
 fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     gil_as_lock::require_gil(m.py())?;
     devbuf::set_blocking_hook(release_gil_while);
-    devbuf::ecosystem::set_default_queue_source(Box::new(ecosystem::PythonDefaultQueues));
+    devbuf::ecosystem::set_ecosystem(Box::new(ecosystem::PythonEcosystem));
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<objects::array::PyArray>()?;
     export::dlpack::add_dlpack_method(&m.py().get_type::<objects::array::PyArray>())?;

@@ -1,15 +1,14 @@
 //! [`SyclEvent`]: a point in a SYCL queue's work, and the barriers that make one where devbuf's
-//! last command does not cover what it must (other libraries' work on a queue, another queue's
-//! event).
+//! last command does not cover what it must (other libraries' work on a queue).
 
 use std::any::Any;
 use std::sync::Arc;
 
-use devbuf_core::{Error, QueueEvent, Result};
+use devbuf_core::{Error, ExportedHandle, QueueEvent, Result};
 use devbuf_sycl_sys as sys;
 
 use crate::loader::SYCL;
-use crate::raw::{RawEvent, RawQueue};
+use crate::raw::{RawEvent, RawQueue, owned_handle};
 
 /// Submits a barrier on `queue`: its event completes after all work enqueued there so far.
 pub(crate) fn barrier(queue: &RawQueue) -> Result<RawEvent> {
@@ -20,29 +19,6 @@ pub(crate) fn barrier(queue: &RawQueue) -> Result<RawEvent> {
         Error::runtime(
             SYCL,
             "DPCTLQueue_SubmitBarrier",
-            "the SYCL runtime refused it",
-        )
-    })
-}
-
-/// Submits a barrier on `queue` that waits for `event` (of the same runtime): work enqueued
-/// there later runs after it, and the host does not block.
-pub(crate) fn barrier_for(queue: &RawQueue, event: &SyclEvent) -> Result<RawEvent> {
-    let dependencies = [event.event.as_ptr()];
-    // SAFETY: the queue and the event are live and of one runtime; the call catches the
-    // runtime's exceptions and returns the barrier's event, which we own.
-    let barrier = unsafe {
-        queue.rt.api().DPCTLQueue_SubmitBarrierForEvents(
-            queue.as_ptr(),
-            dependencies.as_ptr(),
-            dependencies.len(),
-        )
-    };
-    // SAFETY: `barrier` is null or an event we own.
-    unsafe { RawEvent::from_raw(queue.rt, barrier) }.ok_or_else(|| {
-        Error::runtime(
-            SYCL,
-            "DPCTLQueue_SubmitBarrierForEvents",
             "the SYCL runtime refused it",
         )
     })
@@ -60,6 +36,16 @@ pub struct SyclEvent {
 }
 
 impl SyclEvent {
+    /// A fresh owned copy of the event as a "SyclEventRef" payload (destroyed with
+    /// `DPCTLEvent_Delete`), for libraries that take dpctl's events.
+    pub(crate) fn export_handle(&self) -> Option<ExportedHandle> {
+        let api = self.event.rt.api();
+        let delete = *api.DPCTLEvent_Delete.as_ref().ok()?;
+        // SAFETY: the event is live; Copy returns a new handle, or null.
+        let copy = unsafe { api.DPCTLEvent_Copy(self.event.as_ptr()) };
+        owned_handle(c"SyclEventRef", copy, delete)
+    }
+
     /// When its command ended, in the device's nanoseconds, once it has (waited for here: SYCL
     /// has no timestamp for a command that has not run).
     fn end_ns(&self) -> Result<u64> {

@@ -83,8 +83,9 @@ pub(crate) unsafe fn queue_for_syclobj(
     })
 }
 
-/// The queue for another library's SYCL queue given as a device or a stream (a "SyclQueueRef"
-/// handle): the devbuf queue that hands out that very `sycl::queue`.
+/// The queue for another library's SYCL object given as a device or a stream: a "SyclQueueRef"
+/// handle (a `dpctl.SyclQueue`: the devbuf queue that hands out that very `sycl::queue`), or a
+/// device's filter string (a `dpctl.SyclDevice`'s: the device's default queue).
 ///
 /// # Safety
 /// As for [`queue_for_syclobj`].
@@ -92,17 +93,21 @@ pub(crate) unsafe fn queue_for_device_object(
     runtime: Result<&'static Runtime>,
     object: &ForeignObject<'_>,
 ) -> Option<Result<Arc<dyn Queue>>> {
-    let ForeignObject::Handle { name, ptr } = object else {
-        return None;
-    };
-    if name.to_bytes() != b"SyclQueueRef" {
-        return None;
+    match object {
+        ForeignObject::Handle { name, ptr } if name.to_bytes() == b"SyclQueueRef" => {
+            Some(runtime_for_syclobj(runtime).and_then(|runtime| {
+                // SAFETY: a live "SyclQueueRef" payload (the caller's promise).
+                let queue = unsafe { SyclQueue::from_queue_ref(runtime, *ptr as *mut c_void) }?;
+                Ok(queue as Arc<dyn Queue>)
+            }))
+        }
+        ForeignObject::Text(filter) => Some(
+            runtime
+                .and_then(|runtime| SyclQueue::open(runtime, filter))
+                .map(|queue| queue as Arc<dyn Queue>),
+        ),
+        _ => None,
     }
-    Some(runtime_for_syclobj(runtime).and_then(|runtime| {
-        // SAFETY: a live "SyclQueueRef" payload (the caller's promise).
-        let queue = unsafe { SyclQueue::from_queue_ref(runtime, *ptr as *mut c_void) }?;
-        Ok(queue as Arc<dyn Queue>)
-    }))
 }
 
 impl SyclQueue {

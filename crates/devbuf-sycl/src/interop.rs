@@ -111,7 +111,8 @@ impl Interop for SyclQueue {
     }
 
     /// On a queue shared with them, an in-order queue: [`Queue::wait_event`]; on a queue handed out
-    /// beside devbuf's command queue, a barrier there that waits for the event.
+    /// beside devbuf's command queue, the event joins the record of work its consumers submit by
+    /// ([`SyclQueue::order_handed_out_after_event`]).
     fn order_handed_out_after(&self, event: &Event) -> Result<()> {
         if !self.split {
             return Queue::wait_event(self, event);

@@ -158,6 +158,7 @@ required_symbols!(
     DPCTLDevice_GetVendor,
     DPCTLDevice_HasAspect,
     DPCTLDevice_Hash,
+    DPCTLEvent_Copy,
     DPCTLEvent_Create,
     DPCTLEvent_Delete,
     DPCTLEvent_GetCommandExecutionStatus,

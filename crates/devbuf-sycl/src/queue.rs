@@ -14,7 +14,7 @@ use devbuf_core::{
 use devbuf_sycl_sys as sys;
 use parking_lot::Mutex;
 
-use crate::event::{SyclEvent, barrier, barrier_for};
+use crate::event::{SyclEvent, barrier};
 use crate::loader::Runtime;
 use crate::loader::SYCL;
 use crate::memory::classify;
@@ -335,15 +335,22 @@ impl SyclQueue {
         self.enqueue_wait(&others)
     }
 
-    /// Makes work other libraries enqueue from now on on the queue handed out wait for `event`:
-    /// a barrier on it that waits for the event (`sycl_ext_oneapi_enqueue_barrier`: commands
-    /// submitted after it run after the events it lists, on an out-of-order queue too).
+    /// Makes work other libraries enqueue from now on on the queue handed out follow `event`. They
+    /// order their work there by their own record of its events (dpctl's
+    /// `SequentialOrderManager`, which dpnp and dpnp.tensor submit by), which `event` joins
+    /// ([`devbuf_core::ecosystem::order_next_work_after`]): a barrier on an out-of-order queue
+    /// does not order their next kernels (measured on the Intel CPU runtime: docs/architecture.md,
+    /// "Where memory is handed out"). Where none can be told, the host waits for the event.
     pub(crate) fn order_handed_out_after_event(&self, event: &SyclEvent) -> Result<()> {
-        if Arc::ptr_eq(&event.recorded_by, &self.handed_out_identity) {
-            // One of the handed-out queue's own barriers, which later work there follows.
-            return Ok(());
-        }
-        barrier_for(&self.handed_out, event).map(drop)
+        let told = match (Interop::export_handle(self), event.export_handle()) {
+            (Some(queue), Some(event)) => devbuf_core::ecosystem::order_next_work_after(
+                devbuf_core::Protocol::Suai,
+                queue,
+                event,
+            ),
+            _ => false,
+        };
+        if told { Ok(()) } else { event.wait() }
     }
 
     /// Enqueues on the command queue a barrier that waits for `event`, recorded as the last

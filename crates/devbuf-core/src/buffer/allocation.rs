@@ -75,6 +75,15 @@ pub(super) struct PendingWork {
 }
 
 impl PendingWork {
+    /// The same work, without holding the sources of its copies.
+    pub(super) fn without_sources(&self) -> PendingWork {
+        PendingWork {
+            queue: self.queue.clone(),
+            event: self.event.clone(),
+            sources: Vec::new(),
+        }
+    }
+
     pub(super) fn on(&self, queue: &Arc<dyn Queue>) -> bool {
         self.queue
             .as_ref()

@@ -155,20 +155,22 @@ impl Buffer {
     }
 
     /// Runs `wait` on each piece of work still pending on this allocation (the producer's among
-    /// them), after forgetting what has completed.
+    /// them), after forgetting what has completed. The waits run with the allocation unlocked:
+    /// ordering another library's queue may call into the embedding language
+    /// ([`crate::ecosystem`]), whose own lock another thread may hold while it waits for ours.
     fn for_each_pending(&self, mut wait: impl FnMut(&PendingWork) -> Result<()>) -> Result<()> {
         if self.alloc.pending.is_empty() {
             return Ok(());
         }
-        // Declared first, so dropped after the guard.
-        let _completed: Vec<PendingWork>;
-        let mut pending = self.alloc.pending.lock();
-        pending.record_producer_event()?;
-        _completed = pending.take_all_completed();
-        for work in &pending.work {
-            wait(work)?;
-        }
-        Ok(())
+        let (completed, pending): (Vec<PendingWork>, SmallVec<[PendingWork; 2]>) = {
+            let mut pending = self.alloc.pending.lock();
+            pending.record_producer_event()?;
+            let completed = pending.take_all_completed();
+            let still = pending.work.iter().map(PendingWork::without_sources).collect();
+            (completed, still)
+        };
+        drop(completed);
+        pending.iter().try_for_each(&mut wait)
     }
 
     /// The queue a consumer must synchronize with to see every write that may still be pending on
@@ -344,40 +346,44 @@ pub(super) fn record_enqueued(
         };
         set_latest(pending, queue, event.clone(), keep);
     }
+    let mut held_back: SmallVec<[Arc<dyn ForeignQueue>; 1]> = SmallVec::new();
+    let mut handed_out: SmallVec<[Arc<dyn Queue>; 2]> = SmallVec::new();
     for (alloc, pending) in allocations.iter().zip(&guards) {
-        if let Some(producer) = pending.held_back() {
-            producer.wait_event(&event)?;
-        }
-        publish(alloc, pending, queue, &event)?;
+        held_back.extend(pending.held_back().cloned());
+        handed_out.extend(queues_handed_out(alloc, pending, queue));
+    }
+    // Unlocked first: ordering another library's queue may call into the embedding language.
+    drop(guards);
+    for producer in held_back {
+        producer.wait_event(&event)?;
+    }
+    for other in handed_out {
+        other.interop().order_handed_out_after(&event)?;
     }
     Ok(event)
 }
 
-/// Makes other libraries' later work on every queue `alloc` was handed out on wait for `event`,
-/// devbuf's command on it enqueued on `queue`, as an in-order queue shared with them does by
-/// itself: the other direction of [`Buffer::order_access`] for memory already handed out.
-fn publish(
-    alloc: &Allocation,
-    pending: &PendingList,
-    queue: &Arc<dyn Queue>,
-    event: &Event,
-) -> Result<()> {
+/// The queues `alloc` was handed out on whose other libraries' later work does not follow
+/// devbuf's commands on `queue` by itself: each is made to wait for them (the other direction of
+/// [`Buffer::order_access`], for memory already handed out), as an in-order queue shared with
+/// them does by itself.
+fn queues_handed_out<'a>(
+    alloc: &'a Allocation,
+    pending: &'a PendingList,
+    queue: &'a Arc<dyn Queue>,
+) -> impl Iterator<Item = Arc<dyn Queue>> + 'a {
     let state = alloc.exported.load(Ordering::Relaxed);
-    if state < exported::WITH_FOREIGN_WORK {
-        return Ok(());
-    }
-    let publish_on = |handed_out: &Arc<dyn Queue>| {
-        let interop = handed_out.interop();
-        if Arc::ptr_eq(handed_out, queue) && interop.hands_out_command_queue() {
-            return Ok(());
-        }
-        interop.order_handed_out_after(event)
+    let home = (state >= exported::WITH_FOREIGN_WORK).then(|| alloc.queue());
+    let others = match state == exported::ELSEWHERE_TOO {
+        true => pending.handed_out(),
+        false => &[],
     };
-    publish_on(alloc.queue())?;
-    if state == exported::ELSEWHERE_TOO {
-        pending.handed_out().iter().try_for_each(publish_on)?;
-    }
-    Ok(())
+    home.into_iter()
+        .chain(others)
+        .filter(move |handed_out| {
+            !(Arc::ptr_eq(handed_out, queue) && handed_out.interop().hands_out_command_queue())
+        })
+        .cloned()
 }
 
 /// Makes `event` the latest work of `queue` in an allocation's pending list, which also holds

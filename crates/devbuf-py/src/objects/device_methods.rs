@@ -40,13 +40,17 @@ impl PyDevice {
                      devbuf.devices() lists them"
                 )));
             }
-            Some(other) => {
-                return Err(PyTypeError::new_err(format!(
-                    "selector: expected a selector string (\"cuda:0\", \"sycl:gpu\", \"host\") \
-                     or a Device, got {}",
-                    other.get_type().name()?
-                )));
-            }
+            // Another library's device or queue (a dpctl.SyclDevice or SyclQueue): its device.
+            Some(other) => match crate::objects::foreign_objects::selector_of(other) {
+                Ok(selector) => Some(selector),
+                Err(_) => {
+                    return Err(PyTypeError::new_err(format!(
+                        "selector: expected a selector string (\"cuda:0\", \"sycl:gpu\", \
+                         \"host\"), a Device, a dpctl.SyclDevice or a dpctl.SyclQueue, got {}",
+                        other.get_type().name()?
+                    )));
+                }
+            },
         };
         let queue = match selector.as_deref() {
             None | Some("") => current_default(py)?,

@@ -193,8 +193,9 @@ pub(crate) fn queue_from_syclobj(
     Ok(resolved)
 }
 
-/// The devbuf queue for another library's queue object given as `device=` (a `dpctl.SyclQueue`);
-/// `None` for objects no backend owns.
+/// The devbuf queue for another library's queue object given as `device=` or `stream=`: one
+/// whose `_get_capsule()` gives its runtime handle (a `dpctl.SyclQueue`); `None` for objects no
+/// backend owns.
 pub(crate) fn queue_from_device_object(
     py: Python<'_>,
     obj: &Bound<'_, PyAny>,
@@ -211,6 +212,26 @@ pub(crate) fn queue_from_device_object(
         Some(queue) => Ok(Some(wrap_queue(py, queue.py()?)?)),
         None => Ok(None),
     }
+}
+
+/// The devbuf selector of another library's device object given as `device=`: one named by its
+/// `filter_string` (a `dpctl.SyclDevice`), as the backend that owns such names reads it; `None`
+/// for other objects.
+fn selector_of_device_object(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    let Some(filter) = obj
+        .getattr_opt(intern!(py, "filter_string"))?
+        .and_then(|filter| filter.cast_into::<PyString>().ok())
+    else {
+        return Ok(None);
+    };
+    let filter = filter.to_str()?;
+    // SAFETY: a string holds no handle.
+    let found =
+        py.detach(|| unsafe { devbuf::queue_for_device_object(&ForeignObject::Text(filter)) });
+    Ok(match found {
+        Some(queue) => Some(queue.py()?.device().selector.clone()),
+        None => None,
+    })
 }
 
 /// Whether memory of `queue` is SUAI's (and dpctl's).
@@ -283,9 +304,15 @@ pub(crate) fn selector_of(device: &Bound<'_, PyAny>) -> PyResult<String> {
     if let Ok(queue) = device.cast::<PyQueue>() {
         return Ok(queue.get().queue()?.device().selector.clone());
     }
+    if let Some(selector) = selector_of_device_object(device.py(), device)? {
+        return Ok(selector);
+    }
+    if let Some(queue) = queue_from_device_object(device.py(), device)? {
+        return Ok(queue.get().held().device().selector.clone());
+    }
     Err(PyTypeError::new_err(format!(
-        "device: expected None, a selector string, a devbuf.Device, a devbuf.Queue or a \
-         dpctl.SyclQueue, got {}",
+        "device: expected None, a selector string, a devbuf.Device, a devbuf.Stream, a \
+         dpctl.SyclDevice or a dpctl.SyclQueue, got {}",
         device.get_type().name()?
     )))
 }

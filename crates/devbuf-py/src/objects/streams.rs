@@ -70,3 +70,48 @@ pub(crate) fn adopt_handle(
         .py()?;
     PyQueue::wrap(py, queue)
 }
+
+/// A `stream=` argument: a devbuf Stream, or another library's stream or queue adopted as
+/// `devbuf.Stream(obj)` adopts it (anything with `__cuda_stream__`, a `dpctl.SyclQueue`), so
+/// every call that takes a stream takes the ones users hold.
+pub(crate) struct StreamArg<'py>(Bound<'py, PyQueue>);
+
+impl<'py> std::ops::Deref for StreamArg<'py> {
+    type Target = Bound<'py, PyQueue>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl<'a, 'py> FromPyObject<'a, 'py> for StreamArg<'py> {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        stream_argument(&obj).map(StreamArg)
+    }
+}
+
+/// The devbuf Stream a `stream=` argument names ([`StreamArg`]); a TypeError naming `stream`
+/// for anything else.
+pub(crate) fn stream_argument<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyQueue>> {
+    let py = obj.py();
+    if let Ok(ours) = obj.cast::<PyQueue>() {
+        return Ok(ours.clone());
+    }
+    if let Some(adopted) = adopt_cuda_stream(py, obj, None)? {
+        return Ok(adopted.into_bound(py));
+    }
+    if !obj.is_instance_of::<pyo3::types::PyString>()
+        && let Some(queue) = crate::objects::foreign_objects::queue_from_device_object(py, obj)?
+    {
+        return Ok(queue.into_bound(py));
+    }
+    let got = obj
+        .get_type()
+        .name()
+        .map_or_else(|_| "?".into(), |name| name.to_string());
+    Err(PyTypeError::new_err(format!(
+        "stream: expected None, a devbuf.Stream, an object with __cuda_stream__ (cuda.core, CuPy) \
+         or a dpctl.SyclQueue, got {got}"
+    )))
+}
