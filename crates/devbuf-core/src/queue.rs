@@ -49,24 +49,24 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
         false
     }
 
-    /// Releases memory from [`Queue::allocate`], after the work already enqueued on this queue
-    /// (stream-ordered where the runtime can, else by waiting when work is pending).
+    /// Whether [`Queue::deallocate`] frees `ptr`, an allocation of `kind` of this queue, in stream
+    /// order, after the work enqueued on this queue so far (CUDA's `cuMemFreeAsync`). Where it
+    /// does not, the runtime frees at once, and core waits for the work on the memory first
+    /// ([`crate::ordering::release_to_queue`]). False unless a backend says otherwise.
+    fn frees_in_order(&self, _ptr: NonNull<u8>, _kind: MemKind) -> bool {
+        false
+    }
+
+    /// Releases memory from [`Queue::allocate`]: at once, or in stream order on this queue where
+    /// [`Queue::frees_in_order`] says so. A backend never waits here: core has ordered the release
+    /// after every piece of work that may still touch the memory
+    /// ([`crate::ordering::release_to_queue`]), and leaks memory whose wait failed.
     ///
     /// # Safety
     /// `ptr`, `kind`, `size` and `align` are exactly those of one earlier successful `allocate` on
-    /// this queue, the memory is released once, and no other queue has pending work on it.
+    /// this queue, the memory is released once, and no work on it is still running (or, where
+    /// this queue frees in stream order, none but on this queue).
     unsafe fn deallocate(&self, ptr: NonNull<u8>, kind: MemKind, size: usize, align: usize);
-
-    /// Releases memory from [`Queue::allocate`] that no work devbuf enqueued can still be using
-    /// (the caller knows: [`crate::Buffer`] tracks that work per allocation), without waiting for
-    /// the queue's other work. Defaults to [`Queue::deallocate`].
-    ///
-    /// # Safety
-    /// As for [`Queue::deallocate`], and no work devbuf enqueued on the memory is still running.
-    unsafe fn deallocate_unused(&self, ptr: NonNull<u8>, kind: MemKind, size: usize, align: usize) {
-        // SAFETY: the caller's guarantees are `deallocate`'s.
-        unsafe { self.deallocate(ptr, kind, size, align) }
-    }
 
     /// Enqueues a copy of `len` bytes, ordered after earlier work on this queue. The copy may still
     /// be running when this returns: call [`Queue::wait`] before the host reads `dst` or reuses `src`.

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use cudarc::driver::sys::{self, CUcontext, CUresult, CUstream};
 use devbuf_core::{
     Advice, DeviceInfo, Error, Event, Interop, Location, MemKind, Queue, Result, StreamOwner,
-    blocking,
 };
 use parking_lot::Mutex;
 
@@ -318,6 +317,24 @@ impl Queue for CudaQueue {
         kind == MemKind::Device && self.allocator == DeviceAllocator::StreamOrdered
     }
 
+    /// Stream-ordered device memory (`cuMemFreeAsync`), unless the allocation fell back to
+    /// `cuMemAlloc`; pinned and managed memory are freed at once.
+    fn frees_in_order(&self, ptr: NonNull<u8>, kind: MemKind) -> bool {
+        let in_order =
+            CudaKind::of(kind).is_some_and(|kind| memory::frees_in_order(kind, self.allocator));
+        if !in_order {
+            return false;
+        }
+        let aligned = ptr.as_ptr() as usize;
+        let base = self
+            .over_aligned
+            .lock()
+            .get(&aligned)
+            .copied()
+            .unwrap_or(aligned);
+        !self.synchronous_fallbacks.lock().contains(&base)
+    }
+
     unsafe fn deallocate(&self, ptr: NonNull<u8>, kind: MemKind, _size: usize, align: usize) {
         let Some(cuda_kind) = CudaKind::of(kind) else {
             return;
@@ -341,17 +358,9 @@ impl Queue for CudaQueue {
         let Ok(_current) = self.stream.context().enter() else {
             return;
         };
-        // A free that is not stream-ordered happens at once: the work enqueued on our stream so far
-        // (other queues' work on the memory included, which the caller ordered into it) must be
-        // done. Memory that work may still use is leaked when the wait fails.
-        if !memory::frees_in_order(cuda_kind, allocator)
-            && !self.stream.is_idle().unwrap_or(false)
-            && blocking(|| self.stream.synchronize()).is_err()
-        {
-            return;
-        }
         // SAFETY: the caller passes back one allocation of ours, once, ordered after the work on
-        // it; `base` and `allocator` are what the driver returned for it.
+        // it (core waited where the free is not stream-ordered); `base` and `allocator` are what
+        // the driver returned for it.
         let _ = unsafe { memory::free(cuda_kind, base, allocator, self.stream.raw()) };
     }
 

@@ -73,18 +73,19 @@ type EnqueueCopy = unsafe extern "C" fn(
 pub enum UsmFree {
     /// `clMemBlockingFreeINTEL`, which waits for the commands that may use the memory.
     Blocking,
-    /// The queue's own wait, then `clMemFreeINTEL`: for PoCL, whose blocking free crashes when
-    /// other threads enqueue on the context meanwhile (SIGSEGV in its wait on a queue's last
-    /// event, seen with PoCL 5.0 and 6.0). Nothing but the queue works on its memory (no handle
-    /// of it is handed out), so its wait covers every command that may use the memory.
-    AfterQueueWait,
+    /// `clMemFreeINTEL` once core has waited for the work on the memory (the queue frees at
+    /// once: `Queue::frees_in_order` is false): for PoCL, whose blocking free crashes when other
+    /// threads enqueue on the context meanwhile (SIGSEGV in its wait on a queue's last event, seen
+    /// with PoCL 5.0 and 6.0). Nothing but the queue works on its memory (no handle of it is handed
+    /// out), so that wait covers every command that may use the memory.
+    AfterCoreWait,
 }
 
 impl UsmFree {
     /// The way for a platform, by its `CL_PLATFORM_VERSION` ("OpenCL 3.0 PoCL 6.0+debian ...").
     pub fn for_platform(version: &str) -> UsmFree {
         if version.split_whitespace().any(|word| word == "PoCL") {
-            UsmFree::AfterQueueWait
+            UsmFree::AfterCoreWait
         } else {
             UsmFree::Blocking
         }
@@ -200,7 +201,7 @@ mod tests {
         ] {
             assert_eq!(
                 UsmFree::for_platform(pocl),
-                UsmFree::AfterQueueWait,
+                UsmFree::AfterCoreWait,
                 "{pocl}"
             );
         }

@@ -470,32 +470,11 @@ impl Queue for SyclQueue {
         })
     }
 
+    /// `sycl::free`, at once: core waited for the work on the memory, or, for memory handed out,
+    /// leaves other libraries' work to the runtime's free, which waits for the commands that use
+    /// the memory (measured on the Intel CPU runtime). It may run on a thread of another library's
+    /// host task (dpnp releases the arrays it kept alive from one): it never waits for a queue.
     unsafe fn deallocate(&self, ptr: NonNull<u8>, _kind: MemKind, _size: usize, _align: usize) {
-        // Copies and fills are asynchronous: never free memory the device may still be using.
-        // If waiting fails, leaking is the only safe choice.
-        if !self.last.is_idle() && self.wait().is_err() {
-            return;
-        }
-        // SAFETY: `ptr` is an allocation of this queue's context (the caller's contract) with no
-        // work pending, so the runtime frees it without throwing.
-        unsafe {
-            self.runtime()
-                .api()
-                .DPCTLfree_with_queue(ptr.as_ptr().cast(), self.commands.as_ptr())
-        }
-    }
-
-    /// No wait for the queue: this may run on a thread of one of its host tasks (dpnp releases the
-    /// arrays it kept alive from one), behind which devbuf's later commands are queued, so a wait
-    /// for them would never end. The runtime's free waits for the commands that use the memory
-    /// (measured on the Intel CPU runtime), as it does for memory other libraries allocated.
-    unsafe fn deallocate_unused(
-        &self,
-        ptr: NonNull<u8>,
-        _kind: MemKind,
-        _size: usize,
-        _align: usize,
-    ) {
         // SAFETY: `ptr` is an allocation of this queue's context (the caller's contract) that no
         // work of ours still uses, so the runtime frees it without throwing.
         unsafe {
@@ -544,12 +523,31 @@ impl Queue for SyclQueue {
         self.last.wait(|last| self.event(Arc::clone(last)).wait())
     }
 
-    /// Consumers that were handed this queue (SUAI's `syclobj`, DLPack's `stream`) enqueue on
-    /// it through their own copies of it, which devbuf's last command does not cover: a barrier
-    /// on the queue handed out does.
+    /// Every devbuf queue of the device (this one, the device's default queue, the streams made
+    /// or adopted on it): their commands, and other libraries' work on the queues they hand out
+    /// (their copies of those queues, which devbuf's last command does not cover: a barrier does).
     fn wait_device(&self) -> Result<()> {
-        self.handed_out_barrier()?.wait()?;
-        self.wait()
+        let queues = queues_of(self.runtime());
+        let mut on_device: Vec<Arc<SyclQueue>> = queues
+            .default_queues
+            .lock()
+            .iter()
+            .map(|(_, queue)| Arc::clone(queue))
+            .collect();
+        on_device.extend(
+            queues
+                .adopted_queues
+                .lock()
+                .iter()
+                .filter_map(Weak::upgrade),
+        );
+        on_device.retain(|queue| queue.info.selector == self.info.selector);
+        std::iter::once(self)
+            .chain(on_device.iter().map(|queue| &**queue))
+            .try_for_each(|queue| {
+                queue.handed_out_barrier()?.wait()?;
+                queue.wait()
+            })
     }
 
     fn record_event(&self) -> Result<Event> {

@@ -60,14 +60,10 @@ pub unsafe fn allocate_on_stream(
     let resource = resource_of(selector)?;
     let ptr = resource.allocate(MemKind::Device, size.max(1), DEFAULT_ALIGNMENT)?;
     let ordered = match stream(selector, handle) {
-        Ok(stream) if Arc::ptr_eq(&stream, resource.queue()) => Ok(()),
-        Ok(stream) => resource
-            .queue()
-            .record_event()
-            .and_then(|event| stream.wait_event(&event)),
+        Ok(stream) => devbuf_core::ordering::order_stream_after(&stream, resource.queue()),
         // A stream devbuf cannot adopt (a per-thread default stream): the allocation is made
         // complete before the caller sees it, so any stream may use it.
-        Err(_) => resource.queue().wait(),
+        Err(_) => devbuf_core::ordering::synchronize_stream(resource.queue()),
     };
     if let Err(err) = ordered {
         // SAFETY: just allocated with these arguments, never handed out.
@@ -104,17 +100,14 @@ pub unsafe fn free_on_stream(address: usize, handle: usize) -> Result<()> {
     };
     let queue = Arc::clone(live.resource.queue());
     let selector = queue.device().selector.clone();
-    let after = stream(&selector, handle).and_then(|stream| {
-        let event = stream.record_event()?;
-        queue.wait_event(&event)?;
-        Ok(FreeAfter::Event(event))
-    });
+    let after = stream(&selector, handle)
+        .and_then(|stream| devbuf_core::ordering::free_after_stream(&stream));
     let ptr = NonNull::new(address as *mut u8).expect("handed-out addresses are non-null");
     // Where the caller's stream could not be followed, the device's whole work is waited for.
     let after = match after {
         Ok(after) => after,
         Err(_) => {
-            queue.wait_device()?;
+            devbuf_core::ordering::synchronize_device(&queue)?;
             FreeAfter::Now
         }
     };

@@ -11,7 +11,7 @@ use crate::interop::{
     StreamHandle,
 };
 use crate::mr::{PoolOptions, PoolResource, QueueResource};
-use crate::{CompletedEvent, HostQueue};
+use crate::{Access, CompletedEvent, HostQueue};
 use dlpark::ffi::DLDevice;
 use std::any::Any;
 use std::sync::atomic::AtomicUsize;

@@ -7,8 +7,7 @@
 mod allocation;
 mod hints;
 mod on_queue;
-mod ordering;
-mod shared;
+pub(crate) mod shared;
 mod strided;
 mod transfer;
 
@@ -21,20 +20,19 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU8;
 
 use crate::mr::{self, MemoryResource};
+use crate::ordering::pending::{Pending, PendingList, exported};
 use crate::{
     DEFAULT_ALIGNMENT, DeviceInfo, Error, ForeignQueue, KeptAlive, MemKind, Owner, Queue, Result,
 };
-use allocation::{
-    Allocation, Pending, PendingList, Release, SharedAllocation, check_allocation, exported,
-};
-pub use ordering::Access;
+use allocation::check_allocation;
+pub(crate) use allocation::{Allocation, Release, SharedAllocation, let_go};
 pub use strided::Runs;
 
 /// A contiguous range of bytes in one allocation; cheap to clone, and every clone or sub-view
 /// keeps the allocation alive.
 #[derive(Clone)]
 pub struct Buffer {
-    alloc: SharedAllocation,
+    pub(crate) alloc: SharedAllocation,
     offset: usize,
     len: usize,
 }

@@ -9,6 +9,7 @@ use super::kit::{
     CheckResult, Outcome, alloc, allocate, ctx, expect_bytes, for_each_kind, outcome, pattern,
     supported_kinds,
 };
+use crate::mr::FreeAfter;
 use crate::{Buffer, DEFAULT_ALIGNMENT, Error, HostQueue, MemKind, Queue};
 
 pub(super) fn alloc_each_kind(queue: &Arc<dyn Queue>) -> Outcome {
@@ -97,8 +98,10 @@ pub(super) fn fill_patterns(queue: &Arc<dyn Queue>) -> Outcome {
     })
 }
 
-/// `deallocate` right after an asynchronous fill: the queue must release the memory only after
-/// the fill (a fill still writing into freed memory corrupts the heap or another allocation).
+/// A release right after an asynchronous fill, as core releases memory
+/// ([`crate::ordering::release_to_queue`], which waits where the queue does not free in stream
+/// order: [`Queue::frees_in_order`]): the memory must go only after the fill (a fill still writing
+/// into freed memory corrupts the heap or another allocation).
 pub(super) fn release_waits_for_enqueued_work(queue: &Arc<dyn Queue>) -> Outcome {
     const LEN: usize = 8 << 20;
     for_each_kind(queue, |kind| {
@@ -106,11 +109,11 @@ pub(super) fn release_waits_for_enqueued_work(queue: &Arc<dyn Queue>) -> Outcome
             let ptr = ctx(queue.allocate(kind, LEN, 256), || {
                 format!("allocating {LEN} bytes of {kind}")
             })?;
-            // SAFETY: our fresh allocation, released once, right after the fill is enqueued;
-            // the queue's contract orders the release after it.
+            // SAFETY: our fresh allocation, released once, right after the fill is enqueued on
+            // the queue itself, which the release orders it after.
             unsafe {
                 let filled = queue.fill(ptr.as_ptr(), round, LEN);
-                queue.deallocate(ptr, kind, LEN, 256);
+                crate::ordering::release_to_queue(queue, ptr, kind, LEN, 256, FreeAfter::Now);
                 ctx(filled, || format!("filling {kind}"))?;
             }
         }

@@ -71,9 +71,9 @@ pub trait MemoryResource: Send + Sync + fmt::Debug + 'static {
     /// Allocates `size` bytes (never 0) of `kind` aligned to `align` (a power of two).
     fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>>;
 
-    /// Frees memory from [`MemoryResource::allocate`]. Work on it may still be running only on
-    /// this resource's queue, or, after [`FreeAfter::ForeignWork`], on other libraries' queues:
-    /// `after` says when the memory may be handed out again (a queue frees stream-ordered anyway).
+    /// Frees memory from [`MemoryResource::allocate`]. Work on it may still be running on this
+    /// resource's queue and where `after` says: the memory is handed out again, or freed, only
+    /// once that work is done ([`crate::ordering::release_to_queue`] decides how for a queue).
     ///
     /// # Safety
     /// `ptr`, `kind`, `size` and `align` are exactly those of one earlier successful `allocate`
@@ -97,7 +97,8 @@ pub trait MemoryResource: Send + Sync + fmt::Debug + 'static {
 pub enum FreeAfter {
     /// Nothing: at once.
     Now,
-    /// Work on the resource's queue, done once the event has completed.
+    /// Work done once the event has completed: on the resource's queue, or on any other (a free
+    /// "after the work on stream S", RMM's `deallocate(ptr, bytes, stream)`).
     Event(Event),
     /// Work of other libraries that were given the memory, on queues devbuf cannot wait for
     /// ([`crate::Interop::wait_device_covers_every_queue`] is false): only the runtime's own free waits for
@@ -137,11 +138,10 @@ impl MemoryResource for QueueResource {
         kind: MemKind,
         size: usize,
         align: usize,
-        _after: FreeAfter,
+        after: FreeAfter,
     ) {
-        // SAFETY: forwarded from our caller; the queue frees after its own work, which covers
-        // `after`, and the runtime's free waits for other libraries' work where it must.
-        unsafe { self.0.deallocate(ptr, kind, size, align) }
+        // SAFETY: forwarded from our caller.
+        unsafe { crate::ordering::release_to_queue(&self.0, ptr, kind, size, align, after) }
     }
 
     fn as_any(&self) -> &dyn Any {

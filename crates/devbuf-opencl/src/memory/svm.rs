@@ -101,11 +101,7 @@ impl MemoryStrategy for SvmMemory {
     }
 
     unsafe fn free(&self, queue: &dyn QueueAccess, ptr: NonNull<u8>) {
-        // clSVMFree does not wait for commands: never free memory the device may still be
-        // using. If waiting fails, leaking is the only safe choice.
-        if queue.wait().is_err() {
-            return;
-        }
+        // clSVMFree does not wait for commands: core waited for the work on the memory.
         let Some(allocation) = self.allocations.lock().remove(&(ptr.as_ptr() as usize)) else {
             return;
         };

@@ -142,16 +142,10 @@ impl MemoryStrategy for UsmMemory {
             // SAFETY: `ptr` is a USM allocation of this context (the caller's contract); the
             // blocking free waits for the commands that may still use it.
             UsmFree::Blocking => unsafe { (self.api.blocking_free)(context, ptr) },
-            UsmFree::AfterQueueWait => {
-                // clMemFreeINTEL does not wait for commands: never free memory the device may
-                // still be using. If waiting fails, leaking is the only safe choice.
-                if queue.wait().is_err() {
-                    return;
-                }
-                // SAFETY: `ptr` is a USM allocation of this context, and no command of the
-                // queue (the only one that uses it) is pending.
-                unsafe { (self.api.free)(context, ptr) }
-            }
+            // clMemFreeINTEL does not wait for commands: core waited for the work on the memory.
+            // SAFETY: `ptr` is a USM allocation of this context with no command pending on it
+            // (the caller's contract).
+            UsmFree::AfterCoreWait => unsafe { (self.api.free)(context, ptr) },
         };
     }
 

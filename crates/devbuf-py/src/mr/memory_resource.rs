@@ -132,7 +132,7 @@ fn order_after(
     later: &Arc<dyn devbuf::Queue>,
     earlier: &Arc<dyn devbuf::Queue>,
 ) -> PyResult<()> {
-    py.detach(|| devbuf::stream::order_stream_after(later, earlier))
+    py.detach(|| devbuf::ordering::order_stream_after(later, earlier))
         .py()
 }
 
@@ -345,8 +345,9 @@ impl PyMemoryResource {
         let after = match stream {
             Some(stream) => {
                 let stream = stream.get().queue()?;
-                let event = slf.py().detach(|| devbuf::stream::all_work_event(stream));
-                devbuf::mr::FreeAfter::Event(event.py()?)
+                slf.py()
+                    .detach(|| devbuf::ordering::free_after_stream(stream))
+                    .py()?
             }
             None => devbuf::mr::FreeAfter::Now,
         };

@@ -162,15 +162,7 @@ impl MemoryResource for PythonResource {
     ) {
         // Python code may hand the memory out again at once: it gets it back only once the work
         // on it is done. Memory whose wait failed may still be in use, and is not given back.
-        let done = match after {
-            FreeAfter::Now => Ok(()),
-            FreeAfter::Event(event) => devbuf::blocking(|| event.wait()),
-            // Python's `deallocate(ptr, nbytes, kind)` cannot carry "only the runtime's free may
-            // take it": wait for all the work devbuf can see on the device first. Other libraries'
-            // own queues stay the user's part (docs/guide/ordering.md, "The user's part").
-            FreeAfter::ForeignWork => devbuf::blocking(|| self.queue.wait_device()),
-        };
-        if done.is_err() {
+        if devbuf::ordering::wait_before_handing_back(&self.queue, &after).is_err() {
             return;
         }
         // Past the interpreter's end nothing can be called: the memory goes with the process.

@@ -59,15 +59,16 @@ impl PyDevice {
         Ok(queue.get().device.clone_ref(py))
     }
 
-    /// Blocks until the work on this device that devbuf can see is done: every command devbuf
-    /// enqueued on its queue for the device, and what the runtime lets it wait for beyond that
-    /// (on CUDA every stream of every active primary context, more than cuda.core's
-    /// `Device.sync()`, which waits for this device's; on SYCL a barrier
-    /// on devbuf's queue, which covers other libraries' work on that very queue only).
+    /// Blocks until the work on this device that devbuf can see is done, on every backend alike:
+    /// every devbuf stream of the device (its shared stream, the streams you made or adopted on
+    /// it), other libraries' work on the streams and queues devbuf handed out, and what else the
+    /// runtime lets it wait for (on CUDA every stream of the device's primary context, as
+    /// cuda.core's `Device.sync()`).
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
         let queue = shared_queue(py, &self.info.selector)?;
         let queue = Arc::clone(queue.get().queue()?);
-        py.detach(|| queue.wait_device()).py()
+        py.detach(|| devbuf::ordering::synchronize_device(&queue))
+            .py()
     }
 
     /// `(free, total)` bytes of the device's memory now, CuPy's `Device.mem_info` (CUDA's

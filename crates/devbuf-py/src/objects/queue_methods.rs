@@ -140,9 +140,9 @@ impl PyQueue {
             .py()
             .detach(|| {
                 if timing {
-                    queue.record_timed_event()
+                    devbuf::ordering::timed_event(queue)
                 } else {
-                    devbuf::stream::all_work_event(queue)
+                    devbuf::ordering::all_work_event(queue)
                 }
             })
             .py()?;
@@ -167,7 +167,8 @@ impl PyQueue {
             event.get().event.clone()
         } else if let Ok(stream) = other.cast::<PyQueue>() {
             let stream = stream.get().queue()?;
-            py.detach(|| devbuf::stream::all_work_event(stream)).py()?
+            py.detach(|| devbuf::ordering::all_work_event(stream))
+                .py()?
         } else {
             return Err(PyTypeError::new_err(format!(
                 "event_or_stream: expected a devbuf.Event or a devbuf.Stream, got {}",
@@ -175,20 +176,22 @@ impl PyQueue {
             )));
         };
         let queue = self.queue()?;
-        py.detach(|| queue.wait_event(&event)).py()
+        py.detach(|| devbuf::ordering::stream_waits_for(queue, &event))
+            .py()
     }
 
     /// Blocks until all work enqueued on this stream has completed, other libraries' included.
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         let queue = self.queue()?;
-        py.detach(|| devbuf::stream::synchronize_stream(queue)).py()
+        py.detach(|| devbuf::ordering::synchronize_stream(queue))
+            .py()
     }
 
     /// Whether all work enqueued on this stream so far has completed (other libraries' included),
     /// without waiting.
     fn query(&self, py: Python<'_>) -> PyResult<bool> {
         let queue = self.queue()?;
-        py.detach(|| queue.is_idle()).py()
+        py.detach(|| devbuf::ordering::stream_is_idle(queue)).py()
     }
 
     /// The device this queue runs on.

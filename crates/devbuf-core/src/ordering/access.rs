@@ -1,16 +1,16 @@
-//! The work pending on a [`Buffer`]'s allocation, and the ordering invariant around it
+//! Every access to a [`Buffer`]'s bytes, ordered after the work pending on its allocation
 //! (docs/architecture.md, "The ordering invariant"): devbuf's own work on several queues, a
 //! producer's work devbuf waits for, and other libraries' work on every queue the memory was
-//! handed out on. Every access devbuf makes to the bytes orders itself through one function,
-//! [`Buffer::order_access`].
+//! handed out on, through one function, [`Buffer::order_access`]; what a hand-out records; and
+//! what devbuf's commands record, and make other libraries' next work there wait for.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use smallvec::SmallVec;
 
-use super::Buffer;
-use super::allocation::{Allocation, PendingGuard, PendingList, PendingWork, exported};
+use crate::buffer::{Allocation, Buffer};
+use crate::ordering::pending::{PendingGuard, PendingList, PendingWork, exported};
 use crate::{Event, ForeignQueue, Queue, Result};
 
 /// Where devbuf is about to touch an allocation's bytes ([`Buffer::order_access`]).
@@ -34,7 +34,7 @@ impl Buffer {
     /// Orders the release of this allocation (and every later access) after all work enqueued so
     /// far on `queue`, whoever enqueued it ([`crate::stream::all_work_event`]): `close(stream=)`.
     pub fn release_after_stream(&self, queue: &Arc<dyn Queue>) -> Result<()> {
-        let event = crate::stream::all_work_event(queue)?;
+        let event = crate::ordering::all_work_event(queue)?;
         self.record_work(queue, event);
         Ok(())
     }
@@ -166,7 +166,11 @@ impl Buffer {
             let mut pending = self.alloc.pending.lock();
             pending.record_producer_event()?;
             let completed = pending.take_all_completed();
-            let still = pending.work.iter().map(PendingWork::without_sources).collect();
+            let still = pending
+                .work
+                .iter()
+                .map(PendingWork::without_sources)
+                .collect();
             (completed, still)
         };
         drop(completed);
@@ -322,7 +326,7 @@ impl Buffer {
 /// The event is recorded while every allocation's pending list is locked (in address order, so
 /// threads never deadlock): a thread that enqueued later records later, and never replaces a
 /// queue's latest event by an earlier one.
-pub(super) fn record_enqueued(
+pub(crate) fn record_enqueued(
     queue: &Arc<dyn Queue>,
     buffers: &[&Buffer],
     source: Option<Buffer>,

@@ -1,0 +1,220 @@
+//! Releasing memory after the work that may still touch it, decided here for every path: an
+//! allocation's last view going ([`release`]), a memory resource giving memory back to its queue
+//! ([`release_to_queue`], what [`crate::mr::QueueResource`] and so every adaptor over it does with
+//! a [`FreeAfter`]), and a resource written in another language that cannot take a
+//! [`FreeAfter`] ([`wait_before_handing_back`]). Where a queue frees in stream order
+//! ([`Queue::frees_in_order`]) it first waits for the work on the device; elsewhere the host
+//! waits first. Memory whose wait fails is leaked: freeing it would be worse.
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use crate::blocking::blocking;
+use crate::buffer::{Allocation, Release, let_go};
+use crate::mr::FreeAfter;
+use crate::ordering::pending::{PendingWork, exported};
+use crate::{Queue, Result};
+
+/// Releases `alloc`'s memory, its last view gone: after the work recorded on it and, once it was
+/// handed out, other libraries' work on the queues it was handed out on (as every access sees it:
+/// [`crate::Buffer::order_access`]); foreign memory's owner goes instead. The producer of
+/// imported memory is not waited for: its work is its own business, and letting go of its memory
+/// does not free it under that work.
+pub(crate) fn release(alloc: &mut Allocation) {
+    let list = alloc.pending.list.get_mut();
+    let mut pending = std::mem::take(&mut list.work);
+    let exported = *alloc.exported.get_mut() != exported::NO;
+    for queue in list.take_handed_out() {
+        match queue.interop().foreign_work_event() {
+            Ok(Some(event)) => pending.push(PendingWork {
+                queue: Some(queue),
+                event,
+                sources: Vec::new(),
+            }),
+            Ok(None) => {}
+            // Unordered, the memory may still be written: leaked rather than freed.
+            Err(_) => return std::mem::forget(alloc.release.take_owner()),
+        }
+    }
+    let (kind, ptr) = (alloc.kind, NonNull::new(alloc.base as *mut u8));
+    // The common case, kept short: memory devbuf allocated, never handed out, with no work
+    // recorded on it goes straight back.
+    if pending.is_empty() && !exported {
+        match (&mut alloc.release, ptr) {
+            // Foreign memory with no work of ours on it: its owner goes now.
+            (Release::Foreign { owner, .. }, _) => {
+                if let Some(owner) = owner.take() {
+                    let_go(owner);
+                }
+            }
+            (Release::Queue { queue, size, align }, Some(ptr)) => {
+                // SAFETY: this allocation came from `queue.allocate(kind, size, align)`, is
+                // released once, and no work of ours is running on it.
+                unsafe { queue.deallocate(ptr, kind, *size, *align) };
+            }
+            (
+                Release::Resource {
+                    resource,
+                    size,
+                    align,
+                },
+                Some(ptr),
+            ) => {
+                // SAFETY: this allocation came from `resource.allocate(kind, size, align)`, is
+                // released once, and nothing may still use it.
+                unsafe { resource.deallocate(ptr, kind, *size, *align, FreeAfter::Now) };
+            }
+            _ => {}
+        }
+        return;
+    }
+    match (&mut alloc.release, ptr) {
+        (Release::Queue { queue, size, align }, Some(ptr)) => {
+            let (size, align) = (*size, *align);
+            let Some(after) = release_point(queue, &pending, exported) else {
+                return;
+            };
+            // SAFETY: this allocation came from `queue.allocate(kind, size, align)`, is released
+            // once, and the work on it is ordered before `after`.
+            unsafe { release_to_queue(queue, ptr, kind, size, align, after) };
+        }
+        (
+            Release::Resource {
+                resource,
+                size,
+                align,
+            },
+            Some(ptr),
+        ) => {
+            let Some(after) = release_point(resource.queue(), &pending, exported) else {
+                return;
+            };
+            // SAFETY: this allocation came from `resource.allocate(kind, size, align)`, is
+            // released once, and other queues' work was ordered before `after`.
+            unsafe { resource.deallocate(ptr, kind, *size, *align, after) };
+        }
+        (Release::Foreign { queue, owner }, _) => {
+            // Foreign memory has no ordered release: block until devbuf's work on it is done,
+            // and, when devbuf handed it on to another library, until the device is idle where
+            // that covers the queues other libraries use.
+            let wait_device = exported && queue.interop().wait_device_covers_every_queue();
+            let ours = || {
+                pending
+                    .iter()
+                    .filter(|w| w.queue.is_some())
+                    .all(|w| w.event.wait().is_ok())
+                    && (!wait_device || queue.wait_device().is_ok())
+            };
+            let done =
+                (pending.iter().all(|w| w.queue.is_none()) && !wait_device) || blocking(ours);
+            match owner.take() {
+                Some(owner) if done => let_go(owner),
+                owner => std::mem::forget(owner),
+            }
+        }
+        // Empty memory devbuf made: nothing to free.
+        _ => {}
+    }
+}
+
+/// Orders the release of memory of `queue`: makes it wait for other queues' work, and returns
+/// when the memory may be handed out again. Other libraries' work on exported memory is ordered
+/// with nothing of ours: the whole device is waited for (blocking) where that covers every queue
+/// they may use; elsewhere the memory is for the runtime's own free alone
+/// ([`FreeAfter::ForeignWork`]). `None` when a wait failed: the memory may still be in use and
+/// must be leaked.
+pub(crate) fn release_point(
+    queue: &Arc<dyn Queue>,
+    pending: &[PendingWork],
+    exported: bool,
+) -> Option<FreeAfter> {
+    let foreign = exported && !queue.interop().wait_device_covers_every_queue();
+    if exported && !foreign && blocking(|| queue.wait_device()).is_err() {
+        return None;
+    }
+    if pending.is_empty() {
+        return Some(if foreign {
+            FreeAfter::ForeignWork
+        } else {
+            FreeAfter::Now
+        });
+    }
+    for work in pending.iter().filter(|w| !w.on(queue)) {
+        if queue.wait_event(&work.event).is_err() && blocking(|| work.event.wait()).is_err() {
+            return None;
+        }
+    }
+    if foreign {
+        // The runtime frees it after the queue's work, which now follows all of ours.
+        return Some(FreeAfter::ForeignWork);
+    }
+    match queue.record_event() {
+        Ok(after) => Some(FreeAfter::Event(after)),
+        Err(_) => blocking(|| queue.wait()).is_ok().then_some(FreeAfter::Now),
+    }
+}
+
+/// Frees memory `queue` allocated once `after` says nothing else may use it, in the one way no
+/// resource can misread: where the queue frees in stream order ([`Queue::frees_in_order`]), it
+/// first waits for `after`'s work on the device; elsewhere the host first waits for it and for
+/// the queue's own work, or, after [`FreeAfter::ForeignWork`], leaves the wait to the runtime's
+/// free. `after` may be an event of any queue (a free "after the work on stream S"). Memory whose
+/// wait fails is leaked.
+///
+/// # Safety
+/// `ptr`, `kind`, `size` and `align` are exactly those of one earlier successful
+/// `queue.allocate`, released once; work on the memory may still run only on `queue` and as
+/// `after` says.
+pub unsafe fn release_to_queue(
+    queue: &Arc<dyn Queue>,
+    ptr: NonNull<u8>,
+    kind: crate::MemKind,
+    size: usize,
+    align: usize,
+    after: FreeAfter,
+) {
+    if queue.frees_in_order(ptr, kind) {
+        let ready = match &after {
+            FreeAfter::Event(event) => queue
+                .wait_event(event)
+                .or_else(|_| blocking(|| event.wait())),
+            // The runtime's stream-ordered free follows the queue's own work.
+            FreeAfter::Now | FreeAfter::ForeignWork => Ok(()),
+        };
+        if ready.is_ok() {
+            // SAFETY: the caller's guarantees; the work on the memory is ordered before this
+            // stream-ordered free.
+            unsafe { queue.deallocate(ptr, kind, size, align) };
+        }
+        return;
+    }
+    // Without the GIL: the runtime's own free of memory handed out may wait for other
+    // libraries' work on it too.
+    blocking(|| {
+        let done = match &after {
+            FreeAfter::Event(event) => event.wait().and_then(|()| queue.wait()),
+            FreeAfter::Now => queue.wait(),
+            // Devbuf's work is ordered into the queue, whose commands on the memory the runtime's
+            // free waits for with other libraries' (a wait for the whole queue here could wait
+            // behind the very host task of another library that let go of the memory).
+            FreeAfter::ForeignWork => Ok(()),
+        };
+        if done.is_ok() {
+            // SAFETY: the caller's guarantees; the work on the memory is done, or the runtime's
+            // free waits for it.
+            unsafe { queue.deallocate(ptr, kind, size, align) };
+        }
+    });
+}
+
+/// Waits on the host until memory given back with `after` may be handed out again by a resource
+/// that cannot order its reuse itself (one written in Python): the event's work, or, for
+/// [`FreeAfter::ForeignWork`], all the work devbuf can see on the device of `queue` (other
+/// libraries' own queues stay the user's part: docs/guide/ordering.md, "The user's part").
+pub fn wait_before_handing_back(queue: &Arc<dyn Queue>, after: &FreeAfter) -> Result<()> {
+    match after {
+        FreeAfter::Now => Ok(()),
+        FreeAfter::Event(event) => blocking(|| event.wait()),
+        FreeAfter::ForeignWork => blocking(|| queue.wait_device()),
+    }
+}
