@@ -62,7 +62,7 @@ def busy_writer(device, stream, ptr, value):
 
 @pytest.mark.parametrize("name", ["queue", "pool", "binning", "fixed_size", "limiting", "statistics",
                                   "tracking", "logging", "failure_callback", "prefetch"])
-@pytest.mark.parametrize("kind", ["device", "shared"])
+@pytest.mark.parametrize("kind", ["device", "shared", "host"])
 def test_a_block_given_back_on_a_stream_waits_for_its_work(device, name, kind):
     resource = resources(device, kind)[name]
     stream = devbuf.Stream(device)

@@ -20,7 +20,7 @@ pub trait ForeignQueue: Send + Sync + fmt::Debug {
     fn wait_event(&self, event: &Event) -> Result<()>;
 
     /// Downcasting, for the one kind devbuf makes itself: one of devbuf's own queues as another
-    /// library that holds its handle sees it ([`crate::exchange::handed_out`]), so that memory
+    /// library that holds its handle sees it ([`crate::ordering::handed_out`]), so that memory
     /// handed to it is recorded as handed out on that queue. `None` for every other library's.
     fn as_any(&self) -> Option<&dyn Any> {
         None

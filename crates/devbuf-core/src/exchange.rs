@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use dlpark::ffi::{DLDevice, DLDeviceType};
 
 use crate::interop::{ConsumerOrder, ForeignObject, ProducerStream};
-use crate::{Buffer, Error, Event, ForeignQueue, Queue, Result, StreamHandle, blocking};
+use crate::ordering::{as_foreign_queue, handed_out};
+use crate::{Buffer, Error, ForeignQueue, Queue, Result, StreamHandle, blocking};
 
 /// The exchange protocols that belong to one backend's runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -45,46 +46,6 @@ pub struct ResolvedQueue {
     pub same_for_every_pointer: bool,
 }
 
-/// `queue` as the libraries it was handed to see it once they hold its handle (a producer whose
-/// work an import waits for, a DLPack consumer's `stream`): its events then cover their work on
-/// it too ([`crate::Interop::handed_out_event`]). `None` where no other library can enqueue on it
-/// ([`crate::Interop::untracked_foreign_work`]).
-pub fn as_foreign_queue(queue: &Arc<dyn Queue>) -> Option<Arc<dyn ForeignQueue>> {
-    queue
-        .interop()
-        .untracked_foreign_work()
-        .then(|| handed_out(Arc::clone(queue)))
-}
-
-/// `queue` as another library that holds its handle sees it, for a backend that knows one does
-/// (a SYCL queue adopted from its producer's in-order queue, which is that very queue).
-pub fn handed_out(queue: Arc<dyn Queue>) -> Arc<dyn ForeignQueue> {
-    Arc::new(HandedOut(queue))
-}
-
-/// One of devbuf's queues as another library that holds its handle sees it.
-struct HandedOut(Arc<dyn Queue>);
-
-impl fmt::Debug for HandedOut {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "HandedOut({:?})", self.0)
-    }
-}
-
-impl ForeignQueue for HandedOut {
-    fn record_event(&self) -> Result<Event> {
-        self.0.interop().handed_out_event()
-    }
-
-    fn wait_event(&self, event: &Event) -> Result<()> {
-        self.0.interop().order_handed_out_after(event)
-    }
-
-    fn as_any(&self) -> Option<&dyn std::any::Any> {
-        Some(self)
-    }
-}
-
 /// Readies `buffer` for a zero-copy DLPack export to `device`, ordered for the consumer's
 /// `stream` argument by the rule of the memory's backend ([`crate::Interop::dlpack_consumer`]),
 /// without blocking the host where the runtime allows it; `None` where that backend has no rule
@@ -108,32 +69,14 @@ pub unsafe fn order_dlpack_export(
         ConsumerOrder::Nothing => Ok(()),
         ConsumerOrder::AfterPendingWork(consumer) => {
             buffer.order_on_foreign(consumer.as_ref())?;
-            record_consumer(buffer, consumer.as_ref());
+            buffer.record_consumer(consumer.as_ref());
             Ok(())
         }
         ConsumerOrder::AfterQueue(consumer) => {
-            record_consumer(buffer, consumer.as_ref());
-            // The queue that sees all pending work (joined there when it is on several), else ours.
-            let pending = buffer.sync_queue(home)?;
-            let producer = pending.as_ref().unwrap_or(home);
-            consumer.wait_event(&producer.record_event()?)
+            buffer.record_consumer(consumer.as_ref());
+            buffer.order_consumer_after_queue(consumer.as_ref(), home)
         }
     }))
-}
-
-/// A consumer's queue that is one of devbuf's own (a devbuf stream passed as DLPack's `stream`)
-/// is a queue the memory was handed out on: the consumer writes there.
-fn record_consumer(buffer: &Buffer, consumer: &dyn ForeignQueue) {
-    if let Some(queue) = devbuf_queue_of(consumer) {
-        buffer.hand_out_on(queue);
-    }
-}
-
-/// The devbuf queue behind `consumer`, when it is one of devbuf's queues as the libraries it was
-/// handed to see it ([`handed_out`]).
-pub(crate) fn devbuf_queue_of(consumer: &dyn ForeignQueue) -> Option<&Arc<dyn Queue>> {
-    let HandedOut(queue) = consumer.as_any()?.downcast_ref()?;
-    Some(queue)
 }
 
 /// Readies `buffer` for a zero-copy DLPack export to `device`, for the consumer's `stream`
@@ -225,8 +168,7 @@ pub fn cai_export_stream(buffer: &Buffer) -> Result<Option<usize>> {
 /// (exports are hot paths).
 pub fn export_on_own_queue(buffer: &Buffer) -> Result<()> {
     buffer.mark_exported();
-    let consumer = HandedOut(Arc::clone(buffer.queue()));
-    buffer.order_on_foreign(&consumer)
+    buffer.order_on_foreign(&*handed_out(Arc::clone(buffer.queue())))
 }
 
 /// An export through DLPack's C exchange table without synchronization: the consumer orders its
@@ -235,8 +177,8 @@ pub fn export_on_own_queue(buffer: &Buffer) -> Result<()> {
 /// memory is handed out on it.
 pub fn exchange_table_export(buffer: &Buffer, work_queue: &Arc<dyn Queue>) -> Result<()> {
     if buffer.needs_synchronize() {
-        let consumer = HandedOut(Arc::clone(work_queue));
-        blocking(|| buffer.order_on_foreign(&consumer))?;
+        let consumer = handed_out(Arc::clone(work_queue));
+        blocking(|| buffer.order_on_foreign(&*consumer))?;
     }
     buffer.hand_out_on(work_queue);
     Ok(())

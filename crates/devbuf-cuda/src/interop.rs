@@ -154,7 +154,7 @@ impl Interop for CudaQueue {
                 None => ConsumerOrder::Nothing,
                 // One of devbuf's own streams, handed back: the memory is handed out on it.
                 Some(handle) => ConsumerOrder::AfterQueue(match own_stream(handle) {
-                    Some(own) => exchange::handed_out(own),
+                    Some(own) => devbuf_core::ordering::handed_out(own),
                     None => self.foreign_stream(handle)?,
                 }),
             })

@@ -269,7 +269,11 @@ impl PyArray {
                 let queue = stream.get().queue()?;
                 py.detach(|| {
                     let copied = destination.enqueue_copy_elements_from(source, queue)?;
-                    if blocking { copied.wait() } else { Ok(()) }
+                    if blocking {
+                        devbuf::ordering::wait_for_event(&copied)
+                    } else {
+                        Ok(())
+                    }
                 })
                 .py()
             }

@@ -173,7 +173,11 @@ impl PyBuffer {
                 .py()
                 .detach(|| {
                     let filled = buffer.enqueue_fill_on(value, queue)?;
-                    if blocking { filled.wait() } else { Ok(()) }
+                    if blocking {
+                        devbuf::ordering::wait_for_event(&filled)
+                    } else {
+                        Ok(())
+                    }
                 })
                 .py();
         }

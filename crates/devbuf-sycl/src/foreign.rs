@@ -209,7 +209,7 @@ impl SyclQueue {
 
     /// Like [`SyclQueue::from_queue_ref`], for a SUAI producer's queue or a DLPack consumer's:
     /// also returns that queue as the libraries that hold it see it, whose work imports wait for
-    /// and whose later work waits for devbuf's ([`devbuf_core::exchange::handed_out`]).
+    /// and whose later work waits for devbuf's ([`devbuf_core::ordering::handed_out`]).
     ///
     /// # Safety
     /// As for [`SyclQueue::from_queue_ref`].
@@ -219,7 +219,7 @@ impl SyclQueue {
     ) -> Result<(Arc<SyclQueue>, Arc<dyn ForeignQueue>)> {
         // SAFETY: the caller's guarantee.
         let queue = unsafe { SyclQueue::from_queue_ref(rt, queue_ref) }?;
-        let producer = devbuf_core::exchange::handed_out(Arc::clone(&queue) as Arc<dyn Queue>);
+        let producer = devbuf_core::ordering::handed_out(Arc::clone(&queue) as Arc<dyn Queue>);
         Ok((queue, producer))
     }
 

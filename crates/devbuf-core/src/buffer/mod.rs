@@ -135,9 +135,7 @@ impl Buffer {
         if in_order {
             // The allocation itself is work on the queue: nothing else may touch the memory
             // before it. (On failure, dropping the buffer releases the memory.)
-            let queue = buffer.queue();
-            let allocated = queue.record_event()?;
-            buffer.record_work(queue, allocated);
+            buffer.record_allocation(buffer.queue())?;
         }
         Ok(buffer)
     }

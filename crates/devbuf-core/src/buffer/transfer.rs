@@ -181,22 +181,6 @@ impl Buffer {
         }
         Ok(())
     }
-
-    /// Waits for `queue` and forgets its completed work on this and `others`' allocations (work
-    /// another thread enqueued after the wait stays recorded).
-    pub(super) fn finish_on(&self, queue: &Arc<dyn Queue>, others: &[&Buffer]) -> Result<()> {
-        queue.wait()?;
-        for buffer in std::iter::once(self).chain(others.iter().copied()) {
-            if !buffer.alloc.pending.is_empty() {
-                // Another library's work was ordered before ours (order_on), so it is done too.
-                let completed = buffer.alloc.pending.lock().take_completed(|w| {
-                    (w.queue.is_none() || w.on(queue)) && w.event.is_complete().unwrap_or(false)
-                });
-                drop(completed);
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Whether `queue` can address `buffer` in a copy: its own memory, memory its context knows, or

@@ -25,7 +25,7 @@ pub enum ForeignObject<'a> {
     Queue {
         /// The queue's device.
         device: &'a DeviceInfo,
-        /// The queue as the libraries it was handed to see it ([`crate::exchange::as_foreign_queue`]):
+        /// The queue as the libraries it was handed to see it ([`crate::ordering::as_foreign_queue`]):
         /// `None` where no other library can enqueue on it.
         foreign: Option<&'a Arc<dyn ForeignQueue>>,
     },

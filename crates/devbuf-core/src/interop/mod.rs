@@ -75,7 +75,7 @@ pub trait Interop: Send + Sync {
     /// is then ordered after that work whenever devbuf touches it again
     /// ([`Interop::order_after_foreign_work`], [`Interop::foreign_work_event`]). A queue that
     /// hands out any handle says yes; only then do the protocols treat it as a queue other
-    /// libraries work on ([`crate::exchange::as_foreign_queue`]).
+    /// libraries work on ([`crate::ordering::as_foreign_queue`]).
     fn untracked_foreign_work(&self) -> bool;
 
     /// Makes work enqueued on this queue from now on wait for the work other libraries have

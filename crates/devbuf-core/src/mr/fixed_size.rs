@@ -8,7 +8,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::{Adaptor, FreeAfter, MemoryResource, refused};
-use crate::{DEFAULT_ALIGNMENT, Event, MemKind, Result, blocking};
+use crate::{DEFAULT_ALIGNMENT, Event, MemKind, Result};
 
 /// The default block size, as RMM's: 1 MiB.
 pub const DEFAULT_BLOCK_SIZE: usize = 1 << 20;
@@ -250,12 +250,11 @@ impl Drop for FixedSizeResource {
         let (chunk_size, alignment) = (self.chunk_size(), self.block_alignment());
         for (blocks, kind) in self.blocks.iter_mut().zip(MemKind::ALLOCATABLE) {
             let blocks = std::mem::take(blocks.get_mut());
-            let mut unfinished: Vec<usize> = Vec::new();
-            for (addr, event) in blocks.busy {
-                if blocking(|| event.wait()).is_err() {
-                    unfinished.push(addr);
-                }
-            }
+            let unfinished: Vec<usize> =
+                crate::ordering::release::wait_for_freed_blocks(blocks.busy)
+                    .into_iter()
+                    .filter_map(|(addr, done)| (!done).then_some(addr))
+                    .collect();
             for (base, chunk) in blocks.chunks {
                 let in_use = unfinished
                     .iter()

@@ -112,6 +112,51 @@ impl Buffer {
         }
     }
 
+    /// Records a DLPack consumer's queue that is one of devbuf's own (a devbuf stream passed as
+    /// `stream`) as a queue the memory was handed out on: the consumer writes there.
+    pub(crate) fn record_consumer(&self, consumer: &dyn ForeignQueue) {
+        if let Some(queue) = crate::ordering::devbuf_queue_of(consumer) {
+            self.hand_out_on(queue);
+        }
+    }
+
+    /// Makes `consumer` wait for an event recorded now on the queue that sees all pending work on
+    /// this allocation (joined there when it is on several: [`Buffer::sync_queue`]), else on
+    /// `home`: the rule of runtimes whose queues are streams ([`crate::interop::ConsumerOrder`]).
+    pub(crate) fn order_consumer_after_queue(
+        &self,
+        consumer: &dyn ForeignQueue,
+        home: &Arc<dyn Queue>,
+    ) -> Result<()> {
+        let pending = self.sync_queue(home)?;
+        let producer = pending.as_ref().unwrap_or(home);
+        consumer.wait_event(&producer.record_event()?)
+    }
+
+    /// Records the allocation of fresh memory on `queue` as work on it, where the queue allocates
+    /// in stream order ([`Queue::allocates_in_order`]): nothing else may touch the memory before.
+    pub(crate) fn record_allocation(&self, queue: &Arc<dyn Queue>) -> Result<()> {
+        let allocated = queue.record_event()?;
+        self.record_work(queue, allocated);
+        Ok(())
+    }
+
+    /// Waits for `queue` and forgets its completed work on this and `others`' allocations (work
+    /// another thread enqueued after the wait stays recorded): a command devbuf waits for.
+    pub(crate) fn finish_on(&self, queue: &Arc<dyn Queue>, others: &[&Buffer]) -> Result<()> {
+        queue.wait()?;
+        for buffer in std::iter::once(self).chain(others.iter().copied()) {
+            if !buffer.alloc.pending.is_empty() {
+                // Another library's work was ordered before ours (order_on), so it is done too.
+                let completed = buffer.alloc.pending.lock().take_completed(|w| {
+                    (w.queue.is_none() || w.on(queue)) && w.event.is_complete().unwrap_or(false)
+                });
+                drop(completed);
+            }
+        }
+        Ok(())
+    }
+
     /// The allocation's own queue when other libraries may work on it, and the other queues the
     /// memory was handed out on.
     fn handed_out_queues(&self) -> SmallVec<[Arc<dyn Queue>; 2]> {
@@ -137,7 +182,7 @@ impl Buffer {
                 }
                 // The libraries working on that very queue order their own work there.
                 Access::Consumer(consumer)
-                    if crate::exchange::devbuf_queue_of(*consumer)
+                    if crate::ordering::devbuf_queue_of(*consumer)
                         .is_some_and(|theirs| Arc::ptr_eq(theirs, &queue)) => {}
                 _ => {
                     let Some(event) = queue.interop().foreign_work_event()? else {

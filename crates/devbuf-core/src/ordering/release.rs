@@ -13,7 +13,7 @@ use crate::blocking::blocking;
 use crate::buffer::{Allocation, Release, let_go};
 use crate::mr::FreeAfter;
 use crate::ordering::pending::{PendingWork, exported};
-use crate::{Queue, Result};
+use crate::{Event, Queue, Result};
 
 /// Releases `alloc`'s memory, its last view gone: after the work recorded on it and, once it was
 /// handed out, other libraries' work on the queues it was handed out on (as every access sees it:
@@ -217,4 +217,17 @@ pub fn wait_before_handing_back(queue: &Arc<dyn Queue>, after: &FreeAfter) -> Re
         FreeAfter::Event(event) => blocking(|| event.wait()),
         FreeAfter::ForeignWork => blocking(|| queue.wait_device()),
     }
+}
+
+/// Waits on the host, without blocking other threads of the embedding language, until the work on
+/// each block given back to a resource is done (a full pool waiting for blocks whose free is
+/// pending, a resource letting go of its blocks): each block with whether its wait succeeded. A
+/// block whose wait failed may still be in use, and is never handed out or freed.
+pub(crate) fn wait_for_freed_blocks<T>(blocks: Vec<(T, Event)>) -> Vec<(T, bool)> {
+    blocking(|| {
+        blocks
+            .into_iter()
+            .map(|(block, event)| (block, event.wait().is_ok()))
+            .collect()
+    })
 }

@@ -68,3 +68,9 @@ pub fn timed_event(queue: &Arc<dyn Queue>) -> Result<Event> {
 pub fn synchronize_device(queue: &Arc<dyn Queue>) -> Result<()> {
     queue.wait_device()
 }
+
+/// Blocks until `event` has completed (an Event's `synchronize()`, a command the caller asked to
+/// wait for).
+pub fn wait_for_event(event: &Event) -> Result<()> {
+    event.wait()
+}

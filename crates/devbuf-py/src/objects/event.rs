@@ -21,7 +21,8 @@ pub struct PyEvent {
 impl PyEvent {
     /// Blocks until the event has completed (CuPy's `Event.synchronize`, cuda.core's `sync`).
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| self.event.wait()).py()
+        py.detach(|| devbuf::ordering::wait_for_event(&self.event))
+            .py()
     }
 
     /// Blocks until the event has completed: `synchronize()` under dpctl's name.
@@ -71,8 +72,8 @@ impl PyEvent {
 /// Milliseconds from `start` to `end`, waiting for both first.
 fn elapsed_time(py: Python<'_>, start: &PyEvent, end: &PyEvent) -> PyResult<f32> {
     let measured = py.detach(|| {
-        start.event.wait()?;
-        end.event.wait()?;
+        devbuf::ordering::wait_for_event(&start.event)?;
+        devbuf::ordering::wait_for_event(&end.event)?;
         Ok(end.event.elapsed_ms_since(&start.event))
     });
     measured.py()?.map_or_else(

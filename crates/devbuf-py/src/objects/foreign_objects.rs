@@ -75,7 +75,7 @@ fn hold<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Held<'py>> {
         let queue = queue.get().held();
         return Ok(Held::Queue(
             Arc::clone(queue),
-            devbuf::exchange::as_foreign_queue(queue),
+            devbuf::ordering::as_foreign_queue(queue),
         ));
     }
     if obj.is_instance_of::<PyInt>() {
@@ -161,7 +161,7 @@ pub(crate) fn queue_from_syclobj(
     }
     if let Ok(queue) = syclobj.cast::<PyQueue>() {
         return Ok(ContextQueue {
-            producer: devbuf::exchange::as_foreign_queue(queue.get().queue()?),
+            producer: devbuf::ordering::as_foreign_queue(queue.get().queue()?),
             queue: queue.clone().unbind(),
         });
     }
