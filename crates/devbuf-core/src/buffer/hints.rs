@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use super::Buffer;
+use super::ordering::record_enqueued;
 use super::transfer::{Reach, check_reaches};
-use crate::ordering::access::record_enqueued;
 use crate::{Advice, Error, Event, Location, MemKind, Queue, Result};
 
 impl Buffer {

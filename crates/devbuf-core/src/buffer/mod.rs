@@ -7,7 +7,8 @@
 mod allocation;
 mod hints;
 mod on_queue;
-pub(crate) mod shared;
+mod ordering;
+mod shared;
 mod strided;
 mod transfer;
 
@@ -20,19 +21,20 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU8;
 
 use crate::mr::{self, MemoryResource};
-use crate::ordering::pending::{Pending, PendingList, exported};
 use crate::{
     DEFAULT_ALIGNMENT, DeviceInfo, Error, ForeignQueue, KeptAlive, MemKind, Owner, Queue, Result,
 };
-use allocation::check_allocation;
-pub(crate) use allocation::{Allocation, Release, SharedAllocation, let_go};
+use allocation::{
+    Allocation, Pending, PendingList, Release, SharedAllocation, check_allocation, exported,
+};
+pub use ordering::Access;
 pub use strided::Runs;
 
 /// A contiguous range of bytes in one allocation; cheap to clone, and every clone or sub-view
 /// keeps the allocation alive.
 #[derive(Clone)]
 pub struct Buffer {
-    pub(crate) alloc: SharedAllocation,
+    alloc: SharedAllocation,
     offset: usize,
     len: usize,
 }

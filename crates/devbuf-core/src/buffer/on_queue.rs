@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use super::Buffer;
+use super::ordering::record_enqueued;
 use super::transfer::{Reach, check_reaches};
-use crate::ordering::access::record_enqueued;
 use crate::{Error, Event, Queue, Result};
 
 impl Buffer {

@@ -15,7 +15,7 @@ use crate::spare::{self, Spare};
 /// Neither `std::sync::Arc` nor `triomphe::Arc` offers that drop without moving the record out
 /// first. The memory of the record last freed on a thread is kept for the next one made there
 /// ([`SPARE`]).
-pub(crate) struct Shared<T>(NonNull<Counted<T>>);
+pub(super) struct Shared<T>(NonNull<Counted<T>>);
 
 struct Counted<T> {
     count: AtomicUsize,
@@ -47,7 +47,7 @@ impl<T> Shared<T> {
     /// The record `value` makes, built in its place on the heap (rather than built, then moved
     /// there: for a buffer's allocation, a 150-byte `memcpy` call).
     #[inline]
-    pub(crate) fn new(value: impl FnOnce() -> T) -> Self {
+    pub(super) fn new(value: impl FnOnce() -> T) -> Self {
         const {
             assert!(
                 size_of::<Counted<T>>() <= SPARE_LAYOUT.size()
@@ -68,13 +68,13 @@ impl<T> Shared<T> {
     }
 
     /// Whether two references share one record.
-    pub(crate) fn ptr_eq(a: &Self, b: &Self) -> bool {
+    pub(super) fn ptr_eq(a: &Self, b: &Self) -> bool {
         a.0 == b.0
     }
 
     /// Whether this is the only reference to the record (as `Arc::strong_count(..) == 1`: no
     /// other can appear meanwhile except by cloning this one).
-    pub(crate) fn is_unique(&self) -> bool {
+    pub(super) fn is_unique(&self) -> bool {
         self.counted().count.load(Ordering::Acquire) == 1
     }
 

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use super::Buffer;
+use super::ordering::record_enqueued;
 use super::transfer::{Reach, check_reaches, copying_queue};
-use crate::ordering::access::record_enqueued;
 use crate::{Error, Event, Queue, Result};
 
 /// `len`-byte runs to copy: each `(destination offset, source offset)`, relative to the start

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::Buffer;
-use crate::ordering::access::record_enqueued;
+use super::ordering::record_enqueued;
 use crate::{Error, Event, MemKind, Queue, Result};
 
 impl Buffer {

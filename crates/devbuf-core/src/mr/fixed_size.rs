@@ -250,11 +250,10 @@ impl Drop for FixedSizeResource {
         let (chunk_size, alignment) = (self.chunk_size(), self.block_alignment());
         for (blocks, kind) in self.blocks.iter_mut().zip(MemKind::ALLOCATABLE) {
             let blocks = std::mem::take(blocks.get_mut());
-            let unfinished: Vec<usize> =
-                crate::ordering::release::wait_for_freed_blocks(blocks.busy)
-                    .into_iter()
-                    .filter_map(|(addr, done)| (!done).then_some(addr))
-                    .collect();
+            let unfinished: Vec<usize> = crate::ordering::wait_for_freed_blocks(blocks.busy)
+                .into_iter()
+                .filter_map(|(addr, done)| (!done).then_some(addr))
+                .collect();
             for (base, chunk) in blocks.chunks {
                 let in_use = unfinished
                     .iter()

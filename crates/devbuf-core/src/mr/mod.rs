@@ -42,7 +42,8 @@ pub use replay::{ReplayReport, replay};
 pub use statistics::{Statistics, StatisticsResource};
 pub use tracking::{Origin, OutstandingAllocation, TrackingResource};
 
-use crate::{Event, MemKind, Queue, Result};
+pub use crate::ordering::FreeAfter;
+use crate::{MemKind, Queue, Result};
 
 /// Allocates and frees memory of any kind its queue supports.
 ///
@@ -90,26 +91,6 @@ pub trait MemoryResource: Send + Sync + fmt::Debug + 'static {
 
     /// Downcasting, so that bindings can reach an adaptor's own methods.
     fn as_any(&self) -> &dyn Any;
-}
-
-/// What may still use memory given back to a resource, and so when it may be handed out again.
-#[derive(Debug, Clone)]
-pub enum FreeAfter {
-    /// Nothing: at once.
-    Now,
-    /// Work done once the event has completed: on the resource's queue, or on any other (a free
-    /// "after the work on stream S", RMM's `deallocate(ptr, bytes, stream)`).
-    Event(Event),
-    /// Work of other libraries that were given the memory, on queues devbuf cannot wait for
-    /// ([`crate::Interop::wait_device_covers_every_queue`] is false): only the runtime's own free waits for
-    /// it, so the memory goes back to the runtime and is never handed out by devbuf again.
-    ForeignWork,
-}
-
-impl From<Option<Event>> for FreeAfter {
-    fn from(event: Option<Event>) -> Self {
-        event.map_or(FreeAfter::Now, FreeAfter::Event)
-    }
 }
 
 /// A queue as a memory resource: the bottom of every stack of adaptors.

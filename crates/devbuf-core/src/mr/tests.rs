@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::Event;
 use crate::conformance::pattern;
 use crate::{Buffer, DEFAULT_ALIGNMENT, Error, HostQueue};
 

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::mr::FreeAfter;
+use crate::ordering::FreeAfter;
 use crate::{Event, Queue, Result};
 
 /// An event that completes once all work enqueued on `queue` so far has, whoever enqueued it: a

@@ -362,7 +362,7 @@ impl Adaptor for PoolResource {
             // only as much as the request needs.
             let deferred = std::mem::take(&mut arena.deferred);
             drop(arena);
-            let waited = crate::ordering::release::wait_for_freed_blocks(deferred);
+            let waited = crate::ordering::wait_for_freed_blocks(deferred);
             arena = self.arenas[slot].lock();
             for (addr, done) in waited {
                 arena.free_or_forget(addr, done);

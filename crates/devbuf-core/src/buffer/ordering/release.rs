@@ -1,26 +1,30 @@
-//! Releasing memory after the work that may still touch it, decided here for every path: an
-//! allocation's last view going ([`release`]), a memory resource giving memory back to its queue
-//! ([`release_to_queue`], what [`crate::mr::QueueResource`] and so every adaptor over it does with
-//! a [`FreeAfter`]), and a resource written in another language that cannot take a
-//! [`FreeAfter`] ([`wait_before_handing_back`]). Where a queue frees in stream order
-//! ([`Queue::frees_in_order`]) it first waits for the work on the device; elsewhere the host
-//! waits first. Memory whose wait fails is leaked: freeing it would be worse.
+//! An allocation's release when its last view goes ([`release`]): after the work recorded on it,
+//! to the queue or resource it came from ([`crate::ordering::release_to_queue`] for a queue), or
+//! its owner let go for foreign memory. Memory whose wait fails is leaked: freeing it would be
+//! worse.
 
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use crate::Queue;
 use crate::blocking::blocking;
-use crate::buffer::{Allocation, Release, let_go};
+use crate::buffer::allocation::{Allocation, PendingWork, Release, exported, let_go};
 use crate::mr::FreeAfter;
-use crate::ordering::pending::{PendingWork, exported};
-use crate::{Event, Queue, Result};
+use crate::ordering::release_to_queue;
+
+impl Drop for Allocation {
+    #[inline]
+    fn drop(&mut self) {
+        release(self);
+    }
+}
 
 /// Releases `alloc`'s memory, its last view gone: after the work recorded on it and, once it was
 /// handed out, other libraries' work on the queues it was handed out on (as every access sees it:
 /// [`crate::Buffer::order_access`]); foreign memory's owner goes instead. The producer of
 /// imported memory is not waited for: its work is its own business, and letting go of its memory
 /// does not free it under that work.
-pub(crate) fn release(alloc: &mut Allocation) {
+fn release(alloc: &mut Allocation) {
     let list = alloc.pending.list.get_mut();
     let mut pending = std::mem::take(&mut list.work);
     let exported = *alloc.exported.get_mut() != exported::NO;
@@ -123,7 +127,7 @@ pub(crate) fn release(alloc: &mut Allocation) {
 /// they may use; elsewhere the memory is for the runtime's own free alone
 /// ([`FreeAfter::ForeignWork`]). `None` when a wait failed: the memory may still be in use and
 /// must be leaked.
-pub(crate) fn release_point(
+fn release_point(
     queue: &Arc<dyn Queue>,
     pending: &[PendingWork],
     exported: bool,
@@ -152,82 +156,4 @@ pub(crate) fn release_point(
         Ok(after) => Some(FreeAfter::Event(after)),
         Err(_) => blocking(|| queue.wait()).is_ok().then_some(FreeAfter::Now),
     }
-}
-
-/// Frees memory `queue` allocated once `after` says nothing else may use it, in the one way no
-/// resource can misread: where the queue frees in stream order ([`Queue::frees_in_order`]), it
-/// first waits for `after`'s work on the device; elsewhere the host first waits for it and for
-/// the queue's own work, or, after [`FreeAfter::ForeignWork`], leaves the wait to the runtime's
-/// free. `after` may be an event of any queue (a free "after the work on stream S"). Memory whose
-/// wait fails is leaked.
-///
-/// # Safety
-/// `ptr`, `kind`, `size` and `align` are exactly those of one earlier successful
-/// `queue.allocate`, released once; work on the memory may still run only on `queue` and as
-/// `after` says.
-pub unsafe fn release_to_queue(
-    queue: &Arc<dyn Queue>,
-    ptr: NonNull<u8>,
-    kind: crate::MemKind,
-    size: usize,
-    align: usize,
-    after: FreeAfter,
-) {
-    if queue.frees_in_order(ptr, kind) {
-        let ready = match &after {
-            FreeAfter::Event(event) => queue
-                .wait_event(event)
-                .or_else(|_| blocking(|| event.wait())),
-            // The runtime's stream-ordered free follows the queue's own work.
-            FreeAfter::Now | FreeAfter::ForeignWork => Ok(()),
-        };
-        if ready.is_ok() {
-            // SAFETY: the caller's guarantees; the work on the memory is ordered before this
-            // stream-ordered free.
-            unsafe { queue.deallocate(ptr, kind, size, align) };
-        }
-        return;
-    }
-    // Without the GIL: the runtime's own free of memory handed out may wait for other
-    // libraries' work on it too.
-    blocking(|| {
-        let done = match &after {
-            FreeAfter::Event(event) => event.wait().and_then(|()| queue.wait()),
-            FreeAfter::Now => queue.wait(),
-            // Devbuf's work is ordered into the queue, whose commands on the memory the runtime's
-            // free waits for with other libraries' (a wait for the whole queue here could wait
-            // behind the very host task of another library that let go of the memory).
-            FreeAfter::ForeignWork => Ok(()),
-        };
-        if done.is_ok() {
-            // SAFETY: the caller's guarantees; the work on the memory is done, or the runtime's
-            // free waits for it.
-            unsafe { queue.deallocate(ptr, kind, size, align) };
-        }
-    });
-}
-
-/// Waits on the host until memory given back with `after` may be handed out again by a resource
-/// that cannot order its reuse itself (one written in Python): the event's work, or, for
-/// [`FreeAfter::ForeignWork`], all the work devbuf can see on the device of `queue` (other
-/// libraries' own queues stay the user's part: docs/guide/ordering.md, "The user's part").
-pub fn wait_before_handing_back(queue: &Arc<dyn Queue>, after: &FreeAfter) -> Result<()> {
-    match after {
-        FreeAfter::Now => Ok(()),
-        FreeAfter::Event(event) => blocking(|| event.wait()),
-        FreeAfter::ForeignWork => blocking(|| queue.wait_device()),
-    }
-}
-
-/// Waits on the host, without blocking other threads of the embedding language, until the work on
-/// each block given back to a resource is done (a full pool waiting for blocks whose free is
-/// pending, a resource letting go of its blocks): each block with whether its wait succeeded. A
-/// block whose wait failed may still be in use, and is never handed out or freed.
-pub(crate) fn wait_for_freed_blocks<T>(blocks: Vec<(T, Event)>) -> Vec<(T, bool)> {
-    blocking(|| {
-        blocks
-            .into_iter()
-            .map(|(block, event)| (block, event.wait().is_ok()))
-            .collect()
-    })
 }

@@ -2,15 +2,20 @@
 //! (docs/architecture.md, "The ordering invariant"): devbuf's own work on several queues, a
 //! producer's work devbuf waits for, and other libraries' work on every queue the memory was
 //! handed out on, through one function, [`Buffer::order_access`]; what a hand-out records; and
-//! what devbuf's commands record, and make other libraries' next work there wait for.
+//! what devbuf's commands record, and make other libraries' next work there wait for. The
+//! allocation-level half of [`crate::ordering`]; `release` is an allocation's release after
+//! that work.
+
+mod release;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use smallvec::SmallVec;
 
-use crate::buffer::{Allocation, Buffer};
-use crate::ordering::pending::{PendingGuard, PendingList, PendingWork, exported};
+use super::Buffer;
+use super::allocation::Allocation;
+use super::allocation::{PendingGuard, PendingList, PendingWork, exported};
 use crate::{Event, ForeignQueue, Queue, Result};
 
 /// Where devbuf is about to touch an allocation's bytes ([`Buffer::order_access`]).
@@ -371,7 +376,7 @@ impl Buffer {
 /// The event is recorded while every allocation's pending list is locked (in address order, so
 /// threads never deadlock): a thread that enqueued later records later, and never replaces a
 /// queue's latest event by an earlier one.
-pub(crate) fn record_enqueued(
+pub(super) fn record_enqueued(
     queue: &Arc<dyn Queue>,
     buffers: &[&Buffer],
     source: Option<Buffer>,
@@ -453,5 +458,21 @@ fn set_latest(
             event,
             sources: source.map(|source| source.alloc).into_iter().collect(),
         }),
+    }
+}
+
+impl PendingList {
+    /// Records the event of the producer's queue, if that has not been done yet.
+    pub(super) fn record_producer_event(&mut self) -> Result<()> {
+        if let Some(producer) = &self.unordered {
+            let event = producer.record_event()?;
+            self.unordered = None;
+            self.work.push(PendingWork {
+                queue: None,
+                event,
+                sources: Vec::new(),
+            });
+        }
+        Ok(())
     }
 }
