@@ -212,3 +212,31 @@ def test_a_cai_export_names_devbufs_stream_for_a_cuda_core_consumer(core):
         assert host_bytes(host) == bytes([4]) * N, set(host_bytes(host))
         """
     )
+
+
+@pytest.mark.parametrize("export", ["dlpack", "cai", "none"])
+@pytest.mark.parametrize("blocking", [True, False])
+def test_memory_handed_out_on_a_stream_its_owner_closed_still_reads(core, export, blocking):
+    # devbuf records the cuda.core stream the memory was handed out on; cuda.core's close()
+    # destroys it while devbuf still holds the object. The next read must neither use the dead
+    # stream nor miss the work the driver still runs there (a consumer's late write on it).
+    run(
+        f"""
+        from cuda.bindings import driver
+        theirs = device.create_stream()
+        ours = devbuf.Stream(theirs)
+        array = devbuf.alloc(N, "device", device="cuda")
+        array.fill(7, stream=ours, blocking={blocking})
+        if "{export}" == "dlpack":
+            array.__dlpack__(stream=int(theirs.handle))
+        elif "{export}" == "cai":
+            array.__cuda_array_interface__
+        # The consumer's write, late on its own stream, then the stream is gone.
+        (result,) = driver.cuMemsetD8Async(array.ptr, 9, N, theirs.handle)
+        assert result == driver.CUresult.CUDA_SUCCESS, result
+        theirs.close()
+        expected = 9 if "{export}" != "none" else None
+        seen = set(array.to_bytes())
+        assert seen == {{expected}} if expected else len(seen) == 1, seen
+        """
+    )

@@ -73,5 +73,5 @@ pub use last_command::LastCommand;
 pub use ordering::Access;
 pub use owner::{KeptAlive, Owner};
 pub use queue::{DEFAULT_ALIGNMENT, Queue};
-pub use stream::{StreamOptions, StreamOwner};
+pub use stream::{KeepsStream, StreamOptions, StreamOwner};
 pub use timing::InstantEvent;

@@ -3,8 +3,6 @@
 //! ([`crate::Backend::adopt_stream`]). What a stream's own operations cover is
 //! [`crate::ordering`]'s.
 
-use std::any::Any;
-
 /// How a new stream is made, in cuda.core's terms (`StreamOptions`) and CuPy's
 /// (`Stream(non_blocking, priority)`). A backend without such a notion ignores what it cannot
 /// honour and says so in its documentation.
@@ -36,4 +34,18 @@ impl Default for StreamOptions {
 
 /// Whatever keeps another library's stream alive (its Python object, say), held by the queue that
 /// adopted it for as long as that queue or any memory it allocated lives.
-pub type StreamOwner = Box<dyn Any + Send + Sync>;
+pub type StreamOwner = Box<dyn KeepsStream>;
+
+/// What keeps another library's stream alive, as devbuf asks it.
+pub trait KeepsStream: Send + Sync + std::fmt::Debug + 'static {
+    /// Whether the stream still exists: false once its owner destroyed it anyway (cuda.core's
+    /// `Stream.close()` does, whoever else holds the object). devbuf then no longer asks the
+    /// stream for what may still run there (the runtime finishes that work by itself), and waits
+    /// for the device instead. True unless the keeper can tell.
+    fn stream_alive(&self) -> bool {
+        true
+    }
+}
+
+/// Nothing keeps the stream alive but the caller's promise.
+impl KeepsStream for () {}

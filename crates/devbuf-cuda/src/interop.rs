@@ -97,13 +97,25 @@ impl Interop for CudaQueue {
         Ok(())
     }
 
+    /// An event on the stream after the legacy stream's work; for another library's stream its
+    /// owner destroyed, none, once the device has finished the work the driver still runs there.
     fn foreign_work_event(&self) -> Result<Option<Event>> {
+        if !self.stream.is_alive() {
+            self.wait_device()?;
+            return Ok(None);
+        }
         self.order_after_foreign_work()?;
         Ok(Some(Queue::record_event(self)?))
     }
 
     /// Other libraries work on the stream itself once they hold it: its events cover their work.
+    /// Another library's stream its owner destroyed: an event that has completed, once the device
+    /// has finished the work the driver still runs there.
     fn handed_out_event(&self) -> Result<Event> {
+        if !self.stream.is_alive() {
+            self.wait_device()?;
+            return Ok(Event::new(devbuf_core::CompletedEvent));
+        }
         Queue::record_event(self)
     }
 

@@ -17,7 +17,7 @@ pub(crate) struct Stream {
     owned: bool,
     context: Arc<PrimaryContext>,
     /// What keeps a borrowed stream alive (another library's stream object), if we hold it.
-    _owner: Option<StreamOwner>,
+    owner: Option<StreamOwner>,
 }
 
 // SAFETY: a CUstream is a driver handle usable from any thread; the driver serialises the work
@@ -40,7 +40,7 @@ impl Stream {
             raw,
             owned: true,
             context: Arc::clone(context),
-            _owner: None,
+            owner: None,
         })
     }
 
@@ -68,7 +68,7 @@ impl Stream {
             raw,
             owned: true,
             context: Arc::clone(context),
-            _owner: None,
+            owner: None,
         })
     }
 
@@ -79,7 +79,7 @@ impl Stream {
             raw,
             owned: false,
             context: Arc::clone(context),
-            _owner: None,
+            owner: None,
         }
     }
 
@@ -94,7 +94,7 @@ impl Stream {
             raw,
             owned: false,
             context: Arc::clone(context),
-            _owner: Some(owner),
+            owner: Some(owner),
         }
     }
 
@@ -104,6 +104,12 @@ impl Stream {
 
     pub fn context(&self) -> &Arc<PrimaryContext> {
         &self.context
+    }
+
+    /// Whether the stream still exists: a borrowed stream whose owner destroyed it does not
+    /// ([`devbuf_core::KeepsStream::stream_alive`]).
+    pub fn is_alive(&self) -> bool {
+        self.owner.as_ref().is_none_or(|owner| owner.stream_alive())
     }
 
     /// Whether all work enqueued so far has completed, without blocking.

@@ -50,7 +50,7 @@ pub(crate) fn adopt_handle(
 ) -> PyResult<Py<PyQueue>> {
     let selector = device.map(selector_of).transpose()?;
     let owner: devbuf::StreamOwner = match owner {
-        Some(owner) => Box::new(owner),
+        Some(object) => Box::new(PythonStreamOwner { object, handle }),
         None => Box::new(()),
     };
     let queue = py
@@ -114,4 +114,32 @@ pub(crate) fn stream_argument<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'p
         "stream: expected None, a devbuf.Stream, an object with __cuda_stream__ (cuda.core, CuPy) \
          or a dpctl.SyclQueue, got {got}"
     )))
+}
+
+/// The Python object that keeps an adopted stream alive, asked whether it still does: a stream
+/// protocol object (cuda.core's `Stream`, CuPy's) names its stream through `__cuda_stream__` until
+/// it is closed, which destroys the stream however many hold the object.
+#[derive(Debug)]
+struct PythonStreamOwner {
+    object: Py<PyAny>,
+    handle: usize,
+}
+
+impl devbuf::KeepsStream for PythonStreamOwner {
+    fn stream_alive(&self) -> bool {
+        // Past the interpreter's end the object can no longer be asked: the stream was promised
+        // alive while it is held.
+        Python::try_attach(|py| {
+            let object = self.object.bind(py);
+            match object.getattr_opt(intern!(py, "__cuda_stream__")) {
+                Ok(Some(protocol)) => protocol
+                    .call0()
+                    .and_then(|named| named.extract::<(i64, usize)>())
+                    .is_ok_and(|(_, handle)| handle == self.handle),
+                // No stream protocol: the object's being held is the caller's promise.
+                Ok(None) | Err(_) => true,
+            }
+        })
+        .unwrap_or(true)
+    }
 }
