@@ -177,11 +177,12 @@ def test_a_cai_consumer_on_devbufs_own_stream_comes_before_host_views(cuda, kind
         f"""
         memory = devbuf.alloc(N, "{kind}", device="cuda:0")
         memory.fill(0)
-        hold(memory.queue.stream)
+        gate = Gate(memory.queue.stream)
         memory.fill(1, blocking=False)  # pending: the export names devbuf's stream
         interface = memory.__cuda_array_interface__
         assert interface["stream"] == memory.queue.stream
         busy(interface["stream"])
+        gate.release()
         memset(interface["data"][0], 7, N, interface["stream"])
         """,
         reader=reader,

@@ -18,6 +18,7 @@ from conftest import require_backend
 
 PRELUDE = textwrap.dedent(
     """
+    import atexit
     import ctypes
     import numpy as np
     import devbuf
@@ -47,7 +48,9 @@ PRELUDE = textwrap.dedent(
     def synchronize(stream):
         ok(cu.cuStreamSynchronize(ctypes.c_void_p(stream)))
 
-    _usleep = ctypes.cast(ctypes.CDLL(None).usleep, ctypes.c_void_p)
+    _libc = ctypes.CDLL(None)
+    _usleep = ctypes.cast(_libc.usleep, ctypes.c_void_p)
+    _sem_wait = ctypes.cast(_libc.sem_wait, ctypes.c_void_p)
 
     def hold(stream, microseconds=300_000):
         # Work enqueued on `stream` after this stays pending for a while on any device, a GPU's
@@ -56,6 +59,26 @@ PRELUDE = textwrap.dedent(
         # host function's one argument (passed in the first integer register) as its microseconds,
         # so no Python and no GIL run on the driver's host-function thread.
         ok(cu.cuLaunchHostFunc(ctypes.c_void_p(stream), _usleep, ctypes.c_void_p(microseconds)))
+
+    class Gate:
+        # Work enqueued on `stream` after this waits until `release()`, however long the script
+        # takes to get there (a hold's time may run out on a loaded machine before the script
+        # checks what pending work makes an export say): a host function that is libc's sem_wait
+        # on a semaphore of the script's. Release it before devbuf waits for the stream.
+
+        def __init__(self, stream):
+            self.semaphore = ctypes.create_string_buffer(64)  # a sem_t (32 bytes on x86-64 and aarch64)
+            self.released = False
+            assert _libc.sem_init(self.semaphore, 0, 0) == 0
+            ok(cu.cuLaunchHostFunc(ctypes.c_void_p(stream), _sem_wait,
+                                   ctypes.cast(self.semaphore, ctypes.c_void_p)))
+            # A script that fails before its release must still end.
+            atexit.register(self.release)
+
+        def release(self):
+            if not self.released:
+                self.released = True
+                assert _libc.sem_post(self.semaphore) == 0
 
     class Cai:
         \"\"\"A CAI producer of `n` bytes at `ptr`; `stream=...` leaves the key out.\"\"\"

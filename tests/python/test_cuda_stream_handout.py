@@ -32,13 +32,13 @@ ON_USER_STREAM = {
         S = devbuf.Stream("cuda:0")
         memory = devbuf.alloc(N, "{kind}", device="cuda:0")
         memory.fill(0)
-        hold(S.stream)
+        gate = Gate(S.stream)
         memory.fill(1, stream=S, blocking=False)  # pending on S: the export names S
         """,
     "alloc-on-S": """
         S = devbuf.Stream("cuda:0")
         memory = S.alloc(N, "{kind}")
-        hold(S.stream)
+        gate = Gate(S.stream)
         memory.fill(0, stream=S, blocking=False)
         """,
 }
@@ -64,6 +64,7 @@ def test_a_cai_consumer_on_a_user_stream_comes_before_devbuf(cuda, how, kind, re
         interface = memory.__cuda_array_interface__
         assert interface["stream"] == S.stream, "the export names the stream with pending work"
         busy(interface["stream"])
+        gate.release()
         memset(interface["data"][0], 7, N, interface["stream"])  # the consumer, as CAI v3 says
         """,
         reader=reader,
@@ -80,11 +81,12 @@ def test_an_ipc_export_after_a_cai_consumer_on_a_user_stream_carries_its_bytes(c
         S = devbuf.Stream("cuda:0")
         memory = devbuf.alloc(N, "device", device="cuda:0", ipc=True)
         memory.fill(0)
-        hold(S.stream)
+        gate = Gate(S.stream)
         memory.fill(1, stream=S, blocking=False)
         interface = memory.__cuda_array_interface__
         assert interface["stream"] == S.stream, "the export names the stream with pending work"
         busy(interface["stream"])
+        gate.release()
         memset(interface["data"][0], 7, N, interface["stream"])
         handle = bytes(memory.ipc_handle())
         child = subprocess.run(
@@ -143,11 +145,13 @@ def test_a_stream_named_in_an_export_outlives_its_stream_object(cuda):
         """
         S = devbuf.Stream("cuda:0")
         memory = devbuf.alloc(N, "device", device="cuda:0")
-        hold(S.stream)
+        memory.fill(0)  # the allocation's own work done: the fill on S is all that is pending
+        gate = Gate(S.stream)
         memory.fill(1, stream=S, blocking=False)
         interface = memory.__cuda_array_interface__
         stream = interface["stream"]
-        assert stream == S.stream
+        assert stream == S.stream, "the export names the stream with pending work"
+        gate.release()
         memory.to_bytes()  # devbuf's own work is done: nothing pending keeps S alive
         del S
         import gc
