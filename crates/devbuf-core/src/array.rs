@@ -1,15 +1,21 @@
 //! Typed, strided views of a [`Buffer`]: the one place where shapes, strides and offsets are
 //! validated, whatever protocol they came from.
 
+mod assign;
+mod broadcast;
 mod copy;
 mod fill;
 mod index;
+mod literal;
 mod reshape;
+mod retype;
 
 use smallvec::SmallVec;
 
 use crate::{Buffer, DType, Error, Result};
+use broadcast::python_shape;
 pub use index::Index;
+pub use literal::Literal;
 
 /// Per-dimension values, inline up to four dimensions (no allocation for most arrays).
 type Dims<T> = SmallVec<[T; 4]>;

@@ -3,7 +3,9 @@
 //! Rust crates.
 
 mod array_methods;
+mod array_refusals;
 mod array_views;
+mod array_writes;
 mod buffer_hints;
 mod buffer_methods;
 mod creation;
@@ -15,6 +17,7 @@ mod gil_as_lock;
 mod host_transfer;
 mod import;
 mod ipc;
+mod literals;
 mod mr;
 mod objects;
 mod pickle;
