@@ -13,7 +13,6 @@ mod retype;
 use smallvec::SmallVec;
 
 use crate::{Buffer, DType, Error, Result};
-use broadcast::python_shape;
 pub use index::Index;
 pub use literal::Literal;
 
@@ -272,6 +271,21 @@ impl Layout {
                 }
             })
             .collect()
+    }
+}
+
+/// `(2, 3)`, `(5,)`, `()`: a shape as Python (and NumPy's messages) print it.
+pub(crate) fn python_shape(shape: &[usize]) -> String {
+    match shape {
+        [one] => format!("({one},)"),
+        _ => format!(
+            "({})",
+            shape
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
 }
 

@@ -320,7 +320,7 @@ impl PyArray {
         slf: &Bound<'py, Self>,
         device: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArray>> {
-        crate::import::asarray(slf.py(), slf.as_any(), None, Some(device), true, None, None)
+        crate::import::asarray(slf.py(), slf.as_any(), None, Some(device), true, None)
     }
 
     /// The bytes of a C-contiguous array, copied to the host (on `stream`, a `devbuf.Stream` that

@@ -6,6 +6,7 @@ mod array_methods;
 mod array_refusals;
 mod array_views;
 mod array_writes;
+mod asarray;
 mod buffer_hints;
 mod buffer_methods;
 mod creation;
@@ -122,7 +123,7 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     buffer_methods::add_alloc(m)?;
     creation::register(m)?;
     m.add_function(wrap_pyfunction!(objects::event::get_elapsed_time, m)?)?;
-    m.add_function(wrap_pyfunction!(import::asarray, m)?)?;
+    m.add_function(wrap_pyfunction!(asarray::asarray, m)?)?;
     m.add_function(wrap_pyfunction!(import::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(
         export::ordering::set_cai_export_stream,

@@ -3,7 +3,7 @@
 //! (or one the source lacks) repeats its element (stride 0), and leading dimensions of extent 1
 //! that the destination lacks are dropped. Nothing moves: the result is a view of the source.
 
-use super::{Dims, Layout};
+use super::{Dims, Layout, python_shape};
 use crate::{Error, Result};
 
 impl Layout {
@@ -56,21 +56,6 @@ impl Layout {
             offset: self.offset,
             readonly: self.readonly,
         })
-    }
-}
-
-/// `(2, 3)`, `(5,)`, `()`: a shape as Python (and NumPy's messages) print it.
-pub(crate) fn python_shape(shape: &[usize]) -> String {
-    match shape {
-        [one] => format!("({one},)"),
-        _ => format!(
-            "({})",
-            shape
-                .iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
     }
 }
 

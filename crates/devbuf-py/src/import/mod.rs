@@ -283,57 +283,15 @@ fn import_route<'py>(
     }
 }
 
-/// `devbuf.asarray(obj, copy=None, device=None, sync=True, *, kind=None, dtype=None)`: a devbuf
-/// Array viewing `obj`'s memory (SUAI, DLPack, CAI or the buffer protocol, tried in that order).
-/// `copy`, as in NumPy 2 and the array API: None copies only when it must (`device` names another
-/// device), True always copies, and False never does: where the data would have to move, it is a
-/// ValueError. A copy onto a named device is device memory unless `kind` ("host", "device" or
-/// "shared") asks for another kind. A Python scalar or a nested list or tuple of them is a new
-/// array (so `copy=False` is a ValueError), allocated as `devbuf.empty` allocates (`kind`,
-/// `device`), of `dtype` or else the array API's type for the values: bool, int64, float64 or
-/// complex128 by the highest kind present. An array's `dtype` is its own: another is a TypeError,
-/// since devbuf converts no element types. `sync=False` skips ordering our later work after the
-/// producer's stream (CAI v3's consumer opt-out; also `DEVBUF_CUDA_ARRAY_INTERFACE_SYNC=0` for
-/// the process).
-#[pyfunction]
-#[pyo3(signature = (obj, copy = None, device = None, sync = true, *, kind = None, dtype = None))]
+/// `devbuf.asarray(obj, copy, device, sync, kind=kind)` of an object with memory of its own (the
+/// `asarray` module takes Python values first): a devbuf Array viewing `obj`'s memory (SUAI,
+/// DLPack, CAI or the buffer protocol, tried in that order). `copy`, as in NumPy 2 and the array
+/// API: None copies only when it must (`device` names another device), True always copies, and
+/// False never does: where the data would have to move, it is a ValueError. A copy onto a named
+/// device is device memory unless `kind` ("host", "device" or "shared") asks for another kind.
+/// `sync=False` skips ordering our later work after the producer's stream (CAI v3's consumer
+/// opt-out; also `DEVBUF_CUDA_ARRAY_INTERFACE_SYNC=0` for the process).
 pub fn asarray<'py>(
-    py: Python<'py>,
-    obj: &Bound<'py, PyAny>,
-    copy: Option<bool>,
-    device: Option<&Bound<'py, PyAny>>,
-    sync: bool,
-    kind: Option<&str>,
-    dtype: Option<&Bound<'py, PyAny>>,
-) -> PyResult<Bound<'py, PyArray>> {
-    let dtype = match dtype {
-        Some(dtype) if !dtype.is_none() => Some(crate::dtypes::from_python(dtype)?),
-        _ => None,
-    };
-    if crate::literals::is_python_scalar(obj) || crate::literals::is_sequence(obj) {
-        if copy == Some(false) {
-            return Err(PyValueError::new_err(
-                "copy: a Python scalar or sequence has no memory to view, and copy=False forbids \
-                 making an array of it",
-            ));
-        }
-        let literal = crate::literals::literal(obj, "obj")?;
-        return crate::creation::from_literal(py, &literal, dtype, kind, device);
-    }
-    let array = asarray_of_object(py, obj, copy, device, sync, kind)?;
-    let own = array.get().array(py)?.layout().dtype();
-    match dtype {
-        Some(dtype) if dtype != own => Err(PyTypeError::new_err(format!(
-            "dtype: the data is {own}, and devbuf converts no element types (it runs no \
-             kernels): convert it with the library that computes (its astype, or NumPy's on the \
-             host), then import the result"
-        ))),
-        _ => Ok(array),
-    }
-}
-
-/// [`asarray`] of an object with memory of its own.
-fn asarray_of_object<'py>(
     py: Python<'py>,
     obj: &Bound<'py, PyAny>,
     copy: Option<bool>,
