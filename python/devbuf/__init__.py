@@ -79,6 +79,14 @@ __all__ = [
     "zeros_like",
 ]
 
+if _runtime.IMPORT_ORDER_PROBLEM is not None:
+    import warnings
+
+    from ._devbuf import _note_default_device_reason
+
+    warnings.warn(_runtime.IMPORT_ORDER_PROBLEM, RuntimeWarning, stacklevel=2)
+    _note_default_device_reason(_runtime.IMPORT_ORDER_PROBLEM)
+
 from . import _integrations  # noqa: E402
 
 # Dask and Ray serializers, registered when (and only when) the program imports them.

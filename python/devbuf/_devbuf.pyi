@@ -3,9 +3,10 @@
 import os
 from collections.abc import Callable, Iterator, Sequence
 from types import EllipsisType
-from typing import Any, Literal, NoReturn, Protocol, SupportsIndex, final, overload
+from typing import Any, Literal, NoReturn, SupportsIndex, final, overload
 
 import numpy as np
+from _typeshed import SupportsWrite
 from numpy.typing import DTypeLike
 from typing_extensions import Self, disjoint_base
 
@@ -36,6 +37,7 @@ __all__ = [
     "default_device",
     "set_default_device",
     "_default_device_reason",
+    "_note_default_device_reason",
     "alloc",
     "empty",
     "zeros",
@@ -463,6 +465,7 @@ def set_default_device(device: str | Device | Queue | Any | None, /) -> Device |
     """Sets the default device of every thread (None: back to devbuf's choice); returns the
     previous setting."""
 def _default_device_reason() -> str: ...
+def _note_default_device_reason(note: str) -> None: ...
 def alloc(
     nbytes: int,
     kind: _Kind = "shared",
@@ -660,15 +663,12 @@ class BinningMemoryResource(MemoryResource):
     @property
     def bin_mrs(self) -> list[MemoryResource]: ...
 
-class _TextStream(Protocol):
-    def write(self, text: str, /) -> Any: ...
-
 @final
 class LoggingResourceAdaptor(MemoryResource):
     def __new__(
         cls,
         upstream_mr: MemoryResource,
-        log_file_name: str | os.PathLike[str] | _TextStream | None = None,
+        log_file_name: str | os.PathLike[str] | SupportsWrite[str] | None = None,
         *,
         auto_flush: bool = False,
     ) -> Self: ...

@@ -120,6 +120,10 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
         objects::default_device::_default_device_reason,
         m
     )?)?;
+    m.add_function(wrap_pyfunction!(
+        objects::default_device::_note_default_device_reason,
+        m
+    )?)?;
     buffer_methods::add_alloc(m)?;
     creation::register(m)?;
     m.add_function(wrap_pyfunction!(objects::event::get_elapsed_time, m)?)?;
