@@ -362,3 +362,32 @@ def test_the_signature_check_finds_a_private_alias(tmp_path):
     page.write_text('<dl><dt class="sig sig-object py" id="f"><em>shape</em>: <span>_Shape</span></dt></dl>'
                     '<p>_Shape in prose is fine</p>')
     assert private_names_in_signatures(page) == ["_Shape in shape: _Shape"]
+
+
+def unlinked_names(page, names):
+    """The inline code in `page` that names a public name (`devbuf.alloc`, `Array.copy_from(...)`,
+    `asarray(x)`: looked up as written, then under `devbuf.` and `devbuf.mr.`) but links nowhere."""
+    names = set(names)
+    found = []
+    for link, code in re.findall(r'(<a [^>]*>)?<code class="[^"]*literal[^"]*">(.*?)</code>', page.read_text(), re.S):
+        name = html.unescape(re.sub(r"<[^>]+>", "", code)).split("(")[0].strip()
+        if not link and any(prefix + name in names for prefix in ("", "devbuf.", "devbuf.mr.")):
+            found.append(name)
+    return found
+
+
+def test_api_names_in_the_guide_link_to_their_reference_entries():
+    names = [name for name in public_names() if not name.startswith("module-")]
+    guide = [page for page in pages() if page.relative_to(SITE).parts[0] in ("guide", "cookbook")
+             or page.name in ("index.html", "quickstart.html", "troubleshooting.html")]
+    unlinked = {str(page.relative_to(SITE)): found for page in guide if (found := unlinked_names(page, names))}
+    assert not unlinked, json.dumps(unlinked, indent=1)
+    arrays = (SITE / "guide" / "arrays.html").read_text()
+    assert 'href="../reference/arrays.html#devbuf.Array.copy_from"' in arrays
+
+
+def test_the_link_check_finds_an_unlinked_name(tmp_path):
+    page = tmp_path / "guide.html"
+    page.write_text('<p><code class="docutils literal notranslate"><span class="pre">devbuf.alloc</span></code> and '
+                    '<a href="x"><code class="docutils literal notranslate"><span class="pre">Array.fill</span></code></a></p>')
+    assert unlinked_names(page, ["devbuf.alloc", "devbuf.Array.fill"]) == ["devbuf.alloc"]

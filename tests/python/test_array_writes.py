@@ -273,6 +273,10 @@ def test_asarray_of_python_values_with_dtype_kind_and_mistakes(device):
         devbuf.asarray(np.zeros(3), dtype=np.float32)
     host = np.zeros(3, np.float32)
     assert devbuf.asarray(host, dtype="float32").ptr == host.ctypes.data
+    # NumPy's scalars are imported as NumPy's asarray takes them (np.float64 is a float, too).
+    for scalar in (np.float64(2.5), np.float32(2.5), np.int16(3)):
+        imported = devbuf.asarray(scalar)
+        assert (imported.shape, imported.dtype, imported.device.selector) == ((), scalar.dtype, "host")
 
 
 def test_ones_and_ones_like(device, kind):

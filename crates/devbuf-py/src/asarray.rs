@@ -33,7 +33,11 @@ pub fn asarray<'py>(
         Some(dtype) if !dtype.is_none() => Some(crate::dtypes::from_python(dtype)?),
         _ => None,
     };
-    if crate::literals::is_python_scalar(obj) || crate::literals::is_sequence(obj) {
+    // A NumPy scalar (np.float64 is a float) has memory of its own: imported, as NumPy's asarray.
+    let python_value = (crate::literals::is_python_scalar(obj)
+        && !crate::literals::is_numpy_scalar(obj)?)
+        || crate::literals::is_sequence(obj);
+    if python_value {
         if copy == Some(false) {
             return Err(PyValueError::new_err(
                 "copy: a Python scalar or sequence has no memory to view, and copy=False forbids \
