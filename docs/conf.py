@@ -22,6 +22,8 @@ extensions = [
     "devbuf_stubs",
     # The conformance matrix, measured while the site is built.
     "devbuf_matrix",
+    # API names written as code link to their reference entries.
+    "devbuf_links",
 ]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 exclude_patterns = ["_build", "_ext"]

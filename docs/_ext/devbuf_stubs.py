@@ -28,12 +28,13 @@ class Stub:
 
 
 def _aliases(tree: ast.Module) -> dict[str, str]:
-    """Module-level aliases the stubs write for brevity (`_Kind`), spelt out for readers."""
+    """Module-level aliases the stubs write for brevity (`_Kind`, `_Shape`), spelt out for
+    readers: a private name is no part of the API, and must not appear in a signature."""
     found = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             name = node.targets[0].id
-            if name.startswith("_") and isinstance(node.value, ast.Subscript):
+            if name.startswith("_") and not name.startswith("__"):
                 found[name] = ast.unparse(node.value)
     return found
 
@@ -43,7 +44,7 @@ def _text(node: ast.AST | None, aliases: dict[str, str]) -> str | None:
         return None
     text = ast.unparse(node)
     for alias, spelt in aliases.items():
-        text = text.replace(alias, spelt)
+        text = re.sub(rf"\b{re.escape(alias)}\b", spelt, text)
     return text
 
 

@@ -40,6 +40,8 @@ from ._devbuf import (  # noqa: E402
     from_dlpack,
     full,
     get_elapsed_time,
+    ones,
+    ones_like,
     open_ipc,
     set_cai_export_stream,
     set_default_device,
@@ -68,12 +70,22 @@ __all__ = [
     "from_dlpack",
     "full",
     "get_elapsed_time",
+    "ones",
+    "ones_like",
     "open_ipc",
     "set_cai_export_stream",
     "set_default_device",
     "zeros",
     "zeros_like",
 ]
+
+if _runtime.IMPORT_ORDER_PROBLEM is not None:
+    import warnings
+
+    from ._devbuf import _note_default_device_reason
+
+    warnings.warn(_runtime.IMPORT_ORDER_PROBLEM, RuntimeWarning, stacklevel=2)
+    _note_default_device_reason(_runtime.IMPORT_ORDER_PROBLEM)
 
 from . import _integrations  # noqa: E402
 

@@ -1,10 +1,11 @@
 """``python -m devbuf info``: backends, devices, kinds, why a backend is unavailable, and which
 device is the default and why.
-``python -m devbuf matrix``: every conformance check and every consumer library on every device,
-pass / FAIL / skip with the reason; exits 1 on any FAIL. Each row runs in a child process, so a cell
-that crashes is a FAIL saying so, not the end of the matrix.
-``python -m devbuf demo``: memory on the default device handed zero-copy to dpctl, dpnp and NumPy and
-back, writes on one side read on the other; then the matrix.
+``python -m devbuf matrix [--wide]``: every conformance check and every consumer library on every
+device, pass / FAIL / skip with the reason; exits 1 on any FAIL. Each row runs in a child process, so
+a cell that crashes is a FAIL saying so, not the end of the matrix. One line per device, within 100
+columns; --wide prints one column per check.
+``python -m devbuf demo [--wide]``: memory on the default device handed zero-copy to dpctl, dpnp and
+NumPy and back, writes on one side read on the other; then the matrix.
 ``python -m devbuf replay LOG [--device D] [--resource queue|pool|binning] [--kind K]``: every
 allocation and free of a LoggingResourceAdaptor's log (or RMM's) again, against a resource of devbuf's
 on device D (default: the default device); prints what it did and the time it took."""
@@ -42,11 +43,16 @@ def info() -> int:
     return 0
 
 
-def matrix() -> int:
-    return _matrix.matrix()
+def matrix(wide: bool = False) -> int:
+    return _matrix.matrix(wide)
 
 
-def demo() -> int:
+def say(text: str, indent: int = 0) -> None:
+    """Prints ``text`` within the matrix's 100 columns, continued lines at column ``indent``."""
+    print(_matrix._wrapped(text, indent) if text else "")
+
+
+def demo(wide: bool = False) -> int:
     import numpy as np
 
     try:
@@ -58,7 +64,8 @@ def demo() -> int:
     except ImportError:
         dpnp = None
     device = devbuf.default_device()
-    print(f"default device: {device.selector} ({device.name}), kinds: {', '.join(device.kinds)}\n")
+    say(f"default device: {device.selector} ({device.name}), kinds: {', '.join(device.kinds)}", 4)
+    say("")
     # dpctl and dpnp take memory that SUAI describes, whichever backend's it is.
     backend = next(b for b in devbuf.backends() if b.name == device.backend)
     speaks_suai = "__sycl_usm_array_interface__" in backend.protocols
@@ -75,47 +82,48 @@ def demo() -> int:
         array = devbuf.alloc(4 * 8, kind).view("float32")
         expected = np.arange(8, dtype=np.float32)
         array.copy_from(expected)
-        print(f"{kind:>6} memory at {array.ptr:#x}: devbuf wrote {np.frombuffer(array.to_bytes(), np.float32)}")
+        say(f"{kind:>6} memory at {array.ptr:#x}: devbuf wrote {np.frombuffer(array.to_bytes(), np.float32)}", 8)
         if dpctl_memory is not None:
             theirs = dpctl_memory.as_usm_memory(array)
             same = "the same pointer" if theirs._pointer == array.ptr else "A COPY"
-            print(f"        dpctl sees {theirs.get_usm_type()} USM, {same}; dpctl writes 10..17")
+            say(f"        dpctl sees {theirs.get_usm_type()} USM, {same}; dpctl writes 10..17", 10)
             expected = np.arange(10, 18, dtype=np.float32)
             theirs.copy_from_host(expected.tobytes())
         if dpnp is not None:
             theirs = dpnp.asarray(array)
             same = "the same pointer" if theirs.data.ptr == array.ptr else "A COPY"
-            print(f"        dpnp sees a {theirs.usm_type} array, {same}, on devbuf's queue: "
-                  f"{theirs.sycl_queue == array.sycl_queue}; dpnp adds 1")
+            say(f"        dpnp sees a {theirs.usm_type} array, {same}, on devbuf's queue: "
+                f"{theirs.sycl_queue == array.sycl_queue}; dpnp adds 1", 10)
             theirs += 1
             expected = expected + 1
         if kind in ("host", "shared") or device.backend == "host":
             view = np.asarray(array)
             same = "the same pointer" if view.ctypes.data == array.ptr else "A COPY"
-            print(f"        NumPy reads {view} through {same}; NumPy doubles it")
+            say(f"        NumPy reads {view} through {same}; NumPy doubles it", 10)
             check("NumPy", view.copy(), expected)
             view *= 2
             expected = expected * 2
         back = np.frombuffer(array.to_bytes(), np.float32)
-        print(f"        devbuf reads back {back}")
+        say(f"        devbuf reads back {back}", 10)
         check("devbuf", back, expected)
     theirs = np.linspace(0, 1, 5)
     ours = devbuf.asarray(theirs)
-    print(f"\nNumPy array imported zero-copy: {ours} (same pointer: {ours.ptr == theirs.ctypes.data})")
+    say("")
+    say(f"NumPy array imported zero-copy (same pointer: {ours.ptr == theirs.ctypes.data}): {ours}", 4)
     if dpctl_memory is not None:
         usm = dpctl_memory.MemoryUSMDevice(16)
         usm.copy_from_host(b"dpctl's own USM!")
         imported = devbuf.asarray(usm)
-        print(f"dpctl device USM imported zero-copy: {imported.kind} memory reading {imported.to_bytes()!r}")
+        say(f"dpctl device USM imported zero-copy: {imported.kind} memory reading {imported.to_bytes()!r}", 4)
     if dpnp is not None:
         mine = dpnp.linspace(0, 1, 4, dtype=dpnp.float32)
         imported = devbuf.asarray(mine)
         same = "the same pointer" if imported.ptr == mine.data.ptr else "A COPY"
-        print(f"dpnp array imported zero-copy: {imported} ({same})")
+        say(f"dpnp array imported zero-copy ({same}): {imported}", 4)
     print()
     for line in wrong:
-        print(f"WRONG: {line}")
-    return matrix() or (1 if wrong else 0)
+        say(f"WRONG: {line}", 4)
+    return matrix(wide) or (1 if wrong else 0)
 
 
 REPLAY_RESOURCES = {
@@ -145,6 +153,8 @@ def main(argv=None) -> int:
     parser.add_argument("--resource", choices=sorted(REPLAY_RESOURCES), default="queue", help="replay: what to replay against")
     parser.add_argument("--kind", choices=["host", "device", "shared"], default="device",
                         help="replay: the kind of a log without a Kind column (RMM's)")
+    parser.add_argument("--wide", action="store_true",
+                        help="matrix, demo: the whole matrix, one column per check (about 330 columns)")
     args = parser.parse_args(argv)
     if args.command == "replay":
         if args.log is None:
@@ -152,7 +162,9 @@ def main(argv=None) -> int:
         return replay(args.log, args.device, args.resource, args.kind)
     if args.log is not None:
         parser.error(f"{args.command} takes no log file")
-    return {"info": info, "matrix": matrix, "demo": demo}[args.command]()
+    if args.command == "info":
+        return info()
+    return {"matrix": matrix, "demo": demo}[args.command](args.wide)
 
 
 if __name__ == "__main__":

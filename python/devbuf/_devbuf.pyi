@@ -1,11 +1,12 @@
 """Type stubs for devbuf's extension module."""
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import EllipsisType
-from typing import Any, Literal, Protocol, SupportsIndex, final, overload
+from typing import Any, Literal, NoReturn, SupportsIndex, final, overload
 
 import numpy as np
+from _typeshed import SupportsWrite
 from numpy.typing import DTypeLike
 from typing_extensions import Self, disjoint_base
 
@@ -36,12 +37,15 @@ __all__ = [
     "default_device",
     "set_default_device",
     "_default_device_reason",
+    "_note_default_device_reason",
     "alloc",
     "empty",
     "zeros",
+    "ones",
     "full",
     "empty_like",
     "zeros_like",
+    "ones_like",
     "get_elapsed_time",
     "asarray",
     "from_dlpack",
@@ -312,6 +316,43 @@ class Array:
     def __getitem__(self, key: _Index | tuple[_Index, ...], /) -> Array:
         """A view: NumPy's basic indexing (ints, slices with any step, ``...``, ``None``); one
         element is a 0-d array, as CuPy's."""
+    def __setitem__(self, key: _Index | tuple[_Index, ...], value: Any, /) -> None:
+        """``x[key] = value``: the selected elements take ``value`` broadcast by NumPy's rules: a
+        scalar or nested list (converted to this dtype as NumPy converts it), or anything
+        ``asarray`` takes, of this dtype (else TypeError); a copy or fill, no kernel."""
+    def __delitem__(self, key: Any, /) -> None:
+        """Always a ValueError, as NumPy's: an array's size is fixed."""
+    def fill(self, value: bool | int | float | complex | Any, *, blocking: bool = True, stream: Stream | None = None) -> None:
+        """Every element ``value``, converted to this dtype as NumPy converts a Python scalar (one
+        that does not fit is a ValueError naming ``value``); any layout."""
+    def view(self, dtype: DTypeLike) -> Array:
+        """The same bytes as ``dtype`` elements, NumPy's ``ndarray.view(dtype)``: another item
+        size rescales the last axis, which must be contiguous."""
+    def __iter__(self) -> Iterator[Array]:
+        """``x[0]``, ``x[1]``, ... (views); a 0-d array is a TypeError, as NumPy's."""
+    def astype(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Always a TypeError naming where to convert: devbuf runs no kernels."""
+    # Arithmetic: a TypeError naming the libraries that compute (devbuf runs no kernels); with a
+    # foreign operand, NotImplemented, so that its library's reflected operator is tried.
+    def __add__(self, other: Any, /) -> Any: ...
+    def __radd__(self, other: Any, /) -> Any: ...
+    def __sub__(self, other: Any, /) -> Any: ...
+    def __rsub__(self, other: Any, /) -> Any: ...
+    def __mul__(self, other: Any, /) -> Any: ...
+    def __rmul__(self, other: Any, /) -> Any: ...
+    def __truediv__(self, other: Any, /) -> Any: ...
+    def __rtruediv__(self, other: Any, /) -> Any: ...
+    def __floordiv__(self, other: Any, /) -> Any: ...
+    def __rfloordiv__(self, other: Any, /) -> Any: ...
+    def __mod__(self, other: Any, /) -> Any: ...
+    def __rmod__(self, other: Any, /) -> Any: ...
+    def __pow__(self, other: Any, modulo: Any = None, /) -> Any: ...
+    def __rpow__(self, other: Any, modulo: Any = None, /) -> Any: ...
+    def __matmul__(self, other: Any, /) -> Any: ...
+    def __rmatmul__(self, other: Any, /) -> Any: ...
+    def __neg__(self) -> NoReturn: ...
+    def __pos__(self) -> NoReturn: ...
+    def __abs__(self) -> NoReturn: ...
     def reshape(self, *shape: SupportsIndex | Sequence[SupportsIndex], copy: bool | None = None) -> Array:
         """A view where the strides allow (NumPy's rule); else a C-contiguous copy
         (``copy=None``) or a ValueError (``copy=False``); ``copy=True`` always copies."""
@@ -378,7 +419,8 @@ class Buffer(Array):
         strides: Sequence[int] | None = None,
         offset: int = 0,
     ) -> Array: ...
-    def fill(self, value: int, *, blocking: bool = True, stream: Stream | None = None) -> None: ...
+    def fill(self, value: int, *, blocking: bool = True, stream: Stream | None = None) -> None:  # type: ignore[override]
+        """Every byte ``value`` (an int, 0-255)."""
     def prefetch(self, location: Literal["device", "host"] = "device", *, stream: Stream | None = None) -> None: ...
     def advise(self, advice: _Advice | int, location: Literal["device", "host"] | None = None) -> None: ...
     def synchronize(self) -> None:
@@ -423,6 +465,7 @@ def set_default_device(device: str | Device | Queue | Any | None, /) -> Device |
     """Sets the default device of every thread (None: back to devbuf's choice); returns the
     previous setting."""
 def _default_device_reason() -> str: ...
+def _note_default_device_reason(note: str) -> None: ...
 def alloc(
     nbytes: int,
     kind: _Kind = "shared",
@@ -451,6 +494,16 @@ def zeros(
     stream: Stream | None = None,
     mr: MemoryResource | None = None,
 ) -> Array: ...
+def ones(
+    shape: _Shape,
+    dtype: DTypeLike | None = None,
+    *,
+    kind: _Kind | None = None,
+    device: str | Device | Queue | Any | None = None,
+    stream: Stream | None = None,
+    mr: MemoryResource | None = None,
+) -> Array:
+    """Every element one, as NumPy's ``ones``."""
 def full(
     shape: _Shape,
     fill_value: bool | int | float | complex | Any,
@@ -482,6 +535,15 @@ def zeros_like(
     stream: Stream | None = None,
     mr: MemoryResource | None = None,
 ) -> Array: ...
+def ones_like(
+    prototype: Any,
+    dtype: DTypeLike | None = None,
+    *,
+    kind: _Kind | None = None,
+    device: str | Device | Queue | Any | None = None,
+    stream: Stream | None = None,
+    mr: MemoryResource | None = None,
+) -> Array: ...
 def get_elapsed_time(start: Event, end: Event) -> float:
     """Milliseconds from ``start`` to ``end`` (CuPy's form of ``end - start``)."""
 def open_ipc(handle: IpcHandle | bytes) -> Buffer: ...
@@ -494,6 +556,7 @@ def asarray(
     sync: bool = True,
     *,
     kind: _Kind | None = None,
+    dtype: DTypeLike | None = None,
 ) -> Array:
     """Imports obj zero-copy (SUAI, DLPack, CAI or the buffer protocol, tried in that order);
     with `sync` (the default), devbuf's later work on the memory waits for the producer's queue
@@ -502,7 +565,10 @@ def asarray(
     have to move is a ValueError. A copy onto a named device is device memory unless `kind` asks
     for another kind. A DLPack tensor is taken where its own device says it is: one
     on another device than __dlpack_device__() said, or on a device devbuf cannot reach, is a
-    BufferError; more than 64 dimensions is a ValueError."""
+    BufferError; more than 64 dimensions is a ValueError. A Python scalar or nested list or tuple
+    of them is a new array, allocated as empty() allocates, of `dtype` or else the array API's
+    (bool, int64, float64 or complex128); an array's `dtype` is its own (another is a TypeError:
+    devbuf converts no element types)."""
 def from_dlpack(x: Any, /, *, device: str | Device | Queue | Any | None = None, copy: bool | None = None) -> Array: ...
 def set_cai_export_stream(enabled: bool) -> None: ...
 def conformance_matrix(
@@ -597,15 +663,12 @@ class BinningMemoryResource(MemoryResource):
     @property
     def bin_mrs(self) -> list[MemoryResource]: ...
 
-class _TextStream(Protocol):
-    def write(self, text: str, /) -> Any: ...
-
 @final
 class LoggingResourceAdaptor(MemoryResource):
     def __new__(
         cls,
         upstream_mr: MemoryResource,
-        log_file_name: str | os.PathLike[str] | _TextStream | None = None,
+        log_file_name: str | os.PathLike[str] | SupportsWrite[str] | None = None,
         *,
         auto_flush: bool = False,
     ) -> Self: ...

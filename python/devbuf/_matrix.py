@@ -1,5 +1,7 @@
 """``python -m devbuf matrix``: every conformance check and every consumer library on every device,
-pass / FAIL / skip with the reason; exits 1 on any FAIL.
+pass / FAIL / skip with the reason; exits 1 on any FAIL. By default each device is one line that
+fits 100 columns (its counts, and the cells that did not pass); ``--wide`` prints one column per
+check.
 
 Each row runs in a child process, one cell after another, reporting each cell as it finishes: a
 cell that crashes its process (a segfault in a driver, in a consumer library or in devbuf) is a
@@ -10,6 +12,7 @@ import json
 import signal
 import subprocess
 import sys
+import textwrap
 
 import devbuf
 from devbuf import _consumers
@@ -98,7 +101,52 @@ def _row(label: str, columns: list[str], crashes: list[str], cells_of: str = __n
     return [cells[index] for index in range(len(columns))]
 
 
-def matrix() -> int:
+# What the default output fits: a terminal or a CI log of 100 columns (``--wide`` prints the whole
+# table, one column per check, about 330 wide).
+WIDTH = 100
+
+
+def _wrapped(text: str, indent: int, first: str = "") -> str:
+    """``first`` followed by ``text``, wrapped to WIDTH columns, continued at column ``indent``."""
+    return textwrap.fill(
+        text, WIDTH, initial_indent=first, subsequent_indent=" " * indent, break_on_hyphens=False
+    )
+
+
+def header(columns: list[str], width: int, wide: bool) -> str:
+    """The table's first line: one column per check (``wide``), or the per-row summary's."""
+    if wide:
+        return f"{'device':{width}}" + "".join(f"  {c:>8}" for c in columns)
+    return f"{'device':{width}}  {'pass':>4}  {'skip':>4}  {'FAIL':>4}  not passed"
+
+
+def row_line(label: str, columns: list[str], cells: list[str], width: int, wide: bool, checks: int = 0) -> str:
+    """One row: every cell (``wide``), or the counts and the cells that did not pass, grouped by
+    what they say (``skip[3]: numba, cupy``; "every check" for the first ``checks`` columns),
+    wrapped to WIDTH columns."""
+    if wide:
+        return f"{label:{width}}" + "".join(f"  {c:>8}" for c in cells)
+    counts = {status: sum(c.startswith(status) for c in cells) for status in ("pass", "skip", "FAIL")}
+    groups: dict[str, list[str]] = {}
+    for column, cell in zip(columns, cells):
+        if cell != "pass":
+            groups.setdefault(cell, []).append(column)
+    # FAILs first: what to look at.
+    ordered = sorted(groups.items(), key=lambda group: not group[0].startswith("FAIL"))
+
+    def named(names: list[str]) -> str:
+        if names == columns:
+            return "every cell"
+        if checks and names[:checks] == columns[:checks]:
+            return ", ".join(["every check"] + names[checks:])
+        return ", ".join(names)
+
+    detail = "; ".join(f"{cell}: {named(names)}" for cell, names in ordered)
+    first = f"{label:{width}}  {counts['pass']:>4}  {counts['skip']:>4}  {counts['FAIL']:>4}  "
+    return _wrapped(detail, len(first), first) if detail else first + "-"
+
+
+def matrix(wide: bool = False) -> int:
     consumers = _consumers.CONSUMERS
     columns = conformance_checks() + [name for name, _ in consumers]
     notes: list[str] = []
@@ -113,17 +161,19 @@ def matrix() -> int:
 
     labels = _labels()
     width = max([len(label) for label in labels] + [6])
-    print(f"{'device':{width}}" + "".join(f"  {c:>8}" for c in columns), flush=True)
+    print(header(columns, width, wide), flush=True)
     failed = False
     for label in labels:
         cells = [cell(status, reason) for status, reason in _row(label, columns, crashes)]
         failed |= any(c.startswith("FAIL") for c in cells)
-        print(f"{label:{width}}" + "".join(f"  {c:>8}" for c in cells), flush=True)
+        print(row_line(label, columns, cells, width, wide, len(conformance_checks())), flush=True)
+    if not wide:
+        print(_wrapped(f"columns: {', '.join(columns)} (python -m devbuf matrix --wide: one each)", 9))
     for number, note in enumerate(notes, 1):
-        print(f"[{number}] {note}")
+        print(_wrapped(note, len(f"[{number}] "), f"[{number}] "))
     for crash in crashes:
         print(f"\nCRASH: {crash}")
     for device in devbuf.devices():
         if device.test_double:
-            print(f"{device.selector} is NOT hardware: {device.test_double}")
+            print(_wrapped(f"{device.selector} is NOT hardware: {device.test_double}", 4))
     return 1 if failed else 0

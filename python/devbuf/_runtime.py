@@ -26,9 +26,15 @@ import sys
 # What intel-opencl-rt's libOpenCL.so.1 needs from intel-cmplr-lib-rt, in dependency order.
 _LOADER_DEPENDENCIES = ("libintlc.so.5", "libimf.so", "libsvml.so", "libirng.so")
 _RUNTIME = "libintelocl.so"
+_TOO_LATE = "too late: an OpenCL loader was already loaded when devbuf was imported"
 
 #: What devbuf did about the Intel CPU OpenCL runtime at import, in one sentence.
 REGISTRATION = "not looked for"
+
+#: Why the runtime pip installed could not be registered because devbuf was imported too late
+#: (dpctl or dpnp had already loaded an OpenCL loader, so the SYCL CPU device is missing from
+#: this process), with the fix; None when that did not happen.
+IMPORT_ORDER_PROBLEM: str | None = None
 
 # Loaded libraries stay loaded; the handles are kept so that nothing looks unused.
 _preloaded: list[ctypes.CDLL] = []
@@ -54,9 +60,17 @@ def _loaded(name: str) -> bool:
 
 def register_intel_cpu_runtime() -> str:
     """Registers pip's Intel CPU OpenCL runtime with the ICD loader, if present and not yet
-    configured; returns what it did (also kept in :data:`REGISTRATION`)."""
-    global REGISTRATION
+    configured; returns what it did (also kept in :data:`REGISTRATION`, and in
+    :data:`IMPORT_ORDER_PROBLEM` when it came too late)."""
+    global REGISTRATION, IMPORT_ORDER_PROBLEM
     REGISTRATION = _register()
+    if REGISTRATION.startswith(_TOO_LATE):
+        IMPORT_ORDER_PROBLEM = (
+            "devbuf was imported after an OpenCL loader was loaded (dpctl or dpnp made a queue "
+            "first), too late to register the Intel CPU OpenCL runtime pip installed: its SYCL "
+            "CPU device is missing from this process, so the default device is not it. Fix: "
+            + REGISTRATION.removeprefix(_TOO_LATE).strip(" ()")
+        )
     return REGISTRATION
 
 
@@ -70,9 +84,8 @@ def _register() -> str:
     runtime = os.path.join(libdir, _RUNTIME)
     if _loaded("libOpenCL.so"):
         return (
-            f"too late: an OpenCL loader was already loaded when devbuf was imported (import devbuf "
-            f"before dpctl or dpnp, or set OCL_ICD_FILENAMES={runtime} and "
-            f"LD_LIBRARY_PATH={libdir} before starting Python)"
+            f"{_TOO_LATE} (import devbuf before dpctl or dpnp, or set OCL_ICD_FILENAMES={runtime} "
+            f"and LD_LIBRARY_PATH={libdir} before starting Python)"
         )
     try:
         for name in _LOADER_DEPENDENCIES:

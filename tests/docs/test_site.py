@@ -2,6 +2,9 @@
 
 - every link inside the site, and every relative link of the README, reaches a file, and every
   `#fragment` an element of that page (offline: links that leave the site are listed, not fetched);
+- every public name (each module's `__all__`, and the members of its classes) has its reference
+  entry, in the general index and the search index, and no signature shows a private name (a
+  stub's alias such as `_Shape`);
 - each page, rendered in headless Chromium at a desktop and a phone width, has its content (a
   title, text, every figure drawn) and nothing wider than the window: wide tables and code scroll
   inside the page instead of spilling out of it.
@@ -10,7 +13,11 @@ The checks run against fixture pages too, so they are known to fail on a page th
 misses its content. Chromium is Debian's package (ci/setup installs it); without it the rendering
 tests skip, unless DEVBUF_DOCS_REQUIRE_BROWSER=1 (ci/docs sets it) makes that a failure."""
 
+import ast
+import html
 import html.parser
+import importlib
+import inspect
 import json
 import os
 import pathlib
@@ -252,3 +259,135 @@ def test_the_api_reference_is_typed_and_has_the_protocols():
     assert "kind: Literal['host', 'device', 'shared'] = 'shared'" in text
     assert "__dlpack_device__() → tuple[int, int]" in text
     assert "Type: tuple[int, ...]" in text  # Array.shape
+
+
+# The public API: each module's __all__ (read from its source, so that modules of libraries the
+# docs build mocks count too), and the members each public class defines itself.
+PUBLIC_MODULES = ["devbuf", "devbuf.mr", "devbuf.mr.statistics", "devbuf.allocators.numba",
+                  "devbuf.allocators.cupy", "devbuf.allocators.torch"]
+
+
+def declared_names(module):
+    """`module`'s __all__, from its source file."""
+    path = ROOT / "python" / pathlib.Path(*module.split("."))
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return ast.literal_eval(node.value)
+    pytest.fail(f"{module} has no __all__")
+
+
+def public_names():
+    """Every public name as the reference must index it: `module.name` (`module-...` for a
+    module), and `module.Class.member` for each public member a class of devbuf's defines."""
+    names = []
+    for module in PUBLIC_MODULES:
+        for name in declared_names(module):
+            if name.startswith("_"):
+                continue
+            try:
+                value = getattr(importlib.import_module(module), name)
+            except ImportError:  # a module of a library not installed here: its names still count
+                value = None
+            if inspect.ismodule(value):
+                names.append(f"module-{module}.{name}")
+                continue
+            names.append(f"{module}.{name}")
+            if inspect.isclass(value) and value.__module__.startswith("devbuf") and value.__name__ == name:
+                names += [f"{module}.{name}.{member}" for member in vars(value) if not member.startswith("_")]
+    return names
+
+
+def indexed(site):
+    """The object names the site indexes: each page's anchors, its general index and its search
+    index's objects."""
+    anchors = set()
+    for page in pages():
+        anchors |= parse(page).ids
+    general = (site / "genindex.html").read_text()
+    search = json.loads(re.search(r"Search\.setIndex\((.*)\)\s*$", (site / "searchindex.js").read_text(), re.S).group(1))
+    searchable = {f"{prefix}.{entry[4]}" if prefix else entry[4] for prefix, entries in search["objects"].items() for entry in entries}
+    return anchors, general, searchable
+
+
+def unindexed(names, site):
+    anchors, general, searchable = indexed(site)
+    missing = []
+    for name in names:
+        plain = name.removeprefix("module-")
+        if name not in anchors:
+            missing.append(f"{name}: no anchor in any page")
+        elif f"#{name}" not in general:
+            missing.append(f"{name}: not in the general index")
+        elif not name.startswith("module-") and plain not in searchable:
+            missing.append(f"{name}: not in the search index")
+    return missing
+
+
+def test_every_public_name_is_indexed_and_searchable():
+    if not (SITE / "genindex.html").exists():
+        pytest.fail(f"no site at {SITE}: build it with ci/docs")
+    names = public_names()
+    assert "devbuf.mr.PoolMemoryResource" in names and "devbuf.Array.fill" in names
+    missing = unindexed(names, SITE)
+    assert not missing, "\n".join(missing)
+
+
+def test_the_index_check_finds_an_unindexed_name():
+    if not (SITE / "genindex.html").exists():
+        pytest.fail(f"no site at {SITE}: build it with ci/docs")
+    assert unindexed(["devbuf.no_such_name"], SITE) == ["devbuf.no_such_name: no anchor in any page"]
+
+
+# A private name (`_Shape`, `_TextStream`) written where a reader sees a signature.
+PRIVATE_NAME = re.compile(r"(?<![\w.])_[A-Z]\w*")
+
+
+def private_names_in_signatures(page):
+    """The private names in `page`'s signatures (Sphinx's `<dt class="sig ...">` elements)."""
+    found = []
+    for signature in re.findall(r'<dt class="sig[^"]*"[^>]*>(.*?)</dt>', page.read_text(), re.S):
+        text = html.unescape(re.sub(r"<[^>]+>", "", signature))
+        found += [f"{name} in {' '.join(text.split())[:120]}" for name in PRIVATE_NAME.findall(text)]
+    return found
+
+
+def test_no_private_name_in_a_signature():
+    found = {str(page.relative_to(SITE)): names for page in pages() if (names := private_names_in_signatures(page))}
+    assert not found, json.dumps(found, indent=1)
+
+
+def test_the_signature_check_finds_a_private_alias(tmp_path):
+    page = tmp_path / "ref.html"
+    page.write_text('<dl><dt class="sig sig-object py" id="f"><em>shape</em>: <span>_Shape</span></dt></dl>'
+                    '<p>_Shape in prose is fine</p>')
+    assert private_names_in_signatures(page) == ["_Shape in shape: _Shape"]
+
+
+def unlinked_names(page, names):
+    """The inline code in `page` that names a public name (`devbuf.alloc`, `Array.copy_from(...)`,
+    `asarray(x)`: looked up as written, then under `devbuf.` and `devbuf.mr.`) but links nowhere."""
+    names = set(names)
+    found = []
+    for link, code in re.findall(r'(<a [^>]*>)?<code class="[^"]*literal[^"]*">(.*?)</code>', page.read_text(), re.S):
+        name = html.unescape(re.sub(r"<[^>]+>", "", code)).split("(")[0].strip()
+        if not link and any(prefix + name in names for prefix in ("", "devbuf.", "devbuf.mr.")):
+            found.append(name)
+    return found
+
+
+def test_api_names_in_the_guide_link_to_their_reference_entries():
+    names = [name for name in public_names() if not name.startswith("module-")]
+    guide = [page for page in pages() if page.relative_to(SITE).parts[0] in ("guide", "cookbook")
+             or page.name in ("index.html", "quickstart.html", "troubleshooting.html")]
+    unlinked = {str(page.relative_to(SITE)): found for page in guide if (found := unlinked_names(page, names))}
+    assert not unlinked, json.dumps(unlinked, indent=1)
+    arrays = (SITE / "guide" / "arrays.html").read_text()
+    assert 'href="../reference/arrays.html#devbuf.Array.copy_from"' in arrays
+
+
+def test_the_link_check_finds_an_unlinked_name(tmp_path):
+    page = tmp_path / "guide.html"
+    page.write_text('<p><code class="docutils literal notranslate"><span class="pre">devbuf.alloc</span></code> and '
+                    '<a href="x"><code class="docutils literal notranslate"><span class="pre">Array.fill</span></code></a></p>')
+    assert unlinked_names(page, ["devbuf.alloc", "devbuf.Array.fill"]) == ["devbuf.alloc"]

@@ -1,15 +1,20 @@
 //! Typed, strided views of a [`Buffer`]: the one place where shapes, strides and offsets are
 //! validated, whatever protocol they came from.
 
+mod assign;
+mod broadcast;
 mod copy;
 mod fill;
 mod index;
+mod literal;
 mod reshape;
+mod retype;
 
 use smallvec::SmallVec;
 
 use crate::{Buffer, DType, Error, Result};
 pub use index::Index;
+pub use literal::Literal;
 
 /// Per-dimension values, inline up to four dimensions (no allocation for most arrays).
 type Dims<T> = SmallVec<[T; 4]>;
@@ -266,6 +271,21 @@ impl Layout {
                 }
             })
             .collect()
+    }
+}
+
+/// `(2, 3)`, `(5,)`, `()`: a shape as Python (and NumPy's messages) print it.
+pub(crate) fn python_shape(shape: &[usize]) -> String {
+    match shape {
+        [one] => format!("({one},)"),
+        _ => format!(
+            "({})",
+            shape
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
 }
 

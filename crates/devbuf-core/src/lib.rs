@@ -53,7 +53,7 @@ mod timing;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 
-pub use array::{Array, Index, Layout, MAX_NDIM, check_ndim};
+pub use array::{Array, Index, Layout, Literal, MAX_NDIM, check_ndim};
 pub use backend::{Availability, Backend, Claim, split_selector};
 pub use blocking::{blocking, set_blocking_hook};
 pub use buffer::{Buffer, Runs};

@@ -146,7 +146,8 @@ impl PyArray {
     /// as `MemoryResource.deallocate(..., stream=)` orders it; without it, for devbuf's recorded
     /// work on the memory, on every stream.
     #[pyo3(signature = (stream = None))]
-    fn close(&self, py: Python<'_>, stream: Option<&Bound<'_, PyQueue>>) -> PyResult<()> {
+    fn close(&self, py: Python<'_>, stream: Option<StreamArg<'_>>) -> PyResult<()> {
+        let stream = stream.as_deref();
         if self.held().is_closed(py) {
             return Ok(());
         }

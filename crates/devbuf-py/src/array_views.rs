@@ -1,10 +1,12 @@
 //! `Array`'s views and copies as NumPy, CuPy and the array API spell them: `x[...]` (basic
-//! indexing), `reshape`, `T` / `transpose`, `copy()` and `to_device()`. Python values are
+//! indexing), `reshape`, `T` / `transpose`, `view(dtype)`, iteration, `copy()` and
+//! `to_device()`. Python values are
 //! translated here; what they mean (slice positions, strides, when a reshape is a view) is
 //! `devbuf::Layout`'s.
 
 use devbuf::{Array, Index, Layout, MemKind};
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyEllipsis, PyInt, PySlice, PyTuple};
 use smallvec::SmallVec;
@@ -28,15 +30,21 @@ fn view(array: &Bound<'_, PyArray>, layout: Layout) -> PyResult<Py<PyArray>> {
 
 /// `x[key]`: ints, slices (any step), `...` and `None`, alone or in a tuple; a view.
 pub(crate) fn getitem(array: &Bound<'_, PyArray>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyArray>> {
-    let index: SmallVec<[Index; 4]> = match key.cast::<PyTuple>() {
-        Ok(tuple) => tuple
-            .iter()
-            .map(|entry| index_entry(&entry))
-            .collect::<PyResult<_>>()?,
-        Err(_) => smallvec::smallvec![index_entry(key)?],
-    };
-    let layout = array.get().array(array.py())?.layout().index(&index).py()?;
+    let layout = array
+        .get()
+        .array(array.py())?
+        .layout()
+        .index(&basic_index(key)?)
+        .py()?;
     view(array, layout)
+}
+
+/// A basic index (`x[key]`'s key) as core takes it.
+pub(crate) fn basic_index(key: &Bound<'_, PyAny>) -> PyResult<SmallVec<[Index; 4]>> {
+    match key.cast::<PyTuple>() {
+        Ok(tuple) => tuple.iter().map(|entry| index_entry(&entry)).collect(),
+        Err(_) => Ok(smallvec::smallvec![index_entry(key)?]),
+    }
 }
 
 /// One entry of an index as core takes it.
@@ -185,4 +193,32 @@ pub(crate) fn compact_copy(array: &Bound<'_, PyArray>) -> PyResult<Py<PyArray>> 
     let source: &Array = &open;
     let copy = py.detach(|| source.compact_copy(queue, kind)).py()?;
     PyArray::wrap(py, copy, this.queue.clone_ref(py))
+}
+
+#[pymethods]
+impl PyArray {
+    /// The same bytes seen as `dtype` elements (anything `numpy.dtype()` takes), NumPy's
+    /// `ndarray.view(dtype)`: the offset and strides stay, and with another item size the last
+    /// axis, which must be contiguous, holds as many new elements as its bytes make (a 0-d array
+    /// keeps its item size). A view: nothing is copied or converted.
+    fn view(slf: &Bound<'_, Self>, dtype: &Bound<'_, PyAny>) -> PyResult<Py<PyArray>> {
+        let dtype = crate::dtypes::from_python(dtype)?;
+        let layout = slf.get().array(slf.py())?.layout().with_dtype(dtype).py()?;
+        view(slf, layout)
+    }
+
+    /// The views `x[0]`, `x[1]`, ... along the first dimension, as iterating a NumPy array
+    /// yields them (each a 0-d array for a 1-d array: its element stays on the device); a 0-d
+    /// array is not iterable (TypeError), as NumPy's, CuPy's and PyTorch's are not.
+    fn __iter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let Some(&n) = slf.get().array(py)?.layout().shape().first() else {
+            return Err(PyTypeError::new_err("iteration over a 0-d array"));
+        };
+        let builtins = py.import(intern!(py, "builtins"))?;
+        let positions = builtins.getattr(intern!(py, "range"))?.call1((n,))?;
+        builtins
+            .getattr(intern!(py, "map"))?
+            .call1((slf.getattr(intern!(py, "__getitem__"))?, positions))
+    }
 }

@@ -1,11 +1,12 @@
-//! `devbuf.empty`, `zeros`, `full`, `empty_like` and `zeros_like`: typed allocations as NumPy,
-//! CuPy and dpnp spell them, made of `devbuf.alloc` (the same `kind`, `device`, `stream` and
-//! `mr`) and a C-contiguous view. The value of `full` is encoded by `devbuf::DType::encode`.
+//! `devbuf.empty`, `zeros`, `ones`, `full`, `empty_like`, `zeros_like` and `ones_like`: typed
+//! allocations as NumPy, CuPy and dpnp spell them, made of `devbuf.alloc` (the same `kind`,
+//! `device`, `stream` and `mr`) and a C-contiguous view; and the arrays `asarray` makes of
+//! Python scalars and sequences. Values are encoded by `devbuf::DType::encode`.
 
-use devbuf::{Array, DType, Layout, MemKind, Scalar};
+use devbuf::{Array, DType, Layout, Literal, MemKind, Scalar};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyComplex, PyFloat, PyInt};
+use pyo3::types::PyInt;
 
 use crate::errors::IntoPyResult;
 use crate::objects::array::PyArray;
@@ -81,45 +82,6 @@ fn dtype_or(dtype: Option<&Bound<'_, PyAny>>, default: DType) -> PyResult<DType>
         .map_or(Ok(default), crate::dtypes::from_python)
 }
 
-/// A Python scalar as core takes it (NumPy's scalars too, through `__index__`, `__float__` and
-/// `__complex__`).
-fn scalar(value: &Bound<'_, PyAny>) -> PyResult<Scalar> {
-    if value.is_instance_of::<PyBool>() {
-        return Ok(Scalar::Bool(value.is_truthy()?));
-    }
-    if value.is_instance_of::<PyInt>() {
-        return value.extract::<i128>().map(Scalar::Int).map_err(|_| {
-            PyValueError::new_err(format!(
-                "fill_value: {value} is out of range for every dtype"
-            ))
-        });
-    }
-    if let Ok(complex) = value.cast::<PyComplex>() {
-        return Ok(Scalar::Complex(complex.real(), complex.imag()));
-    }
-    if let Ok(float) = value.cast::<PyFloat>() {
-        return Ok(Scalar::Float(float.value()));
-    }
-    if let Ok(n) = value.extract::<i128>() {
-        return Ok(Scalar::Int(n));
-    }
-    let name = value.get_type().name()?;
-    if name.to_str()?.contains("bool") {
-        return Ok(Scalar::Bool(value.is_truthy()?));
-    }
-    if name.to_str()?.contains("complex") {
-        let complex = value
-            .call_method0("__complex__")?
-            .cast_into::<PyComplex>()?;
-        return Ok(Scalar::Complex(complex.real(), complex.imag()));
-    }
-    value.extract::<f64>().map(Scalar::Float).map_err(|_| {
-        PyTypeError::new_err(format!(
-            "fill_value: expected a bool, int, float or complex, got {name}"
-        ))
-    })
-}
-
 /// `devbuf.empty(shape, dtype=float64, *, kind="shared", device=None, stream=None, mr=None)`:
 /// an uninitialised C-contiguous array, allocated as `devbuf.alloc` allocates its bytes.
 #[pyfunction]
@@ -165,6 +127,23 @@ pub(crate) fn zeros<'py>(
     Ok(array)
 }
 
+/// `devbuf.ones(...)`: `empty` with every element one (as `full(shape, 1, dtype)`).
+#[pyfunction]
+#[pyo3(signature = (shape, dtype = None, *, kind = None, device = None, stream = None, mr = None))]
+pub(crate) fn ones<'py>(
+    py: Python<'py>,
+    shape: &Bound<'py, PyAny>,
+    dtype: Option<&Bound<'py, PyAny>>,
+    kind: Option<&str>,
+    device: Option<&Bound<'py, PyAny>>,
+    stream: Option<StreamArg<'py>>,
+    mr: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Py<PyArray>> {
+    let array = empty(py, shape, dtype, kind, device, stream, mr)?;
+    fill(py, &array, Scalar::Int(1))?;
+    Ok(array)
+}
+
 /// `devbuf.full(shape, fill_value, dtype=None, ...)`: every element `fill_value`, converted as
 /// NumPy's `full` converts a Python scalar; without `dtype`, the value's own (bool, int64,
 /// float64, complex128).
@@ -182,7 +161,7 @@ pub(crate) fn full<'py>(
     mr: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Py<PyArray>> {
     let stream = stream.as_deref();
-    let value = scalar(fill_value)?;
+    let value = crate::literals::scalar(fill_value, "fill_value")?;
     let dtype = dtype_or(dtype, value.default_dtype())?;
     // Refused values are refused before anything is allocated.
     dtype.encode(value).py()?;
@@ -252,12 +231,59 @@ pub(crate) fn zeros_like<'py>(
     Ok(array)
 }
 
+/// `devbuf.ones_like(...)`: `empty_like` with every element one.
+#[pyfunction]
+#[pyo3(signature = (prototype, dtype = None, *, kind = None, device = None, stream = None, mr = None))]
+pub(crate) fn ones_like<'py>(
+    py: Python<'py>,
+    prototype: &Bound<'py, PyAny>,
+    dtype: Option<&Bound<'py, PyAny>>,
+    kind: Option<&str>,
+    device: Option<&Bound<'py, PyAny>>,
+    stream: Option<StreamArg<'py>>,
+    mr: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Py<PyArray>> {
+    let array = empty_like(py, prototype, dtype, kind, device, stream, mr)?;
+    fill(py, &array, Scalar::Int(1))?;
+    Ok(array)
+}
+
+/// The array `asarray(obj)` makes of a Python scalar or nested sequence: `dtype` (by default
+/// the array API's for the values), allocated as `empty` allocates (`kind` and `device`), the
+/// values copied in.
+pub(crate) fn from_literal<'py>(
+    py: Python<'py>,
+    literal: &Literal,
+    dtype: Option<DType>,
+    kind: Option<&str>,
+    device: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyArray>> {
+    let shape = literal.shape("obj").py()?;
+    let dtype = dtype.unwrap_or_else(|| literal.default_dtype());
+    let bytes = literal.encode(dtype, "obj").py()?;
+    let at = Placement {
+        kind,
+        device,
+        stream: None,
+        mr: None,
+    };
+    let array = allocate(py, &shape, dtype, at)?;
+    {
+        let open = array.get().array(py)?;
+        let target: &Array = &open;
+        py.detach(|| target.buffer().copy_from_host(&bytes)).py()?;
+    }
+    Ok(array.into_bound(py))
+}
+
 /// Adds the functions to the module.
 pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(empty, module)?)?;
     module.add_function(wrap_pyfunction!(zeros, module)?)?;
+    module.add_function(wrap_pyfunction!(ones, module)?)?;
     module.add_function(wrap_pyfunction!(full, module)?)?;
     module.add_function(wrap_pyfunction!(empty_like, module)?)?;
     module.add_function(wrap_pyfunction!(zeros_like, module)?)?;
+    module.add_function(wrap_pyfunction!(ones_like, module)?)?;
     Ok(())
 }

@@ -3,7 +3,10 @@
 //! Rust crates.
 
 mod array_methods;
+mod array_refusals;
 mod array_views;
+mod array_writes;
+mod asarray;
 mod buffer_hints;
 mod buffer_methods;
 mod creation;
@@ -16,6 +19,7 @@ mod gil_as_lock;
 mod host_transfer;
 mod import;
 mod ipc;
+mod literals;
 mod mr;
 mod objects;
 mod pickle;
@@ -118,10 +122,14 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
         objects::default_device::_default_device_reason,
         m
     )?)?;
+    m.add_function(wrap_pyfunction!(
+        objects::default_device::_note_default_device_reason,
+        m
+    )?)?;
     buffer_methods::add_alloc(m)?;
     creation::register(m)?;
     m.add_function(wrap_pyfunction!(objects::event::get_elapsed_time, m)?)?;
-    m.add_function(wrap_pyfunction!(import::asarray, m)?)?;
+    m.add_function(wrap_pyfunction!(asarray::asarray, m)?)?;
     m.add_function(wrap_pyfunction!(import::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(
         export::ordering::set_cai_export_stream,

@@ -2,6 +2,10 @@
 memory of their device (a pool, a limit, statistics, a leak report), on CuPy's current stream, as
 RMM's ``rmm.allocators.cupy.rmm_cupy_allocator`` does for RMM.
 
+.. example: needs gpu cupy
+
+CuPy's arrays from a pool of devbuf's::
+
     import cupy, devbuf.mr
     from devbuf.allocators.cupy import devbuf_cupy_allocator
 

@@ -2,6 +2,10 @@
 current memory resource of their device (a pool, a limit, statistics, a leak report), as RMM's
 ``rmm.allocators.numba.RMMNumbaManager`` does for RMM.
 
+.. example: needs cuda numba
+
+Numba's device arrays from a pool of devbuf's::
+
     import devbuf.mr
     from numba import cuda
     from devbuf.allocators.numba import DevbufNumbaManager

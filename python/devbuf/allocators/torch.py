@@ -2,6 +2,10 @@
 resource for device memory of their device, on PyTorch's stream, as RMM's
 ``rmm.allocators.torch.rmm_torch_allocator`` does for RMM.
 
+.. example: needs gpu torch
+
+PyTorch's CUDA tensors from a pool of devbuf's::
+
     import torch, devbuf.mr
     from devbuf.allocators.torch import devbuf_torch_allocator
 
@@ -23,5 +27,9 @@ from .. import _devbuf
 
 __all__ = ["LIBRARY", "devbuf_torch_allocator"]
 
+#: The shared library that holds the allocator's C functions: devbuf's extension module.
 LIBRARY = _devbuf.__file__
+#: The allocator, for ``torch.cuda.memory.change_current_allocator(devbuf_torch_allocator)``: a
+#: ``torch.cuda.memory.CUDAPluggableAllocator`` of ``devbuf_torch_alloc`` and
+#: ``devbuf_torch_free`` in :data:`LIBRARY`.
 devbuf_torch_allocator = CUDAPluggableAllocator(LIBRARY, "devbuf_torch_alloc", "devbuf_torch_free")

@@ -2,7 +2,12 @@
 fixed-size blocks, a limit, statistics, a leak report, a log (and its replay) and a callback on
 out-of-memory, on every backend, and resources written in Python.
 
+.. example: needs sycl
+
+One pool for every allocation on a device, RMM's way::
+
     import devbuf, devbuf.mr
+
     pool = devbuf.mr.PoolMemoryResource(devbuf.mr.QueueMemoryResource("sycl"), maximum_pool_size=1 << 30)
     devbuf.mr.set_current_device_resource(pool)    # devbuf.alloc on that device now uses it
     buf = devbuf.alloc(1024, "shared", mr=pool)   # or name a resource per call

@@ -214,6 +214,8 @@ class ProfilerRecords:
         return self.report()
 
 
+#: The records :func:`profiler` adds to when given none (RMM's
+#: ``rmm.statistics.default_profiler_records``).
 default_profiler_records = ProfilerRecords()
 
 F = TypeVar("F", bound=Callable[..., Any])

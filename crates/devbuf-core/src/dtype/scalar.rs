@@ -45,15 +45,21 @@ impl DType {
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
     pub fn encode(self, value: Scalar) -> Result<Vec<u8>> {
+        self.encode_as(value, "fill_value")
+    }
+
+    /// [`DType::encode`], its errors naming `key` (the argument that carried the value:
+    /// `value` for `x[...] = value` and `x.fill(value)`, `obj` for `asarray(obj)`).
+    pub fn encode_as(self, value: Scalar, key: &'static str) -> Result<Vec<u8>> {
         let size = self.itemsize();
         let mut bytes = match self.kind() {
             ScalarKind::Bool => vec![u8::from(value.is_nonzero())],
             ScalarKind::Int | ScalarKind::UInt => {
-                let n = self.integer(value)?;
+                let n = self.integer(value, key)?;
                 n.to_le_bytes()[..size].to_vec()
             }
             ScalarKind::Float | ScalarKind::BFloat => {
-                let x = self.real(value)?;
+                let x = self.real(value, key)?;
                 float_bytes(self.kind(), size, x)
             }
             ScalarKind::Complex => {
@@ -79,18 +85,18 @@ impl DType {
         Ok(bytes)
     }
 
-    fn integer(self, value: Scalar) -> Result<i128> {
+    fn integer(self, value: Scalar, key: &'static str) -> Result<i128> {
         let n = match value {
             Scalar::Bool(b) => i128::from(b),
             Scalar::Int(n) => n,
             Scalar::Float(x) if x.is_finite() => x.trunc() as i128,
             Scalar::Float(x) => {
                 return Err(Error::invalid(
-                    "fill_value",
+                    key,
                     format!("{x} cannot be converted to {self}"),
                 ));
             }
-            Scalar::Complex(..) => return Err(self.no_complex()),
+            Scalar::Complex(..) => return Err(self.no_complex(key)),
         };
         let bits = 8 * self.itemsize() as u32;
         let (low, high) = if self.kind() == ScalarKind::Int {
@@ -100,23 +106,23 @@ impl DType {
         };
         if n < low || n > high {
             return Err(Error::invalid(
-                "fill_value",
+                key,
                 format!("{n} is out of range for {self} ({low} to {high})"),
             ));
         }
         Ok(n)
     }
 
-    fn real(self, value: Scalar) -> Result<f64> {
+    fn real(self, value: Scalar, key: &'static str) -> Result<f64> {
         match value {
-            Scalar::Complex(..) => Err(self.no_complex()),
+            Scalar::Complex(..) => Err(self.no_complex(key)),
             other => Ok(other.as_f64()),
         }
     }
 
-    fn no_complex(self) -> Error {
+    fn no_complex(self, key: &'static str) -> Error {
         Error::wrong_type(
-            "fill_value",
+            key,
             format!("a complex value cannot fill a {self} array (take its .real first)"),
         )
     }

@@ -31,7 +31,10 @@ pub(crate) fn import_buffer_protocol<'py>(
     let (format, shape, strides) = unsafe {
         let format =
             (!view.format.is_null()).then(|| CStr::from_ptr(view.format).to_str().unwrap_or("?"));
-        let shape: Vec<i64> = if view.shape.is_null() {
+        // No shape: a scalar when ndim is 0 (NumPy's scalars), else bytes in one dimension.
+        let shape: Vec<i64> = if view.shape.is_null() && ndim == 0 {
+            Vec::new()
+        } else if view.shape.is_null() {
             vec![(view.len / view.itemsize.max(1)) as i64]
         } else {
             std::slice::from_raw_parts(view.shape, ndim)

@@ -283,15 +283,14 @@ fn import_route<'py>(
     }
 }
 
-/// `devbuf.asarray(obj, copy=None, device=None, sync=True, *, kind=None)`: a devbuf Array viewing
-/// `obj`'s memory (SUAI, DLPack, CAI or the buffer protocol, tried in that order). `copy`, as in NumPy 2 and the array
+/// `devbuf.asarray(obj, copy, device, sync, kind=kind)` of an object with memory of its own (the
+/// `asarray` module takes Python values first): a devbuf Array viewing `obj`'s memory (SUAI,
+/// DLPack, CAI or the buffer protocol, tried in that order). `copy`, as in NumPy 2 and the array
 /// API: None copies only when it must (`device` names another device), True always copies, and
 /// False never does: where the data would have to move, it is a ValueError. A copy onto a named
 /// device is device memory unless `kind` ("host", "device" or "shared") asks for another kind.
 /// `sync=False` skips ordering our later work after the producer's stream (CAI v3's consumer
 /// opt-out; also `DEVBUF_CUDA_ARRAY_INTERFACE_SYNC=0` for the process).
-#[pyfunction]
-#[pyo3(signature = (obj, copy = None, device = None, sync = true, *, kind = None))]
 pub fn asarray<'py>(
     py: Python<'py>,
     obj: &Bound<'py, PyAny>,

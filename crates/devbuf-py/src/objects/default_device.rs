@@ -22,6 +22,9 @@ type Choice = (Py<PyQueue>, String);
 static CHOSEN: PyOnceLock<Mutex<Option<Choice>>> = PyOnceLock::new();
 /// What `set_default_device` set, if anything.
 static SET_FOR_PROCESS: PyOnceLock<Mutex<Option<Py<PyQueue>>>> = PyOnceLock::new();
+/// What the Python package found at import that bears on devbuf's choice (a runtime it came too
+/// late to register): said with the choice's reason.
+static IMPORT_NOTE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 thread_local! {
     /// The devices of this thread's open `with devbuf.Device(...)` blocks, innermost last.
@@ -46,8 +49,12 @@ pub(crate) fn current_default_with_reason(py: Python<'_>) -> PyResult<Choice> {
     }
     let choice = py.detach(devbuf::default_device).py()?;
     let queue = shared_queue(py, &choice.queue.device().selector)?;
+    let reason = match IMPORT_NOTE.get() {
+        Some(note) => format!("{}; {note}", choice.reason),
+        None => choice.reason,
+    };
     let mut chosen = chosen.lock();
-    let (queue, reason) = chosen.get_or_insert((queue, choice.reason));
+    let (queue, reason) = chosen.get_or_insert((queue, reason));
     Ok((queue.clone_ref(py), reason.clone()))
 }
 
@@ -103,6 +110,14 @@ pub(crate) fn exit_default(device: &PyDevice) -> PyResult<()> {
 #[pyfunction]
 pub fn default_device(py: Python<'_>) -> PyResult<Py<PyDevice>> {
     Ok(current_default(py)?.get().device.clone_ref(py))
+}
+
+/// Records what the Python package found at import that bears on the default device (devbuf
+/// imported too late to register a runtime), for `_default_device_reason` to say; the first
+/// note stays.
+#[pyfunction]
+pub fn _note_default_device_reason(note: String) {
+    let _ = IMPORT_NOTE.set(note);
 }
 
 /// Why the default device is the one it is (what `python -m devbuf info` prints).
