@@ -178,7 +178,7 @@ fn write(
         (None, false) => Some(destination.buffer().queue().clone()),
     };
     py.detach(|| match command(queue.as_ref())? {
-        Some(event) if blocking => event.wait(),
+        Some(event) if blocking => devbuf::ordering::wait_for_event(&event),
         _ => Ok(()),
     })
     .py()
