@@ -114,7 +114,9 @@ class Device:
         """The device's shared queue, where devbuf's work runs when no ``stream=`` is given."""
     def create_stream(self, *, non_blocking: bool = True, priority: int | None = None, timing: bool = False) -> Stream: ...
     def sync(self) -> None:
-        """Blocks until the work devbuf can see on the device is done (cuda.core's name)."""
+        """Blocks until the work devbuf can see on the device is done, on every backend alike: every
+        devbuf stream of the device, other libraries' work on the streams and queues devbuf handed
+        out, and what else the runtime lets it wait for (cuda.core's name)."""
     def synchronize(self) -> None:
         """``sync()`` under CuPy's name."""
     @property
@@ -130,11 +132,11 @@ class Device:
 
 @final
 class Stream:
-    """An ordered stream of work on one device and context: a CUDA stream, an in-order SYCL
-    queue. ``Queue`` is the same class under its earlier name."""
+    """An ordered stream of work on one device and context: a CUDA stream, a SYCL queue (devbuf's
+    commands on it run in order). ``Queue`` is the same class under its earlier name."""
 
     # `device` may also be another library's stream: anything with __cuda_stream__, or a
-    # dpctl.SyclQueue (the same sycl::queue when it is in order); a Stream is returned as is.
+    # dpctl.SyclQueue (handed out as it is with the memory); a Stream is returned as is.
     def __new__(
         cls,
         device: str | Device | Any | None = None,
@@ -143,8 +145,7 @@ class Stream:
         priority: int | None = None,
         timing: bool = False,
     ) -> Stream:
-        """``timing=True``: a stream whose events can keep time (on SYCL a profiling queue; CUDA
-        and host streams time either way)."""
+        """``timing`` is taken for cuda.core's spelling: every stream devbuf makes keeps time."""
     @staticmethod
     def from_handle(handle: int, device: str | Device | Stream | None = None, *, owner: Any = None) -> Stream:
         """Adopts a CUstream handle; ``owner`` (kept alive while devbuf uses it) keeps it alive.
@@ -161,8 +162,8 @@ class Stream:
         """This SYCL queue as a dpctl.SyclQueue; AttributeError off SYCL or without dpctl."""
     def record(self, *, timing: bool = False) -> Event:
         """An Event that completes once the work enqueued on this stream so far has; with
-        ``timing=True`` (CUDA, host; SYCL on a stream made with ``timing=True``) it also keeps
-        when, for ``end - start``."""
+        ``timing=True`` (every stream devbuf makes; another library's as its maker made it) it
+        also keeps when, for ``end - start``."""
     def wait(self, event_or_stream: Event | Stream | None = None) -> None:
         """With an Event or a Stream: later work here waits for it on the device. Without: blocks
         the host until this stream's work is done (``synchronize()``)."""
@@ -186,7 +187,8 @@ class Stream:
     def is_nonblocking(self) -> bool: ...
     @property
     def timing(self) -> bool:
-        """Whether its events can keep time (SYCL: made with ``timing=True``)."""
+        """Whether its events can keep time: every stream devbuf makes; an adopted one as its
+        maker made it."""
     def close(self) -> None:
         """cuda.core's ``Stream.close()``: later uses of the stream raise ValueError; enqueued
         work still runs and memory allocated on it stays usable. A device's shared stream
