@@ -136,11 +136,40 @@ def sycl_cases(report, floors):
                          lambda: devbuf.asarray(ThirdParty(dpnp_array)),
                          lambda: dm.as_usm_memory(dpnp_array), "`dpctl.memory.as_usm_memory`",
                          number=2000)
-    devbuf_queue = ours_device.sycl_queue  # a dpctl.SyclQueue of devbuf's queue
+    # The queue devbuf hands a device's memory out on is dpnp's default (dpctl's cached queue):
+    # both sides export to it, as dpnp.from_dlpack asks them to.
+    dpnp_default = dpnp.empty(1024, dtype=dpnp.uint8)
+    default_queue = dpnp_default.sycl_queue
+    report.compare_calls("`__dlpack__(stream=q)`, q dpnp's default queue (1 KiB device USM)",
+                         lambda: ours_device.__dlpack__(stream=default_queue, max_version=(1, 3)),
+                         lambda: dpnp_default.__dlpack__(stream=default_queue, max_version=(1, 3)),
+                         "dpnp's own export to q", 1.0, number=2000)
+    devbuf_queue = ours_device.sycl_queue  # a dpctl.SyclQueue of the queue devbuf hands out
     floors.compare_calls("dpnp's `__dlpack__(stream=devbuf's queue)` alone",
                          lambda: dpnp_array.__dlpack__(stream=devbuf_queue, max_version=(1, 3)),
                          lambda: dm.as_usm_memory(dpnp_array), "`dpctl.memory.as_usm_memory`",
                          number=2000)
+    handed_out_queue_cases(report)
+
+
+def handed_out_queue_cases(report):
+    """What handing a device's memory out on dpnp's out-of-order default queue costs against a
+    devbuf stream's own in-order queue (the same device and context), for the same work: an
+    allocation, a fill devbuf does not wait for, a copy, and an export (SUAI) of memory with that
+    work pending, which the consumer's next operation must follow."""
+    own = devbuf.Stream("sycl")
+    source = devbuf.alloc(1 << 16, "device")
+
+    def work(stream):
+        x = devbuf.alloc(1 << 16, "device", stream=stream)
+        x.fill(1, blocking=False)
+        x.copy_from(source, blocking=False)
+        x.__sycl_usm_array_interface__
+        x.synchronize()
+
+    report.compare_calls("alloc + fill + copy + SUAI export of 64 KiB device USM, handed out on dpnp's queue",
+                         lambda: work(None), lambda: work(own),
+                         "the same on a devbuf stream's own in-order queue", None, number=500)
 
 
 if __name__ == "__main__":

@@ -384,7 +384,7 @@ def test_alloc_arguments_are_sorted_checked_and_named_as_pyo3_names_them():
     assert error(-1) == (ValueError, "nbytes: -1 is negative; alloc takes a number of bytes, 0 or more", None)
     assert error(1, 3) == (TypeError, 'kind: expected "host", "device" or "shared", got int', None)
     assert error(1, ipc=None) == (TypeError, "ipc: expected True or False, got NoneType", None)
-    assert error(1, stream=3) == (TypeError, "stream: expected a devbuf.Stream, got int", None)
+    assert error(1, stream=3) == (TypeError, "stream: expected None, a devbuf.Stream, an object with __cuda_stream__ (cuda.core, CuPy) or a dpctl.SyclQueue, got int", None)
     assert error(1, "hostx") == (ValueError, 'kind: "hostx" is not one of "host", "device", "shared"', None)
     # A plain int and an interned kind name are read on a short path; every other int and str
     # on the general path, and both give the same value, or the same error.

@@ -1,5 +1,6 @@
 //! [`SyclEvent`]: a point in a SYCL queue's work, and the barriers that make one where devbuf's
-//! last command does not cover what it must (other libraries' work on a queue).
+//! last command does not cover what it must (other libraries' work on a queue, another queue's
+//! event).
 
 use std::any::Any;
 use std::sync::Arc;
@@ -19,6 +20,29 @@ pub(crate) fn barrier(queue: &RawQueue) -> Result<RawEvent> {
         Error::runtime(
             SYCL,
             "DPCTLQueue_SubmitBarrier",
+            "the SYCL runtime refused it",
+        )
+    })
+}
+
+/// Submits a barrier on `queue` that waits for `event` (of the same runtime): commands submitted
+/// there later run after it, and the host does not block.
+pub(crate) fn barrier_for(queue: &RawQueue, event: &SyclEvent) -> Result<RawEvent> {
+    let dependencies = [event.event.as_ptr()];
+    // SAFETY: the queue and the event are live and of one runtime; the call catches the
+    // runtime's exceptions and returns the barrier's event, which we own.
+    let barrier = unsafe {
+        queue.rt.api().DPCTLQueue_SubmitBarrierForEvents(
+            queue.as_ptr(),
+            dependencies.as_ptr(),
+            dependencies.len(),
+        )
+    };
+    // SAFETY: `barrier` is null or an event we own.
+    unsafe { RawEvent::from_raw(queue.rt, barrier) }.ok_or_else(|| {
+        Error::runtime(
+            SYCL,
+            "DPCTLQueue_SubmitBarrierForEvents",
             "the SYCL runtime refused it",
         )
     })

@@ -14,7 +14,7 @@ use devbuf_core::{
 use devbuf_sycl_sys as sys;
 use parking_lot::Mutex;
 
-use crate::event::{SyclEvent, barrier};
+use crate::event::{SyclEvent, barrier, barrier_for};
 use crate::loader::Runtime;
 use crate::loader::SYCL;
 use crate::memory::classify;
@@ -335,13 +335,16 @@ impl SyclQueue {
         self.enqueue_wait(&others)
     }
 
-    /// Makes work other libraries enqueue from now on on the queue handed out follow `event`. They
-    /// order their work there by their own record of its events (dpctl's
-    /// `SequentialOrderManager`, which dpnp and dpnp.tensor submit by), which `event` joins
-    /// ([`devbuf_core::ecosystem::order_next_work_after`]): a barrier on an out-of-order queue
-    /// does not order their next kernels (measured on the Intel CPU runtime: docs/architecture.md,
-    /// "Where memory is handed out"). Where none can be told, the host waits for the event.
+    /// Makes work other libraries enqueue from now on on the queue handed out follow `event`: a
+    /// barrier there that waits for it, SYCL's own promise (`sycl_ext_oneapi_enqueue_barrier`),
+    /// which a consumer that submits by queue order follows; and `event` joins the record of work
+    /// the libraries that submit by their own record follow (dpctl's `SequentialOrderManager`, by
+    /// which dpnp and dpnp.tensor submit: [`devbuf_core::ecosystem::order_next_work_after`]),
+    /// since the barrier did not order their next kernels (measured on the Intel CPU runtime:
+    /// docs/architecture.md, "Where memory is handed out"). Where they cannot be told, the host
+    /// waits for the event.
     pub(crate) fn order_handed_out_after_event(&self, event: &SyclEvent) -> Result<()> {
+        barrier_for(&self.handed_out, event)?;
         let told = match (Interop::export_handle(self), event.export_handle()) {
             (Some(queue), Some(event)) => devbuf_core::ecosystem::order_next_work_after(
                 devbuf_core::Protocol::Suai,
