@@ -9,6 +9,8 @@ import numpy as np
 from numpy.typing import DTypeLike
 from typing_extensions import Self, disjoint_base
 
+from devbuf.mr.statistics import Statistics as _Statistics
+
 _Kind = Literal["host", "device", "shared"]
 _Index = SupportsIndex | slice | EllipsisType | None
 _Shape = SupportsIndex | Sequence[SupportsIndex]
@@ -371,6 +373,19 @@ class Buffer(Array):
         ordered by that code, not by devbuf."""
     @property
     def owned(self) -> bool: ...
+    @staticmethod
+    def from_host(
+        data: Any,
+        kind: _Kind = "shared",
+        device: str | Device | Queue | Any | None = None,
+        *,
+        stream: Stream | None = None,
+        mr: MemoryResource | None = None,
+    ) -> Buffer:
+        """A new buffer holding a copy of one-dimensional contiguous bytes (RMM's DeviceBuffer.to_device)."""
+    def copy_from_host(self, data: Any, *, stream: Stream | None = None) -> None: ...
+    def copy_from_device(self, source: Any, *, stream: Stream | None = None) -> None: ...
+    def tobytes(self, stream: Stream | None = None) -> bytes: ...
     def view(
         self,
         dtype: DTypeLike,
@@ -527,20 +542,55 @@ class MemoryResource:
     @property
     def upstream_mr(self) -> MemoryResource | None: ...
     def get_upstream(self) -> MemoryResource | None: ...
-    def allocate(self, nbytes: int, kind: _Kind = "shared", *, stream: Stream | None = None) -> int: ...
-    def deallocate(self, ptr: int, nbytes: int, kind: _Kind = "shared", *, stream: Stream | None = None) -> None: ...
+    def allocate(self, nbytes: int, kind: _Kind | None = None, *, stream: Stream | None = None) -> int:
+        """``kind`` None: the one kind the resource serves, else "shared"."""
+    def deallocate(self, ptr: int, nbytes: int, kind: _Kind | None = None, *, stream: Stream | None = None) -> None: ...
 
 @final
 class QueueMemoryResource(MemoryResource):
     def __new__(cls, device: str | Device | Queue | Any | None = None) -> Self: ...
 
 @final
+class DeviceMemoryResource(MemoryResource):
+    """The device's device memory, whatever kind is asked (RMM's CudaMemoryResource)."""
+    def __new__(cls, device: str | Device | Queue | Any | None = None) -> Self: ...
+
+@final
+class ManagedMemoryResource(MemoryResource):
+    """The device's shared (managed) memory, whatever kind is asked."""
+    def __new__(cls, device: str | Device | Queue | Any | None = None) -> Self: ...
+
+@final
+class PinnedHostMemoryResource(MemoryResource):
+    """The device's host (pinned) memory, whatever kind is asked."""
+    def __new__(cls, device: str | Device | Queue | Any | None = None) -> Self: ...
+
+@final
+class AsyncMemoryResource(MemoryResource):
+    """A pool of the device's ``kind`` memory with RMM's CudaAsyncMemoryResource settings."""
+    def __new__(
+        cls,
+        device: str | Device | Queue | Any | None = None,
+        *,
+        kind: _Kind = "device",
+        initial_pool_size: int | str | None = None,
+        release_threshold: int | str | None = None,
+        enable_ipc: bool = False,
+    ) -> Self: ...
+    def pool_size(self) -> int: ...
+    @property
+    def release_threshold(self) -> int | None: ...
+    def release(self) -> None: ...
+
+def parse_bytes(value: int | str) -> int:
+    """RMM's parse_bytes: "4MiB", "2kib", "1.5 GB"; ValueError "Could not parse ..." otherwise."""
+
 class PoolMemoryResource(MemoryResource):
     def __new__(
         cls,
         upstream_mr: MemoryResource,
-        initial_pool_size: int | None = None,
-        maximum_pool_size: int | None = None,
+        initial_pool_size: int | str | None = None,
+        maximum_pool_size: int | str | None = None,
         *,
         kind: _Kind | None = None,
     ) -> Self:
@@ -569,9 +619,9 @@ class LimitingResourceAdaptor(MemoryResource):
 class StatisticsResourceAdaptor(MemoryResource):
     def __new__(cls, upstream_mr: MemoryResource) -> Self: ...
     @property
-    def allocation_counts(self) -> dict[str, int]: ...
-    def push_counters(self) -> dict[str, int]: ...
-    def pop_counters(self) -> dict[str, int]: ...
+    def allocation_counts(self) -> _Statistics: ...
+    def push_counters(self) -> _Statistics: ...
+    def pop_counters(self) -> _Statistics: ...
 
 @final
 class TrackingResourceAdaptor(MemoryResource):

@@ -200,10 +200,6 @@ def set_per_device_resource(device, mr):
     devbuf.mr.set_current_device_resource(mr)
 
 
-def available_device_memory():
-    return devbuf.Device(DEVICE).mem_info
-
-
 def _mr_function(name):
     return _attr(devbuf.mr, name, f"rmm.mr.{name}")
 
@@ -229,7 +225,7 @@ _mr_names = dict(
     TrackingResourceAdaptor=devbuf.mr.TrackingResourceAdaptor,
     FailureCallbackResourceAdaptor=devbuf.mr.FailureCallbackResourceAdaptor,
     PrefetchResourceAdaptor=devbuf.mr.PrefetchResourceAdaptor,
-    available_device_memory=available_device_memory,
+    available_device_memory=_mr_function("available_device_memory"),
     disable_logging=_mr_function("disable_logging"),
     enable_logging=_mr_function("enable_logging"),
     get_log_filenames=_mr_function("get_log_filenames"),
@@ -264,8 +260,10 @@ rmm = _module(
     **_logging_names,
 )
 _module("rmm.mr", **_mr_names)
-_module("rmm.mr.experimental", CudaAsyncManagedMemoryResource=_resource(
-    "AsyncManagedMemoryResource", "rmm.mr.experimental.CudaAsyncManagedMemoryResource"))
+_async = _resource("AsyncMemoryResource", "rmm.mr.CudaAsyncMemoryResource")
+_module("rmm.mr.experimental", CudaAsyncManagedMemoryResource=(
+    lambda **kwargs: _async(kind="shared", **kwargs)) if hasattr(devbuf.mr, "AsyncMemoryResource")
+    else Lacking("rmm.mr.experimental.CudaAsyncManagedMemoryResource"))
 _module("rmm.pylibrmm")
 _module("rmm.pylibrmm.memory_resource", **_mr_names)
 _module("rmm.pylibrmm.memory_resource._memory_resource", **_mr_names,

@@ -6,6 +6,7 @@ mod array_methods;
 mod array_views;
 mod buffer_hints;
 mod buffer_methods;
+mod buffer_rmm;
 mod creation;
 mod dtypes;
 mod errors;

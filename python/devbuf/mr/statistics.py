@@ -64,8 +64,14 @@ class Statistics:
     total_count: int = 0
 
     @classmethod
-    def of(cls, counts: dict[str, int]) -> "Statistics":
+    def of(cls, counts: "dict[str, int] | Statistics") -> "Statistics":
         return cls(**{field.name: counts[field.name] for field in fields(cls)})
+
+    def __getitem__(self, name: str) -> int:
+        """``stats["peak_bytes"]``: the counters by name too, as devbuf returned them before."""
+        if name not in {field.name for field in fields(self)}:
+            raise KeyError(name)
+        return getattr(self, name)
 
     def __add__(self, other: "Statistics") -> "Statistics":
         return Statistics(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
@@ -208,6 +214,8 @@ class ProfilerRecords:
             f"{'ncalls':>8}  {'memory_peak':>14}  {'memory_total':>14}  file:line(function)",
         ]
         lines += [f"{r.num_calls:>8}  {r.memory_peak:>14,}  {r.memory_total:>14,}  {name}" for name, r in rows]
+        if not rows:
+            lines.append("No data: nothing was profiled (is statistics enabled?)")
         return "\n".join(lines) + "\n"
 
     def __repr__(self) -> str:

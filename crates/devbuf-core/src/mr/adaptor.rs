@@ -51,6 +51,11 @@ pub trait Adaptor: Send + Sync + fmt::Debug + 'static {
     /// The wrapped resource, whose queue the adaptor's memory belongs to.
     fn upstream(&self) -> &Arc<dyn MemoryResource>;
 
+    /// [`MemoryResource::serves`]: upstream's answer, unless the adaptor decides the kind itself.
+    fn serves(&self, asked: MemKind, size: usize, align: usize) -> MemKind {
+        self.upstream().serves(asked, size, align)
+    }
+
     /// Before upstream allocates `size` bytes of `kind` aligned to `align`: an error refuses the
     /// allocation, and upstream is not asked.
     fn admit(&self, _kind: MemKind, _size: usize, _align: usize) -> Result<()> {
@@ -128,5 +133,9 @@ impl<A: Adaptor> MemoryResource for A {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+
+    fn serves(&self, asked: MemKind, size: usize, align: usize) -> MemKind {
+        Adaptor::serves(self, asked, size, align)
     }
 }
