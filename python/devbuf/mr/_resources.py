@@ -34,7 +34,9 @@ class CallbackMemoryResource(MemoryResource):
         self.deallocate_func = deallocate_func
 
     def allocate(self, nbytes: int, kind: str | None = None, *, stream: Any = None) -> int:
+        """`allocate_func(nbytes, stream)`."""
         return self.allocate_func(nbytes, stream)
 
     def deallocate(self, ptr: int, nbytes: int, kind: str | None = None, *, stream: Any = None) -> None:
+        """`deallocate_func(ptr, nbytes, stream)`."""
         self.deallocate_func(ptr, nbytes, stream)
