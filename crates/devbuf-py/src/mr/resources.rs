@@ -210,7 +210,10 @@ impl PyStatisticsResource {
     fn pop_counters<'py>(slf: PyRef<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let region = slf.as_super().adaptor::<StatisticsResource>().pop_region();
         let region = region.ok_or_else(|| {
-            PyIndexError::new_err("pop_counters: no region is open (push_counters opens one)")
+            PyIndexError::new_err(
+                "pop_counters: no region is open (push_counters opens one): cannot pop the last \
+                 counter pair, the whole run's",
+            )
         })?;
         counts(slf.py(), region)
     }
