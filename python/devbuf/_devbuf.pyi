@@ -142,12 +142,13 @@ class Stream:
         cls,
         device: str | Device | Any | None = None,
         *,
-        non_blocking: bool = True,
+        non_blocking: bool | None = None,
         priority: int | None = None,
-        timing: bool = False,
+        timing: bool | None = None,
     ) -> Stream:
-        """``timing=True``: a stream whose events can keep time (on SYCL a profiling queue; CUDA
-        and host streams time either way)."""
+        """``non_blocking`` (None: True) and ``priority`` as cuda.core's; ``timing=True``: a
+        stream whose events can keep time (on SYCL a profiling queue; CUDA and host streams time
+        either way). With an existing stream as ``device``, giving any of them is a ValueError."""
     @staticmethod
     def from_handle(handle: int, device: str | Device | Stream | None = None, *, owner: Any = None) -> Stream:
         """Adopts a CUstream handle; ``owner`` (kept alive while devbuf uses it) keeps it alive.

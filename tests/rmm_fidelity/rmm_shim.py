@@ -100,7 +100,9 @@ class Stream(metaclass=_StreamMeta):
 
 
 def _legacy_default_stream():
-    return devbuf.Stream.from_handle(0, DEVICE)
+    # RMM's DEFAULT_STREAM is handle 0, which its builds (without per-thread default streams)
+    # run as the legacy default stream: devbuf's handle for that stream is 1 (CU_STREAM_LEGACY).
+    return devbuf.Stream.from_handle(1, DEVICE)
 
 
 # --- rmm.DeviceBuffer ---------------------------------------------------------------------------
@@ -290,7 +292,7 @@ rmm.statistics.statistics = sys.modules["rmm.statistics"].statistics
 
 
 def _stream_module_getattr(name):
-    # Made on first use: adopting handle 0 is a call into devbuf that may refuse it.
+    # Made on first use: adopting a handle is a call into devbuf, made once the device is set.
     if name in ("DEFAULT_STREAM", "LEGACY_DEFAULT_STREAM"):
         return _legacy_default_stream()
     if name == "PER_THREAD_DEFAULT_STREAM":

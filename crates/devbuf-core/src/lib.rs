@@ -68,5 +68,5 @@ pub use kind::{DeviceInfo, MemKind};
 pub use last_command::LastCommand;
 pub use owner::{KeptAlive, Owner};
 pub use queue::{DEFAULT_ALIGNMENT, Queue};
-pub use stream::{StreamOptions, StreamOwner};
+pub use stream::{HandleSource, StreamOptions, StreamOwner};
 pub use timing::InstantEvent;
