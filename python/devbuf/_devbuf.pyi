@@ -12,6 +12,8 @@ from typing_extensions import Self, disjoint_base
 from devbuf.mr.statistics import Statistics as _Statistics
 
 _Kind = Literal["host", "device", "shared"]
+# What `get`/`copy_to_host` copy into: a NumPy array, or another writable bytes-like object.
+_HostOut = TypeVar("_HostOut", np.ndarray[Any, Any], bytearray, memoryview)
 _Index = SupportsIndex | slice | EllipsisType | None
 _Shape = SupportsIndex | Sequence[SupportsIndex]
 _Advice = Literal[
@@ -331,11 +333,19 @@ class Array:
     def to_device(self, device: str | Device | Queue | Any, /) -> Array:
         """This array when it is on ``device``, else a copy there (device memory)."""
     def to_bytes(self, stream: Stream | None = None) -> bytes: ...
-    def get(self, stream: Queue | None = None, out: np.ndarray[Any, Any] | None = None) -> np.ndarray[Any, Any]:
-        """The elements copied to the host as a NumPy array (CuPy's name), or into ``out``; the
-        copy runs on ``stream`` (default: the array's queue) and is done when this returns."""
-    def copy_to_host(self, out: np.ndarray[Any, Any] | None = None, stream: Queue | None = None) -> np.ndarray[Any, Any]:
+    @overload
+    def get(self, stream: Queue | None = None, out: None = None) -> np.ndarray[Any, Any]:
+        """The elements copied to the host as a NumPy array (CuPy's name), or into ``out`` (a
+        NumPy array of the same shape and dtype, or a writable bytes-like object of the same size
+        in bytes, as RMM's ``copy_to_host``); the copy runs on ``stream`` (default: the array's
+        queue) and is done when this returns."""
+    @overload
+    def get(self, stream: Queue | None = None, *, out: _HostOut) -> _HostOut: ...
+    @overload
+    def copy_to_host(self, out: None = None, stream: Queue | None = None) -> np.ndarray[Any, Any]:
         """``get()`` under Numba's name and argument order."""
+    @overload
+    def copy_to_host(self, out: _HostOut, stream: Queue | None = None) -> _HostOut: ...
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
         """NumPy's view of host-readable memory; TypeError (naming ``get()``) for memory the host
         cannot read."""
