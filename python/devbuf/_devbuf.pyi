@@ -402,6 +402,15 @@ class Buffer(Array):
     def copy_from_host(self, data: Any, *, stream: Stream | None = None) -> None: ...
     def copy_from_device(self, source: Any, *, stream: Stream | None = None) -> None: ...
     def tobytes(self, stream: Stream | None = None) -> bytes: ...
+    def capacity(self) -> int:
+        """The bytes the buffer may grow to without new memory (RMM's ``capacity()``)."""
+    def resize(self, new_size: int, stream: Stream | None = None) -> None:
+        """RMM's ``DeviceBuffer.resize``: in place within ``capacity()``, else in a new allocation
+        from the same resource, the bytes copied on ``stream``; a BufferError once the memory was
+        handed out through CAI, SUAI or the buffer protocol (its consumers keep the buffer)."""
+    def reserve(self, new_capacity: int, stream: Stream | None = None) -> None:
+        """RMM's ``DeviceBuffer.reserve``: ``capacity()`` at least ``new_capacity``, as ``resize``
+        grows."""
     def view(
         self,
         dtype: DTypeLike,

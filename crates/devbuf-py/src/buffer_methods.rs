@@ -92,6 +92,40 @@ impl PyBuffer {
         crate::buffer_rmm::copy_into_start(slf, source, stream, "copy_from_device")
     }
 
+    /// The bytes this buffer may grow to without new memory (RMM's `DeviceBuffer.capacity()`):
+    /// its allocation's, from its start; for memory devbuf did not allocate, its size.
+    fn capacity(slf: &Bound<'_, Self>) -> PyResult<usize> {
+        crate::buffer_rmm::capacity(slf)
+    }
+
+    /// Makes the buffer `new_size` bytes long, keeping its first bytes (RMM's
+    /// `DeviceBuffer.resize`): within `capacity()` in place, else in a new allocation from the
+    /// resource its memory came from, the bytes copied on `stream` (default: the buffer's queue),
+    /// stream-ordered. A BufferError for a buffer whose memory was handed out through a protocol
+    /// whose consumers keep the buffer (CAI, SUAI, the buffer protocol), or that is read-only; a
+    /// ValueError for memory devbuf did not allocate, which cannot grow.
+    #[pyo3(signature = (new_size, stream = None))]
+    fn resize(
+        slf: &Bound<'_, Self>,
+        new_size: usize,
+        stream: Option<&Bound<'_, PyQueue>>,
+    ) -> PyResult<()> {
+        use crate::buffer_rmm::{NewSize, change_size};
+        change_size(slf, NewSize::Size(new_size), stream, "resize")
+    }
+
+    /// Makes `capacity()` at least `new_capacity` bytes, keeping the size and bytes (RMM's
+    /// `DeviceBuffer.reserve`), as `resize` grows.
+    #[pyo3(signature = (new_capacity, stream = None))]
+    fn reserve(
+        slf: &Bound<'_, Self>,
+        new_capacity: usize,
+        stream: Option<&Bound<'_, PyQueue>>,
+    ) -> PyResult<()> {
+        use crate::buffer_rmm::{NewSize, change_size};
+        change_size(slf, NewSize::Capacity(new_capacity), stream, "reserve")
+    }
+
     /// `to_bytes` under NumPy's and RMM's name.
     #[pyo3(signature = (stream = None))]
     fn tobytes<'py>(

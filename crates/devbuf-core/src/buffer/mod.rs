@@ -8,6 +8,7 @@ mod allocation;
 mod hints;
 mod on_queue;
 mod ordering;
+mod resize;
 mod shared;
 mod strided;
 mod transfer;
