@@ -46,6 +46,7 @@ from ._devbuf import (  # noqa: E402
     zeros,
     zeros_like,
 )
+from ._stream_pool import StreamPool  # noqa: E402
 
 __all__ = [
     "Array",
@@ -57,6 +58,8 @@ __all__ = [
     "IpcHandle",
     "Queue",
     "Stream",
+    "StreamPool",
+    "__git_commit__",
     "__version__",
     "alloc",
     "asarray",

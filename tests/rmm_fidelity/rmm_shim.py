@@ -273,8 +273,14 @@ _module("rmm.pylibrmm.memory_resource._memory_resource", **_mr_names,
 _module("rmm.pylibrmm.memory_resource.experimental",
         CudaAsyncManagedMemoryResource=sys.modules["rmm.mr.experimental"].CudaAsyncManagedMemoryResource)
 _module("rmm.pylibrmm.stream", Stream=Stream, CudaStreamFlags=CudaStreamFlags)
-_module("rmm.pylibrmm.cuda_stream_pool",
-        CudaStreamPool=_attr(devbuf, "StreamPool", "rmm.pylibrmm.cuda_stream_pool.CudaStreamPool"))
+def CudaStreamPool(pool_size=16, flags=CudaStreamFlags.SYNC_DEFAULT):
+    """`rmm.pylibrmm.cuda_stream_pool.CudaStreamPool`: devbuf.StreamPool on the current device,
+    RMM's `flags` as devbuf's `non_blocking`."""
+    return _attr(devbuf, "StreamPool", "rmm.pylibrmm.cuda_stream_pool.CudaStreamPool")(
+        DEVICE, pool_size, non_blocking=flags == CudaStreamFlags.NON_BLOCKING)
+
+
+_module("rmm.pylibrmm.cuda_stream_pool", CudaStreamPool=CudaStreamPool)
 _module("rmm.pylibrmm.device_buffer", DeviceBuffer=DeviceBuffer, copy_ptr_to_host=copy_ptr_to_host,
         copy_host_to_ptr=copy_host_to_ptr, copy_device_to_ptr=copy_device_to_ptr, to_device=to_device)
 _module("rmm.pylibrmm.logger", **_logging_names)
