@@ -29,6 +29,7 @@ from ._devbuf import (  # noqa: E402
     IpcHandle,
     Queue,
     Stream,
+    __git_commit__,
     __version__,
     alloc,
     asarray,

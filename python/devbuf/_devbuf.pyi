@@ -28,6 +28,7 @@ _Advice = Literal[
 # The extension module's own __all__ (pyo3 lists every name it adds, private ones included).
 __all__ = [
     "__version__",
+    "__git_commit__",
     "Array",
     "Buffer",
     "Device",
@@ -80,6 +81,8 @@ __all__ = [
 ]
 
 __version__: str
+# The git commit devbuf was built from; empty when built outside a git checkout (RMM's name).
+__git_commit__: str
 
 @final
 class Device:
