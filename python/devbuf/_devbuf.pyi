@@ -3,7 +3,7 @@
 import os
 from collections.abc import Callable, Sequence
 from types import EllipsisType
-from typing import Any, Literal, Protocol, SupportsIndex, final, overload
+from typing import Any, Literal, Protocol, SupportsIndex, TypeVar, final, overload
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -74,6 +74,12 @@ __all__ = [
     "FailureCallbackResourceAdaptor",
     "PrefetchResourceAdaptor",
     "replay",
+    "_debug_log_level",
+    "_set_debug_log_level",
+    "_debug_log_flush_level",
+    "_set_debug_log_flush_level",
+    "_debug_log_should_log",
+    "_flush_debug_log",
     "set_current_device_resource",
     "get_current_device_resource",
     "reset_current_device_resource",
@@ -707,6 +713,12 @@ def set_current_device_resource(mr: MemoryResource, kind: _Kind | None = None) -
 def get_current_device_resource(
     device: str | Device | Queue | Any | None = None, kind: _Kind = "shared"
 ) -> MemoryResource: ...
+def _debug_log_level() -> int: ...
+def _set_debug_log_level(index: int) -> None: ...
+def _debug_log_flush_level() -> int: ...
+def _set_debug_log_flush_level(index: int) -> None: ...
+def _debug_log_should_log(index: int) -> bool: ...
+def _flush_debug_log() -> None: ...
 def reset_current_device_resource(device: str | Device | Queue | Any | None = None, kind: _Kind | None = None) -> None:
     """Back to the device's own allocator for ``kind`` (every kind when None), as before any
     set_current_device_resource (RMM's C++ reset_current_device_resource_ref)."""

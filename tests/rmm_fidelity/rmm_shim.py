@@ -241,7 +241,7 @@ _mr_names = dict(
 # --- the module tree ----------------------------------------------------------------------------
 
 _logging_names = {
-    name: _attr(devbuf, name, f"rmm.{name}")
+    name: _attr(devbuf.mr, name, f"rmm.{name}")
     for name in ["flush_logger", "get_flush_level", "get_logging_level", "level_enum", "set_flush_level",
                  "set_logging_level", "should_log"]
 }

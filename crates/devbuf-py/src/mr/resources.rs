@@ -373,6 +373,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyTrackingResource>()?;
     crate::mr::rmm_resources::register(m)?;
     crate::mr::kind_resources::register(m)?;
+    crate::mr::debug_log::register(m)?;
     m.add_function(wrap_pyfunction!(set_current_device_resource, m)?)?;
     m.add_function(wrap_pyfunction!(get_current_device_resource, m)?)?;
     m.add_function(wrap_pyfunction!(reset_current_device_resource, m)?)?;
