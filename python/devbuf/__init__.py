@@ -47,6 +47,7 @@ from ._devbuf import (  # noqa: E402
     zeros,
     zeros_like,
 )
+from ._pointer_copies import copy_device_to_ptr, copy_host_to_ptr, copy_ptr_to_host  # noqa: E402
 from ._stream_pool import StreamPool  # noqa: E402
 
 __all__ = [
@@ -65,6 +66,9 @@ __all__ = [
     "alloc",
     "asarray",
     "backends",
+    "copy_device_to_ptr",
+    "copy_host_to_ptr",
+    "copy_ptr_to_host",
     "default_device",
     "devices",
     "empty",

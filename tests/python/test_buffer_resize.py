@@ -96,3 +96,17 @@ def test_copy_to_host_refuses_what_does_not_fit():
     out = bytearray(12)
     floats.copy_to_host(out)
     assert np.frombuffer(out, "f4").tolist() == [0.0, 1.0, 2.0]
+
+
+def test_the_pointer_copy_helpers_copy_by_address():
+    source = devbuf.Buffer.from_host(b"abcdef", "device", DEVICE)
+    target = devbuf.Buffer.from_host(bytes(6), "device", DEVICE)
+    stream = devbuf.Stream(DEVICE)
+    out = bytearray(3)
+    assert devbuf.copy_ptr_to_host(source.ptr + 1, out, stream) is out and out == b"bcd"
+    with devbuf.Device(DEVICE):  # without a stream, the address is on the default device
+        devbuf.copy_host_to_ptr(np.frombuffer(b"XY", "u1"), target.ptr + 4)
+        with pytest.raises(ValueError, match="nbytes"):
+            devbuf.copy_ptr_to_host(source.ptr, bytearray(7))  # past the allocation
+    devbuf.copy_device_to_ptr(source.ptr, target.ptr, 2, stream)
+    assert target.tobytes() == b"ab\0\0XY"
