@@ -45,8 +45,23 @@ NOT_APPLICABLE = [
 ]
 
 # Failures on a difference the memory-resource guide documents (docs/guide/memory-resources.md,
-# "Differences from RMM"): the cause, and the pattern of the error or of the test's id.
+# "Differences from RMM", whose rows these labels are): the cause, and the pattern of the test's
+# id or of its error (searched in "id\nerror").
 CAUSES = [
+    ("`stream=None` means the buffer's or resource's own queue, not a TypeError", r"_stream_none\n"),
+    ("the buffer protocol is for memory the host can read: `bytes(buffer)` of device memory is a "
+     "BufferError", r"BufferError: device memory on .* is not host-accessible"),
+    ("a 0-byte buffer owns a 1-byte allocation (its pointer is not null)",
+     r"^test_(device_buffer.py::test_rmm_device_buffer\[0\]|pinned_host_memory_resource.py::"
+     r"test_pinned_host_memory_resource_with_device_buffer)\n.*assert \d+ == 0"),
+    ("`__sizeof__` is the Python object's size, not the device memory's", r"rmm_device_buffer\[5\]\n.*assert \d+ == 5"),
+    ("a callback resource's exception reaches the caller as raised", r"test_callback_mr_error.*\n.*My alloc error"),
+    ("devbuf's pools hand out no IPC-shareable memory", r"pool_handle|enable_fabric"),
+    ("`initial_pool_size > maximum_pool_size` is a ValueError", r"initial_pool_size: \d+ bytes is more than maximum_pool_size"),
+    ("a pool serves one request of up to about 8/9 of its maximum size",
+     r"test_reinitialize_max_pool_size\n.*the pool holds \d+ bytes and may hold at most"),
+    ("the error of a new stream's flags given with an existing one names devbuf's arguments",
+     r"test_flags_with_obj_raises\n.*Regex pattern did not match"),
     ("devbuf lacks `{}`", r"DevbufLacks: devbuf has no counterpart of ([\w.]+)"),
 ]
 
@@ -90,12 +105,12 @@ def results(junit):
     return found
 
 
-def cause_of(text):
+def cause_of(test_id, text):
     for label, pattern in NOT_APPLICABLE:
         if re.search(pattern, text):
             return "n/a", label
     for label, pattern in CAUSES:
-        match = re.search(pattern, text)
+        match = re.search(pattern, f"{test_id}\n{text}", re.DOTALL)
         if match:
             return "failed", label.format(*match.groups())
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
@@ -131,7 +146,7 @@ def main():
     failing = []
     for test_id, (outcome, text) in sorted(found.items()):
         if outcome == "failed":
-            outcome, cause = cause_of(text)
+            outcome, cause = cause_of(test_id, text)
             (causes if outcome == "failed" else skips)[cause] += 1
             if outcome == "failed":
                 failing.append((test_id, cause))
