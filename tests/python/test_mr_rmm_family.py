@@ -172,3 +172,18 @@ def test_statistics_counters_are_statistics_objects():
     assert stats.pop_counters().total_count == 0
     assert "No data" in mr.statistics.ProfilerRecords().report()
     del kept
+
+
+def test_the_adaptors_are_resource_adaptors_and_the_rest_are_not():
+    # Every class of devbuf.mr made of an upstream_mr, and only those (RMM's UpstreamResourceAdaptor).
+    import inspect
+
+    for name in mr.__all__:
+        cls = getattr(mr, name)
+        if not (isinstance(cls, type) and issubclass(cls, mr.MemoryResource)) or cls is mr.MemoryResource:
+            continue
+        first = next(iter(inspect.signature(cls).parameters))
+        assert issubclass(cls, mr.ResourceAdaptor) == (first == "upstream_mr"), name
+    pool = mr.PoolMemoryResource(mr.PinnedHostMemoryResource(DEVICE), "64KiB")
+    assert isinstance(pool, mr.ResourceAdaptor) and isinstance(pool, mr.MemoryResource)
+    assert not isinstance(pool.upstream_mr, mr.ResourceAdaptor)

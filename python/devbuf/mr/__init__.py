@@ -46,7 +46,7 @@ from ._debug_log import (
     set_logging_level,
     should_log,
 )
-from ._resources import ArenaMemoryResource, CallbackMemoryResource
+from ._resources import ArenaMemoryResource, CallbackMemoryResource, ResourceAdaptor
 from ._setup import (
     available_device_memory,
     disable_logging,
@@ -75,6 +75,7 @@ __all__ = [
     "PoolMemoryResource",
     "PrefetchResourceAdaptor",
     "QueueMemoryResource",
+    "ResourceAdaptor",
     "StatisticsResourceAdaptor",
     "TrackingResourceAdaptor",
     "available_device_memory",

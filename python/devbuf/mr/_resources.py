@@ -1,9 +1,34 @@
-"""RMM's resources that are devbuf's under another shape: the arena (devbuf's pool, said so) and
-the resource of two callbacks."""
+"""RMM's resources that are devbuf's under another shape: the arena (devbuf's pool, said so), the
+resource of two callbacks, and the class of the adaptors."""
 
+import abc
 from typing import Any, Callable
 
-from .._devbuf import MemoryResource, PoolMemoryResource
+from .._devbuf import (
+    BinningMemoryResource,
+    FailureCallbackResourceAdaptor,
+    FixedSizeMemoryResource,
+    LimitingResourceAdaptor,
+    LoggingResourceAdaptor,
+    MemoryResource,
+    PoolMemoryResource,
+    PrefetchResourceAdaptor,
+    StatisticsResourceAdaptor,
+    TrackingResourceAdaptor,
+)
+
+
+class ResourceAdaptor(abc.ABC):
+    """The resources that wrap another, their ``upstream_mr`` (RMM's ``UpstreamResourceAdaptor``):
+    ``isinstance(mr, ResourceAdaptor)`` tells an adaptor from a resource that allocates itself.
+    devbuf's adaptor classes are registered here (every class of ``devbuf.mr`` made of an
+    ``upstream_mr``); a resource written in Python that wraps another may subclass it."""
+
+
+for _adaptor in (BinningMemoryResource, FailureCallbackResourceAdaptor, FixedSizeMemoryResource,
+                 LimitingResourceAdaptor, LoggingResourceAdaptor, PoolMemoryResource,
+                 PrefetchResourceAdaptor, StatisticsResourceAdaptor, TrackingResourceAdaptor):
+    ResourceAdaptor.register(_adaptor)
 
 
 class ArenaMemoryResource(PoolMemoryResource):
