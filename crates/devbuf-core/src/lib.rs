@@ -10,7 +10,8 @@
 //!   whole extent an import claims, checked against the allocation that holds it; [`exchange`]:
 //!   the protocols' ordering rules applied to a buffer's pending work.
 //! - [`host`]: the host backend, always available.
-//! - [`mr`]: memory resources (pool, limiting, statistics, tracking) and the current one per device.
+//! - [`mr`]: memory resources (pool, limiting, statistics, tracking) and the current one per device;
+//!   [`debug_log`]: RMM's debug log of what they do.
 //! - [`ipc`]: memory shared between processes (the host backend's through a memfd).
 //! - [`conformance`] (feature `conformance`): the checks every backend passes.
 
@@ -25,6 +26,7 @@ mod array;
 mod backend;
 mod blocking;
 mod buffer;
+pub mod debug_log;
 mod descriptor;
 pub mod dlpack;
 mod dtype;
@@ -68,5 +70,5 @@ pub use kind::{DeviceInfo, MemKind};
 pub use last_command::LastCommand;
 pub use owner::{KeptAlive, Owner};
 pub use queue::{DEFAULT_ALIGNMENT, Queue};
-pub use stream::{StreamOptions, StreamOwner};
+pub use stream::{HandleSource, StreamOptions, StreamOwner};
 pub use timing::InstantEvent;
