@@ -3,7 +3,7 @@
 import os
 from collections.abc import Callable, Iterator, Sequence
 from types import EllipsisType
-from typing import Any, Literal, NoReturn, Protocol, SupportsIndex, TypeVar, final, overload
+from typing import Any, Literal, NoReturn, SupportsIndex, TypeVar, final, overload
 
 import numpy as np
 from _typeshed import SupportsWrite
