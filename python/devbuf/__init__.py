@@ -29,6 +29,7 @@ from ._devbuf import (  # noqa: E402
     IpcHandle,
     Queue,
     Stream,
+    __git_commit__,
     __version__,
     alloc,
     asarray,
@@ -48,6 +49,8 @@ from ._devbuf import (  # noqa: E402
     zeros,
     zeros_like,
 )
+from ._pointer_copies import copy_device_to_ptr, copy_host_to_ptr, copy_ptr_to_host  # noqa: E402
+from ._stream_pool import StreamPool  # noqa: E402
 
 __all__ = [
     "Array",
@@ -59,10 +62,15 @@ __all__ = [
     "IpcHandle",
     "Queue",
     "Stream",
+    "StreamPool",
+    "__git_commit__",
     "__version__",
     "alloc",
     "asarray",
     "backends",
+    "copy_device_to_ptr",
+    "copy_host_to_ptr",
+    "copy_ptr_to_host",
     "default_device",
     "devices",
     "empty",

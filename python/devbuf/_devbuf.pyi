@@ -3,14 +3,18 @@
 import os
 from collections.abc import Callable, Iterator, Sequence
 from types import EllipsisType
-from typing import Any, Literal, NoReturn, SupportsIndex, final, overload
+from typing import Any, Literal, NoReturn, SupportsIndex, TypeVar, final, overload
 
 import numpy as np
 from _typeshed import SupportsWrite
 from numpy.typing import DTypeLike
 from typing_extensions import Self, disjoint_base
 
+from devbuf.mr.statistics import Statistics as _Statistics
+
 _Kind = Literal["host", "device", "shared"]
+# What `get`/`copy_to_host` copy into: a NumPy array, or another writable bytes-like object.
+_HostOut = TypeVar("_HostOut", np.ndarray[Any, Any], bytearray, memoryview)
 _Index = SupportsIndex | slice | EllipsisType | None
 _Shape = SupportsIndex | Sequence[SupportsIndex]
 _Advice = Literal[
@@ -25,6 +29,7 @@ _Advice = Literal[
 # The extension module's own __all__ (pyo3 lists every name it adds, private ones included).
 __all__ = [
     "__version__",
+    "__git_commit__",
     "Array",
     "Buffer",
     "Device",
@@ -58,6 +63,11 @@ __all__ = [
     "_rebuild",
     "MemoryResource",
     "QueueMemoryResource",
+    "DeviceMemoryResource",
+    "ManagedMemoryResource",
+    "PinnedHostMemoryResource",
+    "AsyncMemoryResource",
+    "parse_bytes",
     "PoolMemoryResource",
     "LimitingResourceAdaptor",
     "StatisticsResourceAdaptor",
@@ -68,6 +78,12 @@ __all__ = [
     "FailureCallbackResourceAdaptor",
     "PrefetchResourceAdaptor",
     "replay",
+    "_debug_log_level",
+    "_set_debug_log_level",
+    "_debug_log_flush_level",
+    "_set_debug_log_flush_level",
+    "_debug_log_should_log",
+    "_flush_debug_log",
     "set_current_device_resource",
     "get_current_device_resource",
     "reset_current_device_resource",
@@ -75,6 +91,8 @@ __all__ = [
 ]
 
 __version__: str
+# The git commit devbuf was built from; empty when built outside a git checkout (RMM's name).
+__git_commit__: str
 
 @final
 class Device:
@@ -141,11 +159,13 @@ class Stream:
         cls,
         device: str | Device | Any | None = None,
         *,
-        non_blocking: bool = True,
+        non_blocking: bool | None = None,
         priority: int | None = None,
-        timing: bool = False,
+        timing: bool | None = None,
     ) -> Stream:
-        """``timing`` is taken for cuda.core's spelling: every stream devbuf makes keeps time."""
+        """``non_blocking`` (None: True) and ``priority`` as cuda.core's; ``timing`` is taken for
+        cuda.core's spelling: every stream devbuf makes keeps time. With an existing stream as
+        ``device``, giving any of them is a ValueError."""
     @staticmethod
     def from_handle(handle: int, device: str | Device | Stream | None = None, *, owner: Any = None) -> Stream:
         """Adopts a CUstream handle; ``owner`` (kept alive while devbuf uses it) keeps it alive.
@@ -366,11 +386,19 @@ class Array:
     def to_device(self, device: str | Device | Queue | Any, /) -> Array:
         """This array when it is on ``device``, else a copy there (device memory)."""
     def to_bytes(self, stream: Stream | None = None) -> bytes: ...
-    def get(self, stream: Queue | None = None, out: np.ndarray[Any, Any] | None = None) -> np.ndarray[Any, Any]:
-        """The elements copied to the host as a NumPy array (CuPy's name), or into ``out``; the
-        copy runs on ``stream`` (default: the array's queue) and is done when this returns."""
-    def copy_to_host(self, out: np.ndarray[Any, Any] | None = None, stream: Queue | None = None) -> np.ndarray[Any, Any]:
+    @overload
+    def get(self, stream: Queue | None = None, out: None = None) -> np.ndarray[Any, Any]:
+        """The elements copied to the host as a NumPy array (CuPy's name), or into ``out`` (a
+        NumPy array of the same shape and dtype, or a writable bytes-like object of the same size
+        in bytes, as RMM's ``copy_to_host``); the copy runs on ``stream`` (default: the array's
+        queue) and is done when this returns."""
+    @overload
+    def get(self, stream: Queue | None = None, *, out: _HostOut) -> _HostOut: ...
+    @overload
+    def copy_to_host(self, out: None = None, stream: Queue | None = None) -> np.ndarray[Any, Any]:
         """``get()`` under Numba's name and argument order."""
+    @overload
+    def copy_to_host(self, out: _HostOut, stream: Queue | None = None) -> _HostOut: ...
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
         """NumPy's view of host-readable memory; TypeError (naming ``get()``) for memory the host
         cannot read."""
@@ -414,6 +442,28 @@ class Buffer(Array):
         ordered by that code, not by devbuf."""
     @property
     def owned(self) -> bool: ...
+    @staticmethod
+    def from_host(
+        data: Any,
+        kind: _Kind = "shared",
+        device: str | Device | Queue | Any | None = None,
+        *,
+        stream: Stream | None = None,
+        mr: MemoryResource | None = None,
+    ) -> Buffer:
+        """A new buffer holding a copy of one-dimensional contiguous bytes (RMM's DeviceBuffer.to_device)."""
+    def copy_from_host(self, data: Any, *, stream: Stream | None = None) -> None: ...
+    def copy_from_device(self, source: Any, *, stream: Stream | None = None) -> None: ...
+    def tobytes(self, stream: Stream | None = None) -> bytes: ...
+    def capacity(self) -> int:
+        """The bytes the buffer may grow to without new memory (RMM's ``capacity()``)."""
+    def resize(self, new_size: int, stream: Stream | None = None) -> None:
+        """RMM's ``DeviceBuffer.resize``: in place within ``capacity()``, else in a new allocation
+        from the same resource, the bytes copied on ``stream``; a BufferError once the memory was
+        handed out through CAI, SUAI or the buffer protocol (its consumers keep the buffer)."""
+    def reserve(self, new_capacity: int, stream: Stream | None = None) -> None:
+        """RMM's ``DeviceBuffer.reserve``: ``capacity()`` at least ``new_capacity``, as ``resize``
+        grows."""
     def view(
         self,
         dtype: DTypeLike,
@@ -595,20 +645,55 @@ class MemoryResource:
     @property
     def upstream_mr(self) -> MemoryResource | None: ...
     def get_upstream(self) -> MemoryResource | None: ...
-    def allocate(self, nbytes: int, kind: _Kind = "shared", *, stream: Stream | None = None) -> int: ...
-    def deallocate(self, ptr: int, nbytes: int, kind: _Kind = "shared", *, stream: Stream | None = None) -> None: ...
+    def allocate(self, nbytes: int, kind: _Kind | None = None, *, stream: Stream | None = None) -> int:
+        """``kind`` None: the one kind the resource serves, else "shared"."""
+    def deallocate(self, ptr: int, nbytes: int, kind: _Kind | None = None, *, stream: Stream | None = None) -> None: ...
 
 @final
 class QueueMemoryResource(MemoryResource):
     def __new__(cls, device: str | Device | Queue | Any | None = None) -> Self: ...
 
 @final
+class DeviceMemoryResource(MemoryResource):
+    """The device's device memory, whatever kind is asked (RMM's CudaMemoryResource)."""
+    def __new__(cls, device: str | Device | Queue | Any | None = None) -> Self: ...
+
+@final
+class ManagedMemoryResource(MemoryResource):
+    """The device's shared (managed) memory, whatever kind is asked."""
+    def __new__(cls, device: str | Device | Queue | Any | None = None) -> Self: ...
+
+@final
+class PinnedHostMemoryResource(MemoryResource):
+    """The device's host (pinned) memory, whatever kind is asked."""
+    def __new__(cls, device: str | Device | Queue | Any | None = None) -> Self: ...
+
+@final
+class AsyncMemoryResource(MemoryResource):
+    """A pool of the device's ``kind`` memory with RMM's CudaAsyncMemoryResource settings."""
+    def __new__(
+        cls,
+        device: str | Device | Queue | Any | None = None,
+        *,
+        kind: _Kind = "device",
+        initial_pool_size: int | str | None = None,
+        release_threshold: int | str | None = None,
+        enable_ipc: bool = False,
+    ) -> Self: ...
+    def pool_size(self) -> int: ...
+    @property
+    def release_threshold(self) -> int | None: ...
+    def release(self) -> None: ...
+
+def parse_bytes(value: int | str) -> int:
+    """RMM's parse_bytes: "4MiB", "2kib", "1.5 GB"; ValueError "Could not parse ..." otherwise."""
+
 class PoolMemoryResource(MemoryResource):
     def __new__(
         cls,
         upstream_mr: MemoryResource,
-        initial_pool_size: int | None = None,
-        maximum_pool_size: int | None = None,
+        initial_pool_size: int | str | None = None,
+        maximum_pool_size: int | str | None = None,
         *,
         kind: _Kind | None = None,
     ) -> Self:
@@ -637,9 +722,9 @@ class LimitingResourceAdaptor(MemoryResource):
 class StatisticsResourceAdaptor(MemoryResource):
     def __new__(cls, upstream_mr: MemoryResource) -> Self: ...
     @property
-    def allocation_counts(self) -> dict[str, int]: ...
-    def push_counters(self) -> dict[str, int]: ...
-    def pop_counters(self) -> dict[str, int]: ...
+    def allocation_counts(self) -> _Statistics: ...
+    def push_counters(self) -> _Statistics: ...
+    def pop_counters(self) -> _Statistics: ...
 
 @final
 class TrackingResourceAdaptor(MemoryResource):
@@ -694,6 +779,12 @@ def set_current_device_resource(mr: MemoryResource, kind: _Kind | None = None) -
 def get_current_device_resource(
     device: str | Device | Queue | Any | None = None, kind: _Kind = "shared"
 ) -> MemoryResource: ...
+def _debug_log_level() -> int: ...
+def _set_debug_log_level(index: int) -> None: ...
+def _debug_log_flush_level() -> int: ...
+def _set_debug_log_flush_level(index: int) -> None: ...
+def _debug_log_should_log(index: int) -> bool: ...
+def _flush_debug_log() -> None: ...
 def reset_current_device_resource(device: str | Device | Queue | Any | None = None, kind: _Kind | None = None) -> None:
     """Back to the device's own allocator for ``kind`` (every kind when None), as before any
     set_current_device_resource (RMM's C++ reset_current_device_resource_ref)."""

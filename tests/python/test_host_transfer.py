@@ -42,8 +42,13 @@ def test_get_into_out(device):
         array.get(out=np.zeros(5, np.int64))
     with pytest.raises(ValueError, match="out"):
         array.get(out=np.zeros(6, np.int32))
+    # Any writable bytes-like object of the array's size in bytes, as RMM's copy_to_host takes.
+    raw = array.get(out=bytearray(48))
+    np.testing.assert_array_equal(np.frombuffer(raw, np.int64), values)
+    with pytest.raises(ValueError, match="out"):
+        array.get(out=bytearray(40))
     with pytest.raises(TypeError, match="out"):
-        array.get(out=bytearray(48))
+        array.get(out="48 bytes")
 
 
 def test_get_of_a_strided_view(device):

@@ -105,3 +105,42 @@ def test_the_profiler_records_nothing_without_statistics(host_current):
     with stats_module.profiler(records=records, device="host"):
         alloc(10)
     assert records.records == {}
+
+
+def test_a_region_that_frees_older_memory_counts_below_zero(host_current):
+    # RMM's counters are signed; before, a region never went below zero.
+    stats_module.enable_statistics("host")
+    older = alloc(10)
+    stats_module.push_statistics("host")
+    del older
+    region = stats_module.pop_statistics("host")
+    assert (region.current_bytes, region.current_count) == (-10, -1)
+    assert (region.peak_bytes, region.total_bytes) == (0, 0)
+    assert stats_module.get_statistics("host").current_bytes == 0
+
+
+def test_the_block_of_a_new_adaptor_sees_no_region_of_its_own(host_current):
+    # Before: statistics() opened a region on the adaptor it made, so code in the block could pop
+    # it (RMM's stack has none there), and the block's end then failed.
+    with mr.statistics(device="host") as region:
+        kept = alloc(64)
+        with pytest.raises(IndexError, match="cannot pop the last counter pair"):
+            stats_module.pop_statistics("host")
+    assert region["total_bytes"] == 64 and region["current_bytes"] == 64
+    del kept
+
+
+def test_records_are_found_by_the_descriptive_name_of_the_profiled_function(host_current):
+    records = stats_module.ProfilerRecords()
+    stats_module.enable_statistics("host")
+
+    @stats_module.profiler(records=records, device="host")
+    def step():
+        return alloc(100)
+
+    step()
+    name = stats_module.descriptive_name(step)
+    assert name == stats_module.descriptive_name(step.__wrapped__)
+    assert records.records[name] == stats_module.ProfilerRecords.MemoryRecord(num_calls=1, memory_total=100, memory_peak=100)
+    assert stats_module.descriptive_name(records) == "ProfilerRecords"
+

@@ -343,12 +343,35 @@ def test_a_stream_handle_the_protocol_refuses_names_the_argument_it_came_in():
     with pytest.raises(ValueError, match=r"^handle: 0 is ambiguous"):
         devbuf.Stream.from_handle(0)
 
-    class Ambiguous:
+
+def test_the_stream_protocols_zero_is_the_legacy_default_stream():
+    # Numba's default_stream() says (0, 0); cuda.core and RMM adopt it as the legacy default
+    # stream. Before: "__cuda_stream__: 0 is ambiguous", CAI's rule, which CAI keeps.
+    require_backend("cuda")
+
+    class NumbaDefault:
         def __cuda_stream__(self):
             return (0, 0)
 
-    with pytest.raises(ValueError, match=r"^__cuda_stream__: 0 is ambiguous"):
-        devbuf.Stream(Ambiguous())
+    adopted = devbuf.Stream(NumbaDefault())
+    assert adopted.__cuda_stream__() == (0, 1) == devbuf.Stream.from_handle(1).__cuda_stream__()
+    assert devbuf.alloc(8, "device", adopted).nbytes == 8
+
+    class Later:
+        def __cuda_stream__(self):
+            return (1, 0)
+
+    with pytest.raises(NotImplementedError, match=r"^__cuda_stream__: unsupported protocol version: '1'"):
+        devbuf.Stream(Later())
+
+
+def test_an_existing_stream_keeps_its_flags():
+    # Before: the flags were silently ignored for a stream that exists already.
+    stream = devbuf.Stream("host")
+    assert devbuf.Stream(stream) is stream
+    for flags in [{"non_blocking": True}, {"non_blocking": False}, {"priority": 0}, {"timing": True}]:
+        with pytest.raises(ValueError, match="flags may only be specified when making a new one"):
+            devbuf.Stream(stream, **flags)
 
 
 CALLS = {

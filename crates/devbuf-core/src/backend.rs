@@ -9,7 +9,7 @@ use dlpark::ffi::DLDevice;
 use crate::descriptor::BackendDescriptor;
 use crate::exchange::{Protocol, ResolvedQueue};
 use crate::interop::ForeignObject;
-use crate::{DeviceInfo, Error, Queue, Result, StreamOptions, StreamOwner};
+use crate::{DeviceInfo, Error, HandleSource, Queue, Result, StreamOptions, StreamOwner};
 
 /// Whether a backend's runtime can be used in this process, and if not, why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,9 +64,10 @@ pub trait Backend: Send + Sync {
     }
 
     /// A queue that enqueues its work on another library's stream, `handle` as the exchange
-    /// protocols number it (a `CUstream`, `__cuda_stream__`'s second item), on the device `spec`
-    /// names (`None`: the device the stream belongs to); `owner` keeps the stream alive while the
-    /// queue or any memory it allocated lives. `None` where the backend has no such handles.
+    /// protocols number it (a `CUstream`, `__cuda_stream__`'s second item) where `source` says
+    /// it came from, on the device `spec` names (`None`: the device the stream belongs to);
+    /// `owner` keeps the stream alive while the queue or any memory it allocated lives. `None`
+    /// where the backend has no such handles.
     ///
     /// # Safety
     /// `handle` names a live stream for as long as `owner` is alive.
@@ -74,6 +75,7 @@ pub trait Backend: Send + Sync {
         &self,
         _spec: Option<&str>,
         _handle: usize,
+        _source: HandleSource,
         _owner: StreamOwner,
     ) -> Option<Result<Arc<dyn Queue>>> {
         None

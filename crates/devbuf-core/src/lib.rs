@@ -12,7 +12,8 @@
 //! - [`ecosystem`]: where the consumers of a backend's memory keep their default queue for a
 //!   device, on which devbuf hands out its default queue's memory.
 //! - [`host`]: the host backend, always available.
-//! - [`mr`]: memory resources (pool, limiting, statistics, tracking) and the current one per device.
+//! - [`mr`]: memory resources (pool, limiting, statistics, tracking) and the current one per device;
+//!   [`debug_log`]: RMM's debug log of what they do.
 //! - [`ipc`]: memory shared between processes (the host backend's through a memfd).
 //! - [`conformance`] (feature `conformance`): the checks every backend passes.
 
@@ -27,6 +28,7 @@ mod array;
 mod backend;
 mod blocking;
 mod buffer;
+pub mod debug_log;
 mod descriptor;
 pub mod dlpack;
 mod dtype;
@@ -73,5 +75,5 @@ pub use last_command::LastCommand;
 pub use ordering::Access;
 pub use owner::{KeptAlive, Owner};
 pub use queue::{DEFAULT_ALIGNMENT, Queue};
-pub use stream::{KeepsStream, StreamOptions, StreamOwner};
+pub use stream::{HandleSource, KeepsStream, StreamOptions, StreamOwner};
 pub use timing::InstantEvent;

@@ -32,6 +32,16 @@ impl Default for StreamOptions {
     }
 }
 
+/// Where a stream handle given to [`crate::Backend::adopt_stream`] came from: a backend's
+/// protocols give some values meanings that differ by where they appear (CUDA's 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandleSource {
+    /// The handle of a stream protocol's pair (`__cuda_stream__`'s second item).
+    StreamProtocol,
+    /// A bare handle a caller passed (`Stream.from_handle`).
+    Bare,
+}
+
 /// Whatever keeps another library's stream alive (its Python object, say), held by the queue that
 /// adopted it for as long as that queue or any memory it allocated lives.
 pub type StreamOwner = Box<dyn KeepsStream>;

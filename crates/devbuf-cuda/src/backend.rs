@@ -9,8 +9,8 @@ use std::sync::{Arc, OnceLock};
 use cudarc::driver::sys::{CUcontext, CUresult};
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
 use devbuf_core::{
-    Availability, Backend, BackendDescriptor, Claim, DeviceInfo, DlpackDeviceType, Error, MemKind,
-    Protocol, Queue, Result, StreamOptions, StreamOwner,
+    Availability, Backend, BackendDescriptor, Claim, DeviceInfo, DlpackDeviceType, Error,
+    HandleSource, MemKind, Protocol, Queue, Result, StreamOptions, StreamOwner,
 };
 use parking_lot::Mutex;
 
@@ -18,7 +18,7 @@ use crate::device;
 use crate::foreign::register_own;
 use crate::loader::{self, BACKEND};
 use crate::memory;
-use crate::protocol::ProtocolStream;
+use crate::protocol::{self, ProtocolStream};
 use crate::queue::{CudaQueue, open_device, stream_context};
 use crate::stream::Stream;
 
@@ -89,13 +89,19 @@ impl Backend for CudaBackend {
         &self,
         spec: Option<&str>,
         handle: usize,
+        source: HandleSource,
         owner: StreamOwner,
     ) -> Option<Result<Arc<dyn Queue>>> {
         let ordinal = match spec.map(ordinal_of).transpose() {
             Ok(ordinal) => ordinal,
             Err(err) => return Some(Err(err)),
         };
-        // SAFETY: the caller's promise.
+        let handle = match source {
+            HandleSource::StreamProtocol => protocol::stream_protocol_handle(handle),
+            HandleSource::Bare => handle,
+        };
+        // SAFETY: the caller's promise (the stream protocol's 0 and the legacy default stream's
+        // handle name one stream).
         Some(unsafe { adopt_stream(ordinal, handle, owner) })
     }
 

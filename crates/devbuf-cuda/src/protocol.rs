@@ -1,13 +1,13 @@
 //! How the exchange protocols name CUDA streams with integers, decoded without touching a GPU.
 //!
-//! | value | CAI v3 `stream` | DLPack `__dlpack__(stream=...)` |
-//! |---|---|---|
-//! | absent / `None` | no synchronization needed | the legacy default stream |
-//! | -1 | invalid | no synchronization |
-//! | 0 | invalid (ambiguous) | invalid (ambiguous) |
-//! | 1 | the legacy default stream | the legacy default stream |
-//! | 2 | the per-thread default stream | the per-thread default stream |
-//! | other | a `CUstream` handle | a `CUstream` handle |
+//! | value | CAI v3 `stream` | DLPack `__dlpack__(stream=...)` | `__cuda_stream__` handle |
+//! |---|---|---|---|
+//! | absent / `None` | no synchronization needed | the legacy default stream | - |
+//! | -1 | invalid | no synchronization | - |
+//! | 0 | invalid (ambiguous) | invalid (ambiguous) | the legacy default stream |
+//! | 1 | the legacy default stream | the legacy default stream | the legacy default stream |
+//! | 2 | the per-thread default stream | the per-thread default stream | the per-thread default stream |
+//! | other | a `CUstream` handle | a `CUstream` handle | a `CUstream` handle |
 //!
 //! What is done with the decoded stream is [`crate::CudaQueue::wait_for_stream`] (importing: our
 //! work waits for the producer's) and [`crate::CudaQueue::make_stream_wait`] (exporting: the
@@ -59,6 +59,18 @@ impl ProtocolStream {
             CU_STREAM_PER_THREAD => Ok(ProtocolStream::PerThread),
             handle => Ok(ProtocolStream::Handle(handle)),
         }
+    }
+}
+
+/// The `CUstream` a stream protocol's handle (`__cuda_stream__`'s second item) names: 0 is the
+/// legacy default stream, which Numba's `default_stream()` reports as 0 and cuda.core and RMM
+/// adopt as such (the NULL stream of code that calls the driver API without per-thread default
+/// streams, as those libraries do by default); other values are as [`ProtocolStream::from_handle`]
+/// reads them. CAI's and DLPack's integers keep their own rule for 0.
+pub fn stream_protocol_handle(handle: usize) -> usize {
+    match handle {
+        0 => CU_STREAM_LEGACY,
+        handle => handle,
     }
 }
 
@@ -217,6 +229,14 @@ mod tests {
         }
         assert_eq!(ProtocolStream::NoSync.handle(), None);
         assert!(ProtocolStream::from_handle(0).is_err());
+    }
+
+    #[test]
+    fn the_stream_protocols_zero_is_the_legacy_default_stream() {
+        assert_eq!(stream_protocol_handle(0), CU_STREAM_LEGACY);
+        for handle in [CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, 0x7f00_1234] {
+            assert_eq!(stream_protocol_handle(handle), handle);
+        }
     }
 
     #[test]

@@ -362,7 +362,8 @@ impl PyArray {
 
     /// The elements copied to the host as a NumPy array, once the copy is done: CuPy's
     /// `ndarray.get(stream=None, out=None)`. `out` is a writable C-contiguous NumPy array of the
-    /// same shape and dtype to copy into (it is returned); `stream` (a `devbuf.Stream` of the
+    /// same shape and dtype to copy into (it is returned), or another writable bytes-like object
+    /// of the same size in bytes (a `bytearray`, as RMM's `copy_to_host` takes); `stream` (a `devbuf.Stream` of the
     /// array's device) runs the copy, by default the array's own queue. Works for every kind of
     /// memory; NumPy's implicit conversion (`np.asarray`) works only for memory the host can read.
     #[pyo3(signature = (stream = None, out = None))]

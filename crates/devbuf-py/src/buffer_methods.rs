@@ -8,7 +8,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyInt, PySlice, PyString};
+use pyo3::types::{PyDict, PyInt, PySlice, PyString};
 
 use crate::errors::IntoPyResult;
 use crate::exact_int::exact_int;
@@ -52,6 +52,92 @@ impl PyBuffer {
         deleter: Option<Py<PyAny>>,
     ) -> PyResult<Py<PyBuffer>> {
         crate::import::handle::from_handle(py, ptr, nbytes, device, owner, deleter)
+    }
+
+    /// A new buffer of `kind` memory on `device` holding a copy of `data`, a one-dimensional
+    /// contiguous bytes-like object (format "B": `bytes`, `bytearray`, a uint8 NumPy array):
+    /// RMM's `DeviceBuffer.to_device(data, stream)`. Another format or layout is a ValueError,
+    /// an object without the buffer protocol a TypeError. `stream` runs the copy; `mr` allocates.
+    #[staticmethod]
+    #[pyo3(signature = (data, kind = "shared", device = None, *, stream = None, mr = None))]
+    fn from_host<'py>(
+        py: Python<'py>,
+        data: &Bound<'py, PyAny>,
+        kind: &str,
+        device: Option<&Bound<'py, PyAny>>,
+        stream: Option<&Bound<'py, PyAny>>,
+        mr: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        crate::buffer_rmm::from_host(py, data, kind, device, stream, mr)
+    }
+
+    /// Copies `data` (bytes-like, as `from_host` takes) into this buffer's first bytes, RMM's
+    /// `DeviceBuffer.copy_from_host`; a longer source is a ValueError.
+    #[pyo3(signature = (data, *, stream = None))]
+    fn copy_from_host(
+        slf: &Bound<'_, Self>,
+        data: &Bound<'_, PyAny>,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        crate::buffer_rmm::copy_into_start(slf, data, stream, "copy_from_host")
+    }
+
+    /// Copies the bytes of `source` (device memory: anything `devbuf.asarray` takes) into this
+    /// buffer's first bytes, RMM's `DeviceBuffer.copy_from_device`; a longer source is a ValueError.
+    #[pyo3(signature = (source, *, stream = None))]
+    fn copy_from_device(
+        slf: &Bound<'_, Self>,
+        source: &Bound<'_, PyAny>,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        crate::buffer_rmm::copy_into_start(slf, source, stream, "copy_from_device")
+    }
+
+    /// The bytes this buffer may grow to without new memory (RMM's `DeviceBuffer.capacity()`):
+    /// its allocation's, from its start; for memory devbuf did not allocate, its size.
+    fn capacity(slf: &Bound<'_, Self>) -> PyResult<usize> {
+        crate::buffer_rmm::capacity(slf)
+    }
+
+    /// Makes the buffer `new_size` bytes long, keeping its first bytes (RMM's
+    /// `DeviceBuffer.resize`): within `capacity()` in place, else in a new allocation from the
+    /// resource its memory came from, the bytes copied on `stream` (default: the buffer's queue),
+    /// stream-ordered. A BufferError for a buffer whose memory was handed out through a protocol
+    /// whose consumers keep the buffer (CAI, SUAI, the buffer protocol), or that is read-only; a
+    /// ValueError for memory devbuf did not allocate, which cannot grow.
+    #[pyo3(signature = (new_size, stream = None))]
+    fn resize(
+        slf: &Bound<'_, Self>,
+        new_size: usize,
+        stream: Option<&Bound<'_, PyQueue>>,
+    ) -> PyResult<()> {
+        use crate::buffer_rmm::{NewSize, change_size};
+        change_size(slf, NewSize::Size(new_size), stream, "resize")
+    }
+
+    /// Makes `capacity()` at least `new_capacity` bytes, keeping the size and bytes (RMM's
+    /// `DeviceBuffer.reserve`), as `resize` grows.
+    #[pyo3(signature = (new_capacity, stream = None))]
+    fn reserve(
+        slf: &Bound<'_, Self>,
+        new_capacity: usize,
+        stream: Option<&Bound<'_, PyQueue>>,
+    ) -> PyResult<()> {
+        use crate::buffer_rmm::{NewSize, change_size};
+        change_size(slf, NewSize::Capacity(new_capacity), stream, "reserve")
+    }
+
+    /// `to_bytes` under NumPy's and RMM's name.
+    #[pyo3(signature = (stream = None))]
+    fn tobytes<'py>(
+        slf: &Bound<'py, Self>,
+        stream: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let kwargs = PyDict::new(slf.py());
+        if let Some(stream) = stream {
+            kwargs.set_item("stream", stream)?;
+        }
+        slf.call_method("to_bytes", (), Some(&kwargs))
     }
 
     /// Number of bytes.

@@ -15,7 +15,8 @@ use crate::objects::array::PyArray;
 use crate::objects::queue::PyQueue;
 
 /// `Array.get(stream=None, out=None)`: the elements, copied into a new NumPy array (or into
-/// `out`, a writable C-contiguous NumPy array of the same shape and dtype), on `stream` (default:
+/// `out`, a writable C-contiguous NumPy array of the same shape and dtype, or a writable
+/// bytes-like object of the same size in bytes), on `stream` (default:
 /// the array's own queue); returns once the copy is done.
 pub(crate) fn to_numpy<'py>(
     slf: &Bound<'py, PyArray>,
@@ -59,22 +60,50 @@ pub(crate) fn to_numpy<'py>(
     Ok(target)
 }
 
-/// `out` when it is a NumPy array of the array's shape and dtype (TypeError or ValueError naming
-/// both otherwise).
+/// `out` when it is a NumPy array of the array's shape and dtype, or another writable bytes-like
+/// object (a `bytearray`, a memoryview) of the array's size in bytes, as RMM's `copy_to_host`
+/// takes: a TypeError or ValueError naming `out` otherwise.
 fn checked_out<'py>(
     slf: &Bound<'py, PyArray>,
     out: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = slf.py();
     let ndarray = py.import(intern!(py, "numpy"))?.getattr("ndarray")?;
-    if !out.is_instance(&ndarray)? {
-        return Err(PyTypeError::new_err(format!(
-            "out: expected a numpy.ndarray, got {}",
-            out.get_type()
-        )));
-    }
     let array = slf.get().array(py)?;
     let layout = array.layout();
+    if !out.is_instance(&ndarray)? {
+        let unfit = |what: String| {
+            PyValueError::new_err(format!(
+                "out: expected a writable, contiguous object of {} bytes (this array's), got {what}",
+                layout.nbytes()
+            ))
+        };
+        let bytes = match PyBuffer::<u8>::get(out) {
+            Ok(bytes) => bytes,
+            // Another format: its bytes, where they are contiguous.
+            Err(_) => {
+                let view = pyo3::types::PyMemoryView::from(out).map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "out: expected a numpy.ndarray or a writable bytes-like object, got {}",
+                        out.get_type()
+                    ))
+                })?;
+                let cast = view
+                    .call_method1(intern!(py, "cast"), ("B",))
+                    .map_err(|_| unfit(format!("a non-contiguous {}", out.get_type())))?;
+                PyBuffer::<u8>::get(&cast)?
+            }
+        };
+        if bytes.readonly() || !bytes.is_c_contiguous() || bytes.len_bytes() != layout.nbytes() {
+            let readonly = if bytes.readonly() { "read-only " } else { "" };
+            return Err(unfit(format!(
+                "a {readonly}{} of {} bytes",
+                out.get_type(),
+                bytes.len_bytes()
+            )));
+        }
+        return Ok(out.clone());
+    }
     let dtype = crate::dtypes::to_python(py, layout.dtype())?;
     let shape: Vec<usize> = out.getattr("shape")?.extract()?;
     if shape != layout.shape() || !out.getattr("dtype")?.eq(&dtype)? {

@@ -9,6 +9,7 @@ mod array_writes;
 mod asarray;
 mod buffer_hints;
 mod buffer_methods;
+mod buffer_rmm;
 mod creation;
 mod dtypes;
 mod ecosystem;
@@ -99,6 +100,8 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     devbuf::set_blocking_hook(release_gil_while);
     devbuf::ecosystem::set_ecosystem(Box::new(ecosystem::PythonEcosystem));
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // The commit built from (build.rs; empty when built outside a git checkout), RMM's name.
+    m.add("__git_commit__", env!("DEVBUF_GIT_COMMIT"))?;
     m.add_class::<objects::array::PyArray>()?;
     export::dlpack::add_dlpack_method(&m.py().get_type::<objects::array::PyArray>())?;
     m.add_class::<objects::array::PyBuffer>()?;

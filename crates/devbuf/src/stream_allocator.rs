@@ -9,7 +9,7 @@ use std::ptr::NonNull;
 use std::sync::{Arc, LazyLock};
 
 use devbuf_core::mr::{FreeAfter, MemoryResource, QueueResource, current};
-use devbuf_core::{DEFAULT_ALIGNMENT, Error, MemKind, Protocol, Queue, Result};
+use devbuf_core::{DEFAULT_ALIGNMENT, Error, HandleSource, MemKind, Protocol, Queue, Result};
 use parking_lot::Mutex;
 
 use crate::{adopt_stream, open};
@@ -44,7 +44,15 @@ fn stream(selector: &str, handle: usize) -> Result<Arc<dyn Queue>> {
     };
     // SAFETY: the caller promises the stream is alive for the call; the queue made of it is
     // used within the call only.
-    unsafe { adopt_stream(Protocol::Cai, Some(selector), handle, Box::new(())) }
+    unsafe {
+        adopt_stream(
+            Protocol::Cai,
+            Some(selector),
+            handle,
+            HandleSource::Bare,
+            Box::new(()),
+        )
+    }
 }
 
 /// `size` bytes of device memory on the device `selector` names, usable by work enqueued on the

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use devbuf_core::{Availability, Error, Protocol, Queue, Result, StreamOptions, StreamOwner};
+use devbuf_core::{
+    Availability, Error, HandleSource, Protocol, Queue, Result, StreamOptions, StreamOwner,
+};
 
 use crate::registry::{backend, backend_for, split_selector};
 use crate::selection::default_queue;
@@ -42,6 +44,7 @@ pub unsafe fn adopt_stream(
     protocol: Protocol,
     selector: Option<&str>,
     handle: usize,
+    source: HandleSource,
     owner: StreamOwner,
 ) -> Result<Arc<dyn Queue>> {
     let unsupported = || Error::Unsupported {
@@ -67,7 +70,7 @@ pub unsafe fn adopt_stream(
         }
     };
     // SAFETY: the caller's promise.
-    unsafe { backend.adopt_stream(spec, handle, owner) }.ok_or_else(unsupported)?
+    unsafe { backend.adopt_stream(spec, handle, source, owner) }.ok_or_else(unsupported)?
 }
 
 #[cfg(test)]
@@ -81,7 +84,15 @@ mod tests {
     fn only_a_device_of_the_streams_backend_can_own_an_adopted_handle() {
         for selector in ["host", "sycl", "nope", "opencl:0:0", ""] {
             // SAFETY: refused before the handle is looked at.
-            let adopted = unsafe { adopt_stream(Protocol::Cai, Some(selector), 1, Box::new(())) };
+            let adopted = unsafe {
+                adopt_stream(
+                    Protocol::Cai,
+                    Some(selector),
+                    1,
+                    HandleSource::Bare,
+                    Box::new(()),
+                )
+            };
             match adopted {
                 Err(Error::InvalidDescriptor { key, message }) => {
                     assert_eq!(key, "device");

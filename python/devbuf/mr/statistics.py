@@ -18,6 +18,7 @@ their counters are added up (peaks then add up too: an upper bound). This module
 """
 
 import functools
+import inspect
 import sys
 import threading
 import types
@@ -40,6 +41,7 @@ __all__ = [
     "ProfilerRecords",
     "Statistics",
     "default_profiler_records",
+    "descriptive_name",
     "enable_statistics",
     "get_statistics",
     "pop_statistics",
@@ -64,8 +66,14 @@ class Statistics:
     total_count: int = 0
 
     @classmethod
-    def of(cls, counts: dict[str, int]) -> "Statistics":
+    def of(cls, counts: "dict[str, int] | Statistics") -> "Statistics":
         return cls(**{field.name: counts[field.name] for field in fields(cls)})
+
+    def __getitem__(self, name: str) -> int:
+        """``stats["peak_bytes"]``: the counters by name too, as devbuf returned them before."""
+        if name not in {field.name for field in fields(self)}:
+            raise KeyError(name)
+        return getattr(self, name)
 
     def __add__(self, other: "Statistics") -> "Statistics":
         return Statistics(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
@@ -140,27 +148,31 @@ def statistics(mr: MemoryResource | None = None, *, device: Any = None) -> Itera
     StatisticsResourceAdaptor), or through `device`'s current resources: those not counted yet
     are counted for the block only (RMM's ``rmm.statistics.statistics()``). Yields a dict that
     holds the region's counters (``allocation_counts``' keys) once the block ends."""
+    # Adaptors that counted before the block get a region; those made for it count the block
+    # from their start, with no region of their own (so that the block's code sees RMM's stack).
     restore: dict[Kind, MemoryResource] = {}
+    made: list[StatisticsResourceAdaptor] = []
     if mr is not None:
         if not isinstance(mr, StatisticsResourceAdaptor):
             raise TypeError(f"statistics() needs a StatisticsResourceAdaptor, got {type(mr).__name__}")
-        adaptors = [mr]
+        counting = [mr]
     else:
         resolved = _device(device)
+        counting = _adaptors(resolved)
         for kind in _kinds(resolved):
             current = get_current_device_resource(resolved, kind)
             if not isinstance(current, StatisticsResourceAdaptor):
                 restore[kind] = current
         enable_statistics(resolved)
-        adaptors = _adaptors(resolved)
+        made = [adaptor for adaptor in _adaptors(resolved) if all(adaptor is not c for c in counting)]
     region: dict[str, int] = {}
-    for adaptor in adaptors:
+    for adaptor in counting:
         adaptor.push_counters()
     try:
         yield region
     finally:
-        counts = _sum([adaptor.pop_counters() for adaptor in adaptors]) or Statistics()
-        region.update(vars(counts))
+        counts = _sum([adaptor.pop_counters() for adaptor in counting] + [a.allocation_counts for a in made])
+        region.update(vars(counts or Statistics()))
         for kind, resource in restore.items():
             set_current_device_resource(resource, kind=kind)
 
@@ -180,7 +192,10 @@ class MemoryRecord:
 
 
 class ProfilerRecords:
-    """The profiler's records, by the name of the function or line profiled (RMM's shape)."""
+    """The profiler's records, by the name of the function or line profiled (RMM's shape):
+    ``records[descriptive_name(func)]`` is a profiled function's."""
+
+    MemoryRecord = MemoryRecord
 
     def __init__(self) -> None:
         self._records: dict[str, MemoryRecord] = {}
@@ -208,6 +223,8 @@ class ProfilerRecords:
             f"{'ncalls':>8}  {'memory_peak':>14}  {'memory_total':>14}  file:line(function)",
         ]
         lines += [f"{r.num_calls:>8}  {r.memory_peak:>14,}  {r.memory_total:>14,}  {name}" for name, r in rows]
+        if not rows:
+            lines.append("No data: nothing was profiled (is statistics enabled?)")
         return "\n".join(lines) + "\n"
 
     def __repr__(self) -> str:
@@ -217,6 +234,17 @@ class ProfilerRecords:
 #: The records :func:`profiler` adds to when given none (RMM's
 #: ``rmm.statistics.default_profiler_records``).
 default_profiler_records = ProfilerRecords()
+
+
+def descriptive_name(obj: Any) -> str:
+    """The name the profiler records a function under, ``file:line(qualified name)`` (its first
+    line); another object's is its class's qualified name (RMM's
+    ``_get_descriptive_name_of_object``)."""
+    func = inspect.unwrap(obj)  # a profiled function: the one it wraps
+    code = getattr(func, "__code__", None)
+    if code is not None:
+        return f"{code.co_filename}:{code.co_firstlineno}({func.__qualname__})"
+    return type(obj).__qualname__
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -234,8 +262,7 @@ class profiler:
         self._open = threading.local()
 
     def __call__(self, func: F) -> F:
-        code = func.__code__
-        name = self.name or f"{code.co_filename}:{code.co_firstlineno}({func.__qualname__})"
+        name = self.name or descriptive_name(func)
         inner = profiler(records=self.records, name=name, device=self.device)
 
         @functools.wraps(func)

@@ -8,6 +8,7 @@ mod allocation;
 mod hints;
 mod on_queue;
 mod ordering;
+mod resize;
 mod shared;
 mod strided;
 mod transfer;
@@ -77,8 +78,9 @@ impl Buffer {
         }
     }
 
-    /// Allocates `nbytes` of `kind` memory from `resource`, aligned to `align` (a power of two).
-    /// The buffer's queue is the resource's, and its memory goes back to `resource`.
+    /// Allocates `nbytes` of `kind` memory from `resource`, aligned to `align` (a power of two):
+    /// of the resource's kind instead when it serves one ([`MemoryResource::serves`]). The buffer's
+    /// queue is the resource's, and its memory goes back to `resource`.
     pub fn alloc_from(
         resource: &Arc<dyn MemoryResource>,
         kind: MemKind,
@@ -86,6 +88,8 @@ impl Buffer {
         align: usize,
     ) -> Result<Buffer> {
         let queue = resource.queue();
+        // A resource of one kind (RMM's) decides the kind, as RMM's resources do.
+        let kind = resource.serves(kind, nbytes.max(1), align);
         check_allocation(queue, kind, align)?;
         let size = nbytes.max(1);
         let ptr = resource.allocate(kind, size, align)?;

@@ -14,8 +14,8 @@ use super::kit::{
 
 use crate::mr::{
     BinningResource, FailureCallbackResource, FixedSizeResource, LimitingResource, LogSink,
-    LoggingResource, MemoryResource, PoolOptions, PoolResource, PrefetchResource, QueueResource,
-    StatisticsResource, TrackingResource,
+    LoggingResource, MemoryResource, OneKindResource, PoolOptions, PoolResource, PrefetchResource,
+    QueueResource, StatisticsResource, TrackingResource,
 };
 use crate::{Buffer, DEFAULT_ALIGNMENT, MemKind, Queue};
 
@@ -260,6 +260,54 @@ pub(super) fn busy_block_is_reused_after_its_work(queue: &Arc<dyn Queue>) -> Out
                 &bytes,
                 &format!("{kind} from a pool after a busy free"),
             )?;
+        }
+        Ok(())
+    })
+}
+
+/// RMM's resources of one kind each ([`OneKindResource`]: `CudaMemoryResource`,
+/// `ManagedMemoryResource`, `PinnedHostMemoryResource`), for every kind the device has: whatever
+/// kind is asked, the buffer is of the resource's kind, classifies as it where the runtime can
+/// tell, and holds its bytes; a pool over one serves that kind too.
+pub(super) fn one_kind_resources_serve_their_kind(queue: &Arc<dyn Queue>) -> Outcome {
+    let kinds = match supported_kinds(queue) {
+        Ok(kinds) => kinds,
+        Err(outcome) => return outcome,
+    };
+    for_each_kind(queue, |kind| {
+        let one_kind: Arc<dyn MemoryResource> = ctx(
+            OneKindResource::new(QueueResource::new(Arc::clone(queue)), kind),
+            || format!("a resource of {kind} memory"),
+        )?;
+        let pooled: Arc<dyn MemoryResource> =
+            PoolResource::new(Arc::clone(&one_kind), PoolOptions::default());
+        for (what, resource) in [("the resource", &one_kind), ("a pool over it", &pooled)] {
+            for &asked in &kinds {
+                const LEN: usize = 4096;
+                let buffer = ctx(
+                    Buffer::alloc_from(resource, asked, LEN, DEFAULT_ALIGNMENT),
+                    || format!("{what} of {kind} memory, asked for {asked}"),
+                )?;
+                if buffer.kind() != kind {
+                    return Err(format!(
+                        "{what} of {kind} memory, asked for {asked}, made a {} buffer",
+                        buffer.kind()
+                    ));
+                }
+                // Every backend classifies its own allocations (the kit's `kind_of` check).
+                let classified = queue.kind_of(buffer.ptr());
+                if classified != kind {
+                    return Err(format!(
+                        "{what} of {kind} memory handed out {:p}, which the runtime calls {classified}",
+                        buffer.ptr()
+                    ));
+                }
+                let bytes = pattern(LEN, 5);
+                ctx(buffer.copy_from_host(&bytes), || {
+                    format!("writing {what}'s {kind} memory")
+                })?;
+                expect_bytes(&buffer, &bytes, &format!("{what}'s {kind} memory"))?;
+            }
         }
         Ok(())
     })

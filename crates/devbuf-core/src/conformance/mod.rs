@@ -62,6 +62,7 @@ macro_rules! __conformance_checks {
                 pool_export: adaptors::exported_block_is_not_reused,
                 pool_busy: adaptors::busy_block_is_reused_after_its_work,
                 fixed_size_export: adaptors::exported_fixed_size_block_is_not_reused,
+                one_kind: adaptors::one_kind_resources_serve_their_kind,
                 adaptors: |queue| adaptors::every_check_through_each_adaptor(queue, &[DEVICE, INTEROP]),
             }
         }

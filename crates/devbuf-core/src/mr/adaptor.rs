@@ -6,6 +6,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::{FreeAfter, MemoryResource};
+use crate::debug_log::{self, LogLevel, debug_log};
 use crate::{MemKind, Queue, Result};
 
 /// A resource that wraps another, its upstream (RMM's adaptors). Implementing it makes the type a
@@ -50,6 +51,11 @@ use crate::{MemKind, Queue, Result};
 pub trait Adaptor: Send + Sync + fmt::Debug + 'static {
     /// The wrapped resource, whose queue the adaptor's memory belongs to.
     fn upstream(&self) -> &Arc<dyn MemoryResource>;
+
+    /// [`MemoryResource::serves`]: upstream's answer, unless the adaptor decides the kind itself.
+    fn serves(&self, asked: MemKind, size: usize, align: usize) -> MemKind {
+        self.upstream().serves(asked, size, align)
+    }
 
     /// Before upstream allocates `size` bytes of `kind` aligned to `align`: an error refuses the
     /// allocation, and upstream is not asked.
@@ -110,7 +116,21 @@ impl<A: Adaptor> MemoryResource for A {
 
     #[inline]
     fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {
-        self.serve(kind, size, align)
+        let allocated = self.serve(kind, size, align);
+        if debug_log::should_log(LogLevel::Trace) {
+            let (name, device) = (short_name::<A>(), &self.queue().device().selector);
+            match &allocated {
+                Ok(ptr) => debug_log::write(
+                    LogLevel::Trace,
+                    format_args!("[A][{name}][{device}][{kind}][{size}B][{ptr:?}]"),
+                ),
+                Err(err) => debug_log::write(
+                    LogLevel::Trace,
+                    format_args!("[A][{name}][{device}][{kind}][{size}B][FAILURE {err}]"),
+                ),
+            }
+        }
+        allocated
     }
 
     #[inline]
@@ -122,6 +142,12 @@ impl<A: Adaptor> MemoryResource for A {
         align: usize,
         after: FreeAfter,
     ) {
+        debug_log!(
+            LogLevel::Trace,
+            "[D][{}][{}][{kind}][{size}B][{ptr:?}]",
+            short_name::<A>(),
+            self.queue().device().selector
+        );
         // SAFETY: the same contract.
         unsafe { self.take_back(ptr, kind, size, align, after) }
     }
@@ -129,4 +155,15 @@ impl<A: Adaptor> MemoryResource for A {
     fn as_any(&self) -> &dyn Any {
         self
     }
+
+    fn serves(&self, asked: MemKind, size: usize, align: usize) -> MemKind {
+        Adaptor::serves(self, asked, size, align)
+    }
+}
+
+/// An adaptor's type without its path or parameters, for the debug log ("PoolResource").
+fn short_name<A>() -> &'static str {
+    let name = std::any::type_name::<A>();
+    let name = name.split('<').next().unwrap_or(name);
+    name.rsplit("::").next().unwrap_or(name)
 }

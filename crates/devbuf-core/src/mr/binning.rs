@@ -168,6 +168,10 @@ impl Adaptor for BinningResource {
         &self.upstream
     }
 
+    fn serves(&self, asked: MemKind, size: usize, align: usize) -> MemKind {
+        self.route(size, align).serves(asked, size, align)
+    }
+
     fn serve(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {
         self.route(size, align).allocate(kind, size, align)
     }

@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::RwLock;
 
 use super::MemoryResource;
+use crate::debug_log::{LogLevel, debug_log};
 use crate::{Error, MemKind, Result};
 
 /// Device selector → the current resource of each allocatable kind.
@@ -35,6 +36,11 @@ pub fn set_current(
 ) -> Result<Option<Arc<dyn MemoryResource>>> {
     let slot = slot(kind)?;
     let device = resource.queue().device().selector.clone();
+    debug_log!(
+        LogLevel::Debug,
+        "current {kind} resource of {device}: the resource at {:p}",
+        Arc::as_ptr(&resource).cast::<()>()
+    );
     let mut registry = registry().write();
     ANY_SET.store(true, Ordering::Release);
     Ok(registry.entry(device).or_default()[slot].replace(resource))
@@ -44,6 +50,10 @@ pub fn set_current(
 /// resource that was current.
 pub fn reset_current(device: &str, kind: MemKind) -> Option<Arc<dyn MemoryResource>> {
     let slot = slot(kind).ok()?;
+    debug_log!(
+        LogLevel::Debug,
+        "current {kind} resource of {device}: the queue's own allocator again"
+    );
     registry().write().get_mut(device)?[slot].take()
 }
 

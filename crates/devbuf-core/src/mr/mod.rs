@@ -11,14 +11,17 @@
 
 mod adaptor;
 mod binning;
+mod bytes;
 mod current;
 mod failure_callback;
 mod fixed_size;
 mod handouts;
 mod limiting;
 mod logging;
+mod one_kind;
 mod pool;
 mod prefetch;
+mod release_threshold;
 mod replay;
 mod statistics;
 mod tracking;
@@ -30,14 +33,17 @@ use std::sync::Arc;
 
 pub use adaptor::Adaptor;
 pub use binning::BinningResource;
+pub use bytes::parse_bytes;
 pub use current::{current, reset_current, set_current};
 pub use failure_callback::{FailureCallback, FailureCallbackResource};
 pub use fixed_size::{DEFAULT_BLOCK_SIZE, DEFAULT_BLOCKS_TO_PREALLOCATE, FixedSizeResource};
 pub use handouts::Handouts;
 pub use limiting::LimitingResource;
 pub use logging::{FileSink, LOG_HEADER, LogSink, LoggingResource};
+pub use one_kind::OneKindResource;
 pub use pool::{PoolOptions, PoolResource};
 pub use prefetch::PrefetchResource;
+pub use release_threshold::ReleaseThresholdResource;
 pub use replay::{ReplayReport, replay};
 pub use statistics::{Statistics, StatisticsResource};
 pub use tracking::{Origin, OutstandingAllocation, TrackingResource};
@@ -91,6 +97,14 @@ pub trait MemoryResource: Send + Sync + fmt::Debug + 'static {
 
     /// Downcasting, so that bindings can reach an adaptor's own methods.
     fn as_any(&self) -> &dyn Any;
+
+    /// The kind of memory an allocation of `size` bytes aligned to `align` gets when `asked` is
+    /// asked: `asked`, unless the resource serves one kind whatever is asked
+    /// ([`OneKindResource`], what wraps one, a binning resource's bin of one). Buffers take their
+    /// kind from it.
+    fn serves(&self, asked: MemKind, _size: usize, _align: usize) -> MemKind {
+        asked
+    }
 }
 
 /// A queue as a memory resource: the bottom of every stack of adaptors.

@@ -8,25 +8,27 @@ use parking_lot::Mutex;
 use super::{Adaptor, MemoryResource};
 use crate::MemKind;
 
-/// Counters of one statistics region (RMM's `Statistics`).
+/// Counters of one statistics region (RMM's `Statistics`). Signed, as RMM's: a region counts
+/// the frees of memory allocated before it began too, so its `current_*` go below zero when it
+/// frees more than it allocated (the whole run's never do).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Statistics {
-    /// Bytes allocated and not yet freed.
-    pub current_bytes: usize,
-    /// The most `current_bytes` has been.
-    pub peak_bytes: usize,
+    /// Bytes allocated less bytes freed.
+    pub current_bytes: i64,
+    /// The most `current_bytes` has been (0 at least: the region's start).
+    pub peak_bytes: i64,
     /// Bytes allocated in all.
-    pub total_bytes: usize,
-    /// Allocations not yet freed.
-    pub current_count: usize,
-    /// The most `current_count` has been.
-    pub peak_count: usize,
+    pub total_bytes: i64,
+    /// Allocations made less allocations freed.
+    pub current_count: i64,
+    /// The most `current_count` has been (0 at least).
+    pub peak_count: i64,
     /// Allocations made in all.
-    pub total_count: usize,
+    pub total_count: i64,
 }
 
 impl Statistics {
-    fn allocated(&mut self, size: usize) {
+    fn allocated(&mut self, size: i64) {
         self.current_bytes += size;
         self.peak_bytes = self.peak_bytes.max(self.current_bytes);
         self.total_bytes += size;
@@ -35,12 +37,15 @@ impl Statistics {
         self.total_count += 1;
     }
 
-    fn freed(&mut self, size: usize) {
-        // A region may see frees of memory allocated before it began: it counts below zero as
-        // zero.
-        self.current_bytes = self.current_bytes.saturating_sub(size);
-        self.current_count = self.current_count.saturating_sub(1);
+    fn freed(&mut self, size: i64) {
+        self.current_bytes -= size;
+        self.current_count -= 1;
     }
+}
+
+/// An allocation's size as the counters count it: no allocation reaches `isize::MAX` bytes.
+fn counted(size: usize) -> i64 {
+    i64::try_from(size).unwrap_or(i64::MAX)
 }
 
 /// Counts what passes through it to `upstream`. Regions ([`StatisticsResource::push_region`])
@@ -97,7 +102,7 @@ impl Adaptor for StatisticsResource {
             self.regions
                 .lock()
                 .iter_mut()
-                .for_each(|region| region.allocated(size));
+                .for_each(|region| region.allocated(counted(size)));
         }
     }
 
@@ -105,6 +110,6 @@ impl Adaptor for StatisticsResource {
         self.regions
             .lock()
             .iter_mut()
-            .for_each(|region| region.freed(size));
+            .for_each(|region| region.freed(counted(size)));
     }
 }

@@ -106,6 +106,26 @@ fn statistics_count_overall_and_per_region() {
     );
 }
 
+/// A region that frees memory allocated before it began counts below zero, as RMM's signed
+/// counters do, and the whole run stays exact.
+#[test]
+fn a_region_that_frees_older_memory_counts_below_zero() {
+    let upstream = QueueResource::new(Arc::new(HostQueue::new()));
+    let stats = StatisticsResource::new(upstream);
+    let resource: Arc<dyn MemoryResource> = stats.clone();
+    let older = alloc(&resource, 10);
+    stats.push_region();
+    drop(older);
+    let region = stats.pop_region().unwrap();
+    assert_eq!((region.current_bytes, region.current_count), (-10, -1));
+    assert_eq!((region.peak_bytes, region.total_bytes), (0, 0));
+    let all = stats.statistics();
+    assert_eq!(
+        (all.current_bytes, all.peak_bytes, all.total_count),
+        (0, 10, 1)
+    );
+}
+
 #[test]
 fn tracking_reports_what_is_outstanding() {
     let upstream = QueueResource::new(Arc::new(HostQueue::new()));
@@ -117,10 +137,20 @@ fn tracking_reports_what_is_outstanding() {
     assert_eq!(outstanding.len(), 1);
     assert_eq!(outstanding[0].ptr, kept.ptr() as usize);
     let report = tracking.outstanding_report();
+    assert!(
+        report.starts_with("1 outstanding allocations on host:\n"),
+        "{report}"
+    );
     assert!(report.contains("123 bytes of host memory"), "{report}");
     assert!(
         report.contains("tracking_reports_what_is_outstanding"),
         "{report}"
+    );
+    drop(kept);
+    assert_eq!(
+        tracking.outstanding_report(),
+        "",
+        "nothing outstanding: nothing to report"
     );
 }
 

@@ -115,9 +115,13 @@ impl TrackingResource {
     }
 
     /// A leak report: one line per outstanding allocation, each followed by where it was made
-    /// (its [`Origin`]'s words, or its backtrace) when that was captured.
+    /// (its [`Origin`]'s words, or its backtrace) when that was captured; empty when nothing is
+    /// outstanding (RMM's answer, so that `if report:` asks whether anything leaked).
     pub fn outstanding_report(&self) -> String {
         let outstanding = self.outstanding();
+        if outstanding.is_empty() {
+            return String::new();
+        }
         let mut report = format!(
             "{} outstanding allocations on {}:\n",
             outstanding.len(),

@@ -70,6 +70,11 @@ impl HeldArray {
         self.closed.get()
     }
 
+    /// Whether a consumer that keeps this object was handed the memory ([`OpenArray::anchor`]).
+    pub(crate) fn is_anchored(&self, _gil: Python<'_>) -> bool {
+        self.anchored.get()
+    }
+
     /// Marks the object closed; its array goes now if nothing uses it, else when the last use
     /// ends (or with the object, once anchored). A second close does nothing.
     pub(crate) fn close(&self, _gil: Python<'_>) {
@@ -79,6 +84,27 @@ impl HeldArray {
         if self.uses.get() == 0 {
             self.release();
         }
+    }
+
+    /// Puts `array` in place of the held one (a Buffer's `resize`) and returns that one, to be
+    /// dropped once the caller leaves every borrow of the object (its last share of foreign
+    /// memory may run Python code). Refused while the array is closed, in use (a use in progress
+    /// holds a borrow of it), or anchored: a consumer that keeps this object reads the memory it
+    /// was handed through it, and would lose it.
+    pub(crate) fn replace(&self, _gil: Python<'_>, array: Array) -> Result<Array, Refusal> {
+        if self.closed.get() {
+            return Err(Refusal::Closed);
+        }
+        if self.uses.get() != 0 {
+            return Err(Refusal::InUse);
+        }
+        if self.anchored.get() {
+            return Err(Refusal::Anchored);
+        }
+        // SAFETY: nothing uses the array (no open guard borrows it); the GIL is held (the token),
+        // and nothing here calls into Python.
+        let old = unsafe { (*self.array.get()).replace(array) };
+        Ok(old.expect("an array that is not closed is held"))
     }
 
     #[cold]
@@ -92,6 +118,14 @@ impl HeldArray {
         // which may come back to this object.
         drop(array);
     }
+}
+
+/// Why [`HeldArray::replace`] refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    Closed,
+    InUse,
+    Anchored,
 }
 
 /// One use of an open array; derefs to it. Made and dropped with the GIL held, on one thread

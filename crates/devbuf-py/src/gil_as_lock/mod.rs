@@ -1,5 +1,6 @@
 //! The types that use the GIL as their lock, all here: [`HeldArray`] (what an `Array` object
-//! holds of its memory, touched on every use of the object) and [`LastObject`] (the last
+//! holds of its memory, touched on every use of the object), [`LazyBox`] (its export caches,
+//! emptied when a Buffer's `resize` replaces its memory) and [`LastObject`] (the last
 //! keyword-name or version tuple a hot path read). Each keeps plain cells that any thread may
 //! reach, and is sound only because the GIL lets one thread at a time run Python code: a
 //! per-object or per-cache lock would add atomic operations to the hottest calls for an exclusion
@@ -20,9 +21,11 @@ compile_error!(
 
 mod held;
 mod last_object;
+mod lazy_box;
 
-pub(crate) use held::{HeldArray, OpenArray};
+pub(crate) use held::{HeldArray, OpenArray, Refusal};
 pub(crate) use last_object::LastObject;
+pub(crate) use lazy_box::{Empty, LazyBox};
 use pyo3::exceptions::PyImportError;
 use pyo3::intern;
 use pyo3::prelude::*;

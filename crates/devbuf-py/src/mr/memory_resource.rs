@@ -95,6 +95,14 @@ impl PyMemoryResource {
         .expect("each devbuf class holds the resource it is named after")
     }
 
+    /// The devbuf resource of type `T` this object holds, if it holds one.
+    pub(crate) fn resource_as<T: 'static>(&self) -> Option<&T> {
+        match self.backing.get().map(|backing| &backing.source) {
+            Some(Source::Devbuf(handouts)) => handouts.resource().as_any().downcast_ref(),
+            _ => None,
+        }
+    }
+
     /// Allocates a buffer of `nbytes` of `kind` from this resource.
     pub(crate) fn alloc(
         slf: &Bound<'_, PyMemoryResource>,
@@ -293,21 +301,23 @@ impl PyMemoryResource {
     }
 
     /// The address of `nbytes` new bytes of `kind` memory, aligned to 256 bytes (0 for 0 bytes),
-    /// as RMM's `allocate`. It stays allocated until `deallocate(ptr, nbytes, kind)`, or until
+    /// as RMM's `allocate`. `kind` None: the one kind the resource serves (a
+    /// `DeviceMemoryResource`'s device memory...), else "shared"; a kind such a resource does not
+    /// serve is a ValueError. It stays allocated until `deallocate(ptr, nbytes, kind)`, or until
     /// this resource object is deleted. For memory that frees itself, use
     /// `devbuf.alloc(nbytes, kind, mr=resource)`.
     ///
     /// With `stream` (a `devbuf.Stream` of the resource's device), work enqueued on that stream
     /// from now on waits until the memory is ready on the resource's own queue (a stream-ordered
     /// allocation), as RMM's `allocate(bytes, stream)`.
-    #[pyo3(signature = (nbytes, kind = "shared", *, stream = None))]
+    #[pyo3(signature = (nbytes, kind = None, *, stream = None))]
     fn allocate(
         slf: &Bound<'_, Self>,
         nbytes: usize,
-        kind: &str,
+        kind: Option<&str>,
         stream: Option<&Bound<'_, PyQueue>>,
     ) -> PyResult<usize> {
-        let kind: MemKind = kind.parse().py()?;
+        let kind = served_kind(slf, nbytes, kind)?;
         let backing = backing(slf)?;
         let Source::Devbuf(handouts) = &backing.source else {
             return Err(must_implement(slf, "allocate"));
@@ -331,15 +341,15 @@ impl PyMemoryResource {
     /// resource's queue, or on `stream` (a `devbuf.Stream` of the resource's device: the memory
     /// is then reused only after the work enqueued on it so far, as RMM's
     /// `deallocate(ptr, bytes, stream)`).
-    #[pyo3(signature = (ptr, nbytes, kind = "shared", *, stream = None))]
+    #[pyo3(signature = (ptr, nbytes, kind = None, *, stream = None))]
     fn deallocate(
         slf: &Bound<'_, Self>,
         ptr: usize,
         nbytes: usize,
-        kind: &str,
+        kind: Option<&str>,
         stream: Option<&Bound<'_, PyQueue>>,
     ) -> PyResult<()> {
-        let kind: MemKind = kind.parse().py()?;
+        let kind = served_kind(slf, nbytes, kind)?;
         let backing = backing(slf)?;
         // Reused only once all work on the stream so far is done, other libraries' included.
         let after = match stream {
@@ -370,6 +380,33 @@ impl PyMemoryResource {
         };
         Ok(format!("<{module}.{name} on {selector:?}{details}>"))
     }
+}
+
+/// The kind `allocate`/`deallocate` deal in: `kind` when given (refused when the resource serves
+/// another kind whatever is asked), else the resource's kind for `nbytes`, else shared memory.
+fn served_kind(
+    slf: &Bound<'_, PyMemoryResource>,
+    nbytes: usize,
+    kind: Option<&str>,
+) -> PyResult<MemKind> {
+    let asked: MemKind = kind.unwrap_or("shared").parse().py()?;
+    let backing = backing(slf)?;
+    let Source::Devbuf(handouts) = &backing.source else {
+        return Ok(asked);
+    };
+    let served = handouts
+        .resource()
+        .serves(asked, nbytes.max(1), DEFAULT_ALIGNMENT);
+    if kind.is_some() && served != asked {
+        let name = slf
+            .get_type()
+            .name()
+            .map_or_else(|_| "?".into(), |n| n.to_string());
+        return Err(PyValueError::new_err(format!(
+            "kind: {name} serves {served} memory, not {asked}; leave kind out"
+        )));
+    }
+    Ok(served)
 }
 
 /// An argument that may be left out.

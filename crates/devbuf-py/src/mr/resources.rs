@@ -5,11 +5,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use devbuf::MemKind;
 use devbuf::mr::{
     LimitingResource, PoolOptions, PoolResource, QueueResource, StatisticsResource,
     TrackingResource,
 };
+use devbuf::{DEFAULT_ALIGNMENT, MemKind};
 use parking_lot::Mutex;
 use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
@@ -17,6 +17,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::PyDict;
 
 use crate::errors::IntoPyResult;
+use crate::mr::kind_resources::byte_size;
 use crate::mr::memory_resource::{PyMemoryResource, resource_of};
 use crate::objects::foreign_objects::resolve_queue;
 use crate::objects::queue::PyQueue;
@@ -53,7 +54,7 @@ impl PyQueueResource {
 /// memory, or the first kind the device has of "shared" and "host"); other kinds take their first
 /// block of that size on their first allocation. `initial_pool_size` over `maximum_pool_size` is
 /// a ValueError.
-#[pyclass(frozen, extends = PyMemoryResource, module = "devbuf.mr", name = "PoolMemoryResource")]
+#[pyclass(frozen, extends = PyMemoryResource, subclass, module = "devbuf.mr", name = "PoolMemoryResource")]
 pub struct PyPoolResource;
 
 #[pymethods]
@@ -63,21 +64,25 @@ impl PyPoolResource {
     fn new(
         py: Python<'_>,
         upstream_mr: &Bound<'_, PyMemoryResource>,
-        initial_pool_size: Option<usize>,
-        maximum_pool_size: Option<usize>,
+        initial_pool_size: Option<&Bound<'_, PyAny>>,
+        maximum_pool_size: Option<&Bound<'_, PyAny>>,
         kind: Option<&str>,
     ) -> PyResult<PyClassInitializer<Self>> {
         let options = PoolOptions {
-            initial_size: initial_pool_size.unwrap_or(0),
-            maximum_size: maximum_pool_size,
+            initial_size: byte_size(initial_pool_size, "initial_pool_size")?.unwrap_or(0),
+            maximum_size: byte_size(maximum_pool_size, "maximum_pool_size")?,
         };
         let upstream = resource_of(upstream_mr)?;
+        let initial = options.initial_size;
         let reserve = match kind {
             Some(kind) => kind.parse().py()?,
+            // The kind upstream gives for it (a resource of one kind gives only that).
             None => [MemKind::Device, MemKind::Shared, MemKind::Host]
                 .into_iter()
                 .find(|&kind| upstream.queue().supports(kind))
-                .unwrap_or(MemKind::Host),
+                .map_or(MemKind::Host, |kind| {
+                    upstream.serves(kind, initial.max(1), DEFAULT_ALIGNMENT)
+                }),
         };
         let pool = py
             .detach(|| PoolResource::reserved(upstream, options, reserve))
@@ -161,7 +166,9 @@ impl PyLimitingResource {
 #[pyclass(frozen, extends = PyMemoryResource, module = "devbuf.mr", name = "StatisticsResourceAdaptor")]
 pub struct PyStatisticsResource;
 
-fn counts(py: Python<'_>, stats: devbuf::mr::Statistics) -> PyResult<Bound<'_, PyDict>> {
+/// The counters as a `devbuf.mr.statistics.Statistics` (RMM's `Statistics`: attributes, and
+/// devbuf's keys too).
+fn counts(py: Python<'_>, stats: devbuf::mr::Statistics) -> PyResult<Bound<'_, PyAny>> {
     let dict = PyDict::new(py);
     dict.set_item("current_bytes", stats.current_bytes)?;
     dict.set_item("current_count", stats.current_count)?;
@@ -169,7 +176,9 @@ fn counts(py: Python<'_>, stats: devbuf::mr::Statistics) -> PyResult<Bound<'_, P
     dict.set_item("peak_count", stats.peak_count)?;
     dict.set_item("total_bytes", stats.total_bytes)?;
     dict.set_item("total_count", stats.total_count)?;
-    Ok(dict)
+    py.import("devbuf.mr.statistics")?
+        .getattr("Statistics")?
+        .call((), Some(&dict))
 }
 
 #[pymethods]
@@ -182,14 +191,14 @@ impl PyStatisticsResource {
 
     /// The counters since the adaptor was made: current, peak and total bytes and counts.
     #[getter]
-    fn allocation_counts<'py>(slf: PyRef<'py, Self>) -> PyResult<Bound<'py, PyDict>> {
+    fn allocation_counts<'py>(slf: PyRef<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let stats = slf.as_super().adaptor::<StatisticsResource>().statistics();
         counts(slf.py(), stats)
     }
 
     /// Opens a region that counts from now on; returns the counters of the region it nests in,
     /// as they were before (RMM's `push_counters`).
-    fn push_counters<'py>(slf: PyRef<'py, Self>) -> PyResult<Bound<'py, PyDict>> {
+    fn push_counters<'py>(slf: PyRef<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let stats = slf.as_super().adaptor::<StatisticsResource>();
         let before = stats.region_statistics();
         stats.push_region();
@@ -198,10 +207,13 @@ impl PyStatisticsResource {
 
     /// Closes the innermost region and returns its counters (RMM's `pop_counters`); IndexError
     /// when none is open.
-    fn pop_counters<'py>(slf: PyRef<'py, Self>) -> PyResult<Bound<'py, PyDict>> {
+    fn pop_counters<'py>(slf: PyRef<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let region = slf.as_super().adaptor::<StatisticsResource>().pop_region();
         let region = region.ok_or_else(|| {
-            PyIndexError::new_err("pop_counters: no region is open (push_counters opens one)")
+            PyIndexError::new_err(
+                "pop_counters: no region is open (push_counters opens one): cannot pop the last \
+                 counter pair, the whole run's",
+            )
         })?;
         counts(slf.py(), region)
     }
@@ -360,6 +372,8 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyStatisticsResource>()?;
     m.add_class::<PyTrackingResource>()?;
     crate::mr::rmm_resources::register(m)?;
+    crate::mr::kind_resources::register(m)?;
+    crate::mr::debug_log::register(m)?;
     m.add_function(wrap_pyfunction!(set_current_device_resource, m)?)?;
     m.add_function(wrap_pyfunction!(get_current_device_resource, m)?)?;
     m.add_function(wrap_pyfunction!(reset_current_device_resource, m)?)?;

@@ -2,19 +2,17 @@
 //! protocol exports. This file holds what they hold; their Python methods are in
 //! `array_methods` and `buffer_methods`, each protocol's export in `export`.
 
-use std::ops::Deref;
 use std::sync::OnceLock;
 
 use devbuf::dlpack::DlpackTemplate;
 use devbuf::{Array, Buffer};
-use once_cell::race::OnceBox;
 use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
 
 use crate::errors::IntoPyResult;
-use crate::gil_as_lock::{HeldArray, OpenArray};
+use crate::gil_as_lock::{Empty, HeldArray, LazyBox, OpenArray, Refusal};
 use crate::objects::queue::PyQueue;
 
 /// What the protocol getters build once and hand out copies of.
@@ -25,11 +23,6 @@ pub(crate) struct ExportCache {
     pub(crate) shape: PyOnceLock<Py<PyTuple>>,
     /// What exporting through DLPack needs (see `PyArray::dlpack`).
     dlpack: OnceLock<DlpackExport>,
-}
-
-/// A value that starts empty: what a [`LazyBox`] makes on first use.
-pub(crate) trait Empty {
-    fn empty() -> Self;
 }
 
 impl Empty for ExportCache {
@@ -47,25 +40,6 @@ impl Empty for ExportCache {
 impl<T> Empty for PyOnceLock<T> {
     fn empty() -> PyOnceLock<T> {
         PyOnceLock::new()
-    }
-}
-
-/// A `T` on the heap, made empty on first use: one null pointer until then. An array's export
-/// caches are this: most arrays (a fresh allocation) never export anything, and every object
-/// made moves and zeroes what it holds inline, and checks each cache when it is freed.
-pub(crate) struct LazyBox<T>(OnceBox<T>);
-
-impl<T> LazyBox<T> {
-    fn new() -> LazyBox<T> {
-        LazyBox(OnceBox::new())
-    }
-}
-
-impl<T: Empty> Deref for LazyBox<T> {
-    type Target = T;
-
-    fn deref(&self) -> &T {
-        self.0.get_or_init(|| Box::new(T::empty()))
     }
 }
 
@@ -194,6 +168,18 @@ impl PyArray {
 
     pub(crate) fn held(&self) -> &HeldArray {
         &self.held
+    }
+
+    /// Puts `array` in place of this object's array (a Buffer's `resize`) and returns the old one
+    /// (drop it after leaving every borrow of the object): see [`HeldArray::replace`] for when it
+    /// is refused. What the exports built of the old array goes with it.
+    pub(crate) fn replace_array(&self, py: Python<'_>, array: Array) -> Result<Array, Refusal> {
+        let old = self.held.replace(py, array)?;
+        // SAFETY: the GIL is held, and nothing uses the array, so nothing borrows its caches
+        // (every borrow is made under a use). The dpctl view is not reset: it is made only for a
+        // consumer that keeps this object, which `replace` refused.
+        unsafe { self.cache.reset() };
+        Ok(old)
     }
 
     /// What exporting `array` (this object's, open) through DLPack needs (prepared once: exports

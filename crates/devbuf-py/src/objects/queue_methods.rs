@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use devbuf::{Buffer, MemKind, Protocol, StreamHandle};
-use pyo3::exceptions::{PyAttributeError, PyTypeError};
+use devbuf::{Buffer, HandleSource, MemKind, Protocol, StreamHandle};
+use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyCFunction, PyCapsule};
 
@@ -74,25 +74,28 @@ impl PyQueue {
     /// devbuf makes keeps time. Or another library's stream adopted, kept alive while devbuf
     /// uses it: anything with `__cuda_stream__` (cuda.core, CuPy, devbuf's own), or a
     /// `dpctl.SyclQueue` (that very queue is handed out with the memory; devbuf's own commands
-    /// run on it when it is in order, else on an in-order queue beside it).
+    /// run on it when it is in order, else on an in-order queue beside it). An existing stream
+    /// keeps the options it was made with: giving any with one is a ValueError (`non_blocking`
+    /// None: True for a new stream).
     #[new]
-    #[pyo3(signature = (device = None, *, non_blocking = true, priority = None, timing = false))]
+    #[pyo3(signature = (device = None, *, non_blocking = None, priority = None, timing = None))]
     fn new(
         py: Python<'_>,
         device: Option<&Bound<'_, PyAny>>,
-        non_blocking: bool,
+        non_blocking: Option<bool>,
         priority: Option<i32>,
-        timing: bool,
+        timing: Option<bool>,
     ) -> PyResult<Py<PyQueue>> {
         if let Some(device) = device {
-            if let Ok(ours) = device.cast::<PyQueue>() {
-                return Ok(ours.clone().unbind());
-            }
-            if let Some(adopted) = crate::objects::streams::adopt_cuda_stream(py, device, None)? {
-                return Ok(adopted);
-            }
-            if let Some(queue) = sycl_queue_object(py, device)? {
-                return Ok(queue);
+            let existing = existing_stream(py, device)?;
+            if let Some(existing) = existing {
+                if non_blocking.is_some() || priority.is_some() || timing.is_some() {
+                    return Err(PyValueError::new_err(
+                        "non_blocking, priority, timing: a stream's flags may only be specified \
+                         when making a new one; device is an existing stream, which keeps its own",
+                    ));
+                }
+                return Ok(existing);
             }
         }
         let selector = match device {
@@ -105,9 +108,9 @@ impl PyQueue {
             Some(device) => selector_of(device)?,
         };
         let options = devbuf::StreamOptions {
-            non_blocking,
+            non_blocking: non_blocking.unwrap_or(true),
             priority,
-            timing,
+            timing: timing.unwrap_or(false),
         };
         let queue = py.detach(|| devbuf::open_stream(&selector, options)).py()?;
         PyQueue::wrap_made(py, queue, options)
@@ -126,7 +129,14 @@ impl PyQueue {
         device: Option<&Bound<'_, PyAny>>,
         owner: Option<Py<PyAny>>,
     ) -> PyResult<Py<PyQueue>> {
-        crate::objects::streams::adopt_handle(py, handle, device, owner, "handle")
+        crate::objects::streams::adopt_handle(
+            py,
+            handle,
+            HandleSource::Bare,
+            device,
+            owner,
+            "handle",
+        )
     }
 
     /// Records an Event that completes once all work enqueued on this stream so far has, other
@@ -338,4 +348,16 @@ impl PyQueue {
     fn __repr__(&self) -> String {
         self.describe()
     }
+}
+
+/// `device` as a stream that exists already: devbuf's own, another library's with
+/// `__cuda_stream__` (adopted), or a `dpctl.SyclQueue`; `None` when it names a device instead.
+fn existing_stream(py: Python<'_>, device: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyQueue>>> {
+    if let Ok(ours) = device.cast::<PyQueue>() {
+        return Ok(Some(ours.clone().unbind()));
+    }
+    if let Some(adopted) = crate::objects::streams::adopt_cuda_stream(py, device, None)? {
+        return Ok(Some(adopted));
+    }
+    sycl_queue_object(py, device)
 }

@@ -2,8 +2,8 @@
 //! CuPy, devbuf's own) and raw handles with an owner. The backend that speaks CUDA's protocols
 //! makes the queue; the Python object that keeps the stream alive rides inside it.
 
-use devbuf::{Error, Protocol};
-use pyo3::exceptions::PyTypeError;
+use devbuf::{Error, HandleSource, Protocol};
+use pyo3::exceptions::{PyNotImplementedError, PyTypeError};
 use pyo3::intern;
 use pyo3::prelude::*;
 
@@ -30,12 +30,20 @@ pub(crate) fn adopt_cuda_stream(
         ))
     })?;
     if version != 0 {
-        return Err(PyTypeError::new_err(format!(
-            "__cuda_stream__: version {version} is unknown (devbuf reads version 0)"
+        return Err(PyNotImplementedError::new_err(format!(
+            "__cuda_stream__: unsupported protocol version: '{version}' (devbuf reads version 0)"
         )));
     }
     let owner = Some(obj.clone().unbind());
-    adopt_handle(py, handle, device, owner, "__cuda_stream__").map(Some)
+    adopt_handle(
+        py,
+        handle,
+        HandleSource::StreamProtocol,
+        device,
+        owner,
+        "__cuda_stream__",
+    )
+    .map(Some)
 }
 
 /// A Stream on `handle` (a `CUstream` as `__cuda_stream__` numbers it) on `device` (default: the
@@ -44,6 +52,7 @@ pub(crate) fn adopt_cuda_stream(
 pub(crate) fn adopt_handle(
     py: Python<'_>,
     handle: usize,
+    source: HandleSource,
     device: Option<&Bound<'_, PyAny>>,
     owner: Option<Py<PyAny>>,
     key: &'static str,
@@ -57,7 +66,9 @@ pub(crate) fn adopt_handle(
         .detach(|| {
             // SAFETY: `owner` keeps the stream alive (`__cuda_stream__`'s object, or the
             // caller's promise for a bare handle, as `Stream.from_handle` documents).
-            unsafe { devbuf::adopt_stream(Protocol::Cai, selector.as_deref(), handle, owner) }
+            unsafe {
+                devbuf::adopt_stream(Protocol::Cai, selector.as_deref(), handle, source, owner)
+            }
         })
         .map_err(|err| match err {
             // The protocols call the handle `stream`; the caller passed it as `key`.

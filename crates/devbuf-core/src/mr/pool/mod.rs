@@ -25,6 +25,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::{Adaptor, FreeAfter, MemoryResource, refused};
 use crate::blocking::blocking;
+use crate::debug_log::{LogLevel, debug_log};
 use crate::{Event, MemKind, Result};
 use arena::{Arena, Block, UNIT, slot_of, units_for};
 use recent::RecentBlocks;
@@ -222,6 +223,11 @@ impl PoolResource {
             Err(held) => {
                 let maximum = self.maximum_size.unwrap_or(held);
                 let why = format!("the pool holds {held} bytes and may hold at most {maximum}");
+                debug_log!(
+                    LogLevel::Error,
+                    "[A][PoolResource][{}][Upstream {size}B][FAILURE maximum pool size exceeded: {why}]",
+                    self.queue().device().selector
+                );
                 return (arena, Err(refused(self.queue(), kind, bytes, why)));
             }
         };
@@ -237,6 +243,11 @@ impl PoolResource {
                 return (arena, Err(err));
             }
         };
+        debug_log!(
+            LogLevel::Debug,
+            "[A][PoolResource][{}][{kind}][Upstream {size}B][{base:?}]",
+            self.queue().device().selector
+        );
         // Each allocation takes at least one unit, so a block never needs more nodes than units.
         let max_allocs = units.saturating_add(1).min(128 * 1024);
         let block = Block {
@@ -261,6 +272,12 @@ impl PoolResource {
         let Some(base) = NonNull::new(block.base as *mut u8) else {
             return;
         };
+        debug_log!(
+            LogLevel::Debug,
+            "[D][PoolResource][{}][{kind}][Upstream {}B][{base:?}]",
+            self.queue().device().selector,
+            block.size
+        );
         // SAFETY: the block came from `upstream.allocate(kind, size, UNIT)`, leaves the pool here
         // once, and nothing in it is handed out (or its work completes with `after`, or only the
         // runtime's free waits for it).
