@@ -25,8 +25,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 LATE_BYTES = 64 << 20  # a SYCL consumer's write waits behind a copy this long (tens of ms on the CPU device)
 
 
-def pattern(value, nbytes):
-    return np.full(nbytes, value, np.uint8)
+def attribute(stream, name):
+    """A stream's handle or queue; None once the stream was closed."""
+    try:
+        return getattr(stream, name)
+    except ValueError:
+        return None
 
 
 class Raw:
@@ -113,7 +117,13 @@ class Sycl:
         """Writes `value` over `memory` as `protocol`'s consumer; returns the devbuf stream it
         wrote on (None where it is none of devbuf's)."""
         if protocol == "dpnp":
-            queue = self.dpnp_writes(self.dpnp.asarray(memory), value, self.dpnp)
+            # dpnp imports devbuf memory zero-copy (its `__usm_ndarray__`) on the queue its
+            # `sycl_queue` names, of the kind its `usm_type` says.
+            array = self.dpnp.asarray(memory)
+            theirs = array.get_array()
+            assert theirs._pointer == memory.ptr and theirs.usm_type == memory.usm_type == memory.kind
+            assert type(memory.__usm_ndarray__) is type(theirs) and array.sycl_queue == memory.sycl_queue
+            queue = self.dpnp_writes(array, value, self.dpnp)
         elif protocol == "dpnp.tensor":
             queue = self.dpnp_writes(self.dpt.asarray(memory), value, self.dpt)
         elif protocol == "dpnp-dlpack":
@@ -139,7 +149,7 @@ class Sycl:
 
     def devbuf_stream(self, queue, memory):
         known = [*self.streams[self.device], memory.queue]
-        return next((s for s in known if s.sycl_queue == queue), None)
+        return next((s for s in known if attribute(s, "sycl_queue") == queue), None)
 
     def second_consumer_reads(self, memory):
         theirs = self.dm.as_usm_memory(memory)
@@ -302,11 +312,13 @@ class Cuda:
             data = ctypes.c_uint64.from_address(tensor).value + ctypes.c_uint64.from_address(tensor + 40).value
             handle = handle or 1
         else:
+            # The C consumer reads the table under DLPack's name; the older spelling is the same table.
+            assert type(memory).__c_dlpack_exchange_api__ is type(memory).__dlpack_c_exchange_api__
             data = self.consumer.describe(memory)["data"]
             handle = self.consumer.current_stream(memory, *memory.__dlpack_device__())
         self.memset(data, memory.nbytes, value, handle, memory.device)
         known = [*self.streams[memory.device], memory.queue, memory.device.default_stream]
-        return next((s for s in known if s.stream == handle), None)
+        return next((s for s in known if attribute(s, "stream") == handle), None)
 
     def second_consumer_reads(self, memory):
         # CAI v3: a consumer on its own stream waits for the stream the export names.

