@@ -313,7 +313,8 @@ class Cuda:
             handle = handle or 1
         else:
             # The C consumer reads the table under DLPack's name; the older spelling is the same table.
-            assert type(memory).__c_dlpack_exchange_api__ is type(memory).__dlpack_c_exchange_api__
+            tables = (type(memory).__c_dlpack_exchange_api__, type(memory).__dlpack_c_exchange_api__)
+            assert len({self.capsule_pointer(table, b"dlpack_exchange_api") for table in tables}) == 1
             data = self.consumer.describe(memory)["data"]
             handle = self.consumer.current_stream(memory, *memory.__dlpack_device__())
         self.memset(data, memory.nbytes, value, handle, memory.device)
