@@ -7,6 +7,7 @@ rule makes it (or it is argued onto the list)."""
 import ast
 import inspect
 import pathlib
+import sys
 
 import pytest
 
@@ -152,12 +153,13 @@ def test_the_table_and_the_exclusions_name_only_calls_that_exist_and_never_both(
 
 def test_every_row_is_a_rule_and_the_machine_makes_the_calls_it_names():
     machine = ordering_machine.Machine
+    modules = {cls.__module__ for cls in machine.__mro__ if cls.__module__.startswith("ordering_")}
     members = [getattr(machine, name) for name in dir(machine)]
     helpers = "".join(inspect.getsource(member) for member in members
                       if inspect.isfunction(member) and not hasattr(member, "hypothesis_stateful_rule")
-                      and member.__module__ == ordering_machine.__name__)
-    helpers += "".join(inspect.getsource(member) for member in vars(ordering_machine).values()
-                       if inspect.isfunction(member) and member.__module__ == ordering_machine.__name__
+                      and member.__module__ in modules)
+    helpers += "".join(inspect.getsource(member) for module in modules for member in vars(sys.modules[module]).values()
+                       if inspect.isfunction(member) and member.__module__ == module
                        and member.__qualname__ == member.__name__)
     consumers = (HERE / "ordering_consumers.py").read_text() + (HERE / "ordering_ipc_reader.py").read_text()
     for rule_name, rule_calls in ordering_machine.RULE_CALLS.items():
