@@ -14,8 +14,10 @@ queued operations, with its per-operation delay on. A read that is not ordered a
 write sees the old bytes.
 
     python ordering_machine.py sycl|cuda EXAMPLES STEPS [random]
+    python ordering_machine.py sycl|cuda replay FILE
 
-(`random`: a different draw each run, as ci/soak does; else the same sequences every run.)
+(`random`: a different draw each run, as ci/soak does; else the same sequences every run. A failing
+run prints its first failing sequence as Python, one step a line: `replay` runs such a file.)
 test_ordering_machine.py runs the short profile (ci/test), ci/soak the long one, and
 test_ordering_coverage.py checks that RULE_CALLS names every public call that touches memory."""
 
@@ -419,11 +421,16 @@ class Machine(ResourceRules):
         return held
 
 
-def run(backend_name, examples, steps, derandomize=True):
+def prepare(backend_name):
     backend = {"sycl": Sycl, "cuda": Cuda}[backend_name]()
     Machine.backend = backend
-    directory = tempfile.mkdtemp()
-    Machine.resources, Machine.replay_log = make_resources(backend.device, backend.nbytes, backend.kinds, directory)
+    Machine.resources, Machine.replay_log = make_resources(backend.device, backend.nbytes, backend.kinds,
+                                                           tempfile.mkdtemp())
+    return backend
+
+
+def run(backend_name, examples, steps, derandomize=True):
+    prepare(backend_name)
     Machine.TestCase.settings = settings(
         max_examples=examples,
         stateful_step_count=steps,
@@ -440,6 +447,22 @@ def run(backend_name, examples, steps, derandomize=True):
           ", ".join(f"{name} {count}" for name, count in sorted(STEPS_RUN.items())))
 
 
+def replay(backend_name, path):
+    """Runs a sequence as the machine prints it (one step a line) in a fresh machine."""
+    backend = prepare(backend_name)
+    machine = Machine()
+    machine.start()
+    names = {"state": machine}
+    for line in open(path):
+        if line.strip():
+            print(line.strip(), flush=True)
+            exec(line.strip(), names)
+    backend.finish_all()
+    print(f"{backend_name}: the sequence in {path} read what the model says")
+
+
 if __name__ == "__main__":
-    name, examples, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    run(name, examples, steps, derandomize=sys.argv[4:] != ["random"])
+    if sys.argv[2] == "replay":
+        replay(sys.argv[1], sys.argv[3])
+    else:
+        run(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), derandomize=sys.argv[4:] != ["random"])

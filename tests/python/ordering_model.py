@@ -59,6 +59,7 @@ class Held:
         self.start, self.nbytes = obj.ptr - block.base, obj.nbytes
         self.writer = None
         self.closed_stream = False  # allocated on a stream since closed
+        self.name = "memories_?"
 
     @property
     def expected(self):
@@ -80,18 +81,21 @@ TRACE = open(os.environ["DEVBUF_ORDERING_TRACE"], "w") if os.environ.get("DEVBUF
 
 
 def step(function):
-    """Logs each step; when the CUDA test driver's context is lost (a sticky error, as on a GPU: no
-    later sequence can run in this process, so hypothesis cannot shrink), prints the sequence that
-    lost it and ends the process."""
+    """Logs each step as Python that replays it (`name = state.rule(argument=...)`, memories by
+    name); when the CUDA test driver's context is lost (a sticky error, as on a GPU: no later
+    sequence can run in this process, so hypothesis cannot shrink), prints the sequence that lost it
+    and ends the process."""
 
     @functools.wraps(function)
     def logged(self, **arguments):
         STEPS_RUN[function.__name__] += 1
-        self.log.append(f"{function.__name__}({', '.join(f'{k}={v!r}' for k, v in arguments.items())})")
+        named = ", ".join(f"{k}={v.name if isinstance(v, Held) else repr(v)}" for k, v in arguments.items())
+        result = f"memories_{self.made}"
+        self.log.append(f"{result} = state.{function.__name__}({named})")
         if TRACE:
-            print(f"{len(self.log)}:", self.log[-1], file=TRACE, flush=True)
+            print(self.log[-1], file=TRACE, flush=True)
         try:
-            return function(self, **arguments)
+            made = function(self, **arguments)
         except Exception as err:
             if self.backend.context_lost(err):
                 print("The CUDA test driver's context is lost (a sticky error, as on a GPU); the sequence that lost it:",
@@ -105,6 +109,12 @@ def step(function):
                 print("The first failing sequence, as drawn:", *self.log, f"{type(err).__name__}: {err}",
                       sep="\n    ", file=sys.stderr, flush=True)
             raise
+        if isinstance(made, Held):
+            made.name = result
+            self.made += 1
+        else:
+            self.log[-1] = self.log[-1].removeprefix(f"{result} = ")
+        return made
 
     return logged
 
@@ -118,7 +128,7 @@ class Base(RuleBasedStateMachine):
 
     @initialize()
     def start(self):
-        self.log = []
+        self.log, self.made = [], 0
         if TRACE:
             print("-- a new sequence", file=TRACE, flush=True)
 
