@@ -438,6 +438,7 @@ def run(backend_name, examples, steps, derandomize=True):
         derandomize=derandomize,
         database=None,
         suppress_health_check=list(HealthCheck),
+        report_multiple_bugs=False,
         # DEVBUF_ORDERING_SHRINK=0: report the first failing sequence as drawn (shrinking a long one
         # on a loaded machine can take many minutes).
         phases=[p for p in Phase if p != Phase.shrink or os.environ.get("DEVBUF_ORDERING_SHRINK") != "0"],
