@@ -80,10 +80,12 @@ class Sycl:
         self.manager[queue].add_event_pair(event, event)
 
     def staged(self, value, nbytes, queue):
-        """Shared memory holding `value`, kept until later copies from it are surely done."""
+        """Shared memory holding `value`, kept until every queue's work is done (finish_all)."""
+        if len(self.staging) > 32:
+            self.finish_all()
         memory = self.dm.MemoryUSMShared(nbytes, queue=queue)
         np.frombuffer(memory, np.uint8)[:] = value
-        self.staging = [*self.staging[-7:], memory]
+        self.staging.append((memory, queue))
         return memory
 
     def dpnp_writes(self, array, value, library):
@@ -185,8 +187,10 @@ class Sycl:
 
     def finish_all(self):
         """Waits for every queue's work (the test's knowledge, not a consumer's)."""
-        for queue in [*self.scratch, *(s.sycl_queue for s in self.streams[self.device])]:
+        for queue in [*self.scratch, *(s.sycl_queue for s in self.streams[self.device]),
+                      *(queue for _, queue in self.staging)]:
             queue.wait()
+        self.staging.clear()
 
     def raw_stream(self, device):
         """A stream another library owns and then destroys: a user's dpctl queue, adopted."""
