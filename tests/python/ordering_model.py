@@ -90,8 +90,9 @@ def step(function):
     def logged(self, **arguments):
         STEPS_RUN[function.__name__] += 1
         named = ", ".join(f"{k}={v.name if isinstance(v, Held) else repr(v)}" for k, v in arguments.items())
+        makes = bool(getattr(type(self), function.__name__).hypothesis_stateful_rule.targets)
         result = f"memories_{self.made}"
-        self.log.append(f"{result} = state.{function.__name__}({named})")
+        self.log.append(f"{result + ' = ' if makes else ''}state.{function.__name__}({named})")
         if TRACE:
             print(self.log[-1], file=TRACE, flush=True)
         try:
@@ -109,11 +110,9 @@ def step(function):
                 print("The first failing sequence, as drawn:", *self.log, f"{type(err).__name__}: {err}",
                       sep="\n    ", file=sys.stderr, flush=True)
             raise
-        if isinstance(made, Held):
+        if makes:
             made.name = result
             self.made += 1
-        else:
-            self.log[-1] = self.log[-1].removeprefix(f"{result} = ")
         return made
 
     return logged
