@@ -36,7 +36,8 @@ from hypothesis.stateful import consumes, rule
 import devbuf
 import devbuf.mr as mr
 from ordering_consumers import Cuda, Sycl
-from ordering_model import MEMORIES, SOME_STREAM, STEPS_RUN, STREAMS, VALUES, Block, Held, flat, host_pattern, open_stream, step, uniform
+from ordering_model import (MEMORIES, SOME_STREAM, STEPS_RUN, STREAMS, VALUES, Block, Held, flat, host_pattern,
+                            open_stream, step, uniform)
 from ordering_resources import RESOURCES, ResourceRules, make_resources
 
 PROTOCOLS = [*Cuda.protocols, *Sycl.protocols]
