@@ -252,7 +252,9 @@ class ResourceRules(Base):
         assert seen == uniform(value, nbytes), "memory Numba let go of was handed out under Numba's pending copy"
 
 
+@functools.cache
 def cupy_runs():
+    """Whether CuPy is installed and sees a GPU (it cannot run on the CUDA test driver)."""
     try:
         import cupy
 
