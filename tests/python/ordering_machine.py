@@ -1,283 +1,437 @@
-"""A stateful property test of the ordering invariant (issue 33): hypothesis draws sequences of
-allocations (on the default queue, on a user stream, from a pool), exports (each protocol, each
-stream argument) followed by a consumer's write where that protocol tells it to write, devbuf's
-own commands, devbuf's reads (host view, `to_bytes`, `get` on another stream, `copy_from`,
-pickle, a re-export to a second consumer), frees (`close`, with and without a stream) and pool
-reuse, and checks every byte devbuf reads against a model of what the last writer wrote.
+"""A stateful property test of the ordering invariant (issues 33 and 44): hypothesis draws sequences
+over devbuf's whole memory API -- allocations (alloc, streams, every memory resource and adaptor,
+the creation functions, `with stream:`, `Buffer.from_handle` with deleters and owners, imports of
+other libraries' memory), views of memory and the memory they view, exports (every protocol, every
+stream argument) followed by a consumer's write where that protocol tells it to write, devbuf's own
+writes and copies (peer copies between the CUDA test driver's two devices included), devbuf's reads,
+prefetches, streams that die, frees (`close`, `deallocate(stream=)` on every resource, the CuPy,
+PyTorch and Numba allocator entry points) and reuse by a later owner -- and checks every byte read
+against a model of what the last writer wrote.
 
-Consumers write asynchronously and late: on the SYCL CPU runtime behind large copies on the same
-queue; on the CUDA test driver behind queued operations, with its per-operation delay on. A read
-that is not ordered after a consumer's write sees the old bytes.
+Consumers write asynchronously and late (ordering_consumers.py): on the SYCL CPU runtime dpnp and
+dpnp.tensor behind long copies on the queue the export names; on the CUDA test driver behind
+queued operations, with its per-operation delay on. A read that is not ordered after a consumer's
+write sees the old bytes.
 
     python ordering_machine.py sycl|cuda EXAMPLES STEPS [random]
+    python ordering_machine.py sycl|cuda replay FILE
 
-(`random`: a different draw each run, as ci/soak does; else the same sequences every run.)
-
-tests/python/test_ordering_machine.py runs the short profile (ci/test), ci/soak the long one."""
+(`random`: a different draw each run, as ci/soak does; else the same sequences every run. A failing
+run prints its first failing sequence as Python, one step a line: `replay` runs such a file.)
+test_ordering_machine.py runs the short profile (ci/test), ci/soak the long one, and
+test_ordering_coverage.py checks that RULE_CALLS names every public call that touches memory."""
 
 import ctypes
+import functools
 import os
 import pickle
 import sys
+import tempfile
 
 import numpy as np
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, rule
+from hypothesis.stateful import consumes, rule
 
 import devbuf
-import devbuf.mr
+import devbuf.mr as mr
+from ordering_consumers import Cuda, Sycl
+from ordering_model import (MEMORIES, SOME_STREAM, STEPS_RUN, STREAMS, VALUES, Block, Held, flat, host_pattern,
+                            open_stream, step, uniform)
+from ordering_resources import RESOURCES, ResourceRules, make_resources
 
-VALUES = st.integers(1, 250)
+PROTOCOLS = [*Cuda.protocols, *Sycl.protocols]
+
+# The public calls (as the stubs and devbuf.mr / devbuf.allocators name them) each rule makes;
+# test_ordering_coverage.py fails when a call that reads, writes, frees or exports memory is in no
+# rule's row.
+RULE_CALLS = {
+    "allocate": {
+        "alloc", "Stream.alloc", "empty", "zeros", "full", "Stream.__enter__", "Stream.__exit__",
+        "Device.__enter__", "Device.__exit__", "Buffer.fill", "Array.copy_from",
+        "set_current_device_resource", "get_current_device_resource", "reset_current_device_resource",
+        "QueueMemoryResource.__new__", "PoolMemoryResource.__new__", "BinningMemoryResource.__new__",
+        "BinningMemoryResource.add_bin", "FixedSizeMemoryResource.__new__", "LimitingResourceAdaptor.__new__",
+        "StatisticsResourceAdaptor.__new__", "TrackingResourceAdaptor.__new__", "LoggingResourceAdaptor.__new__",
+        "FailureCallbackResourceAdaptor.__new__", "PrefetchResourceAdaptor.__new__", "MemoryResource.__init__",
+        "MemoryResource.allocate", "MemoryResource.deallocate",
+    },
+    "allocate_like": {"empty_like", "zeros_like", "Array.copy_from"},
+    "take_view": {
+        "Buffer.__getitem__", "Array.__getitem__", "Buffer.view", "Array.reshape", "Array.buffer",
+        "asarray", "from_dlpack",
+    },
+    "consumer_writes": {
+        "Array.__cuda_array_interface__", "set_cai_export_stream", "Array.__dlpack__", "Array.__dlpack_device__",
+        "Array.__dlpack_c_exchange_api__", "Array.__c_dlpack_exchange_api__", "Array.__sycl_usm_array_interface__",
+        "Array.__usm_ndarray__", "Array.sycl_queue", "Array.usm_type",
+    },
+    "devbuf_writes": {"Buffer.fill", "Array.copy_from", "Stream.__enter__", "Stream.__exit__"},
+    "devbuf_copies": {"Array.copy_from"},
+    "devbuf_reads": {
+        "Array.to_bytes", "Array.__array__", "Array.get", "Array.copy_to_host", "Array.copy", "Array.to_device",
+        "Array.reshape", "Array.T", "Array.transpose", "Array.__getitem__", "Array.__reduce_ex__", "asarray",
+        "from_dlpack", "Array.__cuda_array_interface__", "Array.__sycl_usm_array_interface__", "empty_like",
+        "Array.copy_from", "Stream.__enter__", "Stream.__exit__", "Buffer.ipc_handle", "IpcHandle.__bytes__",
+        "open_ipc",
+    },
+    "stream_waits": {
+        "Stream.synchronize", "Stream.record", "Stream.wait", "Stream.query", "Event.synchronize", "Event.wait",
+        "Event.query", "Event.done", "Buffer.synchronize", "Device.sync", "Device.synchronize",
+    },
+    "prefetch": {"Buffer.prefetch", "Buffer.advise", "Array.buffer"},
+    "free_and_reuse": {"Array.close", "Array.__enter__", "Array.__exit__", "alloc", "Buffer.fill"},
+    "deallocate_on_stream": {
+        "MemoryResource.allocate", "MemoryResource.deallocate", "PoolMemoryResource.release", "replay",
+        "LoggingResourceAdaptor.flush",
+    },
+    "from_handle": {"Buffer.from_handle", "MemoryResource.allocate", "MemoryResource.deallocate", "Buffer.fill"},
+    "import_foreign": {"asarray", "from_dlpack"},
+    "stream_dies": {"Stream.from_handle", "Stream.close", "Stream.alloc", "Buffer.fill", "Array.__dlpack__"},
+    "torch_entry_points": {"allocators.torch.devbuf_torch_allocator", "set_current_device_resource",
+                           "reset_current_device_resource"},
+    "cupy_entry_point": {"allocators.cupy.devbuf_cupy_allocator", "set_current_device_resource",
+                         "reset_current_device_resource"},
+    "numba_entry_point": {"allocators.numba.DevbufNumbaManager.memalloc",
+                          "allocators.numba.DevbufNumbaManager.get_ipc_handle", "set_current_device_resource",
+                          "reset_current_device_resource"},
+}
 
 
-class Sycl:
-    """Consumers on the real SYCL runtime: dpctl copies on the queue the export names."""
+class Machine(ResourceRules):
+    # -- allocation --------------------------------------------------------------------------------
 
-    name = "sycl"
-    nbytes = 1 << 24
-    kinds = ["shared", "host", "device"]
-    protocols = ["suai", "dlpack-stream"]
+    @rule(target=MEMORIES, kind=st.sampled_from(["shared", "host", "device"]),
+          how=st.sampled_from(["alloc", "alloc(stream=)", "Stream.alloc", "with stream", "mr=", "current resource",
+                               "ipc", "empty", "zeros", "full"]),
+          stream=STREAMS, value=VALUES, device=st.integers(0, 1), resource=RESOURCES)
+    @step
+    def allocate(self, kind, how, stream, value, device, resource):
+        kind, nbytes = self.kind(kind), self.backend.nbytes
+        where = self.device(device)
+        on = self.stream_on(where, stream)
+        if how in ("mr=", "current resource"):
+            where = self.backend.device  # the resources are the first device's
+            source = self.resource(resource, kind)
+        else:
+            source = None
+        again = functools.partial(devbuf.alloc, nbytes, kind, device=where, mr=source)
+        if how == "alloc":
+            obj = devbuf.alloc(nbytes, kind, device=where)
+        elif how == "alloc(stream=)":
+            obj = devbuf.alloc(nbytes, kind, stream=on)
+        elif how == "Stream.alloc":
+            obj = on.alloc(nbytes, kind)
+        elif how == "with stream":
+            with where, on:
+                obj = devbuf.alloc(nbytes, kind)
+        elif how == "mr=":
+            obj = devbuf.alloc(nbytes, kind, device=where, mr=source)
+        elif how == "current resource":
+            mr.set_current_device_resource(source, kind)
+            try:
+                assert mr.get_current_device_resource(where, kind) is source
+                obj = devbuf.alloc(nbytes, kind, device=where)
+            finally:
+                mr.reset_current_device_resource(where, kind)
+        elif how == "ipc" and self.backend.name == "cuda":  # CUDA IPC shares device memory only
+            kind = "device"
+            obj = devbuf.alloc(nbytes, kind, device=where, ipc=True)
+            again = functools.partial(devbuf.alloc, nbytes, kind, device=where, ipc=True)
+        elif how == "zeros":
+            obj = devbuf.zeros(nbytes, "uint8", kind=kind, stream=on)
+            return Held(obj, Block(obj, again))
+        elif how == "full":
+            obj = devbuf.full(nbytes, value, "uint8", kind=kind, device=where)
+            held = Held(obj, Block(obj, again))
+            held.wrote(value)
+            return held
+        else:
+            obj = devbuf.empty(nbytes, "uint8", kind=kind, device=where)
+        held = Held(obj, Block(obj, again, ipc=how == "ipc" and self.backend.name == "cuda"))
+        # A new owner of a block from a resource writes from the host where it can.
+        return self.write_initial(held, value, from_host=source is not None)
 
-    def __init__(self):
-        import dpctl.memory as dm
+    @rule(target=MEMORIES, prototype=MEMORIES, zeros=st.booleans(), value=VALUES)
+    @step
+    def allocate_like(self, prototype, zeros, value):
+        like = devbuf.zeros_like if zeros else devbuf.empty_like
+        # Finding F1 (reported on issue 44): `*_like` of memory whose stream was closed raises
+        # "stream ... was closed" though the memory stays usable; name its device until fixed.
+        obj = like(prototype.obj, device=prototype.obj.device) if prototype.closed_stream else like(prototype.obj)
+        assert (obj.shape, obj.dtype, obj.kind, obj.device) == (
+            prototype.obj.shape, prototype.obj.dtype, prototype.obj.kind, prototype.obj.device)
+        nbytes, kind, device = obj.nbytes, obj.kind, obj.device
+        held = Held(obj, Block(obj, functools.partial(devbuf.alloc, nbytes, kind, device=device)))
+        if zeros:
+            return held
+        return self.write_initial(held, value, from_host=False)
 
-        self.dm = dm
-        self.device = devbuf.Device("sycl")
-        self.streams = [devbuf.Stream(self.device) for _ in range(2)]
-        self.sources = {}
-        # Copies the consumer queues first, so that its write lands well after any read of ours.
-        self.scratch = [dm.MemoryUSMDevice(4 * self.nbytes) for _ in range(2)]
+    @rule(target=MEMORIES, memory=MEMORIES,
+          how=st.sampled_from(["slice", "typed", "reshape", "buffer", "asarray", "from_dlpack"]),
+          first=st.integers(0, 1 << 20), length=st.integers(1, 1 << 20))
+    @step
+    def take_view(self, memory, how, first, length):
+        """A view of memory, or the memory a view views: both stay in use, and each must see the
+        other's writes in order."""
+        obj = flat(memory.obj)
+        units = obj.nbytes // 4
+        first = first % units
+        length = 1 + length % (units - first)
+        scale = 4 // obj.itemsize  # elements of `obj` per 4 bytes
+        part = obj[first * scale:(first + length) * scale]
+        if how == "typed" and isinstance(memory.obj, devbuf.Buffer):
+            view = memory.obj.view("uint32", length, offset=4 * first)
+        elif how == "reshape" and part.size % 2 == 0:
+            view = part.reshape(2, -1)
+        elif how == "buffer":
+            view = memory.obj.buffer
+        elif how == "asarray":
+            view = devbuf.asarray(memory.obj)
+        elif how == "from_dlpack":
+            view = devbuf.from_dlpack(memory.obj)
+        else:
+            view = part
+        if view is memory.obj:  # asarray/from_dlpack of devbuf's own array may hand it back itself
+            view = part
+        assert view.ptr >= memory.block.base
+        held = Held(view, memory.block)
+        held.closed_stream = memory.closed_stream
+        return held
 
-    def source(self, value, queue):
-        if value not in self.sources:
-            memory = self.dm.MemoryUSMShared(self.nbytes, queue=queue)
-            np.frombuffer(memory, np.uint8)[:] = value
-            self.sources[value] = memory
-        return self.sources[value]
+    # -- writes ------------------------------------------------------------------------------------
 
-    def raw(self, ptr, queue):
-        dm = self.dm
-        suai = {"data": (ptr, False), "shape": (self.nbytes,), "typestr": "|u1", "version": 1, "syclobj": queue}
-        return dm.as_usm_memory(type("Raw", (), {"__sycl_usm_array_interface__": suai})())
-
+    @rule(memory=MEMORIES, value=VALUES,
+          protocol=st.sampled_from(PROTOCOLS), stream=STREAMS)
+    @step
     def consumer_writes(self, memory, value, protocol, stream):
-        """Writes `value` over `memory` as `protocol`'s consumer; returns the devbuf stream it
-        wrote on."""
-        if protocol == "suai":
-            theirs = self.dm.as_usm_memory(memory)  # devbuf's SUAI export: its syclobj queue
-            queue, on = theirs.sycl_queue, memory.queue
+        protocols = self.backend.protocols
+        if protocol not in protocols:  # another backend's: one of this backend's, the same each time
+            protocol = protocols[PROTOCOLS.index(protocol) % len(protocols)]
+        on = self.stream_on(memory.obj.device, stream)
+        memory.wrote(value, self.backend.consumer_writes(memory.obj, value, protocol, on))
+
+    @rule(memory=MEMORIES, value=VALUES, how=st.sampled_from(["fill", "copy_from", "with stream"]),
+          stream=SOME_STREAM, blocking=st.booleans())
+    @step
+    def devbuf_writes(self, memory, value, how, stream, blocking):
+        obj = memory.obj
+        on = self.stream_on(obj.device, stream)
+        if how == "with stream" and on is not None:
+            with on:
+                if isinstance(obj, devbuf.Buffer):
+                    obj.fill(value, blocking=blocking)
+                else:
+                    obj.copy_from(host_pattern(obj, value), blocking=blocking)
+        elif how == "fill" and isinstance(obj, devbuf.Buffer):
+            obj.fill(value, stream=on, blocking=blocking)
         else:
-            # A devbuf stream's queue as DLPack's stream: the consumer writes back there.
-            queue, on = stream.sycl_queue, stream
-            memory.__dlpack__(stream=queue, max_version=(1, 0))
-            theirs = self.raw(memory.ptr, queue)
-        queue.memcpy_async(self.scratch[1], self.scratch[0], 4 * self.nbytes)
-        queue.memcpy_async(theirs, self.source(value, queue), self.nbytes)
-        return on
+            obj.copy_from(host_pattern(obj, value), stream=on, blocking=blocking)
+        memory.wrote(value, None if blocking else (on or obj.queue))
 
-    def second_consumer_reads(self, memory):
-        theirs = self.dm.as_usm_memory(memory)
-        host = self.dm.MemoryUSMHost(self.nbytes, queue=theirs.sycl_queue)
-        theirs.sycl_queue.memcpy(host, theirs, self.nbytes)
-        return bytes(host)
-
-    def host_writes(self, memory, value):
-        ctypes.memset(memory.ptr, value, self.nbytes)
-
-
-class Cuda:
-    """Consumers on the CUDA test driver: ctypes on the libcuda.so.1 devbuf loaded, writing on the
-    stream the protocol names (CAI `stream`, DLPack's `stream` argument, the exchange table's work
-    stream; the legacy default stream where it names none)."""
-
-    name = "cuda"
-    nbytes = 1 << 20
-    kinds = ["device", "host", "shared"]
-    protocols = ["cai", "dlpack-stream", "dlpack-none", "exchange"]
-
-    def __init__(self):
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from consumer import load
-
-        self.device = devbuf.Device("cuda:0")
-        self.streams = [devbuf.Stream(self.device) for _ in range(2)]
-        self.consumer = load()
-        cu = self.cu = ctypes.CDLL("libcuda.so.1")
-        self.ok(cu.cuInit(0))
-        device, context = ctypes.c_int(), ctypes.c_void_p()
-        self.ok(cu.cuDeviceGet(ctypes.byref(device), 0))
-        self.ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(context), device))
-        self.ok(cu.cuCtxPushCurrent_v2(context))
-        scratch = ctypes.c_uint64()
-        self.ok(cu.cuMemAlloc_v2(ctypes.byref(scratch), 64))
-        self.scratch = scratch.value
-        self.private = ctypes.c_void_p()
-        self.ok(cu.cuStreamCreate(ctypes.byref(self.private), 1))  # CU_STREAM_NON_BLOCKING
-        get = ctypes.pythonapi.PyCapsule_GetPointer
-        get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-        self.capsule_pointer = get
-
-    @staticmethod
-    def ok(result):
-        assert result == 0, f"CUresult {result}"
-
-    def memset(self, ptr, value, stream):
-        for _ in range(3):  # queued first, so that the write lands late
-            self.ok(self.cu.cuMemsetD8Async(ctypes.c_uint64(self.scratch), 0, 64, ctypes.c_void_p(stream)))
-        self.ok(self.cu.cuMemsetD8Async(ctypes.c_uint64(ptr), ctypes.c_ubyte(value),
-                                        ctypes.c_size_t(self.nbytes), ctypes.c_void_p(stream)))
-
-    def consumer_writes(self, memory, value, protocol, stream):
-        """Writes `value` over `memory` as `protocol`'s consumer; returns the devbuf stream it
-        wrote on (None for the legacy default stream)."""
-        if protocol == "cai":
-            interface = memory.__cuda_array_interface__
-            handle = interface["stream"] or 1
-            data = interface["data"][0]
-        elif protocol in ("dlpack-stream", "dlpack-none"):
-            handle = stream.stream if protocol == "dlpack-stream" else None
-            capsule = memory.__dlpack__(stream=handle, max_version=(1, 0))
-            data = ctypes.c_void_p.from_address(self.capsule_pointer(capsule, b"dltensor_versioned") + 32).value
-            handle = handle or 1
-        else:
-            data = self.consumer.describe(memory)["data"]
-            handle = self.consumer.current_stream(memory, *memory.__dlpack_device__())
-        self.memset(data, value, handle)
-        known = [*self.streams, memory.queue, self.device.default_stream]
-        return next((s for s in known if s.stream == handle), None)
-
-    def second_consumer_reads(self, memory):
-        # CAI v3: a consumer on its own stream waits for the stream the export names.
-        interface = memory.__cuda_array_interface__
-        if interface["stream"] is not None:
-            event = ctypes.c_void_p()
-            self.ok(self.cu.cuEventCreate(ctypes.byref(event), 2))
-            self.ok(self.cu.cuEventRecord(event, ctypes.c_void_p(interface["stream"])))
-            self.ok(self.cu.cuStreamWaitEvent(self.private, event, 0))
-            self.ok(self.cu.cuEventDestroy_v2(event))
-        host = ctypes.create_string_buffer(self.nbytes)
-        self.ok(self.cu.cuMemcpyDtoHAsync_v2(host, ctypes.c_uint64(interface["data"][0]),
-                                             ctypes.c_size_t(self.nbytes), self.private))
-        self.ok(self.cu.cuStreamSynchronize(self.private))
-        return host.raw
-
-    def host_writes(self, memory, value):
-        ctypes.memset(memory.ptr, value, self.nbytes)
-
-
-class Machine(RuleBasedStateMachine):
-    backend = None  # set by `run`
-    memories = Bundle("memories")
-
-    @initialize()
-    def start(self):
-        self.pool = devbuf.mr.PoolMemoryResource(devbuf.mr.QueueMemoryResource(self.backend.device))
-        self.expected = {}
-        # The devbuf stream the last unfinished write of each memory ran on (None: none, or not one
-        # of devbuf's streams), for the rule that checks what a stream's own waits cover.
-        self.writer = {}
-
-    def stream(self, index):
-        return None if index is None else self.backend.streams[index]
-
-    def check(self, memory, seen, how):
-        want = self.expected[id(memory)]
-        assert seen == bytes([want]) * len(seen), (
-            f"{how} read {sorted(set(seen))[:4]}, not the last writer's {want}"
-        )
-
-    @rule(target=memories, kind=st.sampled_from(["shared", "host", "device"]),
-          where=st.sampled_from(["default", "stream", "pool"]), value=VALUES)
-    def allocate(self, kind, where, value):
-        backend = self.backend
-        if kind not in backend.kinds:
-            kind = backend.kinds[0]
-        if where == "stream":
-            memory = backend.streams[0].alloc(backend.nbytes, kind)
-        elif where == "pool":
-            memory = devbuf.alloc(backend.nbytes, kind, mr=self.pool)
-        else:
-            memory = devbuf.alloc(backend.nbytes, kind, device=backend.device)
-        if kind != "device" and where == "pool":
-            backend.host_writes(memory, value)  # a new owner of a pooled block writes from the host
-        else:
-            memory.fill(value)
-        self.expected[id(memory)] = value
-        return memory
-
-    @rule(memory=memories, value=VALUES, stream=st.sampled_from([None, 0, 1]), blocking=st.booleans())
-    def devbuf_fills(self, memory, value, stream, blocking):
-        memory.fill(value, stream=self.stream(stream), blocking=blocking)
-        self.expected[id(memory)] = value
-        self.writer[id(memory)] = None if blocking else (self.stream(stream) or memory.queue)
-
-    @rule(memory=memories, value=VALUES, protocol=st.sampled_from(["cai", "suai", "dlpack-stream", "dlpack-none", "exchange"]),
-          stream=st.sampled_from([0, 1]))
-    def consumer_writes(self, memory, value, protocol, stream):
-        if protocol not in self.backend.protocols:
-            protocol = self.backend.protocols[0]
-        on = self.backend.consumer_writes(memory, value, protocol, self.backend.streams[stream])
-        self.expected[id(memory)] = value
-        self.writer[id(memory)] = on
-
-    @rule(memory=memories, how=st.sampled_from(["synchronize", "record", "wait"]))
-    def a_stream_waits_for_the_last_writer(self, memory, how):
-        # A devbuf stream's own waits cover all work on it, the consumer's included: the host
-        # then reads the bytes without asking devbuf.
-        stream = self.writer.get(id(memory))
-        if stream is None or memory.kind == "device":
+    @rule(target_memory=MEMORIES, source=MEMORIES, stream=SOME_STREAM, blocking=st.booleans())
+    @step
+    def devbuf_copies(self, target_memory, source, stream, blocking):
+        """devbuf copies one memory into another (between the CUDA test driver's devices where
+        they differ)."""
+        target, origin = target_memory.obj, source.obj
+        if target_memory.block is source.block or target.nbytes != origin.nbytes:
             return
-        if how == "synchronize":
+        if not isinstance(target, devbuf.Buffer) and (target.shape, target.dtype) != (origin.shape, origin.dtype):
+            return
+        on = self.stream_on(target.device, stream)
+        target.copy_from(origin, stream=on, blocking=blocking)
+        target_memory.block.model[target_memory.start:target_memory.start + target.nbytes] = source.expected
+        target_memory.writer = None if blocking else (on or target.queue)
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    @rule(memory=MEMORIES, stream=STREAMS,
+          reader=st.sampled_from(["to_bytes", "to_bytes(stream=)", "host view", "get", "get(out=)", "copy_to_host",
+                                  "copy_from", "copy", "to_device", "asarray(copy=True)", "reshape(copy=True)",
+                                  "pickle", "re-export", "with stream", "strided", "transposed", "from_dlpack",
+                                  "ipc"]))
+    @step
+    def devbuf_reads(self, memory, reader, stream):
+        obj, backend = memory.obj, self.backend
+        on = self.stream_on(obj.device, stream)
+        other = self.device(obj.device.index + 1) if backend.name == "cuda" else obj.device
+        expected = None
+        if reader == "to_bytes(stream=)":
+            seen = obj.to_bytes(stream=on)
+        elif reader == "host view" and obj.kind != "device":
+            seen = np.asarray(obj).tobytes()
+        elif reader == "get":
+            seen = obj.get(stream=on).tobytes()
+        elif reader == "get(out=)":
+            out = np.empty(obj.shape, obj.dtype)
+            obj.get(out=out)
+            seen = out.tobytes()
+        elif reader == "copy_to_host":
+            seen = obj.copy_to_host(stream=on).tobytes()
+        elif reader == "copy_from":
+            copy = devbuf.empty_like(obj, kind="device", device=other)
+            copy.copy_from(obj)
+            seen = copy.to_bytes()
+        elif reader == "copy":
+            seen = obj.copy().to_bytes()
+        elif reader == "to_device":
+            seen = obj.to_device(other).to_bytes()
+        elif reader == "asarray(copy=True)":
+            seen = devbuf.asarray(obj, copy=True, device=other).to_bytes()
+        elif reader == "reshape(copy=True)":
+            seen = obj.reshape(-1, copy=True).to_bytes()
+        elif reader == "pickle":
+            seen = pickle.loads(pickle.dumps(obj, protocol=5)).to_bytes()
+        elif reader == "re-export":
+            seen = backend.second_consumer_reads(obj)
+        elif reader == "with stream":
+            with on:
+                seen = obj.get().tobytes()
+        elif reader in ("strided", "transposed"):
+            # Few runs: devbuf copies a strided view one contiguous run at a time, and the test
+            # driver delays each copy.
+            elements, model = flat(obj), memory.expected.view(obj.dtype)
+            if reader == "strided" and elements.size % 16 == 0:
+                seen = elements.reshape(16, -1)[::3].get().tobytes()
+                expected = np.ascontiguousarray(model.reshape(16, -1)[::3]).view(np.uint8).reshape(-1)
+            else:
+                count = min(elements.size, 32) // 2 * 2
+                seen = elements[:count].reshape(2, -1).transpose().get().tobytes()
+                expected = np.ascontiguousarray(model[:count].reshape(2, -1).T).view(np.uint8).reshape(-1)
+        elif reader == "from_dlpack":
+            seen = devbuf.from_dlpack(obj).to_bytes()
+        elif reader == "ipc" and memory.block.ipc and isinstance(obj, devbuf.Buffer):
+            seen = backend.ipc_reads(obj.ipc_handle())
+        else:
+            seen = obj.to_bytes()
+        self.check(memory, seen, reader, expected)
+        memory.writer = None
+
+    @rule(memory=MEMORIES, how=st.sampled_from(["synchronize", "record", "wait", "query", "Event.wait", "Event.query",
+                                                "Buffer.synchronize", "Device.sync", "Device.synchronize"]))
+    @step
+    def stream_waits(self, memory, how):
+        """A devbuf stream's own waits cover all work on it, the consumer's included; so do a
+        buffer's and a device's: the host then reads the bytes without asking devbuf."""
+        obj, stream = memory.obj, memory.writer
+        if obj.kind == "device":
+            return
+        if how == "Buffer.synchronize":
+            obj.buffer.synchronize()
+        elif stream is None or not open_stream(stream):
+            return
+        elif how == "synchronize":
             stream.synchronize()
         elif how == "record":
             stream.record().synchronize()
-        else:
-            other = devbuf.Stream(self.backend.device)
+        elif how == "wait":
+            other = devbuf.Stream(obj.device)
             other.wait(stream)
             other.synchronize()
-        self.check(memory, ctypes.string_at(memory.ptr, memory.nbytes), f"the host after {how}()")
-
-    @rule(memory=memories, reader=st.sampled_from(["to_bytes", "host view", "get", "copy_from", "pickle", "re-export"]))
-    def devbuf_reads(self, memory, reader):
-        if reader == "to_bytes":
-            seen = memory.to_bytes()
-        elif reader == "host view" and memory.kind != "device":
-            seen = np.asarray(memory).tobytes()
-        elif reader == "get":
-            seen = memory.view("uint8").get(stream=self.backend.streams[1]).tobytes()
-        elif reader == "copy_from":
-            copy = devbuf.alloc(memory.nbytes, "device", device=self.backend.device)
-            copy.copy_from(memory)
-            seen = copy.to_bytes()
-        elif reader == "pickle":
-            seen = pickle.loads(pickle.dumps(memory, protocol=5)).to_bytes()
+        elif how == "query":
+            while not stream.query():
+                pass
+        elif how == "Event.wait":
+            event = stream.record()
+            event.wait()
+            assert event.done
+        elif how == "Event.query":
+            event = stream.record()
+            while not event.query():
+                pass
+        elif how == "Device.sync":
+            obj.device.sync()
         else:
-            seen = self.backend.second_consumer_reads(memory)
-        self.check(memory, seen, reader)
-        self.writer[id(memory)] = None
+            obj.device.synchronize()
+        self.check(memory, ctypes.string_at(obj.ptr, obj.nbytes), f"the host after {how}()")
 
-    @rule(memory=consumes(memories), stream=st.sampled_from([None, 0, 1]), value=VALUES)
-    def free_and_reuse(self, memory, stream, value):
-        kind = memory.kind
-        del self.expected[id(memory)]
-        self.writer.pop(id(memory), None)
-        memory.close(stream=self.stream(stream))
-        del memory
-        again = devbuf.alloc(self.backend.nbytes, kind, mr=self.pool)
-        if kind == "device":
+    @rule(memory=MEMORIES, location=st.sampled_from(["device", "host"]), stream=SOME_STREAM,
+          advice=st.sampled_from([None, "set_read_mostly", "set_preferred_location", "set_accessed_by"]))
+    @step
+    def prefetch(self, memory, location, stream, advice):
+        if memory.obj.kind != "shared":
+            return
+        buffer = memory.obj.buffer
+        if self.backend.name == "sycl":
+            # SYCL takes its runtime's own advice numbers (0: the default) and prefetches to the
+            # device only.
+            advice, location = 0 if advice else None, "device"
+        if advice is not None:
+            buffer.advise(advice, location if advice not in ("set_read_mostly", 0) else None)
+        buffer.prefetch(location, stream=self.stream_on(buffer.device, stream))
+
+    # -- frees and later owners ----------------------------------------------------------------------
+
+    @rule(memory=consumes(MEMORIES), how=st.sampled_from(["close", "close(stream=)", "with", "del"]),
+          stream=STREAMS, value=VALUES)
+    @step
+    def free_and_reuse(self, memory, how, stream, value):
+        """Lets go of memory (a view keeps its allocation alive), and a later owner of memory from
+        the same place writes and reads it."""
+        obj, block = memory.obj, memory.block
+        if how == "close":
+            obj.close()
+        elif how == "close(stream=)":
+            obj.close(stream=self.stream_on(obj.device, stream))
+        elif how == "with":
+            with obj:
+                pass
+            assert obj.closed
+        memory.obj = obj = None
+        again = block.again()
+        if again.kind == "device":
             again.fill(value)
         else:
-            self.backend.host_writes(again, value)
-        self.expected[id(again)] = value
+            self.backend.raw_writes(again.ptr, again.nbytes, again.kind, value, again.device)
         seen = again.to_bytes()
-        assert seen == bytes([value]) * len(seen), "a reused block received an old writer's bytes"
+        assert seen == uniform(value, len(seen)), "a reused block received an old writer's bytes"
         again.close()
-        del self.expected[id(again)]
+
+    @rule(target=MEMORIES, kind=st.sampled_from(["shared", "device"]), value=VALUES, dlpack=st.booleans())
+    @step
+    def import_foreign(self, kind, value, dlpack):
+        """Memory another library made and is still writing: devbuf's reads wait for the producer."""
+        backend, kind = self.backend, self.kind(kind)
+        theirs = backend.producer(kind, value, backend.device)
+        obj = devbuf.from_dlpack(backend.foreign_dlpack(theirs)) if dlpack else devbuf.asarray(theirs)
+        held = Held(obj, Block(obj, functools.partial(devbuf.alloc, obj.nbytes, obj.kind, device=obj.device)), theirs)
+        held.wrote(value)
+        return held
+
+    @rule(target=MEMORIES, kind=st.sampled_from(["shared", "host", "device"]), value=VALUES,
+          theirs=st.booleans(), on_stream=st.booleans(), export=st.booleans())
+    @step
+    def stream_dies(self, kind, value, theirs, on_stream, export):
+        """Memory written on a stream that then goes: destroyed by the library that owns it, or
+        closed; the memory stays usable and its bytes readable."""
+        backend, kind, device = self.backend, self.kind(kind), self.backend.device
+        if theirs:
+            stream, destroy = backend.raw_stream(device)
+        else:
+            stream = devbuf.Stream(device)
+            destroy = stream.close
+        obj = stream.alloc(backend.nbytes, kind) if on_stream else devbuf.alloc(backend.nbytes, kind, device=device)
+        held = Held(obj, Block(obj, functools.partial(devbuf.alloc, backend.nbytes, kind, device=device)))
+        obj.fill(value, stream=stream, blocking=False)
+        held.wrote(value)
+        if export:
+            held.wrote(255 - value, backend.consumer_writes(obj, 255 - value, "dlpack-stream", stream))
+        destroy()
+        held.writer, held.closed_stream = None, on_stream
+        return held
+
+
+def prepare(backend_name):
+    backend = {"sycl": Sycl, "cuda": Cuda}[backend_name]()
+    Machine.backend = backend
+    Machine.resources, Machine.replay_log = make_resources(backend.device, backend.nbytes, backend.kinds,
+                                                           tempfile.mkdtemp())
+    return backend
 
 
 def run(backend_name, examples, steps, derandomize=True):
-    Machine.backend = {"sycl": Sycl, "cuda": Cuda}[backend_name]()
+    prepare(backend_name)
     Machine.TestCase.settings = settings(
         max_examples=examples,
         stateful_step_count=steps,
@@ -285,11 +439,32 @@ def run(backend_name, examples, steps, derandomize=True):
         derandomize=derandomize,
         database=None,
         suppress_health_check=list(HealthCheck),
+        report_multiple_bugs=False,
+        # DEVBUF_ORDERING_SHRINK=0: report the first failing sequence as drawn (shrinking a long one
+        # on a loaded machine can take many minutes).
+        phases=[p for p in Phase if p != Phase.shrink or os.environ.get("DEVBUF_ORDERING_SHRINK") != "0"],
     )
     Machine.TestCase("runTest").runTest()
-    print(f"{backend_name}: {examples} sequences of up to {steps} steps, every read as the model says")
+    print(f"{backend_name}: {examples} sequences of up to {steps} steps, every read as the model says;",
+          ", ".join(f"{name} {count}" for name, count in sorted(STEPS_RUN.items())))
+
+
+def replay(backend_name, path):
+    """Runs a sequence as the machine prints it (one step a line) in a fresh machine."""
+    backend = prepare(backend_name)
+    machine = Machine()
+    machine.start()
+    names = {"state": machine}
+    for line in open(path):
+        if line.strip():
+            print(line.strip(), flush=True)
+            exec(line.strip(), names)
+    backend.finish_all()
+    print(f"{backend_name}: the sequence in {path} read what the model says")
 
 
 if __name__ == "__main__":
-    name, examples, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    run(name, examples, steps, derandomize=sys.argv[4:] != ["random"])
+    if sys.argv[2] == "replay":
+        replay(sys.argv[1], sys.argv[3])
+    else:
+        run(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), derandomize=sys.argv[4:] != ["random"])
