@@ -43,7 +43,7 @@ pub(crate) fn run_host_function(function: impl FnOnce()) {
 }
 
 /// Runs an entry point that needs `cuInit` first (and is not called from a host function).
-pub(crate) fn entry(name: &str, body: impl FnOnce() -> DriverResult) -> CUresult {
+pub(crate) fn entry(name: &'static str, body: impl FnOnce() -> DriverResult) -> CUresult {
     boundary(name, || {
         initialized()?;
         if IN_HOST_FUNCTION.get() {
