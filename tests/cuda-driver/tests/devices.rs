@@ -174,6 +174,37 @@ child_test!(another_device_s_pool_memory_needs_the_pool_s_access {
     assert_eq!(copy(on_device_1, on_device_0), CUresult::CUDA_ERROR_INVALID_VALUE);
 });
 
+// A peer copy (cuMemcpyPeerAsync) reaches another device's pool memory without the pool's
+// access: the Programming Guide's stream-ordered allocator chapter names cudaMemcpyPeerAsync for
+// copying pool memory between devices without that access (staged through the host by the
+// driver). The pool's access stays as it was.
+child_test!(a_peer_copy_reaches_another_device_s_pool_memory_without_its_access {
+    init();
+    let device_1 = enter(1);
+    let (pool, on_device_1) = pool_alloc(1, stream(0));
+    pop();
+    let device_0 = enter(0);
+    let on_device_0 = device_alloc(LEN);
+    let copier = stream(0);
+    // SAFETY: LEN bytes of live memory in each context; the stream is alive.
+    unsafe {
+        ok(sys::cuMemsetD8_v2(on_device_0, 0x5a, LEN));
+        ok(sys::cuMemcpyPeerAsync(on_device_1, device_1, on_device_0, device_0, LEN, copier));
+        ok(sys::cuMemsetD8_v2(on_device_0, 0, LEN));
+        ok(sys::cuMemcpyPeerAsync(on_device_0, device_0, on_device_1, device_1, LEN, copier));
+        ok(sys::cuStreamSynchronize(copier));
+    }
+    assert!(read(on_device_0, LEN).iter().all(|&b| b == 0x5a));
+    let location = sys::CUmemLocation {
+        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+        id: 0,
+    };
+    let mut flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    // SAFETY: valid pointers to live locals; the pool is the driver's.
+    ok(unsafe { sys::cuMemPoolGetAccess(&mut flags, pool, (&raw const location).cast_mut()) });
+    assert_eq!(flags, sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE);
+});
+
 child_test!(a_pool_cannot_give_access_to_a_device_that_is_no_peer
     ["DEVBUF_CUDA_TEST_NO_PEER_ACCESS" = "1-0"] {
     init();
