@@ -70,12 +70,7 @@ pub(crate) const REQUIRED_ENTRY_POINTS: &[&str] = &[
 
 /// The stream-ordered allocator's entry points (CUDA 11.2); without them device memory comes from
 /// `cuMemAlloc`.
-pub(crate) const STREAM_ORDERED_ENTRY_POINTS: &[&str] = &[
-    "cuMemAllocAsync",
-    "cuMemFreeAsync",
-    "cuMemPoolGetAccess",
-    "cuMemPoolSetAccess",
-];
+pub(crate) const STREAM_ORDERED_ENTRY_POINTS: &[&str] = &["cuMemAllocAsync", "cuMemFreeAsync"];
 
 /// `cuCtxGetId` (CUDA 12.0), by which a primary context reset by another library is noticed;
 /// called where the driver has it: without it, [`call`] answers with an error and devbuf cannot

@@ -87,7 +87,10 @@ impl Buffer {
         if self.may_have_foreign_work() {
             self.order_after_handed_out(&access)?;
         }
-        self.for_each_pending(|work| match access {
+        // The allocation's own queue follows its in-order allocation without an event.
+        let own_queue =
+            matches!(access, Access::Queue(queue) if Arc::ptr_eq(queue, self.alloc.queue()));
+        self.for_each_pending(own_queue, |work| match access {
             Access::Queue(queue) if work.on(queue) => Ok(()),
             Access::Queue(queue) => queue.wait_event(&work.event),
             Access::Consumer(consumer) => consumer.wait_event(&work.event),
@@ -151,8 +154,13 @@ impl Buffer {
     }
 
     /// Runs `wait` on each piece of work still pending on this allocation (the producer's among
-    /// them), after forgetting what has completed.
-    fn for_each_pending(&self, mut wait: impl FnMut(&PendingWork) -> Result<()>) -> Result<()> {
+    /// them, and the in-order allocation unless `own_queue` asks, which follows it anyway), after
+    /// forgetting what has completed.
+    fn for_each_pending(
+        &self,
+        own_queue: bool,
+        mut wait: impl FnMut(&PendingWork) -> Result<()>,
+    ) -> Result<()> {
         if self.alloc.pending.is_empty() {
             return Ok(());
         }
@@ -160,6 +168,9 @@ impl Buffer {
         let _completed: Vec<PendingWork>;
         let mut pending = self.alloc.pending.lock();
         pending.record_producer_event()?;
+        if !own_queue {
+            pending.record_allocation_event(self.alloc.queue())?;
+        }
         _completed = pending.take_all_completed();
         for work in &pending.work {
             wait(work)?;
@@ -185,8 +196,14 @@ impl Buffer {
         let completed: Vec<PendingWork>;
         let mut pending = self.alloc.pending.lock();
         pending.record_producer_event()?;
+        // A consumer that syncs with the allocation's own queue follows its in-order allocation;
+        // any other queue needs its event.
+        if !Arc::ptr_eq(home, self.alloc.queue()) {
+            pending.record_allocation_event(self.alloc.queue())?;
+        }
         completed = pending.take_all_completed();
         let target = match pending.work.as_slice() {
+            _ if pending.allocation_unrecorded() => Some(Arc::clone(home)),
             [] if !consumers => None,
             [
                 PendingWork {
@@ -210,6 +227,8 @@ impl Buffer {
                 sources: sources.collect(),
             };
             drop(std::mem::replace(&mut pending.work, vec![joined]));
+            // Recorded on the allocation's own queue when its allocation was unrecorded.
+            pending.allocation_covered();
         }
         drop(pending);
         drop(completed);
@@ -280,6 +299,7 @@ impl Buffer {
         let events: SmallVec<[Event; 2]> = {
             let mut pending = self.alloc.pending.lock();
             pending.record_producer_event()?;
+            pending.record_allocation_event(self.alloc.queue())?;
             pending.work.iter().map(|w| w.event.clone()).collect()
         };
         events.iter().try_for_each(Event::wait)?;
