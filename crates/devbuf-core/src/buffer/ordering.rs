@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use smallvec::SmallVec;
 
 use super::Buffer;
-use super::allocation::{Allocation, PendingGuard, PendingList, PendingWork, exported};
+use super::allocation::{Allocation, PendingGuard, PendingWork, exported};
 use crate::{Event, ForeignQueue, Queue, Result};
 
 /// Where devbuf is about to touch an allocation's bytes ([`Buffer::order_access`]).
@@ -28,7 +28,8 @@ impl Buffer {
     /// Records that work on this allocation was enqueued on `queue` and completes with `event`
     /// (for work devbuf did not enqueue itself, e.g. a consumer's kernel).
     pub fn record_work(&self, queue: &Arc<dyn Queue>, event: Event) {
-        set_latest(&mut self.alloc.pending.lock(), queue, event, None);
+        let home = self.alloc.queue();
+        set_latest(&mut self.alloc.pending.lock(), home, queue, event, None);
     }
 
     /// Orders the release of this allocation (and every later access) after all work enqueued so
@@ -196,8 +197,13 @@ impl Buffer {
         let completed: Vec<PendingWork>;
         let mut pending = self.alloc.pending.lock();
         pending.record_producer_event()?;
-        // A consumer that syncs with the allocation's own queue follows its in-order allocation;
-        // any other queue needs its event.
+        // An in-order allocation its queue has run is no work to sync with (a consumer handed
+        // memory with nothing pending works where it likes: Numba on its default stream). A
+        // consumer that syncs with the allocation's own queue follows the allocation; any other
+        // queue needs its event.
+        if pending.allocation_unrecorded() && self.alloc.queue().is_idle().unwrap_or(false) {
+            pending.allocation_covered();
+        }
         if !Arc::ptr_eq(home, self.alloc.queue()) {
             pending.record_allocation_event(self.alloc.queue())?;
         }
@@ -358,7 +364,7 @@ pub(super) fn record_enqueued(
         } else {
             None
         };
-        set_latest(pending, queue, event.clone(), keep);
+        set_latest(pending, alloc.queue(), queue, event.clone(), keep);
     }
     for pending in &guards {
         if let Some(producer) = pending.held_back() {
@@ -368,14 +374,18 @@ pub(super) fn record_enqueued(
     Ok(event)
 }
 
-/// Makes `event` the latest work of `queue` in an allocation's pending list, which also holds
-/// `source` until then.
+/// Makes `event` the latest work of `queue` in the pending list of an allocation of `home`, which
+/// also holds `source` until then. Work on `home` covers its in-order allocation.
 fn set_latest(
-    pending: &mut PendingList,
+    pending: &mut PendingGuard<'_>,
+    home: &Arc<dyn Queue>,
     queue: &Arc<dyn Queue>,
     event: Event,
     source: Option<Buffer>,
 ) {
+    if Arc::ptr_eq(queue, home) {
+        pending.allocation_covered();
+    }
     match pending.work.iter_mut().find(|w| w.on(queue)) {
         Some(work) => {
             work.event = event;
