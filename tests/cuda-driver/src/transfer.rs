@@ -149,9 +149,9 @@ pub(crate) fn copy_between(
             side(destination, len, synchronous)?,
             side(source, len, synchronous)?,
         );
-        let peer_copy = !peer_contexts.is_empty();
+        let plain_copy = peer_contexts.is_empty();
         let ordinal = stream.context.ordinal;
-        if !peer_copy && !(reachable(&to, ordinal) && reachable(&from, ordinal)) {
+        if plain_copy && !(reachable(&to, ordinal) && reachable(&from, ordinal)) {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let host_source = is_host(&from);
