@@ -23,10 +23,10 @@ BUDGETS = {
     "pooled alloc+free 1 KiB device, a pool hit": (
         {}, "a hit is served by devbuf's pool on the host; the block's stream-ordered allocation "
         "is recorded only if something other than its stream ever orders after it"),
-    "pooled alloc+fill+free 1 KiB device, the fill enqueued": (
-        {"cuMemsetD8Async": 1, "cuEventRecord": 1, "cuEventQuery": 1},
-        "the fill, and the event that records it as pending work; the free hands the block back "
-        "after that event (no record of its own), and the next hit asks once whether it completed"),
+    "pooled alloc+fill+free 1 KiB device, the fill enqueued and waited for": (
+        {"cuMemsetD8Async": 1, "cuEventRecord": 1, "cuEventSynchronize": 1},
+        "the fill, the event that records it as pending work, and the host's wait for that event; "
+        "the hit and the free make no call (the block's work is known done)"),
     "device alloc+free 1 KiB, no context current": (
         {"cuMemAllocAsync": 1, "cuMemFreeAsync": 1},
         "the stream-ordered pair alone: a call on a stream takes the stream's context"),

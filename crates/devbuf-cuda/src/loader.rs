@@ -151,8 +151,13 @@ pub(crate) fn call(
     }
 }
 
-/// The code's name and the driver's description of it.
+/// The code's name and the driver's description of it. CUDA_ERROR_NOT_READY is an answer, not a
+/// failure (a query of work still running: `cuEventQuery`, `cuStreamQuery`), asked on hot paths:
+/// its name alone, without a second driver call.
 fn describe(code: CUresult) -> String {
+    if code == CUresult::CUDA_ERROR_NOT_READY {
+        return format!("{code:?}");
+    }
     let mut text: *const c_char = std::ptr::null();
     let described = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: `text` is a valid out-pointer; the driver stores a static string in it.
