@@ -412,7 +412,11 @@ fn another_context_current_changes_nothing() {
         assert_eq!(read(&b), bytes, "{kind}");
         b.fill(3).unwrap();
         assert_eq!(read(&b), vec![3; len], "{kind}");
-        assert_eq!(current_context(), own, "{kind}: the thread's context changed");
+        assert_eq!(
+            current_context(),
+            own,
+            "{kind}: the thread's context changed"
+        );
     }
     // SAFETY: the context made above, current on this thread, destroyed once.
     unsafe { check("cuCtxDestroy", sys::cuCtxDestroy_v2(own)) };

@@ -14,16 +14,25 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::ffi::c_char;
 use std::fmt::Write;
+use std::sync::OnceLock;
 
 use parking_lot::Mutex;
-
-use crate::config::config;
 
 static COUNTS: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
 
 thread_local! {
     /// How many entry points this thread is inside: only the outermost is the program's call.
     static DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Whether `DEVBUF_CUDA_TEST_COUNT_CALLS` is 1, read once per process (here rather than with the
+/// other variables in `config`: every entry point's boundary asks, and `config` itself depends on
+/// the boundary's module). Any other value leaves counting off.
+fn counting() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        std::env::var("DEVBUF_CUDA_TEST_COUNT_CALLS").is_ok_and(|value| value.trim() == "1")
+    })
 }
 
 /// Marks this thread inside an entry point until dropped.
@@ -39,7 +48,7 @@ impl Drop for Inside {
 /// entry point calling another), and marks the thread inside it.
 pub(crate) fn enter(name: &'static str) -> Inside {
     let depth = DEPTH.get();
-    if depth == 0 && config().count_calls {
+    if depth == 0 && counting() {
         *COUNTS.lock().entry(name).or_default() += 1;
     }
     DEPTH.set(depth + 1);
@@ -65,7 +74,7 @@ fn report() -> String {
 /// `buffer` is null (with `capacity` 0) or valid for writing `capacity` bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn devbufTestDriverCallCounts(buffer: *mut c_char, capacity: usize) -> i64 {
-    if !config().count_calls {
+    if !counting() {
         return -1;
     }
     let text = report();

@@ -48,9 +48,6 @@ pub(crate) struct Config {
     pub non_peers: Vec<(u32, u32)>,
     /// `DEVBUF_CUDA_TEST_HIDE`: entry points `cuGetProcAddress` says are missing.
     pub hidden: Vec<String>,
-    /// `DEVBUF_CUDA_TEST_COUNT_CALLS=1`: entry points are counted, by name, over the process
-    /// (`devbufTestDriverCallCounts` reads them).
-    pub count_calls: bool,
     /// `DEVBUF_CUDA_TEST_TRACE=1`: a line on stderr for every name `cuGetProcAddress` does not
     /// find.
     pub trace: bool,
@@ -246,7 +243,6 @@ impl Config {
         let concurrent_managed_access = switch("DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS", true);
         let memory_pools = switch("DEVBUF_CUDA_TEST_MEMORY_POOLS", true);
         let trace = switch("DEVBUF_CUDA_TEST_TRACE", false);
-        let count_calls = switch("DEVBUF_CUDA_TEST_COUNT_CALLS", false);
         let immediate_pool_reuse = match lookup("DEVBUF_CUDA_TEST_POOL_REUSE").as_deref() {
             None | Some("" | "never") => false,
             Some("immediate") => true,
@@ -270,7 +266,6 @@ impl Config {
             immediate_pool_reuse,
             non_peers,
             hidden: list("DEVBUF_CUDA_TEST_HIDE"),
-            count_calls,
             trace,
             error: (!errors.is_empty()).then(|| errors.join("; ")),
         }
@@ -296,7 +291,7 @@ mod tests {
         assert_eq!(config.devices, 2);
         assert_eq!(config.delay, Duration::ZERO);
         assert!(config.concurrent_managed_access && config.memory_pools);
-        assert!(!config.immediate_pool_reuse && !config.count_calls);
+        assert!(!config.immediate_pool_reuse);
         assert!(config.init_error.is_none() && config.error.is_none());
     }
 
@@ -337,7 +332,6 @@ mod tests {
             ("DEVBUF_CUDA_TEST_FAIL_ALLOCATIONS", "3, 5:NOT_SUPPORTED"),
             ("DEVBUF_CUDA_TEST_HIDE", "cuMemAllocAsync,cuMemFreeAsync"),
             ("DEVBUF_CUDA_TEST_POOL_REUSE", "immediate"),
-            ("DEVBUF_CUDA_TEST_COUNT_CALLS", "1"),
         ]);
         assert_eq!(config.init_error, Some(CUresult::CUDA_ERROR_NO_DEVICE));
         assert_eq!(
@@ -348,7 +342,7 @@ mod tests {
             ]
         );
         assert_eq!(config.hidden, ["cuMemAllocAsync", "cuMemFreeAsync"]);
-        assert!(config.immediate_pool_reuse && config.count_calls);
+        assert!(config.immediate_pool_reuse);
         let bad = with(&[
             ("DEVBUF_CUDA_TEST_DEVICES", "two"),
             ("DEVBUF_CUDA_TEST_MEMORY_POOLS", "maybe"),
