@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use smallvec::SmallVec;
 
 use super::Buffer;
-use super::allocation::{Allocation, PendingGuard, PendingList, PendingWork, exported};
+use super::allocation::{Allocation, PendingGuard, PendingWork, exported};
 use crate::{Event, ForeignQueue, Queue, Result};
 
 /// Where devbuf is about to touch an allocation's bytes ([`Buffer::order_access`]).
@@ -28,7 +28,8 @@ impl Buffer {
     /// Records that work on this allocation was enqueued on `queue` and completes with `event`
     /// (for work devbuf did not enqueue itself, e.g. a consumer's kernel).
     pub fn record_work(&self, queue: &Arc<dyn Queue>, event: Event) {
-        set_latest(&mut self.alloc.pending.lock(), queue, event, None);
+        let home = self.alloc.queue();
+        set_latest(&mut self.alloc.pending.lock(), home, queue, event, None);
     }
 
     /// Orders the release of this allocation (and every later access) after all work enqueued so
@@ -87,7 +88,10 @@ impl Buffer {
         if self.may_have_foreign_work() {
             self.order_after_handed_out(&access)?;
         }
-        self.for_each_pending(|work| match access {
+        // The allocation's own queue follows its in-order allocation without an event.
+        let own_queue =
+            matches!(access, Access::Queue(queue) if Arc::ptr_eq(queue, self.alloc.queue()));
+        self.for_each_pending(own_queue, |work| match access {
             Access::Queue(queue) if work.on(queue) => Ok(()),
             Access::Queue(queue) => queue.wait_event(&work.event),
             Access::Consumer(consumer) => consumer.wait_event(&work.event),
@@ -151,8 +155,13 @@ impl Buffer {
     }
 
     /// Runs `wait` on each piece of work still pending on this allocation (the producer's among
-    /// them), after forgetting what has completed.
-    fn for_each_pending(&self, mut wait: impl FnMut(&PendingWork) -> Result<()>) -> Result<()> {
+    /// them, and the in-order allocation unless `own_queue` asks, which follows it anyway), after
+    /// forgetting what has completed.
+    fn for_each_pending(
+        &self,
+        own_queue: bool,
+        mut wait: impl FnMut(&PendingWork) -> Result<()>,
+    ) -> Result<()> {
         if self.alloc.pending.is_empty() {
             return Ok(());
         }
@@ -160,6 +169,9 @@ impl Buffer {
         let _completed: Vec<PendingWork>;
         let mut pending = self.alloc.pending.lock();
         pending.record_producer_event()?;
+        if !own_queue {
+            pending.record_allocation_event(self.alloc.queue())?;
+        }
         _completed = pending.take_all_completed();
         for work in &pending.work {
             wait(work)?;
@@ -185,8 +197,19 @@ impl Buffer {
         let completed: Vec<PendingWork>;
         let mut pending = self.alloc.pending.lock();
         pending.record_producer_event()?;
+        // An in-order allocation its queue has run is no work to sync with (a consumer handed
+        // memory with nothing pending works where it likes: Numba on its default stream). A
+        // consumer that syncs with the allocation's own queue follows the allocation; any other
+        // queue needs its event.
+        if pending.allocation_unrecorded() && self.alloc.queue().is_idle().unwrap_or(false) {
+            pending.allocation_covered();
+        }
+        if !Arc::ptr_eq(home, self.alloc.queue()) {
+            pending.record_allocation_event(self.alloc.queue())?;
+        }
         completed = pending.take_all_completed();
         let target = match pending.work.as_slice() {
+            _ if pending.allocation_unrecorded() => Some(Arc::clone(home)),
             [] if !consumers => None,
             [
                 PendingWork {
@@ -210,6 +233,8 @@ impl Buffer {
                 sources: sources.collect(),
             };
             drop(std::mem::replace(&mut pending.work, vec![joined]));
+            // Recorded on the allocation's own queue when its allocation was unrecorded.
+            pending.allocation_covered();
         }
         drop(pending);
         drop(completed);
@@ -280,6 +305,7 @@ impl Buffer {
         let events: SmallVec<[Event; 2]> = {
             let mut pending = self.alloc.pending.lock();
             pending.record_producer_event()?;
+            pending.record_allocation_event(self.alloc.queue())?;
             pending.work.iter().map(|w| w.event.clone()).collect()
         };
         events.iter().try_for_each(Event::wait)?;
@@ -338,7 +364,7 @@ pub(super) fn record_enqueued(
         } else {
             None
         };
-        set_latest(pending, queue, event.clone(), keep);
+        set_latest(pending, alloc.queue(), queue, event.clone(), keep);
     }
     for pending in &guards {
         if let Some(producer) = pending.held_back() {
@@ -348,14 +374,18 @@ pub(super) fn record_enqueued(
     Ok(event)
 }
 
-/// Makes `event` the latest work of `queue` in an allocation's pending list, which also holds
-/// `source` until then.
+/// Makes `event` the latest work of `queue` in the pending list of an allocation of `home`, which
+/// also holds `source` until then. Work on `home` covers its in-order allocation.
 fn set_latest(
-    pending: &mut PendingList,
+    pending: &mut PendingGuard<'_>,
+    home: &Arc<dyn Queue>,
     queue: &Arc<dyn Queue>,
     event: Event,
     source: Option<Buffer>,
 ) {
+    if Arc::ptr_eq(queue, home) {
+        pending.allocation_covered();
+    }
     match pending.work.iter_mut().find(|w| w.on(queue)) {
         Some(work) => {
             work.event = event;

@@ -188,10 +188,16 @@ impl Buffer {
         queue.wait()?;
         for buffer in std::iter::once(self).chain(others.iter().copied()) {
             if !buffer.alloc.pending.is_empty() {
+                let mut pending = buffer.alloc.pending.lock();
+                // The queue's work is done: its in-order allocations too.
+                if Arc::ptr_eq(queue, buffer.queue()) {
+                    pending.allocation_covered();
+                }
                 // Another library's work was ordered before ours (order_on), so it is done too.
-                let completed = buffer.alloc.pending.lock().take_completed(|w| {
+                let completed = pending.take_completed(|w| {
                     (w.queue.is_none() || w.on(queue)) && w.event.is_complete().unwrap_or(false)
                 });
+                drop(pending);
                 drop(completed);
             }
         }
