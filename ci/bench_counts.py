@@ -54,6 +54,12 @@ PYTHON_CASES = {
         "devbuf": "devbuf.asarray(foreign)",
         "dpctl": "dm.as_usm_memory(foreign)",
     }, "sycl"),
+    # On the CUDA test driver (its directory on LD_LIBRARY_PATH): a pool hit stays on the host, so
+    # it costs what the host pool's does; the test driver is not a GPU (ci/bench_cuda_driver.py).
+    "cuda_pool": ("alloc+free 1 KiB CUDA device memory, pooled, on the CUDA test driver", {
+        "devbuf": "devbuf.alloc(1024, 'device', mr=cuda_pool)",
+        "host pool": "devbuf.alloc(1024, 'host', mr=host_pool)",
+    }, "cuda"),
     "dpnp_import": ("import of a dpnp array", {
         "devbuf": "devbuf.asarray(dpnp_array)",
         "dpctl": "dm.as_usm_memory(dpnp_array)",
@@ -97,6 +103,14 @@ def setup(kind):
                      prepared=dict(ours.__sycl_usm_array_interface__),
                      foreign=ThirdParty(dict(theirs.__sycl_usm_array_interface__)),
                      dpctl_queue=theirs.sycl_queue, ThirdParty=ThirdParty)
+    if kind == "cuda":
+        import devbuf.mr
+
+        pools = {}
+        for selector in ("cuda:0", "host"):
+            with devbuf.Device(selector):
+                pools[selector] = devbuf.mr.PoolMemoryResource(devbuf.mr.QueueMemoryResource())
+        names.update(cuda_pool=pools["cuda:0"], host_pool=pools["host"])
     if kind == "dpnp":
         import dpnp
 

@@ -1,8 +1,11 @@
 """CUDA benchmarks for a GPU machine, devbuf against CuPy and Numba in the same run:
 256 MiB device-to-device and pinned host-to-device copies (goal: >= 0.95x CuPy's bandwidth),
-pooled alloc+free against CuPy's memory pool, and a Numba kernel launched with three devbuf arrays
-against three Numba DeviceNDArrays (goal: <= 1.2x the launch time). Prints a Markdown table.
-Exits with the reason where there is no GPU. Each peer's rows stand alone: where CuPy cannot be
+alloc+free from the driver's stream-ordered pool and from devbuf's own pool against CuPy's memory
+pool, devbuf's pool against its host pool (goal: <= 1.5x: a pool hit stays on the host), and a
+Numba kernel launched with three devbuf arrays against three Numba DeviceNDArrays (goal: <= 1.2x
+the launch time). Prints a Markdown table. Exits with the reason where there is no GPU; with
+`--smoke` on the CUDA test driver every case runs once and no figure is printed (a check that the
+script runs, before it goes to a GPU machine). Each peer's rows stand alone: where CuPy cannot be
 imported, or numba-cuda cannot compile a kernel with no devbuf in it (an environment's fault, e.g.
 numba-cuda 0.30 on NumPy 2.5), its rows are missing and the output says why; a failure of devbuf's
 side is an error."""
@@ -12,20 +15,24 @@ import sys
 import time
 
 import devbuf
+import devbuf.mr
 
 cuda = next((b for b in devbuf.backends() if b.name == "cuda"), None)
 if cuda is None or not cuda.available:
     print(f"no CUDA: {cuda.reason if cuda else 'backend not compiled in'}; nothing to benchmark")
     sys.exit(0)
-if cuda.devices[0].test_double:
+SMOKE = "--smoke" in sys.argv[1:]
+if cuda.devices[0].test_double and not SMOKE:
     # Figures from a test double would read as GPU figures in any table they reach.
     print(f"no GPU: {cuda.devices[0].selector} is {cuda.devices[0].test_double}; nothing to benchmark")
     sys.exit(0)
+if SMOKE and not cuda.devices[0].test_double:
+    sys.exit("--smoke is for the CUDA test driver; on a GPU, run without it")
 
 import numpy as np  # noqa: E402
 
 LEN = 256 << 20
-ROUNDS = 15
+ROUNDS = 1 if SMOKE else 15
 rows = []
 missing = []
 
@@ -35,6 +42,7 @@ def median(samples):
 
 
 def timed(op, sync, number):
+    number = 1 if SMOKE else number
     op()
     sync()
     samples = []
@@ -59,6 +67,21 @@ def peer(name, load):
 device = cuda.devices[0]
 queue = devbuf.Device("cuda:0").queue
 sync_ours = queue.wait
+pools = {}
+for selector in ("cuda:0", "host"):
+    with devbuf.Device(selector):
+        pools[selector] = devbuf.mr.PoolMemoryResource(devbuf.mr.QueueMemoryResource())
+device_pool = pools["cuda:0"]
+
+
+def host_pool_row():
+    """A pool hit of devbuf's CUDA pool against one of its host pool: the same work on the host,
+    with no driver call (tests/python/test_cuda_driver_calls.py holds that)."""
+    for size, label in ((1024, "1 KiB"),):
+        theirs = timed(lambda: devbuf.alloc(size, "host", mr=pools["host"]), lambda: None, 20000)
+        ours = timed(lambda: devbuf.alloc(size, "device", mr=device_pool), lambda: None, 20000)
+        rows.append((f"alloc+free {label} device, devbuf's pool, a hit", f"{ours * 1e9:.0f} ns",
+                     f"{theirs * 1e9:.0f} ns (devbuf's host pool)", ours / theirs, "≤ 1.5×"))
 
 
 def cupy_rows(cupy):
@@ -81,11 +104,16 @@ def cupy_rows(cupy):
     gbps = lambda seconds: LEN / seconds / 1e9  # noqa: E731
     rows.append(("copy 256 MiB pinned host to device", f"{gbps(ours):.1f} GB/s", f"{gbps(theirs):.1f} GB/s", theirs / ours, "≥ 0.95×"))
 
-    # Pooled allocation: devbuf's stream-ordered pool against CuPy's memory pool.
+    # Allocation: the driver's stream-ordered pool (devbuf's default) and devbuf's own pool,
+    # against CuPy's memory pool.
     for size, label in ((1024, "1 KiB"), (1 << 20, "1 MiB")):
-        ours = timed(lambda: devbuf.alloc(size, "device", device="cuda"), sync_ours, 2000)
         theirs = timed(lambda: cupy.empty(size, dtype=cupy.uint8), sync_cupy, 2000)
-        rows.append((f"alloc+free {label} (pooled)", f"{ours * 1e9:.0f} ns", f"{theirs * 1e9:.0f} ns", ours / theirs, "report"))
+        ours = timed(lambda: devbuf.alloc(size, "device", device="cuda"), sync_ours, 2000)
+        rows.append((f"alloc+free {label} device, the driver's pool (`devbuf.alloc`)", f"{ours * 1e9:.0f} ns",
+                     f"{theirs * 1e9:.0f} ns", ours / theirs, "report"))
+        ours = timed(lambda: devbuf.alloc(size, "device", mr=device_pool), sync_ours, 2000)
+        rows.append((f"alloc+free {label} device, devbuf's pool (`devbuf.alloc(mr=pool)`)", f"{ours * 1e9:.0f} ns",
+                     f"{theirs * 1e9:.0f} ns", ours / theirs, "report"))
 
 
 def empty():
@@ -116,6 +144,7 @@ def numba_rows(numba_cuda):
     rows.append(("Numba kernel launch, 3 arrays", f"{ours * 1e6:.1f} µs", f"{theirs * 1e6:.1f} µs", ours / theirs, "≤ 1.2×"))
 
 
+host_pool_row()
 cupy = peer("CuPy", lambda: __import__("cupy"))
 if cupy is not None:
     cupy_rows(cupy)
@@ -124,10 +153,22 @@ if numba_cuda is not None:
     numba_rows(numba_cuda)
 
 versions = f"; CuPy {cupy.__version__}" if cupy is not None else ""
-print(f"{device.name}, driver {device.driver}{versions}; median of {ROUNDS} rounds\n")
+versions += f"; NumPy {np.__version__}"
+if SMOKE:
+    print(f"smoke run on {device.test_double}: every case ran once, no figures\n")
+else:
+    print(f"{device.name}, driver {device.driver}{versions}; median of {ROUNDS} rounds\n")
 print("| case | devbuf | reference (CuPy / Numba) | ratio | goal |")
 print("|---|---:|---:|---:|---|")
 for case, ours, theirs, ratio, goal in rows:
-    print(f"| {case} | {ours} | {theirs} | {ratio:.2f}× | {goal} |")
+    if SMOKE:
+        print(f"| {case} | — | — | — | smoke run: not measured |")
+        continue
+    verdict = goal
+    if goal.startswith("≤ "):
+        verdict += ": meets" if ratio <= float(goal[2:-1]) else ": MISSES"
+    elif goal.startswith("≥ "):
+        verdict += ": meets" if ratio >= float(goal[2:-1]) else ": MISSES"
+    print(f"| {case} | {ours} | {theirs} | {ratio:.2f}× | {verdict} |")
 for why in missing:
     print(f"\nMISSING the rows of {why}")

@@ -1,11 +1,14 @@
 //! CUDA backend benchmark, for a GPU machine: copy bandwidth (256 MiB device to device, pinned
-//! and pageable host to device) and pooled alloc+free of 1 KiB and 1 MiB through devbuf, against
-//! the bare driver calls. Run with `cargo run --release -p devbuf-cuda --example bench_cuda`; without a
-//! GPU it says why and exits cleanly.
+//! and pageable host to device) and device alloc+free of 1 KiB and 1 MiB through devbuf (the
+//! device's stream-ordered pool) with no context, the primary context or another context current,
+//! against the bare driver pair (goal: within 1.2x). Run with
+//! `cargo run --release -p devbuf-cuda --example bench_cuda`; without a GPU it says why and exits
+//! cleanly. With `--smoke` on the CUDA test driver every case runs once and no figure is printed
+//! (a check that the benchmark runs, before it goes to a GPU machine).
 
 use std::hint::black_box;
 use std::ptr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use cudarc::driver::sys::{self, CUcontext, CUresult, CUstream};
@@ -14,14 +17,26 @@ use devbuf_cuda::{CudaBackend, CudaQueue};
 
 const COPY_LEN: usize = 256 << 20;
 
+/// `--smoke`: every case once, no figures (the CUDA test driver's run).
+static SMOKE: OnceLock<bool> = OnceLock::new();
+
+fn smoke() -> bool {
+    *SMOKE.get().unwrap_or(&false)
+}
+
 /// Median over `samples` batches of `per_batch` calls of `op` followed by one `finish`, in
-/// nanoseconds per call.
+/// nanoseconds per call (one call of one batch in a smoke run).
 fn median_ns(
     samples: usize,
     per_batch: usize,
     mut op: impl FnMut(),
     mut finish: impl FnMut(),
 ) -> f64 {
+    let (samples, per_batch) = if smoke() {
+        (1, 1)
+    } else {
+        (samples, per_batch)
+    };
     let mut times: Vec<f64> = (0..samples)
         .map(|_| {
             let start = Instant::now();
@@ -51,19 +66,46 @@ fn check(operation: &str, result: CUresult) {
     assert_eq!(result, CUresult::CUDA_SUCCESS, "{operation}");
 }
 
-/// Makes device 0's primary context current on this thread, as CuPy, torch or Numba would.
-fn make_primary_context_current() {
+/// Device 0's primary context made current on this thread, as CuPy, torch or Numba leave it; or,
+/// with `own`, a context of device 0 of its own (PyCUDA's kind), made and made current.
+fn push_context(own: bool) {
     let mut device = 0;
     let mut context: CUcontext = ptr::null_mut();
-    // SAFETY: valid out-pointers; the retain is held until the process exits.
+    // SAFETY: valid out-pointers; a context made here lives until the process exits.
     unsafe {
         check("cuDeviceGet", sys::cuDeviceGet(&mut device, 0));
-        check(
-            "cuDevicePrimaryCtxRetain",
-            sys::cuDevicePrimaryCtxRetain(&mut context, device),
-        );
-        check("cuCtxPushCurrent", sys::cuCtxPushCurrent_v2(context));
+        if own {
+            check("cuCtxCreate", sys::cuCtxCreate_v2(&mut context, 0, device));
+        } else {
+            check(
+                "cuDevicePrimaryCtxRetain",
+                sys::cuDevicePrimaryCtxRetain(&mut context, device),
+            );
+            check("cuCtxPushCurrent", sys::cuCtxPushCurrent_v2(context));
+        }
     }
+}
+
+/// Takes the context [`push_context`] made current off this thread.
+fn pop_context() {
+    let mut context: CUcontext = ptr::null_mut();
+    // SAFETY: a valid out-pointer; a context is current.
+    check("cuCtxPopCurrent", unsafe {
+        sys::cuCtxPopCurrent_v2(&mut context)
+    });
+}
+
+/// One row of the table: devbuf's ns per call against `peer`'s, their ratio and the goal on it.
+fn row(case: &str, ours_ns: f64, peer: &str, peer_ns: f64, goal: f64) {
+    if smoke() {
+        println!("| {case} | — | — ({peer}) | — | smoke run: not measured |");
+        return;
+    }
+    let ratio = ours_ns / peer_ns;
+    let verdict = if ratio <= goal { "meets" } else { "MISSES" };
+    println!(
+        "| {case} | {ours_ns:.0} ns | {peer_ns:.0} ns ({peer}) | {ratio:.2}× | ≤ {goal}×: {verdict} |"
+    );
 }
 
 fn main() {
@@ -75,13 +117,23 @@ fn main() {
     let cuda: &CudaQueue = &shared;
     let queue: Arc<dyn Queue> = shared.clone();
     let device = queue.device();
-    if let Some(double) = &device.test_double {
+    let smoke_run = std::env::args().any(|argument| argument == "--smoke");
+    SMOKE.set(smoke_run).expect("set once");
+    match &device.test_double {
         // Figures from a test double would read as GPU figures in any table they reach.
-        println!(
-            "no GPU: {} is {double}; nothing to benchmark",
-            device.selector
-        );
-        return;
+        Some(double) if !smoke_run => {
+            println!(
+                "no GPU: {} is {double}; nothing to benchmark",
+                device.selector
+            );
+            return;
+        }
+        Some(double) => println!("smoke run on {double}: every case runs once, no figures"),
+        None if smoke_run => {
+            println!("--smoke is for the CUDA test driver; on a GPU, run without it");
+            return;
+        }
+        None => {}
     }
     println!(
         "{} ({}, {} GiB), device memory from {}",
@@ -122,7 +174,11 @@ fn main() {
         ("pinned host to device", h2d_pinned),
         ("pageable host to device", h2d_pageable),
     ] {
-        println!("| {what} | {:.1} | {:.3} |", gbps(ns), ns / 1e6);
+        if smoke() {
+            println!("| {what} | — | — |");
+        } else {
+            println!("| {what} | {:.1} | {:.3} |", gbps(ns), ns / 1e6);
+        }
     }
     println!();
 
@@ -145,8 +201,8 @@ fn main() {
             1000,
             || {
                 let mut ptr = 0;
-                // SAFETY: a valid out-pointer and a live stream of the current context; the
-                // allocation is freed on the same stream right away.
+                // SAFETY: a valid out-pointer and a live stream of device 0's primary context;
+                // the allocation is freed on the same stream right away.
                 unsafe {
                     check(
                         "cuMemAllocAsync",
@@ -161,26 +217,41 @@ fn main() {
             || {},
         )
     };
-    let sizes = [("1 KiB", 1 << 10), ("1 MiB", 1 << 20)];
-    let without_context: Vec<f64> = sizes.iter().map(|&(_, len)| alloc_free(len)).collect();
-    make_primary_context_current();
-    let with_context: Vec<f64> = sizes.iter().map(|&(_, len)| alloc_free(len)).collect();
-    let driver: Vec<Option<f64>> = sizes
-        .iter()
-        .map(|&(_, len)| cuda.uses_memory_pool().then(|| driver_alloc_free(len)))
-        .collect();
-    queue.wait().expect("wait");
-
-    println!(
-        "| device alloc+free (median of 101 batches of 1000) | devbuf, no context current | \
-         devbuf, primary context current | cuMemAllocAsync + cuMemFreeAsync |"
-    );
-    println!("|---|---|---|---|");
-    for (i, (size, _)) in sizes.iter().enumerate() {
-        let driver = driver[i].map_or("n/a (no pools)".into(), |ns| format!("{ns:.0} ns"));
+    if !cuda.uses_memory_pool() {
         println!(
-            "| {size} | {:.0} ns | {:.0} ns | {driver} |",
-            without_context[i], with_context[i]
+            "device alloc+free: no memory pools on this device, no stream-ordered pair to compare"
         );
+        return;
+    }
+    println!(
+        "| device alloc+free (median of 101 batches of 1000) | devbuf | the bare pair, the \
+         primary context current | ratio | goal |"
+    );
+    println!("|---|---:|---:|---:|---|");
+    for (size, len) in [("1 KiB", 1 << 10), ("1 MiB", 1 << 20)] {
+        // The bare pair, as a library with the primary context current makes it.
+        push_context(false);
+        let bare = driver_alloc_free(len);
+        let primary = alloc_free(len);
+        pop_context();
+        let none = alloc_free(len);
+        push_context(true);
+        let other = alloc_free(len);
+        pop_context();
+        queue.wait().expect("wait");
+        let pair = "cuMemAllocAsync + cuMemFreeAsync";
+        for (current, ns) in [
+            ("no context current", none),
+            ("the primary context current", primary),
+            ("another context current", other),
+        ] {
+            row(
+                &format!("device alloc+free {size}, {current}"),
+                ns,
+                pair,
+                bare,
+                1.2,
+            );
+        }
     }
 }

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
-use cudarc::driver::sys::{CUcontext, CUresult};
+use cudarc::driver::sys::CUresult;
 use devbuf_core::dlpark::ffi::{DLDevice, DLDeviceType};
 use devbuf_core::{
     Availability, Backend, BackendDescriptor, Claim, DeviceInfo, DlpackDeviceType, Error,
@@ -122,12 +122,12 @@ impl Backend for CudaBackend {
     }
 
     /// Memory the driver knows; a pointer of another context than the device's primary one is
-    /// recognised and refused ([`queue_for_pointer`]).
+    /// recognised and refused ([`queue_for_pointer`]). One driver call.
     fn claim_pointer(&self, _protocol: Protocol, ptr: usize) -> Claim<Arc<dyn Queue>> {
-        match classify(ptr) {
-            Ok(Some((ordinal, kind))) => Claim::Recognised(
-                queue_for_classified(ptr, ordinal, kind).map(|queue| queue as Arc<dyn Queue>),
-            ),
+        match facts(ptr) {
+            Ok(Some(facts)) => {
+                Claim::Recognised(queue_for_facts(ptr, &facts).map(|queue| queue as Arc<dyn Queue>))
+            }
             Ok(None) => Claim::Unrecognised(Error::invalid(
                 "data",
                 format!("{ptr:#x} is not CUDA memory (the driver does not know the pointer)"),
@@ -141,16 +141,24 @@ impl Backend for CudaBackend {
 /// device (for pinned and managed memory, the device current when it was allocated) and its kind;
 /// `Ok(None)` for memory CUDA does not know, such as pageable host memory.
 pub fn classify(ptr: usize) -> Result<Option<(u32, MemKind)>> {
+    Ok(facts(ptr)?.map(|facts| (facts.ordinal, facts.kind)))
+}
+
+/// [`classify`], with the pointer's allocation and context: one driver call.
+fn facts(ptr: usize) -> Result<Option<memory::PointerFacts>> {
     let driver = loader::loaded()?;
     // Pointer attributes are process-wide under unified addressing and the ones asked for need no
     // current context, so classifying memory opens no device: importing device 1's memory never
     // depends on device 0.
-    match memory::pointer_info(ptr) {
+    match memory::pointer_facts(ptr) {
         // A driver that wants a context anyway: the first device that can be opened will do.
         Err(err) if err.is(CUresult::CUDA_ERROR_INVALID_CONTEXT) => (0..driver.device_count)
             .find_map(|ordinal| CudaBackend::shared_queue(ordinal).ok())
-            .map_or(Err(err.into()), |queue| queue.classify(ptr)),
-        classified => Ok(classified?),
+            .map_or(Err(err.into()), |queue| {
+                let _current = queue.context().enter()?;
+                Ok(memory::pointer_facts(ptr)?)
+            }),
+        found => Ok(found?),
     }
 }
 
@@ -163,22 +171,22 @@ pub fn classify(ptr: usize) -> Result<Option<(u32, MemKind)>> {
 /// `CU_POINTER_ATTRIBUTE_CONTEXT` is NULL (CUDA Programming Guide, "Stream Ordered Memory
 /// Allocator"), which is no foreign context.
 pub fn queue_for_pointer(ptr: usize) -> Result<Option<(Arc<CudaQueue>, MemKind)>> {
-    let Some((ordinal, kind)) = classify(ptr)? else {
+    let Some(facts) = facts(ptr)? else {
         return Ok(None);
     };
-    Ok(Some((queue_for_classified(ptr, ordinal, kind)?, kind)))
+    Ok(Some((queue_for_facts(ptr, &facts)?, facts.kind)))
 }
 
-/// [`queue_for_pointer`] for memory [`classify`] found on device `ordinal`, of `kind`.
-fn queue_for_classified(ptr: usize, ordinal: u32, kind: MemKind) -> Result<Arc<CudaQueue>> {
-    let queue = CudaBackend::shared_queue(ordinal)?;
-    let foreign_context =
-        |context: CUcontext| !context.is_null() && context != queue.context().raw();
-    if kind == MemKind::Device && foreign_context(memory::pointer_context(ptr)?) {
+/// [`queue_for_pointer`] for memory at `ptr` that the driver described as `facts`.
+fn queue_for_facts(ptr: usize, facts: &memory::PointerFacts) -> Result<Arc<CudaQueue>> {
+    let queue = CudaBackend::shared_queue(facts.ordinal)?;
+    let foreign_context = !facts.context.is_null() && facts.context != queue.context().raw();
+    if facts.kind == MemKind::Device && foreign_context {
         return Err(Error::Unsupported {
             device: queue.device().selector.clone(),
             what: format!("importing device memory at {ptr:#x}"),
-            reason: "it belongs to a CUDA context other than the device's primary context, and                      devbuf's queues work in primary contexts (the ones CuPy, PyTorch and Numba use)"
+            reason: "it belongs to a CUDA context other than the device's primary context, and \
+                     devbuf's queues work in primary contexts (the ones CuPy, PyTorch and Numba use)"
                 .into(),
         });
     }

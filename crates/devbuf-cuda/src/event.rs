@@ -39,33 +39,22 @@ impl RawEvent {
     /// Records the event after all work enqueued on `stream` so far. `stream` is a stream of the
     /// event's context, or one of the special handles 1 and 2 (resolved in that context).
     pub fn record(&self, stream: CUstream) -> Result<(), DriverError> {
-        let _current = context::enter(self.context)?;
-        // SAFETY: the event is alive, the stream is alive (its owner's promise) and in the current
-        // context.
-        call("cuEventRecord", || unsafe {
-            sys::cuEventRecord(self.raw, stream)
-        })
+        record(self.raw, self.context, stream)
     }
 
     pub fn raw(&self) -> CUevent {
         self.raw
     }
 
-    pub fn context(&self) -> CUcontext {
-        self.context
+    /// The handle, which the caller now destroys (`context::destroy_event`).
+    fn into_raw(self) -> CUevent {
+        std::mem::ManuallyDrop::new(self).raw
     }
 }
 
 impl Drop for RawEvent {
     fn drop(&mut self) {
-        // The driver releases a recorded event once it completes; waits already enqueued on it
-        // are unaffected.
-        if let Ok(_current) = context::enter(self.context) {
-            // SAFETY: we created this event and destroy it once, in its own context.
-            let _ = call("cuEventDestroy", || unsafe {
-                sys::cuEventDestroy_v2(self.raw)
-            });
-        }
+        context::destroy_event(self.context, self.raw);
     }
 }
 
@@ -74,18 +63,41 @@ unsafe impl Send for RawEvent {}
 // SAFETY: as above; `&RawEvent` only records, waits and queries, which the driver serialises.
 unsafe impl Sync for RawEvent {}
 
+/// Records `event`, of `context`, after all work enqueued on `stream` so far.
+fn record(event: CUevent, context: CUcontext, stream: CUstream) -> Result<(), DriverError> {
+    context::on_stream(context, stream, || {
+        // SAFETY: the event is alive, the stream is alive (its owner's promise) and of the
+        // event's context.
+        call("cuEventRecord", || unsafe {
+            sys::cuEventRecord(event, stream)
+        })
+    })
+}
+
 /// An event a [`crate::CudaQueue`] recorded on its stream; what its `record_event` returns.
 #[derive(Debug)]
 pub struct CudaEvent {
-    pub(crate) event: RawEvent,
+    raw: CUevent,
+    /// The context the event belongs to: the stream's.
+    context: CUcontext,
     /// Whether the event was made with timing (see `timing`).
     pub(crate) timed: bool,
-    /// The device's primary context, kept alive while the event lives (dropped after `event`).
+    /// Whether the event is one of `primary`'s reusable ones ([`PrimaryContext::take_event`]),
+    /// given back when dropped; else it is destroyed.
+    spare: bool,
+    /// The device's primary context, kept alive while the event lives.
     pub(crate) primary: Arc<PrimaryContext>,
 }
 
+// SAFETY: events and contexts are driver handles usable from any thread; the context is kept
+// alive by `primary` (or, for another library's stream, by its owner while the event is used).
+unsafe impl Send for CudaEvent {}
+// SAFETY: as above; `&CudaEvent` only waits and queries, which the driver serialises.
+unsafe impl Sync for CudaEvent {}
+
 impl CudaEvent {
-    /// Records a new event on `stream`, a stream of `context`.
+    /// Records an event on `stream`, a stream of `context`: one driver call, reusing one of the
+    /// context's events.
     pub(crate) fn record(
         context: &Arc<PrimaryContext>,
         stream: CUstream,
@@ -93,48 +105,67 @@ impl CudaEvent {
         Self::record_in(context, context.raw(), stream)
     }
 
-    /// Records a new event on `stream`, a stream of `event_context` (another library's), keeping
+    /// Records an event on `stream`, a stream of `event_context` (another library's), keeping
     /// `context` alive with it.
     pub(crate) fn record_in(
         context: &Arc<PrimaryContext>,
         event_context: CUcontext,
         stream: CUstream,
     ) -> Result<Self, DriverError> {
-        let event = RawEvent::create(event_context)?;
-        event.record(stream)?;
-        Ok(CudaEvent {
-            event,
+        let spare = event_context == context.raw();
+        let raw = if spare {
+            context.take_event()?
+        } else {
+            // Another library's context, which may go before ours: an event of its own.
+            RawEvent::create(event_context)?.into_raw()
+        };
+        // Dropped (given back or destroyed) if the record fails.
+        let event = CudaEvent {
+            raw,
+            context: event_context,
             timed: false,
+            spare,
             primary: Arc::clone(context),
-        })
+        };
+        record(raw, event_context, stream)?;
+        Ok(event)
     }
 
     /// The `CUevent` handle, for libraries that wait on it themselves.
     pub fn handle(&self) -> usize {
-        self.event.raw() as usize
+        self.raw as usize
     }
 
     pub(crate) fn raw(&self) -> CUevent {
-        self.event.raw()
+        self.raw
+    }
+}
+
+impl Drop for CudaEvent {
+    fn drop(&mut self) {
+        if self.spare {
+            self.primary.give_back_event(self.raw);
+        } else {
+            context::destroy_event(self.context, self.raw);
+        }
     }
 }
 
 impl QueueEvent for CudaEvent {
     fn wait(&self) -> Result<()> {
-        let _current = context::enter(self.event.context)?;
-        // SAFETY: the event is alive and recorded.
-        call("cuEventSynchronize", || unsafe {
-            sys::cuEventSynchronize(self.event.raw)
+        context::without_context(self.context, || {
+            // SAFETY: the event is alive and recorded.
+            call("cuEventSynchronize", || unsafe {
+                sys::cuEventSynchronize(self.raw)
+            })
         })?;
         Ok(())
     }
 
     fn is_complete(&self) -> Result<bool> {
-        let _current = context::enter(self.event.context)?;
         // SAFETY: the event is alive and recorded.
-        match call("cuEventQuery", || unsafe {
-            sys::cuEventQuery(self.event.raw)
-        }) {
+        let query = || call("cuEventQuery", || unsafe { sys::cuEventQuery(self.raw) });
+        match context::without_context(self.context, query) {
             Ok(()) => Ok(true),
             Err(err) if err.is(CUresult::CUDA_ERROR_NOT_READY) => Ok(false),
             Err(err) => Err(err.into()),
@@ -157,11 +188,12 @@ pub(crate) fn enqueue_wait(
     context: CUcontext,
     event: CUevent,
 ) -> Result<(), DriverError> {
-    let _current = context::enter(context)?;
-    // SAFETY: the stream is alive (ours, or its owner's promise) in the current context, and the
-    // event is alive and recorded; waiting on another context's event is allowed.
-    call("cuStreamWaitEvent", || unsafe {
-        sys::cuStreamWaitEvent(stream, event, 0)
+    context::on_stream(context, stream, || {
+        // SAFETY: the stream is alive (ours, or its owner's promise) in `context`, and the event
+        // is alive and recorded; waiting on another context's event is allowed.
+        call("cuStreamWaitEvent", || unsafe {
+            sys::cuStreamWaitEvent(stream, event, 0)
+        })
     })
 }
 
@@ -170,13 +202,16 @@ pub(crate) fn record_timed(
     context: &Arc<PrimaryContext>,
     stream: CUstream,
 ) -> Result<CudaEvent, DriverError> {
-    let event = RawEvent::create_with(context.raw(), CUevent_flags::CU_EVENT_DEFAULT)?;
-    event.record(stream)?;
-    Ok(CudaEvent {
-        event,
+    let created = RawEvent::create_with(context.raw(), CUevent_flags::CU_EVENT_DEFAULT)?;
+    let event = CudaEvent {
+        raw: created.into_raw(),
+        context: context.raw(),
         timed: true,
+        spare: false,
         primary: Arc::clone(context),
-    })
+    };
+    record(event.raw, event.context, stream)?;
+    Ok(event)
 }
 
 /// Milliseconds from `start` to `end`; `None` unless both are CUDA events made with timing.
@@ -199,14 +234,14 @@ pub(crate) fn elapsed_ms_since(end: &CudaEvent, start: &Event) -> Option<Result<
         )));
     }
     let elapsed = || -> Result<f32, DriverError> {
-        let _current = context::enter(end.event.context())?;
+        let _current = context::enter(end.context)?;
         let mut ms = 0.0f32;
         // SAFETY: both events are alive and were made with timing; `ms` is a valid out-pointer.
         // "If either event was last recorded in a non-NULL stream and either event is not yet
         // complete, CUDA_ERROR_NOT_READY is returned" (CUDA Driver API, cuEventElapsedTime): the
         // caller waits for `end` first.
         call("cuEventElapsedTime", || unsafe {
-            sys::cuEventElapsedTime(&mut ms, start.event.raw(), end.event.raw())
+            sys::cuEventElapsedTime(&mut ms, start.raw, end.raw)
         })?;
         Ok(ms)
     };

@@ -37,18 +37,22 @@ impl Interop for CudaQueue {
         None
     }
 
-    /// The allocation `cuMemGetAddressRange` names. The driver documents it for allocations made
-    /// by its allocators; where it bounds none (pinned memory on some drivers), the kind and
-    /// device are what it tells. A stream-ordered pool may report the pool's mapped chunk rather
+    /// The allocation the pointer's attributes name (`memory::pointer_facts`: one driver call). The
+    /// driver documents the range for allocations made by its allocators; where it bounds none
+    /// (pinned memory on some drivers), the kind and device are what it tells. A stream-ordered pool may report the pool's mapped chunk rather
     /// than the block: a claim past the block but inside that chunk is not caught (it reaches
     /// other blocks of the pool, never unmapped memory).
     fn holder_of(&self, ptr: *const u8) -> Result<Holder> {
-        let _current = self.stream.context().enter()?;
-        let kind = match memory::pointer_info(ptr as usize)? {
-            Some((ordinal, kind)) if kind != MemKind::Device || ordinal == self.ordinal() => kind,
+        let facts = crate::context::without_context(self.context().raw(), || {
+            memory::pointer_facts(ptr as usize)
+        })?;
+        let (kind, range) = match facts {
+            Some(facts) if facts.kind != MemKind::Device || facts.ordinal == self.ordinal() => {
+                (facts.kind, facts.range)
+            }
             _ => return Ok(Holder::Unknown),
         };
-        Ok(match memory::address_range(ptr as usize)? {
+        Ok(match range {
             Some(range) if range.contains(&(ptr as usize)) => Holder::Allocation { kind, range },
             _ => Holder::Unbounded {
                 kind,
@@ -229,11 +233,15 @@ impl CudaQueue {
         if !protocol::cai_import_sync_enabled() {
             return Ok(ProducerWork::default());
         }
-        // SAFETY: the caller's promise about `producer`.
-        unsafe { self.wait_for_stream(producer) }?;
-        let hold_back = (handle != self.stream() && producer != ProtocolStream::PerThread)
-            .then(|| self.foreign_stream(handle))
-            .transpose()?;
+        let mut hold_back = None;
+        if handle != self.stream() {
+            // The producer's stream, asked for its context once: an event there, which our stream
+            // waits for.
+            let producer_stream = self.foreign_stream(handle)?;
+            let produced = producer_stream.record_event()?;
+            Queue::wait_event(self, &produced)?;
+            hold_back = (producer != ProtocolStream::PerThread).then_some(producer_stream);
+        }
         Ok(ProducerWork {
             ordered: Some(Queue::record_event(self)?),
             hold_back,

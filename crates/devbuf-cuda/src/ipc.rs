@@ -65,6 +65,7 @@ impl Drop for CudaSharedMemory {
                     CudaKind::Device,
                     ptr,
                     DeviceAllocator::Synchronous,
+                    self.context.raw(),
                     null_stream,
                 )
             };

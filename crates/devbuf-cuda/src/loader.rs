@@ -70,12 +70,7 @@ pub(crate) const REQUIRED_ENTRY_POINTS: &[&str] = &[
 
 /// The stream-ordered allocator's entry points (CUDA 11.2); without them device memory comes from
 /// `cuMemAlloc`.
-pub(crate) const STREAM_ORDERED_ENTRY_POINTS: &[&str] = &[
-    "cuMemAllocAsync",
-    "cuMemFreeAsync",
-    "cuMemPoolGetAccess",
-    "cuMemPoolSetAccess",
-];
+pub(crate) const STREAM_ORDERED_ENTRY_POINTS: &[&str] = &["cuMemAllocAsync", "cuMemFreeAsync"];
 
 /// `cuCtxGetId` (CUDA 12.0), by which a primary context reset by another library is noticed;
 /// called where the driver has it: without it, [`call`] answers with an error and devbuf cannot
@@ -156,8 +151,13 @@ pub(crate) fn call(
     }
 }
 
-/// The code's name and the driver's description of it.
+/// The code's name and the driver's description of it. CUDA_ERROR_NOT_READY is an answer, not a
+/// failure (a query of work still running: `cuEventQuery`, `cuStreamQuery`), asked on hot paths:
+/// its name alone, without a second driver call.
 fn describe(code: CUresult) -> String {
+    if code == CUresult::CUDA_ERROR_NOT_READY {
+        return format!("{code:?}");
+    }
     let mut text: *const c_char = std::ptr::null();
     let described = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: `text` is a valid out-pointer; the driver stores a static string in it.

@@ -6,7 +6,9 @@
 //! | Host | `cuMemHostAlloc(DEVICEMAP \| PORTABLE)`: pinned, reachable from every context | `cuMemFreeHost` |
 //! | Shared | `cuMemAllocManaged(GLOBAL)`: migrates, any stream may touch it | `cuMemFree` |
 //!
-//! Every function here but [`pointer_info`] expects the allocating context to be current.
+//! [`allocate`] and [`free`] make the queue's context current where the driver takes it from the
+//! thread (not for the stream-ordered allocator, which takes it from the stream); the other
+//! functions here but [`pointer_info`] expect the allocating context to be current.
 
 use std::ffi::c_void;
 use std::ops::Range;
@@ -18,6 +20,7 @@ use cudarc::driver::sys::{
 };
 use devbuf_core::MemKind;
 
+use crate::context::{self, enter};
 use crate::loader::{DriverError, call};
 
 /// The alignment every CUDA allocation has at least.
@@ -71,30 +74,36 @@ impl CudaKind {
     }
 }
 
-/// Allocates `size` bytes of `kind`, returning the address and the allocator that made it (which
-/// [`free`] needs). `stream` orders stream-ordered allocations; where the driver refuses those
-/// (CUDA_ERROR_NOT_SUPPORTED), the memory comes from `cuMemAlloc`.
+/// Allocates `size` bytes of `kind` in `context`, returning the address and the allocator that
+/// made it (which [`free`] needs). `stream`, of `context`, orders stream-ordered allocations;
+/// where the driver refuses those (CUDA_ERROR_NOT_SUPPORTED), the memory comes from `cuMemAlloc`.
 pub(crate) fn allocate(
     kind: CudaKind,
     size: usize,
     allocator: DeviceAllocator,
     can_map_host_memory: bool,
+    context: CUcontext,
     stream: CUstream,
 ) -> Result<(usize, DeviceAllocator), DriverError> {
+    if kind == CudaKind::Device && allocator == DeviceAllocator::StreamOrdered {
+        let allocated = context::on_stream(context, stream, || {
+            let mut ptr = 0;
+            // SAFETY: `ptr` is a valid out-pointer and `stream` a live stream of `context`.
+            call("cuMemAllocAsync", || unsafe {
+                sys::cuMemAllocAsync(&mut ptr, size, stream)
+            })?;
+            Ok(ptr)
+        });
+        match allocated {
+            Ok(ptr) => return Ok((ptr as usize, DeviceAllocator::StreamOrdered)),
+            Err(err) if err.is(CUresult::CUDA_ERROR_NOT_SUPPORTED) => {}
+            Err(err) => return Err(err),
+        }
+    }
+    let _current = enter(context)?;
     match kind {
         CudaKind::Device => {
             let mut ptr = 0;
-            if allocator == DeviceAllocator::StreamOrdered {
-                // SAFETY: `ptr` is a valid out-pointer and `stream` a live stream of the current
-                // context.
-                match call("cuMemAllocAsync", || unsafe {
-                    sys::cuMemAllocAsync(&mut ptr, size, stream)
-                }) {
-                    Ok(()) => return Ok((ptr as usize, DeviceAllocator::StreamOrdered)),
-                    Err(err) if err.is(CUresult::CUDA_ERROR_NOT_SUPPORTED) => {}
-                    Err(err) => return Err(err),
-                }
-            }
             // SAFETY: `ptr` is a valid out-pointer and a context is current.
             call("cuMemAlloc", || unsafe {
                 sys::cuMemAlloc_v2(&mut ptr, size)
@@ -136,7 +145,7 @@ pub(crate) fn frees_in_order(kind: CudaKind, allocator: DeviceAllocator) -> bool
 }
 
 /// Releases memory from [`allocate`] with the same `kind`, the allocator it returned, and the same
-/// `stream`.
+/// `context` and `stream`.
 ///
 /// # Safety
 /// `ptr` came from `allocate(kind, ..)` with that allocator, is released once, and no work on it
@@ -145,13 +154,19 @@ pub(crate) unsafe fn free(
     kind: CudaKind,
     ptr: usize,
     allocator: DeviceAllocator,
+    context: CUcontext,
     stream: CUstream,
 ) -> Result<(), DriverError> {
+    if frees_in_order(kind, allocator) {
+        return context::on_stream(context, stream, || {
+            // SAFETY: the caller's contract; the free is ordered after earlier work on `stream`.
+            call("cuMemFreeAsync", || unsafe {
+                sys::cuMemFreeAsync(ptr as u64, stream)
+            })
+        });
+    }
+    let _current = enter(context)?;
     match (kind, allocator) {
-        // SAFETY: the caller's contract; the free is ordered after earlier work on `stream`.
-        (CudaKind::Device, DeviceAllocator::StreamOrdered) => call("cuMemFreeAsync", || unsafe {
-            sys::cuMemFreeAsync(ptr as u64, stream)
-        }),
         (CudaKind::Device | CudaKind::Shared, _) => {
             // SAFETY: the caller's contract; managed memory is released like device memory.
             call("cuMemFree", || unsafe { sys::cuMemFree_v2(ptr as u64) })
@@ -215,19 +230,48 @@ pub(crate) unsafe fn close_ipc_mapping(ptr: usize) -> Result<(), DriverError> {
 /// managed memory, the device that was current when it was allocated) and its kind; `None` for
 /// memory CUDA does not know (pageable host memory, garbage, null).
 pub(crate) fn pointer_info(ptr: usize) -> Result<Option<(u32, MemKind)>, DriverError> {
+    Ok(pointer_facts(ptr)?.map(|facts| (facts.ordinal, facts.kind)))
+}
+
+/// [`pointer_info`], with the allocation holding the pointer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PointerFacts {
+    pub ordinal: u32,
+    pub kind: MemKind,
+    /// The context the memory was allocated in (`CU_POINTER_ATTRIBUTE_CONTEXT`): null for
+    /// stream-ordered memory, which belongs to its device and no context.
+    pub context: CUcontext,
+    /// The allocation's bytes (`CU_POINTER_ATTRIBUTE_RANGE_START_ADDR`, `_RANGE_SIZE`: "Starting
+    /// address" and "Size of the address range for this requested pointer"); `None` where the
+    /// driver bounds none (a size of 0).
+    pub range: Option<Range<usize>>,
+}
+
+/// [`pointer_info`] and the allocation's range, in one driver call (`cuPointerGetAttributes`):
+/// what an import asks of the driver, and nothing else.
+pub(crate) fn pointer_facts(ptr: usize) -> Result<Option<PointerFacts>, DriverError> {
     let mut memory_type: u32 = 0;
     // Wide enough for the driver's `bool` and its `unsigned int`, zeroed for both.
     let mut is_managed: u32 = 0;
     let mut ordinal: i32 = -1;
+    let mut start: u64 = 0;
+    let mut size: usize = 0;
+    let mut context: CUcontext = ptr::null_mut();
     let mut attributes = [
         CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
         CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
         CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+        CUpointer_attribute::CU_POINTER_ATTRIBUTE_CONTEXT,
     ];
-    let mut values: [*mut c_void; 3] = [
+    let mut values: [*mut c_void; 6] = [
         (&raw mut memory_type).cast(),
         (&raw mut is_managed).cast(),
         (&raw mut ordinal).cast(),
+        (&raw mut start).cast(),
+        (&raw mut size).cast(),
+        (&raw mut context).cast(),
     ];
     // SAFETY: each value pointer points at a live local of the attribute's type; the pointer
     // being queried is never dereferenced.
@@ -245,7 +289,19 @@ pub(crate) fn pointer_info(ptr: usize) -> Result<Option<(u32, MemKind)>, DriverE
         Err(err) if err.is(CUresult::CUDA_ERROR_INVALID_VALUE) => return Ok(None),
         Err(err) => return Err(err),
     }
-    Ok(classify_attributes(memory_type, is_managed != 0, ordinal))
+    let Some((ordinal, kind)) = classify_attributes(memory_type, is_managed != 0, ordinal) else {
+        return Ok(None);
+    };
+    let start = start as usize;
+    let range = (size > 0)
+        .then(|| start.checked_add(size).map(|end| start..end))
+        .flatten();
+    Ok(Some(PointerFacts {
+        ordinal,
+        kind,
+        context,
+        range,
+    }))
 }
 
 /// The bytes of the allocation that holds `ptr`, from `cuMemGetAddressRange` ("Returns the base
@@ -270,20 +326,6 @@ pub(crate) fn address_range(ptr: usize) -> Result<Option<Range<usize>>, DriverEr
     }
     let base = base as usize;
     Ok(base.checked_add(size).map(|end| base..end))
-}
-
-/// The context `ptr`'s memory was allocated in; null for memory CUDA does not know and for
-/// stream-ordered memory, which belongs to its device and no context.
-pub(crate) fn pointer_context(ptr: usize) -> Result<CUcontext, DriverError> {
-    let mut context: CUcontext = ptr::null_mut();
-    let mut attribute = [CUpointer_attribute::CU_POINTER_ATTRIBUTE_CONTEXT];
-    let mut value: [*mut c_void; 1] = [(&raw mut context).cast()];
-    // SAFETY: the value pointer points at a live local of the attribute's type; the pointer being
-    // queried is never dereferenced.
-    call("cuPointerGetAttributes", || unsafe {
-        sys::cuPointerGetAttributes(1, attribute.as_mut_ptr(), value.as_mut_ptr(), ptr as u64)
-    })?;
-    Ok(context)
 }
 
 /// The kind the driver's attributes describe. Managed memory reports either memory type

@@ -1,24 +1,22 @@
-//! Copies between the memory of two CUDA devices that are peers (`cuDeviceCanAccessPeer`):
-//! `cuMemcpyPeerAsync` on the copying queue's stream, device to device, without a detour through
-//! host memory. Stream-ordered (pool) memory of the other device is made accessible to the
-//! copying device first, as the CUDA Programming Guide describes ("Stream Ordered Memory
-//! Allocator", "Device Accessibility for Multi-GPU Support": pool allocations do not follow
-//! `cuCtxEnablePeerAccess`; `cuMemPoolSetAccess` decides which devices reach them). That changes
-//! the pool's access for every allocation of it, another library's pool included: once granted,
-//! the copying device may reach all of that pool's memory, which is what peer copies need.
-//! Devices that are not peers keep the host staging of `Buffer::copy_from`.
+//! Copies between the memory of two CUDA devices that are peers (`cuDeviceCanAccessPeer`), for
+//! what a plain `cuMemcpyAsync` cannot reach: another device's stream-ordered (pool) memory.
+//! "Memory pool allocation accessibility does not follow cudaDeviceEnablePeerAccess or
+//! cuCtxEnablePeerAccess. Instead, the API cudaMemPoolSetAccess modifies what devices can access
+//! allocations from a pool" (CUDA Programming Guide, "Stream-Ordered Memory Allocator", multi-GPU
+//! access), and the same chapter names `cudaMemcpyPeerAsync` for copying pool memory between
+//! devices without that access (the driver stages it). So devbuf copies with
+//! `cuMemcpyPeerAsync` on the copying queue's stream and never changes a pool's access: the pool
+//! may be another library's, and access once granted holds for every allocation of it. Devices
+//! that are not peers keep the host staging of `Buffer::copy_from`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
-use cudarc::driver::sys::{
-    self, CUdevice, CUmemAccess_flags, CUmemAccessDesc, CUmemLocation, CUmemLocationType,
-    CUmemoryPool, CUpointer_attribute, CUstream,
-};
+use cudarc::driver::sys::{self, CUcontext, CUdevice, CUstream};
 use devbuf_core::MemKind;
 use parking_lot::Mutex;
 
-use crate::context::PrimaryContext;
+use crate::context::{PrimaryContext, on_stream, without_context};
 use crate::loader::{DriverError, call};
 use crate::memory;
 
@@ -69,73 +67,35 @@ fn primary(ordinal: u32) -> Result<Arc<PrimaryContext>, DriverError> {
     Ok(context)
 }
 
-/// Gives device `ordinal` read-write access to the pool `ptr` was allocated from, if it is pool
-/// memory and the device lacks it.
-fn grant_pool_access(ptr: usize, ordinal: u32) -> Result<(), DriverError> {
-    let mut pool: CUmemoryPool = std::ptr::null_mut();
-    // SAFETY: `pool` is a valid out-pointer of the attribute's type; `ptr` is never dereferenced.
-    let found = call("cuPointerGetAttribute", || unsafe {
-        sys::cuPointerGetAttribute(
-            (&raw mut pool).cast(),
-            CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
-            ptr as u64,
-        )
-    });
-    // Memory of no pool (cuMemAlloc's, IPC mappings), or a driver without pools.
-    if found.is_err() || pool.is_null() {
-        return Ok(());
-    }
-    let location = CUmemLocation {
-        type_: CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-        id: ordinal as i32,
-    };
-    let mut flags = CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE;
-    // SAFETY: valid pointers to live locals; `pool` is the driver's handle.
-    call("cuMemPoolGetAccess", || unsafe {
-        sys::cuMemPoolGetAccess(&mut flags, pool, (&raw const location).cast_mut())
-    })?;
-    if flags == CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE {
-        return Ok(());
-    }
-    let access = CUmemAccessDesc {
-        location,
-        flags: CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-    };
-    // SAFETY: one valid descriptor.
-    call("cuMemPoolSetAccess", || unsafe {
-        sys::cuMemPoolSetAccess(pool, &access, 1)
-    })
-}
-
-/// Enqueues a copy of `len` bytes from `src` to `dst` on `stream` (of device `ordinal`, whose
-/// context is current) with `cuMemcpyPeerAsync` when either side is device memory of another
-/// device; `Ok(false)`, enqueuing nothing, when neither is.
+/// Enqueues a copy of `len` bytes from `src` to `dst` on `stream` (of device `ordinal`'s
+/// `context`) with `cuMemcpyPeerAsync` when either side is device memory of another device;
+/// `Ok(false)`, enqueuing nothing, when neither is.
 ///
 /// # Safety
 /// Both ranges are valid for `len` bytes until the copy completes, and `stream` is alive.
 pub(crate) unsafe fn copy(
+    context: CUcontext,
     stream: CUstream,
     ordinal: u32,
     dst: usize,
     src: usize,
     len: usize,
 ) -> Result<bool, DriverError> {
-    let (to, from) = (other_device(dst, ordinal)?, other_device(src, ordinal)?);
+    let (to, from) = without_context(context, || {
+        Ok((other_device(dst, ordinal)?, other_device(src, ordinal)?))
+    })?;
     if to.is_none() && from.is_none() {
         return Ok(false);
-    }
-    for (ptr, device) in [(dst, to), (src, from)] {
-        if device.is_some() {
-            grant_pool_access(ptr, ordinal)?;
-        }
     }
     let (to, from) = (
         primary(to.unwrap_or(ordinal))?,
         primary(from.unwrap_or(ordinal))?,
     );
-    // SAFETY: the caller's promise for the ranges and the stream; both contexts are retained.
-    call("cuMemcpyPeerAsync", || unsafe {
-        sys::cuMemcpyPeerAsync(dst as u64, to.raw(), src as u64, from.raw(), len, stream)
+    on_stream(context, stream, || {
+        // SAFETY: the caller's promise for the ranges and the stream; both contexts are retained.
+        call("cuMemcpyPeerAsync", || unsafe {
+            sys::cuMemcpyPeerAsync(dst as u64, to.raw(), src as u64, from.raw(), len, stream)
+        })
     })?;
     Ok(true)
 }

@@ -157,9 +157,10 @@ impl CudaQueue {
         if handle == self.stream() {
             return Ok(());
         }
-        // An event must be recorded in its stream's own context.
-        let event = RawEvent::create(stream_context(self.stream.context(), handle)?)?;
-        event.record(handle as CUstream)?;
+        // An event must be recorded in its stream's own context (ours, reusing one of its events,
+        // for the default streams and the streams of our primary context).
+        let producer_context = stream_context(self.stream.context(), handle)?;
+        let event = CudaEvent::record_in(self.context(), producer_context, handle as CUstream)?;
         event::enqueue_wait(self.stream.raw(), self.stream.context().raw(), event.raw())?;
         Ok(())
     }
@@ -196,8 +197,10 @@ impl CudaQueue {
     /// What the driver says `ptr` is: `(device ordinal, kind)`, or `None` for memory CUDA does
     /// not know.
     pub fn classify(&self, ptr: usize) -> Result<Option<(u32, MemKind)>> {
-        let _current = self.stream.context().enter()?;
-        Ok(memory::pointer_info(ptr)?)
+        let context = self.context().raw();
+        Ok(crate::context::without_context(context, || {
+            memory::pointer_info(ptr)
+        })?)
     }
 
     /// Whether the driver says all `len` bytes at `dst` lie in one pinned host allocation.
@@ -205,6 +208,7 @@ impl CudaQueue {
         let Some(last) = dst.checked_add(len - 1) else {
             return Ok(false);
         };
+        let _current = self.context().enter()?;
         Ok(match memory::pointer_info(dst)? {
             Some((_, MemKind::Host)) => match memory::address_range(dst)? {
                 Some(range) => range.contains(&dst) && range.contains(&last),
@@ -235,13 +239,15 @@ pub(crate) fn stream_context(
     ) {
         return Ok(ours.raw());
     }
-    let _current = ours.enter()?;
-    let mut context = ptr::null_mut();
-    // SAFETY: `context` is a valid out-pointer; the stream's owner keeps it alive for this call.
-    call("cuStreamGetCtx", || unsafe {
-        sys::cuStreamGetCtx(handle as CUstream, &mut context)
-    })?;
-    Ok(context)
+    crate::context::without_context(ours.raw(), || {
+        let mut context = ptr::null_mut();
+        // SAFETY: `context` is a valid out-pointer; the stream's owner keeps it alive for this
+        // call.
+        call("cuStreamGetCtx", || unsafe {
+            sys::cuStreamGetCtx(handle as CUstream, &mut context)
+        })?;
+        Ok(context)
+    })
 }
 
 /// Checks that device `ordinal` exists and is usable, and retains its primary context.
@@ -286,12 +292,12 @@ impl Queue for CudaQueue {
         let requested = memory::request_size(size, align).ok_or_else(|| {
             self.out_of_memory(kind, size, format!("padding to {align} bytes overflows"))
         })?;
-        let _current = self.stream.context().enter()?;
         let (base, allocator) = memory::allocate(
             cuda_kind,
             requested,
             self.allocator,
             self.can_map_host_memory,
+            self.context().raw(),
             self.stream.raw(),
         )
         .map_err(|err| {
@@ -353,43 +359,61 @@ impl Queue for CudaQueue {
         } else {
             self.allocator
         };
-        // A failure here (the driver already shut down at process exit) cannot be reported and
-        // leaves nothing to free.
-        let Ok(_current) = self.stream.context().enter() else {
-            return;
-        };
         // SAFETY: the caller passes back one allocation of ours, once, ordered after the work on
         // it (core waited where the free is not stream-ordered); `base` and `allocator` are what
-        // the driver returned for it.
-        let _ = unsafe { memory::free(cuda_kind, base, allocator, self.stream.raw()) };
+        // the driver returned for it. A failure (the driver already shut down at process exit)
+        // cannot be reported and leaves nothing to free.
+        let _ = unsafe {
+            memory::free(
+                cuda_kind,
+                base,
+                allocator,
+                self.context().raw(),
+                self.stream.raw(),
+            )
+        };
     }
 
     unsafe fn copy(&self, dst: *mut u8, src: *const u8, len: usize) -> Result<()> {
         if len == 0 {
             return Ok(());
         }
-        let _current = self.stream.context().enter()?;
         let (dst, src, stream) = (dst as usize, src as usize, self.stream.raw());
-        // SAFETY: the caller guarantees both ranges are valid for `len` bytes until the copy
-        // completes; our stream is alive.
-        if unsafe { peer::copy(stream, self.ordinal(), dst, src, len)? } {
-            return Ok(());
+        let context = self.context().raw();
+        let copied = crate::context::on_stream(context, stream, || {
+            // SAFETY: the caller guarantees both ranges are valid for `len` bytes until the copy
+            // completes; our stream is alive. With unified addressing the driver works out where
+            // each side is.
+            call("cuMemcpyAsync", || unsafe {
+                sys::cuMemcpyAsync(dst as u64, src as u64, len, stream)
+            })
+        });
+        match copied {
+            Ok(()) => Ok(()),
+            // Another device's pool memory, which a plain copy cannot reach without the pool's
+            // access (`peer`): asked only then, so a copy within a device costs one call.
+            Err(err) if err.is(CUresult::CUDA_ERROR_INVALID_VALUE) => {
+                // SAFETY: as above.
+                match unsafe { peer::copy(context, stream, self.ordinal(), dst, src, len)? } {
+                    true => Ok(()),
+                    false => Err(err.into()),
+                }
+            }
+            Err(err) => Err(err.into()),
         }
-        // SAFETY: as above; with unified addressing the driver works out where each side is.
-        call("cuMemcpyAsync", || unsafe {
-            sys::cuMemcpyAsync(dst as u64, src as u64, len, stream)
-        })?;
-        Ok(())
     }
 
     unsafe fn fill(&self, dst: *mut u8, byte: u8, len: usize) -> Result<()> {
         if len == 0 {
             return Ok(());
         }
-        let _current = self.stream.context().enter()?;
-        // SAFETY: the caller guarantees `dst` is valid for `len` bytes until the fill completes.
-        let filled = call("cuMemsetD8Async", || unsafe {
-            sys::cuMemsetD8Async(dst as u64, byte, len, self.stream.raw())
+        let stream = self.stream.raw();
+        let filled = crate::context::on_stream(self.context().raw(), stream, || {
+            // SAFETY: the caller guarantees `dst` is valid for `len` bytes until the fill
+            // completes.
+            call("cuMemsetD8Async", || unsafe {
+                sys::cuMemsetD8Async(dst as u64, byte, len, stream)
+            })
         });
         match filled {
             Ok(()) => Ok(()),
@@ -501,11 +525,13 @@ impl Queue for CudaQueue {
     /// Device memory of a peer device (`cuDeviceCanAccessPeer`): copies reach it through
     /// `cuMemcpyPeerAsync` (the crate's `peer` module).
     fn copies_reach(&self, ptr: *const u8) -> bool {
-        let _current = self.stream.context().enter();
-        peer::other_device(ptr as usize, self.ordinal())
-            .ok()
-            .flatten()
-            .is_some_and(|device| peer::can_access(self.ordinal(), device))
+        let context = self.context().raw();
+        crate::context::without_context(context, || {
+            peer::other_device(ptr as usize, self.ordinal())
+        })
+        .ok()
+        .flatten()
+        .is_some_and(|device| peer::can_access(self.ordinal(), device))
     }
 
     fn interop(&self) -> &dyn Interop {

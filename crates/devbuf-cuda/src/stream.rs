@@ -7,7 +7,7 @@ use cudarc::driver::sys::{self, CUresult, CUstream, CUstream_flags};
 
 use devbuf_core::{StreamOptions, StreamOwner};
 
-use crate::context::PrimaryContext;
+use crate::context::{self, PrimaryContext};
 use crate::loader::{DriverError, call};
 
 /// A stream in a primary context.
@@ -114,9 +114,9 @@ impl Stream {
 
     /// Whether all work enqueued so far has completed, without blocking.
     pub fn is_idle(&self) -> Result<bool, DriverError> {
-        let _current = self.context.enter()?;
-        // SAFETY: the stream is alive (owned, or kept alive by its owner) and its context current.
-        match call("cuStreamQuery", || unsafe { sys::cuStreamQuery(self.raw) }) {
+        // SAFETY: the stream is alive (owned, or kept alive by its owner).
+        let query = || call("cuStreamQuery", || unsafe { sys::cuStreamQuery(self.raw) });
+        match context::on_stream(self.context.raw(), self.raw, query) {
             Ok(()) => Ok(true),
             Err(err) if err.is(CUresult::CUDA_ERROR_NOT_READY) => Ok(false),
             Err(err) => Err(err),
@@ -125,10 +125,11 @@ impl Stream {
 
     /// Blocks until all work enqueued so far has completed.
     pub fn synchronize(&self) -> Result<(), DriverError> {
-        let _current = self.context.enter()?;
-        // SAFETY: the stream is alive (owned, or kept alive by its owner) and its context current.
-        call("cuStreamSynchronize", || unsafe {
-            sys::cuStreamSynchronize(self.raw)
+        context::on_stream(self.context.raw(), self.raw, || {
+            // SAFETY: the stream is alive (owned, or kept alive by its owner).
+            call("cuStreamSynchronize", || unsafe {
+                sys::cuStreamSynchronize(self.raw)
+            })
         })
     }
 }

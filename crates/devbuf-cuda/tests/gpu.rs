@@ -382,6 +382,46 @@ fn eight_threads_share_one_queue() {
     });
 }
 
+// devbuf's calls on its stream take the stream's context, whatever the thread has current (no
+// context call on the hot paths, issue 46): with another context of the device current (PyCUDA's
+// kind), allocations, copies, fills, events and frees still run in devbuf's primary context, and
+// the thread's context is left as it was.
+#[test]
+fn another_context_current_changes_nothing() {
+    let Some(queue) = fresh_queue("another_context_current_changes_nothing") else {
+        return;
+    };
+    let (mut device, mut own) = (0, ptr::null_mut());
+    // SAFETY: valid out-pointers; the context made here is destroyed below.
+    unsafe {
+        check("cuDeviceGet", sys::cuDeviceGet(&mut device, 0));
+        check("cuCtxCreate", sys::cuCtxCreate_v2(&mut own, 0, device));
+    }
+    for kind in MemKind::ALLOCATABLE
+        .into_iter()
+        .filter(|&kind| queue.supports(kind))
+    {
+        let len = 1 << 16;
+        let bytes = pattern(len, 11);
+        let a = Buffer::alloc(&queue, kind, len).unwrap();
+        a.copy_from_host(&bytes).unwrap();
+        let b = Buffer::alloc(&queue, MemKind::Device, len).unwrap();
+        b.enqueue_copy_from(&a, &queue).unwrap();
+        let event = queue.record_event().unwrap();
+        event.wait().unwrap();
+        assert_eq!(read(&b), bytes, "{kind}");
+        b.fill(3).unwrap();
+        assert_eq!(read(&b), vec![3; len], "{kind}");
+        assert_eq!(
+            current_context(),
+            own,
+            "{kind}: the thread's context changed"
+        );
+    }
+    // SAFETY: the context made above, current on this thread, destroyed once.
+    unsafe { check("cuCtxDestroy", sys::cuCtxDestroy_v2(own)) };
+}
+
 static CAI_GATE: Gate = Gate::new();
 
 // CAI import: the producer's stream is blocked, its pending fill must land before our copy.

@@ -302,10 +302,10 @@ fn device_0_reaches_device_1_s_pool() -> bool {
     })
 }
 
-// Between peer devices (the driver's default) a copy runs device to device on the copying
-// queue's stream (cuMemcpyPeerAsync), after device 1's pending fill and before device 1's next
-// one, with device 1's pool made accessible to device 0 first (the Programming Guide's
-// cuMemPoolSetAccess): no staging through the host, so it can be enqueued without waiting.
+// Between peer devices (the driver's default) a copy runs on the copying queue's stream
+// (cuMemcpyPeerAsync, which the Programming Guide names for pool memory of another device), after
+// device 1's pending fill and before device 1's next one, enqueued without waiting; and devbuf
+// never changes the access of device 1's pool, which may be another library's.
 child_test!(a_copy_between_peer_devices_runs_on_the_devices_ordered_with_both
     ["DEVBUF_CUDA_TEST_DELAY_US" = "20000"] needs Need::Devices(2); {
     let (zero, one) = (shared(0), shared(1));
@@ -316,7 +316,7 @@ child_test!(a_copy_between_peer_devices_runs_on_the_devices_ordered_with_both
     on_one.enqueue_fill(5).unwrap();
     on_zero.enqueue_copy_from(&on_one, &zero).unwrap();
     on_one.enqueue_fill(9).unwrap();
-    assert!(device_0_reaches_device_1_s_pool());
+    assert!(!device_0_reaches_device_1_s_pool());
     assert_eq!(on_zero.to_vec().unwrap(), vec![5; LEN]);
     assert_eq!(on_one.to_vec().unwrap(), vec![9; LEN]);
     // And back, synchronously, on device 1's queue.

@@ -1,6 +1,7 @@
 """NVIDIA's own cuda.core and cuda-bindings test suites against the devbuf CUDA test driver: the
-driver's fidelity, measured by a maintainer by hand (their tests are not on PyPI; see
-tests/cuda-driver/README.md, "cuda.core's and cuda-bindings' tests", for the snapshot to fetch).
+driver's fidelity, measured by a maintainer with `ci/cuda-python-fidelity`, which fetches the
+suites' sources (they are not on the package index; see tests/cuda-driver/README.md, "cuda.core's
+and cuda-bindings' tests") and runs this for each suite:
 
     LD_LIBRARY_PATH=$(ci/cuda-test-driver):$LD_LIBRARY_PATH \\
         python tests/cuda-driver/fidelity/cuda_python.py --git-dir PATH core

@@ -28,7 +28,7 @@ pub extern "C" fn cuCtxDestroy_v2(context: CUcontext) -> CUresult {
     })
 }
 
-fn release(operation: &str, device: CUdevice) -> CUresult {
+fn release(operation: &'static str, device: CUdevice) -> CUresult {
     entry(operation, || {
         let context = primary(ordinal(device)?);
         if context.drop_retain()? {

@@ -43,7 +43,7 @@ pub(crate) fn run_host_function(function: impl FnOnce()) {
 }
 
 /// Runs an entry point that needs `cuInit` first (and is not called from a host function).
-pub(crate) fn entry(name: &str, body: impl FnOnce() -> DriverResult) -> CUresult {
+pub(crate) fn entry(name: &'static str, body: impl FnOnce() -> DriverResult) -> CUresult {
     boundary(name, || {
         initialized()?;
         if IN_HOST_FUNCTION.get() {
@@ -170,8 +170,7 @@ pub(crate) fn attribute(attribute: u32, ordinal: usize) -> Option<i32> {
     } else if is(A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED) {
         config.memory_pools as i32
     } else if is(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID) {
-        // Distinct, plausible bus ids; the domain and device ids are 0.
-        0x10 + ordinal as i32
+        pci_bus(physical(ordinal))
     } else if is(A::CU_DEVICE_ATTRIBUTE_WARP_SIZE) {
         32
     } else if is(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) {
@@ -288,6 +287,68 @@ pub unsafe extern "C" fn cuDeviceGetUuid(out: *mut CUuuid, device: CUdevice) -> 
 pub unsafe extern "C" fn cuDeviceGetUuid_v2(uuid: *mut CUuuid, device: CUdevice) -> CUresult {
     // SAFETY: the same contract.
     unsafe { cuDeviceGetUuid(uuid, device) }
+}
+
+/// The PCI bus of the machine's device `physical`: distinct, plausible bus numbers (the domain,
+/// device and function are 0). A property of the device, as its UUID is, whatever its ordinal in a
+/// process under `CUDA_VISIBLE_DEVICES`: numba-cuda finds the device of an IPC handle another
+/// process exported by its PCI domain, bus and device.
+fn pci_bus(physical: u32) -> i32 {
+    0x10 + physical as i32
+}
+
+/// The (domain, bus, device, function) a PCI bus id string names, in one of the forms
+/// `cuDeviceGetByPCIBusId` documents: "[domain]:[bus]:[device].[function] [domain]:[bus]:[device]
+/// [bus]:[device].[function] where domain, bus, device, and function are all hexadecimal values".
+/// `None` for anything else.
+fn parse_pci_bus_id(text: &str) -> Option<(u32, u32, u32, u32)> {
+    let hex = |part: &str| {
+        (!part.is_empty() && part.chars().all(|c| c.is_ascii_hexdigit()))
+            .then(|| u32::from_str_radix(part, 16).ok())
+            .flatten()
+    };
+    let parts: Vec<&str> = text.split(':').collect();
+    let (domain, bus, slot) = match parts.as_slice() {
+        [domain, bus, slot] => (hex(domain)?, hex(bus)?, *slot),
+        [bus, slot] if slot.contains('.') => (0, hex(bus)?, *slot),
+        _ => return None,
+    };
+    let (device, function) = match slot.split_once('.') {
+        Some((device, function)) => (hex(device)?, hex(function)?),
+        None => (hex(slot)?, 0),
+    };
+    Some((domain, bus, device, function))
+}
+
+/// cuDeviceGetByPCIBusId: "Returns in *dev a device handle given a PCI bus ID string", of the
+/// devices this process sees. A string in none of the documented forms (or NULL) is
+/// CUDA_ERROR_INVALID_VALUE; one no visible device has, CUDA_ERROR_INVALID_DEVICE (both among the
+/// documented codes; which one the driver gives for an absent device is the double's reading).
+///
+/// # Safety
+/// `device` is null or valid for writing a CUdevice; `bus_id` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetByPCIBusId(
+    device: *mut CUdevice,
+    bus_id: *const c_char,
+) -> CUresult {
+    entry("cuDeviceGetByPCIBusId", || {
+        if bus_id.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: a NUL-terminated string (the caller's contract).
+        let text = unsafe { std::ffi::CStr::from_ptr(bus_id) };
+        let named = text
+            .to_str()
+            .ok()
+            .and_then(parse_pci_bus_id)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let found = (0..device_count() as usize)
+            .find(|&ordinal| named == (0, pci_bus(physical(ordinal)) as u32, 0, 0))
+            .ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)?;
+        // SAFETY: the caller's out-pointer.
+        unsafe { write_out(device, found as CUdevice) }
+    })
 }
 
 /// # Safety

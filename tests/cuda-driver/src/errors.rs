@@ -12,7 +12,8 @@ pub(crate) type DriverResult<T = ()> = Result<T, CUresult>;
 
 /// Runs an entry point's body, turning its result into the C return code. A panic must not unwind
 /// into C: it becomes CUDA_ERROR_UNKNOWN, with a line on stderr saying where it came from.
-pub(crate) fn boundary(name: &str, body: impl FnOnce() -> DriverResult) -> CUresult {
+pub(crate) fn boundary(name: &'static str, body: impl FnOnce() -> DriverResult) -> CUresult {
+    let _inside = crate::calls::enter(name);
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => CUresult::CUDA_SUCCESS,
         Ok(Err(code)) => code,
@@ -313,7 +314,7 @@ fn name(code: u32) -> Option<&'static CStr> {
 }
 
 fn describe(
-    operation: &str,
+    operation: &'static str,
     code: u32,
     out: *mut *const c_char,
     pick: fn(u32) -> Option<&'static CStr>,

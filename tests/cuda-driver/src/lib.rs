@@ -31,8 +31,10 @@
 //! - peer access: every two devices are peers (`cuDeviceCanAccessPeer`) unless
 //!   `DEVBUF_CUDA_TEST_NO_PEER_ACCESS` says otherwise; `cuCtxEnablePeerAccess` and
 //!   `cuCtxDisablePeerAccess` with their documented codes; a pool's memory reached by another
-//!   device's stream only once `cuMemPoolSetAccess` gave that device access (else
-//!   CUDA_ERROR_INVALID_VALUE, as NVIDIA's cuda.core `test_peer_access_basic` expects);
+//!   device's stream through a plain copy only once `cuMemPoolSetAccess` gave that device access
+//!   (else CUDA_ERROR_INVALID_VALUE, as NVIDIA's cuda.core `test_peer_access_basic` expects), and
+//!   through a peer copy (`cuMemcpyPeer(Async)`) without it, as the Programming Guide's
+//!   stream-ordered allocator chapter describes (the driver stages such copies through the host);
 //!   `cuMemcpyPeer` serialized with the legacy streams of the contexts involved, as synchronous
 //!   copies between devices are, and `cuMemcpyPeerAsync` ordered on its stream alone;
 //! - reference-counted primary contexts (retain, release, reset, state, flags), destroyed with all
@@ -104,6 +106,7 @@
 //! | `DEVBUF_CUDA_TEST_MEMORY_POOLS=0` | no memory pools: the attribute reads 0, `cuMemAllocAsync` is CUDA_ERROR_NOT_SUPPORTED |
 //! | `DEVBUF_CUDA_TEST_POOL_REUSE=immediate` | `cuMemAllocAsync` gets the block freed last by `cuMemFreeAsync` at once, ordered after that free |
 //! | `DEVBUF_CUDA_TEST_HIDE=cuA,cuB` | `cuGetProcAddress` says these are missing (a NULL function, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND), as an older driver would; `dlsym` still finds them |
+//! | `DEVBUF_CUDA_TEST_COUNT_CALLS=1` | every entry point the process calls is counted by name (the base name; failed calls too; any other value leaves counting off); `devbufTestDriverCallCounts(char *buffer, size_t capacity)`, the double's own export, writes the counts as `name count` lines and returns their length (-1 with the knob off): what `tests/python/test_cuda_driver_calls.py` holds the hot paths' budgets with |
 //! | `DEVBUF_CUDA_TEST_TRACE=1` | a stderr line for every name `cuGetProcAddress` does not find |
 //! | `DEVBUF_CUDA_TEST_NO_PEER_ACCESS=0-1,2-3` | these pairs of the machine's devices are not peers (`cuDeviceCanAccessPeer` answers 0); all others are |
 //! | `CUDA_VISIBLE_DEVICES=2,0` | read by `cuInit`, as the driver does: the devices the indices or UUIDs (`GPU-…`, or a unique prefix) name, in that order, up to the first invalid one |
@@ -141,6 +144,7 @@
 #![allow(non_snake_case)]
 
 mod alloc;
+mod calls;
 mod config;
 mod context;
 mod context_api;

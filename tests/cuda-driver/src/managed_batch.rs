@@ -144,7 +144,7 @@ fn prefetch(stream: &Arc<Stream>, operand: &Operand, location: Location) {
 /// The arrays hold the entries their counts say (the entry points' contract).
 #[allow(clippy::too_many_arguments)]
 unsafe fn batch(
-    operation: &str,
+    operation: &'static str,
     discarding: bool,
     dptrs: *const CUdeviceptr,
     sizes: *const usize,

@@ -91,6 +91,7 @@ table! {
     "cuDeviceGetUuid" 9020 => cuDeviceGetUuid;
     "cuDeviceGetUuid" 11040 => cuDeviceGetUuid_v2;
     "cuDeviceGetPCIBusId" 4010 => cuDeviceGetPCIBusId;
+    "cuDeviceGetByPCIBusId" 4010 => cuDeviceGetByPCIBusId;
     "cuDeviceCanAccessPeer" 4000 => cuDeviceCanAccessPeer;
     "cuCtxEnablePeerAccess" 4000 => cuCtxEnablePeerAccess;
     "cuCtxDisablePeerAccess" 4000 => cuCtxDisablePeerAccess;

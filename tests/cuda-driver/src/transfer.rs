@@ -127,7 +127,9 @@ fn copy(
     copy_between(operation, destination, source, len, stream, call, &[])
 }
 
-/// [`copy`], also serialized, when synchronous, with the legacy streams of `extra_contexts`.
+/// [`copy`], also serialized, when synchronous, with the legacy streams of `peer_contexts`: a
+/// peer copy (`cuMemcpyPeer`, `cuMemcpyPeerAsync`) when there are any, which reaches another
+/// device's pool memory without the pool's access (see [`reachable`]).
 pub(crate) fn copy_between(
     operation: &'static str,
     destination: CUdeviceptr,
@@ -135,7 +137,7 @@ pub(crate) fn copy_between(
     len: usize,
     stream: CUstream,
     call: Call,
-    extra_contexts: &[&'static Context],
+    peer_contexts: &[&'static Context],
 ) -> CUresult {
     entry(operation, || {
         let stream = stream::resolve_as(stream, call.null)?;
@@ -147,7 +149,9 @@ pub(crate) fn copy_between(
             side(destination, len, synchronous)?,
             side(source, len, synchronous)?,
         );
-        if !(reachable(&to, stream.context.ordinal) && reachable(&from, stream.context.ordinal)) {
+        let plain_copy = peer_contexts.is_empty();
+        let ordinal = stream.context.ordinal;
+        if plain_copy && !(reachable(&to, ordinal) && reachable(&from, ordinal)) {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let host_source = is_host(&from);
@@ -194,7 +198,7 @@ pub(crate) fn copy_between(
                 .filter_map(|place| place.record())
                 .filter(|record| record.kind == Kind::Device)
                 .map(|record| record.context.unwrap_or(context::primary(record.ordinal)));
-            for other in contexts.chain(extra_contexts.iter().copied()) {
+            for other in contexts.chain(peer_contexts.iter().copied()) {
                 if other.ordinal != stream.context.ordinal
                     && !others.iter().any(|seen| std::ptr::eq(*seen, other))
                 {
@@ -213,11 +217,15 @@ pub(crate) fn copy_between(
     })
 }
 
-/// Whether a stream of device `ordinal` may copy to or from `side`: all but another device's pool
-/// memory the pool has not given it access to (Programming Guide, "Stream Ordered Memory
-/// Allocator": "memory pool allocation accessibility does not follow cudaDeviceEnablePeerAccess
-/// or cuCtxEnablePeerAccess. Instead, the API cudaMemPoolSetAccess modifies what devices can
-/// access allocations from a pool").
+/// Whether a plain copy (`cuMemcpy*`) on a stream of device `ordinal` may copy to or from `side`:
+/// all but another device's pool memory the pool has not given it access to (Programming Guide,
+/// "Stream Ordered Memory Allocator": "memory pool allocation accessibility does not follow
+/// cudaDeviceEnablePeerAccess or cuCtxEnablePeerAccess. Instead, the API cudaMemPoolSetAccess
+/// modifies what devices can access allocations from a pool"; NVIDIA's cuda.core
+/// `test_peer_access_basic` expects CUDA_ERROR_INVALID_VALUE). A peer copy is not held to it: the
+/// same chapter names `cudaMemcpyPeerAsync` for copies of pool memory between devices without
+/// that access, which the driver stages through the host ("p2h2p"); the double copies directly,
+/// with the same result (the staging's bandwidth is not modelled).
 fn reachable(side: &Side, ordinal: usize) -> bool {
     let Side::Memory(place) = side else {
         return true;

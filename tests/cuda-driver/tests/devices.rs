@@ -80,6 +80,59 @@ child_test!(a_device_s_uuid_in_visible_devices_names_it
     assert_eq!(&uuid_of(0), b"devbuf-test-dev\x01");
 });
 
+fn pci_bus_id(ordinal: i32) -> String {
+    let mut text = [0 as std::ffi::c_char; 16];
+    // SAFETY: `text` holds 16 bytes.
+    ok(unsafe { sys::cuDeviceGetPCIBusId(text.as_mut_ptr(), 16, ordinal) });
+    // SAFETY: the driver NUL-terminates what it writes.
+    unsafe { std::ffi::CStr::from_ptr(text.as_ptr()) }
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+fn device_by_pci_bus_id(text: &std::ffi::CStr) -> Result<i32, CUresult> {
+    let mut device = -1;
+    // SAFETY: a valid out-pointer and a NUL-terminated string.
+    match unsafe { sys::cuDeviceGetByPCIBusId(&mut device, text.as_ptr()) } {
+        CUresult::CUDA_SUCCESS => Ok(device),
+        code => Err(code),
+    }
+}
+
+// A PCI bus id, like a UUID, belongs to the device, whatever its ordinal under
+// CUDA_VISIBLE_DEVICES (numba-cuda finds an IPC handle's device by its PCI domain, bus and
+// device), and cuDeviceGetByPCIBusId finds the device by it in each of its documented forms:
+// "[domain]:[bus]:[device].[function] [domain]:[bus]:[device] [bus]:[device].[function]".
+child_test!(pci_bus_ids_stay_with_their_device_and_name_it
+    ["CUDA_VISIBLE_DEVICES" = "1,0"] {
+    init();
+    assert_eq!((pci_bus_id(0), pci_bus_id(1)), ("0000:11:00.0".into(), "0000:10:00.0".into()));
+    let mut bus = -1;
+    // SAFETY: a valid out-pointer.
+    ok(unsafe {
+        sys::cuDeviceGetAttribute(&mut bus, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, 0)
+    });
+    assert_eq!(bus, 0x11);
+    for form in [c"0000:11:00.0", c"0:11:0", c"11:00.0", c"0000:11:00"] {
+        assert_eq!(device_by_pci_bus_id(form), Ok(0), "{form:?}");
+    }
+    assert_eq!(device_by_pci_bus_id(c"0000:10:00.0"), Ok(1));
+    assert_eq!(device_by_pci_bus_id(c"0000:12:00.0"), Err(CUresult::CUDA_ERROR_INVALID_DEVICE));
+    assert_eq!(device_by_pci_bus_id(c"0000:11:01.0"), Err(CUresult::CUDA_ERROR_INVALID_DEVICE));
+    for malformed in [c"", c"11", c"11:00", c"0000:xx:00.0", c"0:11:00.0:0", c"0000:11:00."] {
+        assert_eq!(
+            device_by_pci_bus_id(malformed),
+            Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+            "{malformed:?}"
+        );
+    }
+    let mut device = -1;
+    // SAFETY: a NULL string is refused before it is read.
+    let null = unsafe { sys::cuDeviceGetByPCIBusId(&mut device, ptr::null()) };
+    assert_eq!(null, CUresult::CUDA_ERROR_INVALID_VALUE);
+});
+
 fn can_access_peer(device: i32, peer: i32) -> i32 {
     let mut answer = -1;
     // SAFETY: a valid out-pointer.
@@ -172,6 +225,37 @@ child_test!(another_device_s_pool_memory_needs_the_pool_s_access {
     assert!(read(on_device_1, LEN).iter().all(|&b| b == 0x33));
     ok(set_access(pool, 0, CU_MEM_ACCESS_FLAGS_PROT_NONE));
     assert_eq!(copy(on_device_1, on_device_0), CUresult::CUDA_ERROR_INVALID_VALUE);
+});
+
+// A peer copy (cuMemcpyPeerAsync) reaches another device's pool memory without the pool's
+// access: the Programming Guide's stream-ordered allocator chapter names cudaMemcpyPeerAsync for
+// copying pool memory between devices without that access (staged through the host by the
+// driver). The pool's access stays as it was.
+child_test!(a_peer_copy_reaches_another_device_s_pool_memory_without_its_access {
+    init();
+    let device_1 = enter(1);
+    let (pool, on_device_1) = pool_alloc(1, stream(0));
+    pop();
+    let device_0 = enter(0);
+    let on_device_0 = device_alloc(LEN);
+    let copier = stream(0);
+    // SAFETY: LEN bytes of live memory in each context; the stream is alive.
+    unsafe {
+        ok(sys::cuMemsetD8_v2(on_device_0, 0x5a, LEN));
+        ok(sys::cuMemcpyPeerAsync(on_device_1, device_1, on_device_0, device_0, LEN, copier));
+        ok(sys::cuMemsetD8_v2(on_device_0, 0, LEN));
+        ok(sys::cuMemcpyPeerAsync(on_device_0, device_0, on_device_1, device_1, LEN, copier));
+        ok(sys::cuStreamSynchronize(copier));
+    }
+    assert!(read(on_device_0, LEN).iter().all(|&b| b == 0x5a));
+    let location = sys::CUmemLocation {
+        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+        id: 0,
+    };
+    let mut flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    // SAFETY: valid pointers to live locals; the pool is the driver's.
+    ok(unsafe { sys::cuMemPoolGetAccess(&mut flags, pool, (&raw const location).cast_mut()) });
+    assert_eq!(flags, sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE);
 });
 
 child_test!(a_pool_cannot_give_access_to_a_device_that_is_no_peer

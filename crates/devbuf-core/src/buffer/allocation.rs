@@ -123,9 +123,8 @@ impl PendingList {
     /// [`PendingList::set_producer`]).
     pub(super) fn produced_by(producer: Arc<dyn ForeignQueue>) -> PendingList {
         PendingList {
-            work: Vec::new(),
             unordered: Some(producer),
-            handoffs: None,
+            ..PendingList::default()
         }
     }
 
@@ -198,8 +197,18 @@ impl PendingList {
 #[derive(Default)]
 pub(super) struct Pending {
     pub(super) list: Mutex<PendingList>,
-    /// Whether `list` is non-empty; updated under the lock when a guard is dropped.
+    /// Whether `list` is non-empty or the allocation unrecorded; updated under the lock when a
+    /// guard is dropped.
     pub(super) any: AtomicBool,
+    /// Whether the allocation's own queue allocated the memory in order (CUDA's stream-ordered
+    /// allocator) and no event covers that yet. Nothing may touch the memory before the
+    /// allocation, but the queue's own later work follows it anyway: an event is recorded only
+    /// when something else first orders after it (another queue, a consumer's stream, the host:
+    /// [`PendingGuard::record_allocation_event`]), so memory allocated, used on its queue and
+    /// freed costs no event (the driver-call budgets of `tests/python/test_cuda_driver_calls.py`).
+    /// Changed under the lock only; beside `any` rather than in the list, where it fits the
+    /// allocation's record.
+    allocation_unrecorded: AtomicBool,
 }
 
 impl Pending {
@@ -208,6 +217,17 @@ impl Pending {
         Pending {
             any: AtomicBool::new(!list.is_empty()),
             list: Mutex::new(list),
+            allocation_unrecorded: AtomicBool::new(false),
+        }
+    }
+
+    /// The pending work of memory its own queue just allocated in order (see
+    /// [`Pending::allocation_unrecorded`]).
+    pub(super) fn allocated_in_order() -> Pending {
+        Pending {
+            any: AtomicBool::new(true),
+            list: Mutex::new(PendingList::default()),
+            allocation_unrecorded: AtomicBool::new(true),
         }
     }
 
@@ -220,6 +240,7 @@ impl Pending {
         PendingGuard {
             list: self.list.lock(),
             any: &self.any,
+            allocation_unrecorded: &self.allocation_unrecorded,
         }
     }
 }
@@ -227,6 +248,19 @@ impl Pending {
 pub(super) struct PendingGuard<'a> {
     pub(super) list: MutexGuard<'a, PendingList>,
     pub(super) any: &'a AtomicBool,
+    pub(super) allocation_unrecorded: &'a AtomicBool,
+}
+
+impl PendingGuard<'_> {
+    /// Whether the in-order allocation on the allocation's own queue is still unrecorded.
+    pub(super) fn allocation_unrecorded(&self) -> bool {
+        self.allocation_unrecorded.load(Ordering::Relaxed)
+    }
+
+    /// Forgets the in-order allocation: `home`'s work recorded in the list covers it.
+    pub(super) fn allocation_covered(&mut self) {
+        self.allocation_unrecorded.store(false, Ordering::Relaxed);
+    }
 }
 
 impl Deref for PendingGuard<'_> {
@@ -244,7 +278,8 @@ impl DerefMut for PendingGuard<'_> {
 
 impl Drop for PendingGuard<'_> {
     fn drop(&mut self) {
-        self.any.store(!self.list.is_empty(), Ordering::Release);
+        let any = !self.list.is_empty() || self.allocation_unrecorded();
+        self.any.store(any, Ordering::Release);
     }
 }
 

@@ -118,7 +118,9 @@ impl Buffer {
         Self::allocated(kind, ptr, nbytes, release, queue.allocates_in_order(kind))
     }
 
-    /// The buffer of fresh memory at `ptr`.
+    /// The buffer of fresh memory at `ptr`. With `in_order`, the allocation itself is work on the
+    /// queue that nothing else may overtake, recorded when something first orders after it
+    /// ([`Pending::allocated_in_order`]).
     fn allocated(
         kind: MemKind,
         ptr: NonNull<u8>,
@@ -126,24 +128,23 @@ impl Buffer {
         release: Release,
         in_order: bool,
     ) -> Result<Buffer> {
-        let buffer = Buffer {
+        let pending = if in_order {
+            Pending::allocated_in_order()
+        } else {
+            Pending::default()
+        };
+        Ok(Buffer {
             alloc: SharedAllocation::new(|| Allocation {
                 base: ptr.as_ptr() as usize,
                 kind,
                 release,
-                pending: Pending::default(),
+                pending,
                 exported: AtomicU8::new(exported::NO),
                 read_only: false,
             }),
             offset: 0,
             len: nbytes,
-        };
-        if in_order {
-            // The allocation itself is work on the queue: nothing else may touch the memory
-            // before it. (On failure, dropping the buffer releases the memory.)
-            buffer.record_allocation(buffer.queue())?;
-        }
-        Ok(buffer)
+        })
     }
 
     /// Wraps foreign memory. `queue` is the queue that can reach it (for copies and fills) and

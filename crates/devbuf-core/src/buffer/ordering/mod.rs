@@ -14,8 +14,7 @@ use std::sync::atomic::Ordering;
 use smallvec::SmallVec;
 
 use super::Buffer;
-use super::allocation::Allocation;
-use super::allocation::{PendingGuard, PendingList, PendingWork, exported};
+use super::allocation::{Allocation, PendingGuard, PendingList, PendingWork, exported};
 use crate::{Event, ForeignQueue, Queue, Result};
 
 /// Where devbuf is about to touch an allocation's bytes ([`Buffer::order_access`]).
@@ -33,7 +32,8 @@ impl Buffer {
     /// Records that work on this allocation was enqueued on `queue` and completes with `event`
     /// (for work devbuf did not enqueue itself, e.g. a consumer's kernel).
     pub fn record_work(&self, queue: &Arc<dyn Queue>, event: Event) {
-        set_latest(&mut self.alloc.pending.lock(), queue, event, None);
+        let home = self.alloc.queue();
+        set_latest(&mut self.alloc.pending.lock(), home, queue, event, None);
     }
 
     /// Orders the release of this allocation (and every later access) after all work enqueued so
@@ -92,7 +92,10 @@ impl Buffer {
         if self.may_have_foreign_work() {
             self.order_after_handed_out(&access)?;
         }
-        self.for_each_pending(|work| match access {
+        // The allocation's own queue follows its in-order allocation without an event.
+        let own_queue =
+            matches!(access, Access::Queue(queue) if Arc::ptr_eq(queue, self.alloc.queue()));
+        self.for_each_pending(own_queue, |work| match access {
             Access::Queue(queue) if work.on(queue) => Ok(()),
             Access::Queue(queue) => queue.wait_event(&work.event),
             Access::Consumer(consumer) => consumer.wait_event(&work.event),
@@ -138,24 +141,22 @@ impl Buffer {
         consumer.wait_event(&producer.record_event()?)
     }
 
-    /// Records the allocation of fresh memory on `queue` as work on it, where the queue allocates
-    /// in stream order ([`Queue::allocates_in_order`]): nothing else may touch the memory before.
-    pub(crate) fn record_allocation(&self, queue: &Arc<dyn Queue>) -> Result<()> {
-        let allocated = queue.record_event()?;
-        self.record_work(queue, allocated);
-        Ok(())
-    }
-
     /// Waits for `queue` and forgets its completed work on this and `others`' allocations (work
     /// another thread enqueued after the wait stays recorded): a command devbuf waits for.
     pub(crate) fn finish_on(&self, queue: &Arc<dyn Queue>, others: &[&Buffer]) -> Result<()> {
         queue.wait()?;
         for buffer in std::iter::once(self).chain(others.iter().copied()) {
             if !buffer.alloc.pending.is_empty() {
+                let mut pending = buffer.alloc.pending.lock();
+                // The queue's work is done: its in-order allocations too.
+                if Arc::ptr_eq(queue, buffer.queue()) {
+                    pending.allocation_covered();
+                }
                 // Another library's work was ordered before ours (order_on), so it is done too.
-                let completed = buffer.alloc.pending.lock().take_completed(|w| {
+                let completed = pending.take_completed(|w| {
                     (w.queue.is_none() || w.on(queue)) && w.event.is_complete().unwrap_or(false)
                 });
+                drop(pending);
                 drop(completed);
             }
         }
@@ -205,16 +206,24 @@ impl Buffer {
     }
 
     /// Runs `wait` on each piece of work still pending on this allocation (the producer's among
-    /// them), after forgetting what has completed. The waits run with the allocation unlocked:
-    /// ordering another library's queue may call into the embedding language
-    /// ([`crate::ecosystem`]), whose own lock another thread may hold while it waits for ours.
-    fn for_each_pending(&self, mut wait: impl FnMut(&PendingWork) -> Result<()>) -> Result<()> {
+    /// them, and the in-order allocation unless `own_queue` asks, which follows it anyway), after
+    /// forgetting what has completed. The waits run with the allocation unlocked: ordering
+    /// another library's queue may call into the embedding language ([`crate::ecosystem`]), whose
+    /// own lock another thread may hold while it waits for ours.
+    fn for_each_pending(
+        &self,
+        own_queue: bool,
+        mut wait: impl FnMut(&PendingWork) -> Result<()>,
+    ) -> Result<()> {
         if self.alloc.pending.is_empty() {
             return Ok(());
         }
         let (completed, pending): (Vec<PendingWork>, SmallVec<[PendingWork; 2]>) = {
             let mut pending = self.alloc.pending.lock();
             pending.record_producer_event()?;
+            if !own_queue {
+                pending.record_allocation_event(self.alloc.queue())?;
+            }
             let completed = pending.take_all_completed();
             let still = pending
                 .work
@@ -245,8 +254,19 @@ impl Buffer {
         let completed: Vec<PendingWork>;
         let mut pending = self.alloc.pending.lock();
         pending.record_producer_event()?;
+        // An in-order allocation its queue has run is no work to sync with (a consumer handed
+        // memory with nothing pending works where it likes: Numba on its default stream). A
+        // consumer that syncs with the allocation's own queue follows the allocation; any other
+        // queue needs its event.
+        if pending.allocation_unrecorded() && self.alloc.queue().is_idle().unwrap_or(false) {
+            pending.allocation_covered();
+        }
+        if !Arc::ptr_eq(home, self.alloc.queue()) {
+            pending.record_allocation_event(self.alloc.queue())?;
+        }
         completed = pending.take_all_completed();
         let target = match pending.work.as_slice() {
+            _ if pending.allocation_unrecorded() => Some(Arc::clone(home)),
             [] if !consumers => None,
             [
                 PendingWork {
@@ -270,6 +290,8 @@ impl Buffer {
                 sources: sources.collect(),
             };
             drop(std::mem::replace(&mut pending.work, vec![joined]));
+            // Recorded on the allocation's own queue when its allocation was unrecorded.
+            pending.allocation_covered();
         }
         drop(pending);
         drop(completed);
@@ -340,6 +362,7 @@ impl Buffer {
         let events: SmallVec<[Event; 2]> = {
             let mut pending = self.alloc.pending.lock();
             pending.record_producer_event()?;
+            pending.record_allocation_event(self.alloc.queue())?;
             pending.work.iter().map(|w| w.event.clone()).collect()
         };
         events.iter().try_for_each(Event::wait)?;
@@ -398,7 +421,7 @@ pub(super) fn record_enqueued(
         } else {
             None
         };
-        set_latest(pending, queue, event.clone(), keep);
+        set_latest(pending, alloc.queue(), queue, event.clone(), keep);
     }
     let mut held_back: SmallVec<[Arc<dyn ForeignQueue>; 1]> = SmallVec::new();
     let mut handed_out: SmallVec<[Arc<dyn Queue>; 2]> = SmallVec::new();
@@ -440,14 +463,18 @@ fn queues_handed_out<'a>(
         .cloned()
 }
 
-/// Makes `event` the latest work of `queue` in an allocation's pending list, which also holds
-/// `source` until then.
+/// Makes `event` the latest work of `queue` in the pending list of an allocation of `home`, which
+/// also holds `source` until then. Work on `home` covers its in-order allocation.
 fn set_latest(
-    pending: &mut PendingList,
+    pending: &mut PendingGuard<'_>,
+    home: &Arc<dyn Queue>,
     queue: &Arc<dyn Queue>,
     event: Event,
     source: Option<Buffer>,
 ) {
+    if Arc::ptr_eq(queue, home) {
+        pending.allocation_covered();
+    }
     match pending.work.iter_mut().find(|w| w.on(queue)) {
         Some(work) => {
             work.event = event;
@@ -473,6 +500,26 @@ impl PendingList {
                 sources: Vec::new(),
             });
         }
+        Ok(())
+    }
+}
+
+impl PendingGuard<'_> {
+    /// Records the in-order allocation as work on `home`, the allocation's own queue, if nothing
+    /// covers it yet: `home`'s later work recorded in the list does (a queue runs in order).
+    pub(super) fn record_allocation_event(&mut self, home: &Arc<dyn Queue>) -> Result<()> {
+        if !self.allocation_unrecorded() {
+            return Ok(());
+        }
+        if !self.list.work.iter().any(|work| work.on(home)) {
+            let event = home.record_event()?;
+            self.list.work.push(PendingWork {
+                queue: Some(Arc::clone(home)),
+                event,
+                sources: Vec::new(),
+            });
+        }
+        self.allocation_unrecorded.store(false, Ordering::Relaxed);
         Ok(())
     }
 }

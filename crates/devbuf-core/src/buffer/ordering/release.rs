@@ -152,6 +152,12 @@ fn release_point(
         // The runtime frees it after the queue's work, which now follows all of ours.
         return Some(FreeAfter::ForeignWork);
     }
+    // Work on the queue alone: its latest event already marks the end of it.
+    if let [only] = pending
+        && only.on(queue)
+    {
+        return Some(FreeAfter::Event(only.event.clone()));
+    }
     match queue.record_event() {
         Ok(after) => Some(FreeAfter::Event(after)),
         Err(_) => blocking(|| queue.wait()).is_ok().then_some(FreeAfter::Now),
