@@ -209,12 +209,15 @@ class Sycl:
 
 
 class TheirStream:
-    """Another library's stream object, as the CUDA stream protocol hands it over."""
+    """Another library's stream object, as the CUDA stream protocol hands it over; once closed it
+    no longer names its stream, as cuda.core's `Stream.close()` leaves it."""
 
     def __init__(self, handle):
         self.handle = handle
 
     def __cuda_stream__(self):
+        if self.handle is None:
+            raise RuntimeError("Stream has been closed")
         return (0, self.handle)
 
 
@@ -374,16 +377,19 @@ class Cuda:
                 self.ok(self.cu.cuCtxSynchronize())
 
     def raw_stream(self, device):
-        """A stream another library owns and then destroys (cuda.core's `Stream.close()`),
-        adopted by handle; returns it and what destroys it."""
+        """A stream another library owns and then destroys while devbuf still holds its object
+        (cuda.core's `Stream.close()`), adopted through the stream protocol; returns it and what
+        destroys it."""
         with self.on(device):
             handle = self.new_stream()
+        theirs = TheirStream(handle)
 
         def destroy():
+            theirs.handle = None
             with self.on(device):
                 self.ok(self.cu.cuStreamDestroy_v2(ctypes.c_void_p(handle)))
 
-        return devbuf.Stream.from_handle(handle, device), destroy
+        return devbuf.Stream(theirs), destroy
 
     def producer(self, kind, value, device):
         """Memory another library made and is still writing (late) on its own stream: CAI with

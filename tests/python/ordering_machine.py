@@ -404,7 +404,11 @@ class Machine(ResourceRules):
     @step
     def stream_dies(self, kind, value, theirs, on_stream, export):
         """Memory written on a stream that then goes: destroyed by the library that owns it, or
-        closed; the memory stays usable and its bytes readable."""
+        closed; the memory stays usable and its bytes readable. Memory allocated on another
+        library's stream is devbuf's to use only while that stream lives, as cuda.core's own
+        buffers are (their close() frees on it): that library destroying it first is left out
+        (docs/architecture.md, "The ordering invariant")."""
+        on_stream = on_stream and not theirs
         backend, kind, device = self.backend, self.kind(kind), self.backend.device
         if theirs:
             stream, destroy = backend.raw_stream(device)

@@ -130,6 +130,10 @@ class ResourceRules(Base):
         source = self.resource(resource, kind, held=False)
         on = self.stream_on(backend.device, stream)
         ptr = source.allocate(nbytes, kind, stream=on if stream_ordered else None)
+        if not stream_ordered and on is not None:
+            # RMM's contract: memory allocated without a stream is ready on the resource's own
+            # queue; another stream uses it once that queue's work is done.
+            source.queue.synchronize()
         backend.stream_writes(ptr, nbytes, kind, 255 - value, on)
         source.deallocate(ptr, nbytes, kind, stream=on)
         # Finding F4 (reported on issue 44): a pool whose maximum is the one block it served refuses

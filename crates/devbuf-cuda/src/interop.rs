@@ -128,8 +128,12 @@ impl Interop for CudaQueue {
         true
     }
 
-    /// The stream handed out is the stream devbuf's commands run on.
+    /// The stream handed out is the stream devbuf's commands run on; on another library's stream
+    /// its owner destroyed, nobody can enqueue anything more.
     fn order_handed_out_after(&self, event: &Event) -> Result<()> {
+        if !self.stream.is_alive() {
+            return Ok(());
+        }
         Queue::wait_event(self, event)
     }
 

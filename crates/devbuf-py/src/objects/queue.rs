@@ -37,6 +37,19 @@ pub struct PyQueue {
     /// Whether this is its device's shared queue ([`shared_queue`]), the work stream DLPack's
     /// exchange table reports for the device.
     pub(crate) shared: bool,
+    /// For a bare stream handle adopted without an owner (`Stream.from_handle(handle)`), whether
+    /// the caller's promise that the stream lives still holds: it lasts as long as this object,
+    /// and devbuf's records of memory handed out on the stream ask it
+    /// ([`devbuf::KeepsStream`]).
+    pub(crate) promise: Option<Arc<AtomicBool>>,
+}
+
+impl Drop for PyQueue {
+    fn drop(&mut self) {
+        if let Some(promise) = &self.promise {
+            promise.store(false, Ordering::Relaxed);
+        }
+    }
 }
 
 impl PyQueue {
@@ -46,12 +59,22 @@ impl PyQueue {
         queue: Arc<dyn Queue>,
         options: devbuf::StreamOptions,
     ) -> PyResult<Py<PyQueue>> {
-        Self::build(py, queue, Some(options), false)
+        Self::build(py, queue, Some(options), false, None)
     }
 
     /// Another library's stream or queue, adopted.
     pub(crate) fn wrap(py: Python<'_>, queue: Arc<dyn Queue>) -> PyResult<Py<PyQueue>> {
-        Self::build(py, queue, None, false)
+        Self::build(py, queue, None, false, None)
+    }
+
+    /// A bare stream handle adopted on the caller's promise that it lives as long as the object
+    /// made here, which `promise` then says.
+    pub(crate) fn wrap_promised(
+        py: Python<'_>,
+        queue: Arc<dyn Queue>,
+        promise: Arc<AtomicBool>,
+    ) -> PyResult<Py<PyQueue>> {
+        Self::build(py, queue, None, false, Some(promise))
     }
 
     fn build(
@@ -59,6 +82,7 @@ impl PyQueue {
         queue: Arc<dyn Queue>,
         made_with: Option<devbuf::StreamOptions>,
         shared: bool,
+        promise: Option<Arc<AtomicBool>>,
     ) -> PyResult<Py<PyQueue>> {
         let device = Py::new(
             py,
@@ -75,6 +99,7 @@ impl PyQueue {
                 dpctl_queue: PyOnceLock::new(),
                 made_with,
                 shared,
+                promise,
             },
         )
     }
@@ -100,6 +125,10 @@ impl PyQueue {
             )));
         }
         self.closed.store(true, Ordering::Relaxed);
+        // A bare handle's promise ends with the Stream's use.
+        if let Some(promise) = &self.promise {
+            promise.store(false, Ordering::Relaxed);
+        }
         Ok(())
     }
 
@@ -177,7 +206,13 @@ pub(crate) fn shared_queue(py: Python<'_>, selector: &str) -> PyResult<Py<PyQueu
     let existing = cache.lock().get(&canonical).map(|q| q.clone_ref(py));
     let wrapped = match existing {
         Some(existing) => existing,
-        None => PyQueue::build(py, queue, Some(devbuf::StreamOptions::default()), true)?,
+        None => PyQueue::build(
+            py,
+            queue,
+            Some(devbuf::StreamOptions::default()),
+            true,
+            None,
+        )?,
     };
     let (shared, displaced) = {
         let mut cache = cache.lock();

@@ -2,6 +2,9 @@
 //! CuPy, devbuf's own) and raw handles with an owner. The backend that speaks CUDA's protocols
 //! makes the queue; the Python object that keeps the stream alive rides inside it.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use devbuf::{Error, HandleSource, Protocol};
 use pyo3::exceptions::{PyNotImplementedError, PyTypeError};
 use pyo3::intern;
@@ -58,9 +61,11 @@ pub(crate) fn adopt_handle(
     key: &'static str,
 ) -> PyResult<Py<PyQueue>> {
     let selector = device.map(selector_of).transpose()?;
-    let owner: devbuf::StreamOwner = match owner {
-        Some(object) => Box::new(PythonStreamOwner { object, handle }),
-        None => Box::new(()),
+    let promise = owner.is_none().then(|| Arc::new(AtomicBool::new(true)));
+    let owner: devbuf::StreamOwner = match (owner, &promise) {
+        (Some(object), _) => Box::new(PythonStreamOwner { object, handle }),
+        (None, Some(promise)) => Box::new(PromisedWhileHeld(Arc::clone(promise))),
+        (None, None) => Box::new(()),
     };
     let queue = py
         .detach(|| {
@@ -79,7 +84,22 @@ pub(crate) fn adopt_handle(
             err => err,
         })
         .py()?;
-    PyQueue::wrap(py, queue)
+    match promise {
+        Some(promise) => PyQueue::wrap_promised(py, queue, promise),
+        None => PyQueue::wrap(py, queue),
+    }
+}
+
+/// A bare stream handle's keeper: the caller promised the stream lives as long as the devbuf
+/// Stream made of it (`Stream.from_handle` without an owner), whose end (or `close()`) ends the
+/// promise; records of memory handed out on the stream then stop asking it.
+#[derive(Debug)]
+struct PromisedWhileHeld(Arc<AtomicBool>);
+
+impl devbuf::KeepsStream for PromisedWhileHeld {
+    fn stream_alive(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 /// A `stream=` argument: a devbuf Stream, or another library's stream or queue adopted as
