@@ -93,13 +93,13 @@ impl Interop for SyclQueue {
         self.order_commands_after_handed_out()
     }
 
-    /// [`SyclQueue::all_work_event`]: a barrier on the queue handed out covers their work,
+    /// `SyclQueue::all_work_event`: a barrier on the queue handed out covers their work,
     /// which devbuf's last command does not.
     fn foreign_work_event(&self) -> Result<Option<Event>> {
         self.all_work_event().map(Some)
     }
 
-    /// [`SyclQueue::all_work_event`].
+    /// As `foreign_work_event` (`SyclQueue::all_work_event`).
     fn handed_out_event(&self) -> Result<Event> {
         self.all_work_event()
     }
@@ -112,7 +112,7 @@ impl Interop for SyclQueue {
 
     /// On a queue shared with them, an in-order queue: [`Queue::wait_event`]; on a queue handed out
     /// beside devbuf's command queue, the event joins the record of work its consumers submit by
-    /// ([`SyclQueue::order_handed_out_after_event`]).
+    /// (`SyclQueue::order_handed_out_after_event`).
     fn order_handed_out_after(&self, event: &Event) -> Result<()> {
         if !self.split {
             return Queue::wait_event(self, event);

@@ -77,7 +77,7 @@ impl Handouts {
 
     /// As [`Handouts::deallocate`], for memory that may still be in use until `after` (RMM's
     /// `deallocate(ptr, bytes, stream)`: an event covering all work on that stream,
-    /// [`crate::stream::all_work_event`]): the resource hands it out again only then.
+    /// [`crate::ordering::all_work_event`]): the resource hands it out again only then.
     pub fn deallocate_after(
         &self,
         address: usize,

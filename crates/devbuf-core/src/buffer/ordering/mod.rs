@@ -37,7 +37,7 @@ impl Buffer {
     }
 
     /// Orders the release of this allocation (and every later access) after all work enqueued so
-    /// far on `queue`, whoever enqueued it ([`crate::stream::all_work_event`]): `close(stream=)`.
+    /// far on `queue`, whoever enqueued it ([`crate::ordering::all_work_event`]): `close(stream=)`.
     pub fn release_after_stream(&self, queue: &Arc<dyn Queue>) -> Result<()> {
         let event = crate::ordering::all_work_event(queue)?;
         self.record_work(queue, event);
