@@ -3,18 +3,16 @@
 import os
 from collections.abc import Callable, Iterator, Sequence
 from types import EllipsisType
-from typing import Any, Literal, NoReturn, SupportsIndex, TypeVar, final, overload
+from typing import Any, Literal, NoReturn, SupportsIndex, final, overload
 
 import numpy as np
 from _typeshed import SupportsWrite
 from numpy.typing import DTypeLike
 from typing_extensions import Self, disjoint_base
 
-from devbuf.mr.statistics import Statistics as _Statistics
+from devbuf.mr.statistics import Statistics
 
 _Kind = Literal["host", "device", "shared"]
-# What `get`/`copy_to_host` copy into: a NumPy array, or another writable bytes-like object.
-_HostOut = TypeVar("_HostOut", np.ndarray[Any, Any], bytearray, memoryview)
 _Index = SupportsIndex | slice | EllipsisType | None
 _Shape = SupportsIndex | Sequence[SupportsIndex]
 _Advice = Literal[
@@ -393,12 +391,16 @@ class Array:
         in bytes, as RMM's ``copy_to_host``); the copy runs on ``stream`` (default: the array's
         queue) and is done when this returns."""
     @overload
-    def get(self, stream: Queue | None = None, *, out: _HostOut) -> _HostOut: ...
+    def get(
+        self, stream: Queue | None = None, *, out: np.ndarray[Any, Any] | bytearray | memoryview
+    ) -> np.ndarray[Any, Any] | bytearray | memoryview: ...
     @overload
     def copy_to_host(self, out: None = None, stream: Queue | None = None) -> np.ndarray[Any, Any]:
         """``get()`` under Numba's name and argument order."""
     @overload
-    def copy_to_host(self, out: _HostOut, stream: Queue | None = None) -> _HostOut: ...
+    def copy_to_host(
+        self, out: np.ndarray[Any, Any] | bytearray | memoryview, stream: Queue | None = None
+    ) -> np.ndarray[Any, Any] | bytearray | memoryview: ...
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
         """NumPy's view of host-readable memory; TypeError (naming ``get()``) for memory the host
         cannot read."""
@@ -722,9 +724,9 @@ class LimitingResourceAdaptor(MemoryResource):
 class StatisticsResourceAdaptor(MemoryResource):
     def __new__(cls, upstream_mr: MemoryResource) -> Self: ...
     @property
-    def allocation_counts(self) -> _Statistics: ...
-    def push_counters(self) -> _Statistics: ...
-    def pop_counters(self) -> _Statistics: ...
+    def allocation_counts(self) -> Statistics: ...
+    def push_counters(self) -> Statistics: ...
+    def pop_counters(self) -> Statistics: ...
 
 @final
 class TrackingResourceAdaptor(MemoryResource):
