@@ -1,6 +1,10 @@
 //! Typed, strided views of a [`Buffer`]: the one place where shapes, strides and offsets are
 //! validated, whatever protocol they came from.
 
+// Caller numbers become addresses here: every size, count, offset and alignment is checked
+// (docs/architecture.md, "Untrusted numbers").
+#![deny(clippy::arithmetic_side_effects)]
+
 mod copy;
 mod fill;
 mod index;
@@ -141,12 +145,20 @@ impl Layout {
 
     /// Number of elements.
     #[inline]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "Layout::new checked that the elements' bytes fit in an isize; views keep to them"
+    )]
     pub fn size(&self) -> usize {
         self.shape.iter().product()
     }
 
     /// Size of the elements in bytes (not the span they occupy).
     #[inline]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "Layout::new checked that the elements' bytes fit in an isize; views keep to them"
+    )]
     pub fn nbytes(&self) -> usize {
         self.size() * self.dtype.itemsize()
     }
@@ -173,6 +185,11 @@ impl Layout {
     /// The byte range the elements occupy relative to element 0: `(lowest, end)` with `lowest <= 0`,
     /// or `None` for an array with no elements. Wide integers, so that absurd strides are reported
     /// rather than wrapped.
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "each reach is below 2^126 (an extent below 2^63 times a stride of 64 bits), and \
+                  the elements' count bounds their sum far below i128's range"
+    )]
     pub fn extent(&self) -> Option<(i128, i128)> {
         if self.size() == 0 {
             return None;
@@ -202,9 +219,10 @@ impl Layout {
         let Some((low, end)) = self.extent() else {
             return Ok(());
         };
-        let first = self.offset as i128 + low;
-        let last = self.offset as i128 + end;
-        if first < 0 || last > len as i128 {
+        let (offset, len) = (self.offset as i128, len as i128);
+        // Both within 2^64 of an extent i128 holds with room to spare.
+        let (first, last) = (offset.saturating_add(low), offset.saturating_add(end));
+        if first < 0 || last > len {
             return Err(Error::invalid(
                 "strides",
                 format!(
@@ -254,8 +272,12 @@ impl Layout {
             .iter()
             .zip(&self.shape)
             .map(|(&stride, &n)| {
-                if stride % itemsize == 0 {
-                    Ok((stride / itemsize) as i64)
+                let whole = stride
+                    .checked_rem(itemsize)
+                    .filter(|&rest| rest == 0)
+                    .and_then(|_| stride.checked_div(itemsize));
+                if let Some(elements) = whole {
+                    Ok(elements as i64)
                 } else if n <= 1 {
                     // Any stride describes a dimension of extent 0 or 1; pick the natural one.
                     Ok(1)
@@ -289,7 +311,10 @@ fn is_packed<'a>(dims: impl Iterator<Item = (&'a usize, &'a isize)>, itemsize: u
             if stride != expected {
                 return false;
             }
-            expected *= n as isize;
+            let Some(next) = expected.checked_mul(n as isize) else {
+                return false;
+            };
+            expected = next;
         }
     }
     true
@@ -345,6 +370,10 @@ impl Array {
 
     /// Address of element 0.
     #[inline]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "Array::new checked that element 0 lies inside the buffer"
+    )]
     pub fn data_ptr(&self) -> usize {
         self.buffer.ptr() as usize + self.layout.offset
     }

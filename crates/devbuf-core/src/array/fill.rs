@@ -8,6 +8,11 @@ use crate::{Error, Result, Scalar};
 impl Array {
     /// Sets every element of this C-contiguous array to `value`, converted to its dtype as
     /// [`crate::DType::encode`] converts it, and waits.
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "positions inside a contiguous array's bytes, which Array::new placed inside its \
+                  buffer"
+    )]
     pub fn fill_with(&self, value: Scalar) -> Result<()> {
         let layout = &self.layout;
         if self.readonly() {

@@ -265,5 +265,6 @@ pub(super) fn check_reaches(queue: &Arc<dyn Queue>, buffer: &Buffer, access: Rea
 }
 
 fn ranges_overlap(a: &Buffer, b: &Buffer) -> bool {
-    a.offset < b.offset + b.len && b.offset < a.offset + a.len
+    // Views of one allocation: their ends lie inside it, so neither sum wraps.
+    a.offset < b.offset.saturating_add(b.len) && b.offset < a.offset.saturating_add(a.len)
 }

@@ -5,6 +5,7 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use super::graph::Descent;
 use super::{FreeAfter, MemoryResource};
 use crate::{MemKind, Queue, Result};
 
@@ -50,6 +51,12 @@ use crate::{MemKind, Queue, Result};
 pub trait Adaptor: Send + Sync + fmt::Debug + 'static {
     /// The wrapped resource, whose queue the adaptor's memory belongs to.
     fn upstream(&self) -> &Arc<dyn MemoryResource>;
+
+    /// Resources besides [`Adaptor::upstream`] that it allocates from (a binning resource's
+    /// bins), for [`MemoryResource::upstreams`].
+    fn also_allocates_from(&self) -> Vec<Arc<dyn MemoryResource>> {
+        Vec::new()
+    }
 
     /// Before upstream allocates `size` bytes of `kind` aligned to `align`: an error refuses the
     /// allocation, and upstream is not asked.
@@ -110,6 +117,9 @@ impl<A: Adaptor> MemoryResource for A {
 
     #[inline]
     fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {
+        // Counted on the thread: a stack that escaped the graph checks ends in an error, not in a
+        // stack overflow.
+        let _descent = Descent::enter()?;
         self.serve(kind, size, align)
     }
 
@@ -124,6 +134,12 @@ impl<A: Adaptor> MemoryResource for A {
     ) {
         // SAFETY: the same contract.
         unsafe { self.take_back(ptr, kind, size, align, after) }
+    }
+
+    fn upstreams(&self) -> Vec<Arc<dyn MemoryResource>> {
+        let mut upstreams = vec![Arc::clone(self.upstream())];
+        upstreams.extend(self.also_allocates_from());
+        upstreams
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -27,12 +27,13 @@ pub struct Statistics {
 
 impl Statistics {
     fn allocated(&mut self, size: usize) {
-        self.current_bytes += size;
+        // Totals over a long run may pass what a `usize` holds: they stop at its largest value.
+        self.current_bytes = self.current_bytes.saturating_add(size);
         self.peak_bytes = self.peak_bytes.max(self.current_bytes);
-        self.total_bytes += size;
-        self.current_count += 1;
+        self.total_bytes = self.total_bytes.saturating_add(size);
+        self.current_count = self.current_count.saturating_add(1);
         self.peak_count = self.peak_count.max(self.current_count);
-        self.total_count += 1;
+        self.total_count = self.total_count.saturating_add(1);
     }
 
     fn freed(&mut self, size: usize) {
