@@ -605,7 +605,7 @@ class LoggingResourceAdaptor(MemoryResource):
     def __new__(
         cls,
         upstream_mr: MemoryResource,
-        log_file_name: str | os.PathLike[str] | _TextStream | None = None,
+        log_file_name: str | bytes | os.PathLike[str] | os.PathLike[bytes] | _TextStream | None = None,
         *,
         auto_flush: bool = False,
     ) -> Self: ...
@@ -623,7 +623,9 @@ class PrefetchResourceAdaptor(MemoryResource):
     def __new__(cls, upstream_mr: MemoryResource) -> Self: ...
 
 def replay(
-    log_file_name: str | os.PathLike[str], mr: MemoryResource, kind: _Kind = "device"
+    log_file_name: str | bytes | os.PathLike[str] | os.PathLike[bytes],
+    mr: MemoryResource,
+    kind: _Kind = "device",
 ) -> dict[str, int | float]: ...
 def set_current_device_resource(mr: MemoryResource, kind: _Kind | None = None) -> None: ...
 def get_current_device_resource(

@@ -14,10 +14,12 @@ mod export;
 mod gil_as_lock;
 mod host_transfer;
 mod import;
+mod int_args;
 mod ipc;
 mod mr;
 mod objects;
 mod pickle;
+mod shutdown;
 mod stream_allocator;
 mod vectorcall;
 
@@ -66,6 +68,12 @@ unsafe extern "C" {
     fn PyGILState_Check() -> std::ffi::c_int;
 }
 
+/// Whether this thread holds the GIL of an initialized interpreter.
+fn holds_gil() -> bool {
+    // SAFETY: both may be called at any time, attached or not.
+    unsafe { pyo3::ffi::Py_IsInitialized() != 0 && PyGILState_Check() == 1 }
+}
+
 /// Lets other Python threads run while devbuf waits for a device before releasing memory: the
 /// releases run from deallocators and capsule destructors, with the GIL held.
 fn release_gil_while(wait: &mut dyn FnMut()) {
@@ -78,9 +86,7 @@ fn release_gil_while(wait: &mut dyn FnMut()) {
             (self.0)()
         }
     }
-    // SAFETY: both may be called at any time, attached or not.
-    let holds_gil = unsafe { pyo3::ffi::Py_IsInitialized() != 0 && PyGILState_Check() == 1 };
-    if !holds_gil {
+    if !holds_gil() {
         return wait();
     }
     let wait = OnThisThread(wait);
