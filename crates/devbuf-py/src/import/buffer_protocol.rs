@@ -35,7 +35,7 @@ pub(crate) fn import_buffer_protocol<'py>(
         let format =
             (!view.format.is_null()).then(|| CStr::from_ptr(view.format).to_str().unwrap_or("?"));
         let shape: Vec<i64> = if view.shape.is_null() {
-            vec![(view.len / view.itemsize.max(1)) as i64]
+            vec![view.len.checked_div(view.itemsize).unwrap_or(view.len) as i64]
         } else {
             std::slice::from_raw_parts(view.shape, ndim)
                 .iter()

@@ -7,6 +7,10 @@
 //! Python values are converted there (a wrong type is a TypeError naming the key); what they mean
 //! is validated once, in `devbuf::interface`.
 
+// Caller numbers become addresses here: every size, count, offset and alignment is checked
+// (docs/architecture.md, "Untrusted numbers").
+#![deny(clippy::arithmetic_side_effects)]
+
 pub(crate) mod buffer_protocol;
 pub(crate) mod dlpack;
 pub(crate) mod handle;

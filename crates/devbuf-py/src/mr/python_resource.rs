@@ -95,7 +95,8 @@ impl PythonResource {
             ));
             self.raised(py, kind, size, err)
         })?;
-        let Some(ptr) = NonNull::new(address as *mut u8).filter(|_| address % align == 0) else {
+        let Some(ptr) = NonNull::new(address as *mut u8).filter(|_| address.is_multiple_of(align))
+        else {
             if address != 0 {
                 // Not usable, but it was handed out: it goes back.
                 self.call_deallocate(py, address, kind, size);
