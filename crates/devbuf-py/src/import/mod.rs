@@ -140,14 +140,18 @@ fn import_foreign<'py>(
             .find(|(known, _)| known.is(&ty))
             .map(|&(_, route)| route)
     });
-    if let Some(route) = hint
-        && let Some(array) = import_through(py, obj, route, sync)?
-    {
-        return Ok(array);
-    }
     // A producer that cannot describe its data through one protocol (BufferError) may still
-    // through another; every other error is the user's to see.
+    // through another (NumPy's DLPack refuses bfloat16, its buffer protocol does not); every
+    // other error is the user's to see.
     let mut unexportable = None;
+    if let Some(route) = hint {
+        match import_through(py, obj, route, sync) {
+            Ok(Some(array)) => return Ok(array),
+            Ok(None) => {}
+            Err(err) if err.is_instance_of::<PyBufferError>(py) => unexportable = Some(err),
+            Err(err) => return Err(err),
+        }
+    }
     for route in ROUTES.into_iter().filter(|&r| Some(r) != hint) {
         match import_through(py, obj, route, sync) {
             Ok(Some(array)) => {
