@@ -434,3 +434,11 @@ def test_the_user_address_limit_holds_this_process_memory():
         ends = [int(line.split()[0].split("-")[1], 16) for line in maps if "[vsyscall]" not in line]
     assert max(ends) <= limit
     assert ctypes.sizeof(ctypes.c_void_p) == 8
+
+
+def test_the_argument_fuzzer_short_profile():
+    # ci/soak runs 10^6 inputs (RELIABILITY.md).
+    from fuzz_arguments import run
+
+    tally = run(int(os.environ.get("DEVBUF_ARGUMENT_FUZZ_INPUTS", "2000")), seed=45)
+    assert sum(served for served, _ in tally.values()) > 0 and sum(refused for _, refused in tally.values()) > 0

@@ -56,7 +56,8 @@ impl Layout {
     }
 
     /// A layout with explicit byte `strides` (`None` = C-contiguous). Checks that the shape's
-    /// element count and byte size fit in `isize` and that `strides` has one entry per dimension.
+    /// byte size fits in `isize`, its extents of 0 aside (as NumPy checks: so that no C stride
+    /// overflows even when the array is empty), and that `strides` has one entry per dimension.
     pub fn new(
         dtype: DType,
         shape: &[usize],
@@ -67,6 +68,7 @@ impl Layout {
         check_ndim(shape.len() as i64, "shape")?;
         shape
             .iter()
+            .filter(|&&n| n != 0)
             .try_fold(dtype.itemsize(), |acc, &n| acc.checked_mul(n))
             .filter(|&n| n <= isize::MAX as usize)
             .ok_or_else(|| {
@@ -298,7 +300,8 @@ fn c_strides(shape: &[usize], itemsize: usize) -> Dims<isize> {
     let mut step = itemsize as isize;
     for &n in shape.iter().rev() {
         strides.push(step);
-        step = step.wrapping_mul(n.max(1) as isize);
+        // Layout::new checked that the product of the non-zero extents fits: this never saturates.
+        step = step.saturating_mul(n.max(1) as isize);
     }
     strides.reverse();
     strides

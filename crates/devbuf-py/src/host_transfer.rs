@@ -50,11 +50,14 @@ pub(crate) fn to_numpy<'py>(
         return Ok(target);
     }
     // Strided: the elements gathered on the device side into host memory (only their bytes
-    // move), then into NumPy's.
+    // move), then into NumPy's; on a device without host memory (PoCL), into device memory.
     let source: &devbuf::Array = &array;
-    let gathered = py
-        .detach(|| source.compact_copy(&queue, MemKind::Host))
-        .py()?;
+    let staging = if queue.supports(MemKind::Host) {
+        MemKind::Host
+    } else {
+        MemKind::Device
+    };
+    let gathered = py.detach(|| source.compact_copy(&queue, staging)).py()?;
     copy_into(py, gathered.buffer(), &target, &queue)?;
     Ok(target)
 }

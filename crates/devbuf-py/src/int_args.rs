@@ -54,6 +54,18 @@ macro_rules! count_args {
     )*};
 }
 
+macro_rules! optional_count_args {
+    ($($name:ident),* $(,)?) => {$(
+        #[doc = concat!("The `", stringify!($name), "` argument, or None (see [`count`]).")]
+        pub(crate) fn $name(value: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
+            if value.is_none() {
+                return Ok(None);
+            }
+            count(value, stringify!($name)).map(Some)
+        }
+    )*};
+}
+
 macro_rules! exponent_args {
     ($($name:ident),* $(,)?) => {$(
         #[doc = concat!("The `", stringify!($name), "` argument (see [`exponent`]).")]
@@ -71,5 +83,7 @@ count_args!(
     nbytes,
     ptr,
 );
+
+optional_count_args!(initial_pool_size, maximum_pool_size);
 
 exponent_args!(min_size_exponent, max_size_exponent);

@@ -11,7 +11,7 @@ use devbuf::mr::{
     TrackingResource,
 };
 use parking_lot::Mutex;
-use pyo3::exceptions::PyIndexError;
+use pyo3::exceptions::{PyIndexError, PyMemoryError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyDict;
@@ -63,8 +63,8 @@ impl PyPoolResource {
     fn new(
         py: Python<'_>,
         upstream_mr: &Bound<'_, PyMemoryResource>,
-        initial_pool_size: Option<usize>,
-        maximum_pool_size: Option<usize>,
+        #[pyo3(from_py_with = crate::int_args::initial_pool_size)] initial_pool_size: Option<usize>,
+        #[pyo3(from_py_with = crate::int_args::maximum_pool_size)] maximum_pool_size: Option<usize>,
         kind: Option<&str>,
     ) -> PyResult<PyClassInitializer<Self>> {
         let options = PoolOptions {
@@ -81,7 +81,13 @@ impl PyPoolResource {
         };
         let pool = py
             .detach(|| PoolResource::reserved(upstream, options, reserve))
-            .py()?;
+            .map_err(|err| match err {
+                // The initial reservation is what failed: say which argument asked for it.
+                devbuf::Error::OutOfMemory { .. } => {
+                    PyMemoryError::new_err(format!("initial_pool_size: {err}"))
+                }
+                other => crate::errors::to_py(other),
+            })?;
         let pool = PyMemoryResource::over(upstream_mr, |_| pool)?;
         Ok(PyClassInitializer::from(pool).add_subclass(PyPoolResource))
     }
