@@ -405,6 +405,16 @@ def test_bfloat16_moves_by_its_bytes_through_get_copy_to_host_asarray_and_copy_f
         target.get(out=np.zeros((3, 2), ml_dtypes.bfloat16).T)
 
 
+def test_a_0_d_buffer_imports_as_0_d_and_bfloat16_leaves_numpys_route_alone():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    # Before: a 0-d exporter's buffer (shape NULL, ndim 0) imported as shape (1,).
+    assert devbuf.asarray(memoryview(np.array(7, np.uint8))).shape == ()
+    # The bfloat16 import's fallback is not the route NumPy's other arrays take afterwards.
+    devbuf.asarray(np.zeros(3, ml_dtypes.bfloat16))
+    scalar = devbuf.asarray(np.array(9, np.int16))
+    assert scalar.shape == () and scalar.get() == 9
+
+
 def test_a_log_path_with_an_undecodable_byte_is_taken_as_open_takes_it(tmp_path):
     # Before: "log_file_name: expected a path or a text stream, got str".
     name = os.path.join(os.fsdecode(bytes(tmp_path)), "log\udcff.csv")

@@ -34,7 +34,10 @@ pub(crate) fn import_buffer_protocol<'py>(
     let (format, shape, strides) = unsafe {
         let format =
             (!view.format.is_null()).then(|| CStr::from_ptr(view.format).to_str().unwrap_or("?"));
-        let shape: Vec<i64> = if view.shape.is_null() {
+        let shape: Vec<i64> = if view.shape.is_null() && ndim == 0 {
+            // A 0-d exporter (a NumPy 0-d array): one element, no dimensions.
+            Vec::new()
+        } else if view.shape.is_null() {
             vec![view.len.checked_div(view.itemsize).unwrap_or(view.len) as i64]
         } else {
             std::slice::from_raw_parts(view.shape, ndim)

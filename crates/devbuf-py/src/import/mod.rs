@@ -154,6 +154,9 @@ fn import_foreign<'py>(
     }
     for route in ROUTES.into_iter().filter(|&r| Some(r) != hint) {
         match import_through(py, obj, route, sync) {
+            // An element type without a buffer format came through NumPy's array interface
+            // (the buffer protocol's fallback): not the route the type's other arrays take.
+            Ok(Some(array)) if !has_buffer_format(&array)? => return Ok(array),
             Ok(Some(array)) => {
                 let entry = (ty.unbind(), route);
                 let evicted = TYPE_ROUTES.try_lock().map(|mut cache| {
@@ -185,6 +188,11 @@ fn import_foreign<'py>(
                 .map_or_else(|_| "?".into(), |n| n.to_string())
         ))
     }))
+}
+
+fn has_buffer_format(array: &Bound<'_, PyArray>) -> PyResult<bool> {
+    let open = array.get().array(array.py())?;
+    Ok(open.layout().dtype().buffer_format().is_some())
 }
 
 /// Imports `obj` through `route`; `None` when the object does not speak it.
