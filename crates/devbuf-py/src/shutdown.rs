@@ -128,11 +128,23 @@ pub(crate) fn is_finalizing() -> bool {
     function.is_some_and(|is_finalizing| unsafe { is_finalizing() } != 0)
 }
 
+unsafe extern "C" {
+    /// Whether this thread holds the GIL. Outside the limited API's list (pyo3's abi3 build does
+    /// not declare it) but exported by every CPython since 3.4, with this signature.
+    fn PyGILState_Check() -> c_int;
+}
+
+/// Whether this thread holds the GIL of an initialized interpreter.
+pub(crate) fn holds_gil() -> bool {
+    // SAFETY: both may be called at any time, attached or not.
+    unsafe { ffi::Py_IsInitialized() != 0 && PyGILState_Check() == 1 }
+}
+
 /// Runs `body` attached to the interpreter, unless it is gone or finalizing: then `None`, and
 /// devbuf's call goes on without calling into Python. A thread that holds the GIL already (the
 /// main thread, finalizing) runs it as before.
 pub(crate) fn attach<R>(body: impl for<'py> FnOnce(Python<'py>) -> R) -> Option<R> {
-    if is_finalizing() && !crate::holds_gil() {
+    if is_finalizing() && !holds_gil() {
         return None;
     }
     Python::try_attach(body)
