@@ -184,14 +184,14 @@ def random_selector(rng):
 
 def selector_case(rng):
     selector = random_selector(rng)
-    call = rng.choice(["Device", "alloc", "Stream", "zeros", "to_device", "from_handle", "ipc"])
+    call = rng.choice(["Device", "alloc", "Stream", "zeros", "to_device", "from_handle(device)", "ipc"])
     calls = {
         "Device": lambda: devbuf.Device(selector),
         "alloc": lambda: devbuf.alloc(64, device=selector),
         "Stream": lambda: devbuf.Stream(selector),
         "zeros": lambda: devbuf.zeros((4,), "float32", device=selector),
         "to_device": lambda: devbuf.zeros((4,), "uint8", device="host").to_device(selector),
-        "from_handle": lambda: devbuf.Buffer.from_handle(0, 0, selector),
+        "from_handle(device)": lambda: devbuf.Buffer.from_handle(0, 0, selector),
         "ipc": lambda: devbuf.open_ipc(IPC_HANDLE.but(device=selector.encode("utf-8", "surrogatepass")).encode()),
     }
     label = f"{call}({selector[:60]!r})"
