@@ -113,11 +113,11 @@ pub(crate) fn is_finalizing() -> bool {
     type IsFinalizing = unsafe extern "C" fn() -> c_int;
     static FUNCTION: OnceLock<Option<IsFinalizing>> = OnceLock::new();
     let function = FUNCTION.get_or_init(|| {
-        ["Py_IsFinalizing\0", "_Py_IsFinalizing\0"]
+        [c"Py_IsFinalizing", c"_Py_IsFinalizing"]
             .into_iter()
             .find_map(|name| {
                 // SAFETY: a NUL-terminated name looked up among the process's global symbols.
-                let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr().cast()) };
+                let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
                 // SAFETY: both CPython functions take nothing and return an int.
                 (!symbol.is_null()).then(|| unsafe {
                     std::mem::transmute::<*mut libc::c_void, IsFinalizing>(symbol)
