@@ -82,6 +82,8 @@ def test_a_bin_too_large_to_lay_out_names_its_size():
         (lambda up: up.deallocate(-1, 64, "host"), "ptr"),
         (lambda up: devbuf.Buffer.from_handle(2**64, 8, "host"), "ptr"),
         (lambda up: devbuf.Buffer.from_handle(4096, -8, "host"), "nbytes"),
+        (lambda up: devbuf.Stream.from_handle(-1), "handle"),
+        (lambda up: devbuf.Stream("host").alloc(-1), "nbytes"),
     ],
 )
 def test_int_arguments_out_of_range_are_value_errors_naming_the_argument(make, key):

@@ -80,6 +80,7 @@ count_args!(
     allocation_size,
     block_size,
     blocks_to_preallocate,
+    handle,
     nbytes,
     ptr,
 );
