@@ -378,7 +378,7 @@ class Array:
         (``copy=None``) or a ValueError (``copy=False``); ``copy=True`` always copies."""
     @property
     def T(self) -> Array: ...
-    def transpose(self, *axes: SupportsIndex | Sequence[SupportsIndex]) -> Array: ...
+    def transpose(self, *axes: SupportsIndex | Sequence[SupportsIndex] | None) -> Array: ...
     def copy(self) -> Array:
         """A C-contiguous copy on the same device, of the same kind of memory."""
     def to_device(self, device: str | Device | Queue | Any, /) -> Array:
@@ -757,7 +757,7 @@ class LoggingResourceAdaptor(MemoryResource):
     def __new__(
         cls,
         upstream_mr: MemoryResource,
-        log_file_name: str | os.PathLike[str] | SupportsWrite[str] | None = None,
+        log_file_name: str | bytes | os.PathLike[str] | os.PathLike[bytes] | SupportsWrite[str] | None = None,
         *,
         auto_flush: bool = False,
     ) -> Self: ...
@@ -775,7 +775,9 @@ class PrefetchResourceAdaptor(MemoryResource):
     def __new__(cls, upstream_mr: MemoryResource) -> Self: ...
 
 def replay(
-    log_file_name: str | os.PathLike[str], mr: MemoryResource, kind: _Kind = "device"
+    log_file_name: str | bytes | os.PathLike[str] | os.PathLike[bytes],
+    mr: MemoryResource,
+    kind: _Kind = "device",
 ) -> dict[str, int | float]: ...
 def set_current_device_resource(mr: MemoryResource, kind: _Kind | None = None) -> None: ...
 def get_current_device_resource(

@@ -1,6 +1,10 @@
 //! Typed, strided views of a [`Buffer`]: the one place where shapes, strides and offsets are
 //! validated, whatever protocol they came from.
 
+// Caller numbers become addresses here: every size, count, offset and alignment is checked
+// (docs/architecture.md, "Untrusted numbers").
+#![deny(clippy::arithmetic_side_effects)]
+
 mod assign;
 mod broadcast;
 mod copy;
@@ -57,7 +61,8 @@ impl Layout {
     }
 
     /// A layout with explicit byte `strides` (`None` = C-contiguous). Checks that the shape's
-    /// element count and byte size fit in `isize` and that `strides` has one entry per dimension.
+    /// byte size fits in `isize`, its extents of 0 aside (as NumPy checks: so that no C stride
+    /// overflows even when the array is empty), and that `strides` has one entry per dimension.
     pub fn new(
         dtype: DType,
         shape: &[usize],
@@ -68,6 +73,7 @@ impl Layout {
         check_ndim(shape.len() as i64, "shape")?;
         shape
             .iter()
+            .filter(|&&n| n != 0)
             .try_fold(dtype.itemsize(), |acc, &n| acc.checked_mul(n))
             .filter(|&n| n <= isize::MAX as usize)
             .ok_or_else(|| {
@@ -146,12 +152,20 @@ impl Layout {
 
     /// Number of elements.
     #[inline]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "Layout::new checked that the elements' bytes fit in an isize; views keep to them"
+    )]
     pub fn size(&self) -> usize {
         self.shape.iter().product()
     }
 
     /// Size of the elements in bytes (not the span they occupy).
     #[inline]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "Layout::new checked that the elements' bytes fit in an isize; views keep to them"
+    )]
     pub fn nbytes(&self) -> usize {
         self.size() * self.dtype.itemsize()
     }
@@ -178,6 +192,11 @@ impl Layout {
     /// The byte range the elements occupy relative to element 0: `(lowest, end)` with `lowest <= 0`,
     /// or `None` for an array with no elements. Wide integers, so that absurd strides are reported
     /// rather than wrapped.
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "each reach is below 2^126 (an extent below 2^63 times a stride of 64 bits), and \
+                  the elements' count bounds their sum far below i128's range"
+    )]
     pub fn extent(&self) -> Option<(i128, i128)> {
         if self.size() == 0 {
             return None;
@@ -207,9 +226,10 @@ impl Layout {
         let Some((low, end)) = self.extent() else {
             return Ok(());
         };
-        let first = self.offset as i128 + low;
-        let last = self.offset as i128 + end;
-        if first < 0 || last > len as i128 {
+        let (offset, len) = (self.offset as i128, len as i128);
+        // Both within 2^64 of an extent i128 holds with room to spare.
+        let (first, last) = (offset.saturating_add(low), offset.saturating_add(end));
+        if first < 0 || last > len {
             return Err(Error::invalid(
                 "strides",
                 format!(
@@ -259,8 +279,12 @@ impl Layout {
             .iter()
             .zip(&self.shape)
             .map(|(&stride, &n)| {
-                if stride % itemsize == 0 {
-                    Ok((stride / itemsize) as i64)
+                let whole = stride
+                    .checked_rem(itemsize)
+                    .filter(|&rest| rest == 0)
+                    .and_then(|_| stride.checked_div(itemsize));
+                if let Some(elements) = whole {
+                    Ok(elements as i64)
                 } else if n <= 1 {
                     // Any stride describes a dimension of extent 0 or 1; pick the natural one.
                     Ok(1)
@@ -296,7 +320,8 @@ fn c_strides(shape: &[usize], itemsize: usize) -> Dims<isize> {
     let mut step = itemsize as isize;
     for &n in shape.iter().rev() {
         strides.push(step);
-        step = step.wrapping_mul(n.max(1) as isize);
+        // Layout::new checked that the product of the non-zero extents fits: this never saturates.
+        step = step.saturating_mul(n.max(1) as isize);
     }
     strides.reverse();
     strides
@@ -309,7 +334,10 @@ fn is_packed<'a>(dims: impl Iterator<Item = (&'a usize, &'a isize)>, itemsize: u
             if stride != expected {
                 return false;
             }
-            expected *= n as isize;
+            let Some(next) = expected.checked_mul(n as isize) else {
+                return false;
+            };
+            expected = next;
         }
     }
     true
@@ -365,6 +393,10 @@ impl Array {
 
     /// Address of element 0.
     #[inline]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "Array::new checked that element 0 lies inside the buffer"
+    )]
     pub fn data_ptr(&self) -> usize {
         self.buffer.ptr() as usize + self.layout.offset
     }

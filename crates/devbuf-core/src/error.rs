@@ -102,6 +102,16 @@ pub enum Error {
         message: String,
     },
 
+    /// Something would recurse without end: a memory resource that allocates from itself, or a
+    /// stack of resources deeper than devbuf allows (Python: RecursionError).
+    #[error("{key}: {message}")]
+    Recursion {
+        /// The argument at fault.
+        key: &'static str,
+        /// What reaches itself, or how deep the stack is.
+        message: String,
+    },
+
     /// Code devbuf called back failed (a memory resource written in Python): `source` is what it
     /// raised, which reaches devbuf's caller unchanged (in Python, the very exception raised),
     /// through every resource and adaptor in between.

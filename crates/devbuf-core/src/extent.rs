@@ -7,18 +7,24 @@
 //! runtime allows. An import is refused unless every byte it claims lies in that one allocation,
 //! so that no copy, fill or host view of it reaches past memory that exists.
 
+// Caller numbers become addresses here: every size, count, offset and alignment is checked
+// (docs/architecture.md, "Untrusted numbers").
+#![deny(clippy::arithmetic_side_effects)]
+
 use std::ops::Range;
 
 use crate::interface::ForeignLayout;
 use crate::interop::Holder;
-use crate::{Error, MemKind, Queue, Result};
+use crate::{Error, MemKind, Queue, Result, host};
 
 /// The kind of memory `foreign` is, once its whole extent is known to lie in one allocation of
 /// `queue`'s runtime (as far as that runtime can tell: see [`Holder`]). Errors name the key at
 /// fault: `pointer_key` (the descriptor's pointer, e.g. "data") when the runtime does not know
 /// element 0, "strides" when the elements reach before the allocation, and "shape" (or
 /// "strides", for a strided layout) when they reach past its end. An empty array claims no bytes
-/// and is [`MemKind::Unknown`].
+/// and is [`MemKind::Unknown`]. Memory the runtime cannot vouch for ([`Holder::Unchecked`]: host
+/// memory of the host backend's) must at least lie in this process's user address space
+/// ([`crate::host::user_address_limit`]).
 pub fn check_extent(
     queue: &dyn Queue,
     foreign: &ForeignLayout,
@@ -27,11 +33,19 @@ pub fn check_extent(
     if foreign.len == 0 {
         return Ok(MemKind::Unknown);
     }
-    // `interface` bounded the span inside the address space.
-    let (first, end) = (foreign.base, foreign.base + foreign.len);
-    let element0 = first + foreign.layout.offset();
+    // `interface` bounded the span inside the address space; checked all the same.
+    let first = foreign.base;
+    let (Some(end), Some(element0)) = (
+        first.checked_add(foreign.len),
+        first.checked_add(foreign.layout.offset()),
+    ) else {
+        return Err(past_user_space(foreign, pointer_key));
+    };
     match queue.interop().holder_of(element0 as *const u8)? {
         Holder::Unknown => Err(unknown_pointer(queue, element0, pointer_key)),
+        Holder::Unchecked if host::past_user_space(first, foreign.len) => {
+            Err(past_user_space(foreign, pointer_key))
+        }
         Holder::Unchecked => Ok(MemKind::Unknown),
         Holder::Allocation { kind, range } => {
             if first < range.start || end > range.end {
@@ -42,7 +56,8 @@ pub fn check_extent(
         unbounded @ Holder::Unbounded { kind, .. } => {
             // The runtime cannot say where the allocation ends: the first and the last byte must
             // at least be the same memory on the same device.
-            for address in [first, end - 1] {
+            // `len` is not 0: `end` is past `first`.
+            for address in [first, end.saturating_sub(1)] {
                 if address != element0
                     && queue.interop().holder_of(address as *const u8)? != unbounded
                 {
@@ -80,6 +95,10 @@ pub fn check_handed_out(queue: &dyn Queue, ptr: usize, size: usize, kind: MemKin
         return Ok(());
     }
     match queue.interop().holder_of(ptr as *const u8)? {
+        Holder::Unchecked if host::past_user_space(ptr, size) => Err(refused(format!(
+            "the span ends past {:#x}, where this process's address space ends",
+            host::user_address_limit()
+        ))),
         Holder::Unchecked => Ok(()),
         Holder::Unknown => Err(refused("the runtime does not know the address".into())),
         Holder::Allocation { kind: found, .. } | Holder::Unbounded { kind: found, .. }
@@ -100,10 +119,11 @@ pub fn check_handed_out(queue: &dyn Queue, ptr: usize, size: usize, kind: MemKin
         unbounded @ Holder::Unbounded { .. } => {
             // The runtime cannot say where the allocation ends: the last byte must at least be
             // the same memory on the same device.
-            if queue.interop().holder_of((end - 1) as *const u8)? != unbounded {
+            // `size` is not 0: `end` is past `ptr`.
+            let last = end.saturating_sub(1);
+            if queue.interop().holder_of(last as *const u8)? != unbounded {
                 return Err(refused(format!(
-                    "its last byte at {:#x} is not {kind} memory of the same device",
-                    end - 1
+                    "its last byte at {last:#x} is not {kind} memory of the same device"
                 )));
             }
             Ok(())
@@ -125,12 +145,35 @@ fn reach_key(foreign: &ForeignLayout) -> &'static str {
 
 /// What the descriptor claims, for the errors.
 fn claim(foreign: &ForeignLayout) -> String {
-    let (first, end) = (foreign.base, foreign.base + foreign.len);
+    let first = foreign.base;
+    let end = first.saturating_add(foreign.len);
     format!(
         "shape {:?} with byte strides {:?} spans {} bytes at {first:#x}..{end:#x}",
         foreign.layout.shape(),
         foreign.layout.strides(),
         foreign.len
+    )
+}
+
+/// A span the host backend cannot vouch for that reaches past this process's address space:
+/// the pointer's key when element 0 is already past it, else the key of what reaches.
+#[cold]
+#[inline(never)]
+fn past_user_space(foreign: &ForeignLayout, pointer_key: &'static str) -> Error {
+    let limit = host::user_address_limit();
+    let element0 = foreign.base.saturating_add(foreign.layout.offset());
+    let key = if host::past_user_space(element0, 1) {
+        pointer_key
+    } else {
+        reach_key(foreign)
+    };
+    Error::invalid(
+        key,
+        format!(
+            "{}: it reaches past {limit:#x}, where this process's address space ends, so no \
+             memory lies there",
+            claim(foreign)
+        ),
     )
 }
 

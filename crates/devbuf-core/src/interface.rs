@@ -10,6 +10,10 @@
 //! [`crate::Buffer`] should wrap) and the layout of the elements inside it. Exports derive each
 //! protocol's fields from an [`Array`].
 
+// Caller numbers become addresses here: every size, count, offset and alignment is checked
+// (docs/architecture.md, "Untrusted numbers").
+#![deny(clippy::arithmetic_side_effects)]
+
 use dlpark::ffi::DLTensor;
 use smallvec::SmallVec;
 
@@ -260,13 +264,14 @@ pub fn import_strided(
     if element0 == 0 {
         return Err(null_pointer(pointer_key));
     }
-    let base = element0 as i128 + low;
-    let len = end - low;
+    // A layout's extent is far inside i128 (see `Layout::extent`): these sums are exact.
+    let base = (element0 as i128).saturating_add(low);
+    let len = end.saturating_sub(low);
     // No allocation is larger than isize::MAX bytes (Rust's and C's object size limit).
-    if base < 0 || base + len > usize::MAX as i128 || len > isize::MAX as i128 {
+    if base < 0 || base.saturating_add(len) > usize::MAX as i128 || len > isize::MAX as i128 {
         return Err(outside_address_space(&at_element0, element0));
     }
-    let (base, len, offset) = (base as usize, len as usize, (-low) as usize);
+    let (base, len, offset) = (base as usize, len as usize, low.unsigned_abs() as usize);
     let layout = at_element0.with_offset(offset);
     // The span is the elements' own extent: they fit it (`check_fits`' range test) by
     // construction, and only their alignment is left to check.
@@ -297,10 +302,19 @@ fn null_pointer(pointer_key: &'static str) -> Error {
 #[cold]
 #[inline(never)]
 fn outside_address_space(at_element0: &Layout, element0: usize) -> Error {
+    // What reaches: the extents of a C-contiguous array (`nbytes` for a raw pointer), else the
+    // strides.
+    let key = if at_element0.is_c_contiguous() {
+        "shape"
+    } else {
+        "strides"
+    };
     Error::invalid(
-        "strides",
+        key,
         format!(
-            "{:?} reach outside the address space from {element0:#x}",
+            "shape {:?} with byte strides {:?} reaches outside the address space from \
+             {element0:#x}",
+            at_element0.shape(),
             at_element0.strides()
         ),
     )
@@ -370,9 +384,14 @@ impl Array {
         } else {
             Some(layout.element_strides()?)
         };
+        // An item size is never 0; a remainder of the offset keeps `data` inside the buffer.
+        let (whole, rest) = (
+            layout.offset().checked_div(itemsize).unwrap_or_default(),
+            layout.offset().checked_rem(itemsize).unwrap_or_default(),
+        );
         Ok(SuaiFields {
-            data: self.buffer().ptr() as usize + layout.offset() % itemsize,
-            offset: layout.offset() / itemsize,
+            data: (self.buffer().ptr() as usize).saturating_add(rest),
+            offset: whole,
             strides,
         })
     }

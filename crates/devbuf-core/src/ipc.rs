@@ -16,6 +16,10 @@
 //! What a backend implements lives below the exchange half, in [`crate::interop`]; this module
 //! builds on [`Buffer`] and is re-exported here under the names backends and users know.
 
+// Caller numbers become addresses here: every size, count, offset and alignment is checked
+// (docs/architecture.md, "Untrusted numbers").
+#![deny(clippy::arithmetic_side_effects)]
+
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
@@ -97,7 +101,8 @@ fn export_with(buffer: &Buffer, read_only: bool) -> Result<IpcHandle> {
         device,
         kind: buffer.kind(),
         size: shared.size(),
-        offset: buffer.ptr() as usize - shared.ptr().as_ptr() as usize,
+        // The buffer lies inside the shared allocation, at or after its start.
+        offset: (buffer.ptr() as usize).saturating_sub(shared.ptr().as_ptr() as usize),
         len: buffer.len(),
         read_only,
         payload: shared.payload()?,
@@ -157,5 +162,12 @@ pub fn open(queue: &Arc<dyn Queue>, handle: &IpcHandle) -> Result<Buffer> {
             Buffer::from_foreign(queue, ptr, handle.size, handle.kind, owner)
         }
     };
-    whole.slice(handle.offset..handle.offset + handle.len)
+    // `from_bytes` checked the view lies inside; a handle built otherwise is checked here.
+    let end = handle.offset.checked_add(handle.len).ok_or_else(|| {
+        bad_handle(format!(
+            "the view at {} of {} bytes wraps past the end of the address space",
+            handle.offset, handle.len
+        ))
+    })?;
+    whole.slice(handle.offset..end)
 }

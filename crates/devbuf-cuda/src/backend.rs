@@ -251,7 +251,11 @@ fn device_of_stream(handle: usize) -> Result<u32> {
 /// The device ordinal a selector's spec names ("" is device 0, "GPU-…" the device with that
 /// UUID, as `CUDA_VISIBLE_DEVICES` names devices), as [`CudaBackend`] opens it.
 pub(crate) fn ordinal_of(spec: &str) -> Result<u32> {
-    if spec.len() > 4 && spec[..4].eq_ignore_ascii_case("GPU-") {
+    // Parsed by characters: a selector is any Unicode the caller typed ("cuda:GP€x").
+    let uuid_prefix = spec
+        .get(..4)
+        .is_some_and(|prefix| prefix.eq_ignore_ascii_case("GPU-"));
+    if uuid_prefix && spec.len() > 4 {
         let driver = loader::loaded()?;
         return device::ordinal_with_uuid(driver, spec)?.ok_or_else(|| Error::DeviceNotFound {
             selector: format!("{BACKEND}:{spec}"),

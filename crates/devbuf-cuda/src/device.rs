@@ -33,18 +33,15 @@ fn uuid(device: CUdevice) -> Result<String, DriverError> {
     call("cuDeviceGetUuid", || unsafe {
         sys::cuDeviceGetUuid(&mut uuid, device)
     })?;
-    let hex: String = uuid
-        .bytes
-        .iter()
-        .map(|&byte| format!("{:02x}", byte as u8))
-        .collect();
+    let bytes = uuid.bytes.map(|byte| byte as u8);
+    let hex = |group: &[u8]| -> String { group.iter().map(|byte| format!("{byte:02x}")).collect() };
     Ok(format!(
         "GPU-{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
+        hex(&bytes[..4]),
+        hex(&bytes[4..6]),
+        hex(&bytes[6..8]),
+        hex(&bytes[8..10]),
+        hex(&bytes[10..])
     ))
 }
 

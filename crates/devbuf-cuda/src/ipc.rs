@@ -147,7 +147,13 @@ unsafe impl IpcSharing for CudaQueue {
         };
         // SAFETY: the padding lies inside the allocation just made, which nothing else uses yet;
         // the buffer's own work follows on the same stream.
-        unsafe { self.fill(ptr.as_ptr().add(requested), 0, size - requested)? };
+        unsafe {
+            self.fill(
+                ptr.as_ptr().add(requested),
+                0,
+                size.saturating_sub(requested),
+            )?
+        };
         let handle = memory::ipc_handle(address)?;
         for (out, byte) in memory.handle.iter_mut().zip(handle.reserved) {
             *out = byte as u8;

@@ -24,6 +24,10 @@
 //! - DLPack import: the queue for the producer's `__dlpack_device__`
 //!   (`Backend::queue_for_dlpack_device`) passes its native stream as `stream=`.
 
+// Caller numbers become addresses here: every size, count, offset and alignment is checked
+// (docs/architecture.md, "Untrusted numbers").
+#![deny(clippy::arithmetic_side_effects)]
+
 mod backend;
 mod context;
 mod device;

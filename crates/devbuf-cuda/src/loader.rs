@@ -381,7 +381,9 @@ mod tests {
         let mut called = vec![];
         for source in &sources {
             for (at, _) in source.match_indices("sys::cu") {
-                let name: String = source[at + "sys::".len()..]
+                let name: String = source
+                    .get(at + "sys::".len()..)
+                    .unwrap_or_default()
                     .chars()
                     .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
                     .collect();

@@ -30,7 +30,7 @@ pub(crate) const NATIVE_ALIGNMENT: usize = 256;
 /// `None` when that overflows. CUDA's own alignment covers alignments up to [`NATIVE_ALIGNMENT`].
 pub(crate) fn request_size(size: usize, align: usize) -> Option<usize> {
     if align > NATIVE_ALIGNMENT {
-        size.checked_add(align - 1)
+        size.checked_add(align.saturating_sub(1))
     } else {
         Some(size)
     }

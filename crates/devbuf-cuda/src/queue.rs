@@ -205,7 +205,7 @@ impl CudaQueue {
 
     /// Whether the driver says all `len` bytes at `dst` lie in one pinned host allocation.
     fn is_pinned_host_range(&self, dst: usize, len: usize) -> Result<bool> {
-        let Some(last) = dst.checked_add(len - 1) else {
+        let Some(last) = len.checked_sub(1).and_then(|rest| dst.checked_add(rest)) else {
             return Ok(false);
         };
         let _current = self.context().enter()?;
@@ -259,7 +259,7 @@ pub(crate) fn open_device(ordinal: u32) -> Result<(DeviceCaps, Arc<PrimaryContex
             reason: format!(
                 "the driver shows this process {} CUDA device(s), {BACKEND}:0 to {BACKEND}:{}",
                 driver.device_count,
-                driver.device_count - 1
+                driver.device_count.saturating_sub(1)
             ),
         });
     }

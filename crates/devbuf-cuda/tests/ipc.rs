@@ -16,7 +16,7 @@ fn hex(bytes: &[u8]) -> String {
 fn unhex(text: &str) -> Vec<u8> {
     (0..text.len())
         .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
+        .map(|i| u8::from_str_radix(text.get(i..i + 2).expect("hex"), 16).expect("hex"))
         .collect()
 }
 

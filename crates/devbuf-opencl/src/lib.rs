@@ -24,6 +24,10 @@
 //! loader order, each platform's devices in order): [`devbuf_core::DeviceInfo::index`].
 //! No handle is exported: OpenCL has no cross-library protocol for queues.
 
+// Caller numbers become addresses here: every size, count, offset and alignment is checked
+// (docs/architecture.md, "Untrusted numbers").
+#![deny(clippy::arithmetic_side_effects)]
+
 mod backend;
 mod device;
 mod event;

@@ -132,6 +132,12 @@ pub(crate) fn reshape(
     copy: Option<bool>,
 ) -> PyResult<Py<PyArray>> {
     let py = array.py();
+    if shape.is_empty() {
+        // As NumPy's: a shape is required (`x.reshape(())` asks for a 0-d array).
+        return Err(PyTypeError::new_err(
+            "shape: reshape takes a shape, as ints or one sequence",
+        ));
+    }
     let requested = int_arguments(shape, "shape")?;
     let open = array.get().array(py)?;
     let layout = open.layout();
@@ -163,7 +169,9 @@ pub(crate) fn transpose(
     array: &Bound<'_, PyArray>,
     axes: &Bound<'_, PyTuple>,
 ) -> PyResult<Py<PyArray>> {
-    let axes = if axes.is_empty() {
+    // `x.transpose(None)` reverses the dimensions, as NumPy's does.
+    let reversed = axes.is_empty() || (axes.len() == 1 && axes.get_item(0)?.is_none());
+    let axes = if reversed {
         None
     } else {
         Some(int_arguments(axes, "axes")?)

@@ -45,8 +45,8 @@ impl PyBuffer {
     #[pyo3(signature = (ptr, nbytes, device = None, *, owner = None, deleter = None))]
     fn from_handle(
         py: Python<'_>,
-        ptr: usize,
-        nbytes: usize,
+        #[pyo3(from_py_with = crate::int_args::ptr)] ptr: usize,
+        #[pyo3(from_py_with = crate::int_args::nbytes)] nbytes: usize,
         device: Option<&Bound<'_, PyAny>>,
         owner: Option<Py<PyAny>>,
         deleter: Option<Py<PyAny>>,

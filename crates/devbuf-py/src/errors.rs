@@ -2,7 +2,8 @@
 
 use devbuf::Error;
 use pyo3::exceptions::{
-    PyBufferError, PyIndexError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError,
+    PyBufferError, PyIndexError, PyMemoryError, PyRecursionError, PyRuntimeError, PyTypeError,
+    PyValueError,
 };
 use pyo3::{PyErr, Python};
 
@@ -34,6 +35,7 @@ pub fn to_py(err: Error) -> PyErr {
         Error::IndexOutOfBounds { .. } => PyIndexError::new_err(err.to_string()),
         Error::Unexportable(_) => PyBufferError::new_err(err.to_string()),
         Error::OutOfMemory { .. } => PyMemoryError::new_err(err.to_string()),
+        Error::Recursion { .. } => PyRecursionError::new_err(err.to_string()),
         Error::Unavailable { .. } | Error::Runtime { .. } => {
             PyRuntimeError::new_err(err.to_string())
         }

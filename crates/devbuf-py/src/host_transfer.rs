@@ -51,11 +51,14 @@ pub(crate) fn to_numpy<'py>(
         return Ok(target);
     }
     // Strided: the elements gathered on the device side into host memory (only their bytes
-    // move), then into NumPy's.
+    // move), then into NumPy's; on a device without host memory (PoCL), into device memory.
     let source: &devbuf::Array = &array;
-    let gathered = py
-        .detach(|| source.compact_copy(&queue, MemKind::Host))
-        .py()?;
+    let staging = if queue.supports(MemKind::Host) {
+        MemKind::Host
+    } else {
+        MemKind::Device
+    };
+    let gathered = py.detach(|| source.compact_copy(&queue, staging)).py()?;
     copy_into(py, gathered.buffer(), &target, &queue)?;
     Ok(target)
 }
@@ -126,11 +129,14 @@ fn copy_into(
     target: &Bound<'_, PyAny>,
     queue: &std::sync::Arc<dyn devbuf::Queue>,
 ) -> PyResult<()> {
-    let bytes = py
+    let memoryview = py
         .import(intern!(py, "builtins"))?
-        .getattr(intern!(py, "memoryview"))?
-        .call1((target,))?
-        .call_method1(intern!(py, "cast"), ("B",))?;
+        .getattr(intern!(py, "memoryview"))?;
+    let bytes = match memoryview.call1((target,)) {
+        Ok(view) => view.call_method1(intern!(py, "cast"), ("B",))?,
+        // A type without a buffer format (bfloat16): the same memory, seen as bytes.
+        Err(_) => memoryview.call1((bytes_of(target)?,))?,
+    };
     let view = PyBuffer::<u8>::get(&bytes)?;
     if view.readonly() || !view.is_c_contiguous() {
         return Err(PyValueError::new_err(
@@ -149,6 +155,25 @@ fn copy_into(
         std::mem::forget(view);
     }
     copied.py()
+}
+
+/// The bytes of `target`, a NumPy array whose type has no buffer format: its C-contiguous
+/// memory seen as `uint8` (NumPy makes that view without copying; a ValueError names `out`
+/// otherwise).
+fn bytes_of<'py>(target: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let py = target.py();
+    let contiguous: bool = target
+        .getattr(intern!(py, "flags"))?
+        .getattr(intern!(py, "c_contiguous"))?
+        .extract()?;
+    if !contiguous {
+        return Err(PyValueError::new_err(
+            "out: the array must be writable and C-contiguous",
+        ));
+    }
+    target
+        .call_method1(intern!(py, "reshape"), (-1,))?
+        .call_method1(intern!(py, "view"), ("u1",))
 }
 
 /// `Array.__array__(dtype=None, copy=None)`: NumPy's view of host-accessible memory (through the

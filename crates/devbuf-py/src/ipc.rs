@@ -2,6 +2,10 @@
 //! one machine (see `devbuf::ipc`). The exporting process owns the memory; an opened buffer keeps
 //! nothing alive on the exporting side.
 
+// Caller numbers become addresses here: every size, count, offset and alignment is checked
+// (docs/architecture.md, "Untrusted numbers").
+#![deny(clippy::arithmetic_side_effects)]
+
 use devbuf::ipc::{self, IpcHandle};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;

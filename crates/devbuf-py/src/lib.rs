@@ -19,11 +19,13 @@ mod export;
 mod gil_as_lock;
 mod host_transfer;
 mod import;
+mod int_args;
 mod ipc;
 mod literals;
 mod mr;
 mod objects;
 mod pickle;
+mod shutdown;
 mod stream_allocator;
 mod vectorcall;
 
@@ -66,12 +68,6 @@ fn conformance_checks() -> Vec<&'static str> {
     devbuf::matrix::checks()
 }
 
-unsafe extern "C" {
-    /// Whether this thread holds the GIL. Outside the limited API's list (pyo3's abi3 build does
-    /// not declare it) but exported by every CPython since 3.4, with this signature.
-    fn PyGILState_Check() -> std::ffi::c_int;
-}
-
 /// Lets other Python threads run while devbuf waits for a device before releasing memory: the
 /// releases run from deallocators and capsule destructors, with the GIL held.
 fn release_gil_while(wait: &mut dyn FnMut()) {
@@ -84,9 +80,7 @@ fn release_gil_while(wait: &mut dyn FnMut()) {
             (self.0)()
         }
     }
-    // SAFETY: both may be called at any time, attached or not.
-    let holds_gil = unsafe { pyo3::ffi::Py_IsInitialized() != 0 && PyGILState_Check() == 1 };
-    if !holds_gil {
+    if !shutdown::holds_gil() {
         return wait();
     }
     let wait = OnThisThread(wait);

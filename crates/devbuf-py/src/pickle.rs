@@ -10,6 +10,10 @@
 //! memory are viewed, not copied: the result is read-only when they are (an out-of-band buffer
 //! from a read-only store such as Ray's).
 
+// Caller numbers become addresses here: every size, count, offset and alignment is checked
+// (docs/architecture.md, "Untrusted numbers").
+#![deny(clippy::arithmetic_side_effects)]
+
 use devbuf::{Array, Buffer, DType, Layout, MemKind, Owner};
 use pyo3::exceptions::{PyRuntimeWarning, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -148,7 +152,7 @@ pub(crate) fn _rebuild<'py>(
         .as_ref()
         .map_or(1, |layout| layout.dtype().alignment());
     let target = queue.get().queue()?;
-    let buffer = if target.device().backend == devbuf::host::HOST && ptr % alignment == 0 {
+    let buffer = if target.device().backend == devbuf::host::HOST && ptr.is_multiple_of(alignment) {
         // SAFETY: the held Py_buffer keeps `len` bytes at `ptr` alive and unmoved until the
         // owner drops it; host memory is reachable by the host queue.
         unsafe {

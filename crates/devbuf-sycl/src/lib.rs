@@ -41,6 +41,10 @@
 //!
 //! Queues are created with an asynchronous error handler, since SYCL's default one terminates.
 
+// Caller numbers become addresses here: every size, count, offset and alignment is checked
+// (docs/architecture.md, "Untrusted numbers").
+#![deny(clippy::arithmetic_side_effects)]
+
 mod backend;
 mod device;
 mod event;

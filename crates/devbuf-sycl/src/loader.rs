@@ -200,11 +200,15 @@ mod tests {
         for entry in std::fs::read_dir(&src).unwrap() {
             let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
             for (at, _) in text.match_indices(".DPCTL") {
-                let name: String = text[at + 1..]
+                let name: String = text
+                    .get(at + 1..)
+                    .unwrap_or_default()
                     .chars()
                     .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
                     .collect();
-                let is_call = text[at + 1 + name.len()..].starts_with('(');
+                let is_call = text
+                    .get(at + 1 + name.len()..)
+                    .is_some_and(|rest| rest.starts_with('('));
                 if is_call && !REQUIRED_SYMBOLS.contains(&name.as_str()) {
                     unlisted.push(name);
                 }

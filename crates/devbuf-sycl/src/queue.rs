@@ -609,7 +609,10 @@ impl Queue for SyclQueue {
             return Ok(false);
         }
         let barrier = self.handed_out_barrier()?;
-        let deadline = std::time::Instant::now() + BARRIER_SETTLE;
+        // A monotonic clock's reading plus milliseconds: far from where an Instant ends.
+        let deadline = std::time::Instant::now()
+            .checked_add(BARRIER_SETTLE)
+            .unwrap_or_else(std::time::Instant::now);
         loop {
             if barrier.is_complete()? {
                 return Ok(true);

@@ -112,7 +112,8 @@ fn main() -> Result<(), String> {
     let reference_pool = pool();
     let binning: Arc<dyn MemoryResource> =
         BinningResource::with_exponents(upstream(), 4, 12).map_err(|e| e.to_string())?;
-    let fixed: Arc<dyn MemoryResource> = FixedSizeResource::new(upstream(), 1024, 128);
+    let fixed: Arc<dyn MemoryResource> =
+        FixedSizeResource::new(upstream(), 1024, 128).expect("128 blocks of 1 KiB fit");
     let log_path = std::env::temp_dir().join(format!("devbuf-bench-{}.csv", std::process::id()));
     let logging: Arc<dyn MemoryResource> =
         LoggingResource::to_file(pool(), &log_path, false).map_err(|e| e.to_string())?;

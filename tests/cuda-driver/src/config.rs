@@ -91,14 +91,14 @@ pub(crate) fn uuid(physical: u32) -> [u8; 16] {
 /// A UUID as nvidia-smi and `CUDA_VISIBLE_DEVICES` write it: `GPU-` and 32 hex digits in groups
 /// of 8, 4, 4, 4 and 12.
 pub(crate) fn uuid_text(bytes: &[u8; 16]) -> String {
-    let hex: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
+    let hex = |group: &[u8]| -> String { group.iter().map(|byte| format!("{byte:02x}")).collect() };
     format!(
         "GPU-{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
+        hex(&bytes[..4]),
+        hex(&bytes[4..6]),
+        hex(&bytes[6..8]),
+        hex(&bytes[8..10]),
+        hex(&bytes[10..])
     )
 }
 
@@ -315,11 +315,14 @@ mod tests {
         assert_eq!(visible_devices(2, Some(&format!("{second},0"))), [1, 0]);
         // A unique prefix names a device; one that fits both devices is invalid.
         assert_eq!(
-            visible_devices(2, Some(&second[..second.len() - 1].to_uppercase())),
+            visible_devices(
+                2,
+                Some(&second.get(..second.len() - 1).unwrap().to_uppercase())
+            ),
             [] as [u32; 0]
         );
         assert_eq!(
-            visible_devices(2, Some(&format!("1,{}", &second[..38]))),
+            visible_devices(2, Some(&format!("1,{}", second.get(..38).unwrap()))),
             [1]
         );
         assert_eq!(visible_devices(2, Some(&format!("{second},1"))), [1]);

@@ -128,7 +128,10 @@
 //! synchronization `cuMemFree` and `cuMemFreeHost` "may perform" (a GPU's driver waits there for
 //! the device's work, other streams' included, and other threads' calls may wait meanwhile; the
 //! double waits for nothing but earlier synchronous calls on the memory), stream priorities'
-//! effect (kept, not acted on, which the documentation allows), and the pre-3.2 32-bit ABIs of the plain names `cuMemAlloc`,
+//! effect (kept, not acted on, which the documentation allows), reuse of freed pinned host and
+//! managed memory's addresses (each stays reserved, one mapping of the process's; after some
+//! 65,000 such allocations a process reaches the kernel's `vm.max_map_count` and every allocation
+//! is CUDA_ERROR_OUT_OF_MEMORY: long runs use fresh processes), and the pre-3.2 32-bit ABIs of the plain names `cuMemAlloc`,
 //! `cuMemcpyHtoD`, ... (not exported, so a program built against them fails to load instead of
 //! corrupting memory). `cuGetProcAddress` does not find any of these. With `DEVBUF_CUDA_TEST_CONCURRENT_MANAGED_ACCESS=0`, a managed
 //! allocation is host-inaccessible while stream work on *it* is pending; a real device without

@@ -46,7 +46,7 @@ fn unhex(text: &str) -> CUipcMemHandle {
     // SAFETY: an all-zero handle is a valid value.
     let mut handle: CUipcMemHandle = unsafe { std::mem::zeroed() };
     for (index, out) in handle.reserved.iter_mut().enumerate() {
-        *out = u8::from_str_radix(&text[2 * index..2 * index + 2], 16).unwrap() as _;
+        *out = u8::from_str_radix(text.get(2 * index..2 * index + 2).unwrap(), 16).unwrap() as _;
     }
     handle
 }

@@ -81,6 +81,10 @@ impl Array {
 
     /// Whether the spans of both arrays' elements meet in one address range: the same
     /// allocation, or two imports of the same memory (a copy between them would overlap).
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "an address and a byte offset in 128 bits, which cannot overflow"
+    )]
     fn shares_bytes_with(&self, other: &Array) -> bool {
         let span = |array: &Array| {
             array.layout.extent().map(|(low, end)| {

@@ -40,7 +40,7 @@ impl Layout {
             return Err(refuse());
         }
         let (own_shape, own_strides) = (&self.shape[extra..], &self.strides[extra..]);
-        let missing = shape.len() - own_shape.len();
+        let missing = shape.len().saturating_sub(own_shape.len());
         let mut strides: Dims<isize> = Dims::from_elem(0, missing);
         for ((&n, &stride), &wanted) in own_shape.iter().zip(own_strides).zip(&shape[missing..]) {
             strides.push(match n {

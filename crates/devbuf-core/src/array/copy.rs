@@ -12,6 +12,11 @@ impl Layout {
     /// The runs a copy of `src`'s elements into this layout's moves (same shape and item size):
     /// the bytes per run, and where each run starts in either buffer, element by element in C
     /// order. Innermost dimensions contiguous on both sides merge into one run.
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "layouts of arrays, whose elements check_fits placed inside their buffers: every \
+                  run and position is a byte inside one"
+    )]
     pub fn copy_runs(&self, src: &Layout) -> (usize, Vec<(usize, usize)>) {
         debug_assert_eq!(self.shape, src.shape);
         if self.size() == 0 {
@@ -96,6 +101,10 @@ impl Array {
     /// A writable copy of the elements in a new `kind` allocation on `queue`. An array whose
     /// elements fill their span (contiguous in any order) is copied whole and keeps its strides;
     /// any other (a strided slice) becomes C-contiguous, and only its elements' bytes move.
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "the extent of an array's elements, which Array::new placed inside its buffer"
+    )]
     pub fn copy_to(&self, queue: &Arc<dyn Queue>, kind: MemKind) -> Result<Array> {
         let (low, end) = self.layout.extent().unwrap_or((0, 0));
         if (end - low) as usize == self.layout.nbytes() {
@@ -143,6 +152,10 @@ impl Array {
     }
 
     /// Both arrays' bytes, when each is one C-contiguous run: the copy is then one copy.
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "a contiguous array's bytes, which Array::new placed inside its buffer"
+    )]
     fn single_runs(&self, src: &Array) -> Result<Option<(Buffer, Buffer)>> {
         let contiguous = |array: &Array| {
             let layout = &array.layout;

@@ -17,6 +17,11 @@ impl Array {
     }
 
     /// [`Array::fill_with`], its errors naming `key` (the argument that carried the value).
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "positions inside the array's bytes, which Array::new placed inside its buffer; \
+                  an element is one item, at least a byte"
+    )]
     pub fn fill_as(&self, value: Scalar, key: &'static str) -> Result<()> {
         let element = self.fill_element(value, key)?;
         let layout = &self.layout;
@@ -51,6 +56,11 @@ impl Array {
 
     /// [`Array::fill_as`] enqueued on `queue` (which must reach the memory), returning without
     /// waiting: the event of its last command, which the allocation records as pending work.
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "positions inside the array's bytes, which Array::new placed inside its buffer; \
+                  an element is one item, at least a byte"
+    )]
     pub fn enqueue_fill_as(
         &self,
         value: Scalar,
@@ -99,6 +109,11 @@ impl Array {
 
     /// Host memory holding one contiguous run of this (strided) array's elements, each
     /// `element`, and where every run starts: what a run-by-run fill copies.
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "positions inside the array's bytes, which Array::new placed inside its buffer; \
+                  an element is one item, at least a byte"
+    )]
     fn fill_runs(&self, element: &[u8]) -> Result<(Buffer, Vec<(usize, usize)>)> {
         let (len, starts) = self.layout.copy_runs(&self.layout);
         let pattern = host_pattern(element, len / element.len())?;

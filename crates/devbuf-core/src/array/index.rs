@@ -56,6 +56,8 @@ fn slice_positions(
         };
         position.clamp(low, high)
     };
+    // `n` is at most isize::MAX, so `last` and the clamped positions (in -1..=n) are exact.
+    let last = n.saturating_sub(1);
     let (start, stop) = if step > 0 {
         (
             start.map_or(0, |s| clamp(s, 0, n)),
@@ -63,18 +65,24 @@ fn slice_positions(
         )
     } else {
         (
-            start.map_or(n - 1, |s| clamp(s, -1, n - 1)),
-            stop.map_or(-1, |s| clamp(s, -1, n - 1)),
+            start.map_or(last, |s| clamp(s, -1, last)),
+            stop.map_or(-1, |s| clamp(s, -1, last)),
         )
     };
-    let len = if step > 0 && stop > start {
-        (stop - start - 1) / step + 1
-    } else if step < 0 && start > stop {
-        (start - stop - 1) / (-step) + 1
+    // The positions the slice covers, counted in steps of any size (isize::MIN included).
+    let (low, high) = if step > 0 {
+        (start, stop)
     } else {
-        0
+        (stop, start)
     };
-    Ok((start, step, len as usize))
+    let span = high.abs_diff(low);
+    let len = match (span.checked_sub(1), step.unsigned_abs()) {
+        (Some(rest), stride) if high > low => rest
+            .checked_div(stride)
+            .map_or(0, |steps| steps.saturating_add(1)),
+        _ => 0,
+    };
+    Ok((start, step, len))
 }
 
 impl Layout {
@@ -125,8 +133,12 @@ impl Layout {
         let mut shape = Dims::<usize>::new();
         let mut strides = Dims::<isize>::new();
         let mut offset = self.offset as isize;
-        let mut axis = 0;
-        let whole = self.ndim() - consuming;
+        let mut axis = 0usize;
+        // Checked above: `consuming` is at most the array's dimensions.
+        let whole = self.ndim().saturating_sub(consuming);
+        // The positions and strides of a view of a valid layout stay inside its span, an isize;
+        // checked all the same, so that no input can wrap them.
+        let overflow = || Error::invalid("index", "the view's offset overflows the address space");
         let keep = |axis: usize, shape: &mut Dims<usize>, strides: &mut Dims<isize>| {
             shape.push(self.shape[axis]);
             strides.push(self.strides[axis]);
@@ -148,22 +160,34 @@ impl Layout {
                                 "{position} is out of bounds for axis {axis} with size {n}"
                             ),
                         })?;
-                    offset += at * self.strides[axis];
-                    axis += 1;
+                    offset = at
+                        .checked_mul(self.strides[axis])
+                        .and_then(|reach| offset.checked_add(reach))
+                        .ok_or_else(overflow)?;
+                    axis = axis.saturating_add(1);
                 }
                 Index::Slice { start, stop, step } => {
                     let (first, step, len) = slice_positions(start, stop, step, self.shape[axis])?;
                     if len > 0 {
-                        offset += first * self.strides[axis];
+                        offset = first
+                            .checked_mul(self.strides[axis])
+                            .and_then(|reach| offset.checked_add(reach))
+                            .ok_or_else(overflow)?;
                     }
                     shape.push(len);
-                    strides.push(self.strides[axis] * step);
-                    axis += 1;
+                    // One position or none: the stride is never stepped, and any step is allowed.
+                    let stride = if len > 1 {
+                        self.strides[axis].checked_mul(step).ok_or_else(overflow)?
+                    } else {
+                        self.strides[axis]
+                    };
+                    strides.push(stride);
+                    axis = axis.saturating_add(1);
                 }
                 Index::Ellipsis => {
                     for _ in 0..whole {
                         keep(axis, &mut shape, &mut strides);
-                        axis += 1;
+                        axis = axis.saturating_add(1);
                     }
                 }
                 Index::NewAxis => {
@@ -174,7 +198,7 @@ impl Layout {
         }
         while axis < self.ndim() {
             keep(axis, &mut shape, &mut strides);
-            axis += 1;
+            axis = axis.saturating_add(1);
         }
         if shape.len() > MAX_NDIM {
             return Err(Error::invalid(
@@ -214,7 +238,11 @@ impl Layout {
                 let mut seen = [false; MAX_NDIM];
                 let mut order = Dims::new();
                 for &axis in axes {
-                    let resolved = if axis < 0 { axis + ndim as isize } else { axis };
+                    let resolved = if axis < 0 {
+                        axis.saturating_add(ndim as isize)
+                    } else {
+                        axis
+                    };
                     if resolved < 0 || resolved >= ndim as isize {
                         return Err(Error::invalid(
                             "axes",
@@ -243,6 +271,10 @@ impl Layout {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::arithmetic_side_effects,
+    reason = "tests: expected positions and addresses from small constants"
+)]
 mod tests {
     use super::*;
     use crate::DType;

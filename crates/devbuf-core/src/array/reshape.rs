@@ -44,10 +44,10 @@ impl Layout {
         }
         let mut shape: Dims<usize> = requested.iter().map(|&n| n.max(0) as usize).collect();
         if let Some(axis) = unknown {
-            if known == 0 || !size.is_multiple_of(known) {
+            if !size.is_multiple_of(known) {
                 return Err(refuse());
             }
-            shape[axis] = size / known;
+            shape[axis] = size.checked_div(known).ok_or_else(refuse)?;
         } else if known != size {
             return Err(refuse());
         }
@@ -56,10 +56,23 @@ impl Layout {
 
     /// This layout's elements, in C order, seen with `shape` (which [`Layout::resolve_shape`]
     /// resolved): the view when strides can express it, `None` when only a copy can (a
-    /// transposed or strided array merged across a gap), as NumPy decides.
+    /// transposed or strided array merged across a gap), as NumPy decides; `None` too for a
+    /// shape of another number of elements.
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "`shape` holds this layout's elements (checked first): every group's count is \
+                  at most their number, each stride at most their span, and every index stays \
+                  below a group's end"
+    )]
     pub fn reshaped(&self, shape: &[usize]) -> Option<Layout> {
         let itemsize = self.dtype.itemsize() as isize;
         let new_shape = Dims::<usize>::from_slice(shape);
+        let elements = shape
+            .iter()
+            .try_fold(1usize, |count, &n| count.checked_mul(n));
+        if elements != Some(self.size()) {
+            return None;
+        }
         if self.size() == 0 || self.is_c_contiguous() {
             let layout = Layout::new(self.dtype, &new_shape, None, self.offset, self.readonly);
             return layout.ok();

@@ -54,13 +54,18 @@ impl Layout {
                  (its byte stride is {stride})"
             )));
         }
-        let bytes = n * old;
-        if !bytes.is_multiple_of(new) {
+        let bytes = n.checked_mul(old).ok_or_else(|| {
+            refuse(format!(
+                "the last axis holds more than {} bytes",
+                usize::MAX
+            ))
+        })?;
+        if new == 0 || !bytes.is_multiple_of(new) {
             return Err(refuse(format!(
                 "the last axis holds {bytes} bytes, not a whole number of {new}-byte elements"
             )));
         }
-        layout.shape[last] = bytes / new;
+        layout.shape[last] = bytes.checked_div(new).unwrap_or(0);
         layout.strides[last] = new as isize;
         Ok(layout)
     }

@@ -4,6 +4,10 @@
 //! when the last view is dropped), or they are foreign and the caller says how they are kept
 //! alive: an owner object held until the last view goes, or a deleter run exactly once then.
 
+// Caller numbers become addresses here: every size, count, offset and alignment is checked
+// (docs/architecture.md, "Untrusted numbers").
+#![deny(clippy::arithmetic_side_effects)]
+
 mod allocation;
 mod hints;
 mod on_queue;
@@ -228,6 +232,11 @@ impl Buffer {
     }
 
     /// Address of the first byte of this view.
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "a view lies inside its allocation, whose span was checked not to wrap when it \
+                  was made or imported"
+    )]
     pub fn ptr(&self) -> *mut u8 {
         (self.alloc.base + self.offset) as *mut u8
     }
@@ -333,8 +342,9 @@ impl Buffer {
         }
         Ok(Buffer {
             alloc: self.alloc.clone(),
-            offset: self.offset + range.start,
-            len: range.end - range.start,
+            // Inside this view (checked above), so inside the allocation.
+            offset: self.offset.saturating_add(range.start),
+            len: range.len(),
         })
     }
 }

@@ -26,8 +26,9 @@ impl Runs<'_> {
     fn check(&self, dst: &Buffer, src: &Buffer) -> Result<()> {
         let span = |pick: fn(&(usize, usize)) -> usize| {
             let low = self.starts.iter().map(pick).min().unwrap_or(0);
-            let high = self.starts.iter().map(pick).max().unwrap_or(0) + self.len;
-            (low, high)
+            let last = self.starts.iter().map(pick).max().unwrap_or(0);
+            // A run that would end past the address space ends past any view.
+            (low, last.saturating_add(self.len))
         };
         let (dst_span, src_span) = (span(|r| r.0), span(|r| r.1));
         for (side, view, (_, end)) in [("destination", dst, dst_span), ("source", src, src_span)] {
@@ -41,8 +42,15 @@ impl Runs<'_> {
                 ));
             }
         }
-        let (dst_low, dst_high) = (dst.offset + dst_span.0, dst.offset + dst_span.1);
-        let (src_low, src_high) = (src.offset + src_span.0, src.offset + src_span.1);
+        // Inside the views (checked above), so inside their allocations: no sum wraps.
+        let (dst_low, dst_high) = (
+            dst.offset.saturating_add(dst_span.0),
+            dst.offset.saturating_add(dst_span.1),
+        );
+        let (src_low, src_high) = (
+            src.offset.saturating_add(src_span.0),
+            src.offset.saturating_add(src_span.1),
+        );
         if dst.same_allocation(src) && dst_low < src_high && src_low < dst_high {
             return Err(Error::invalid(
                 "src",
@@ -104,7 +112,17 @@ impl Buffer {
     /// [`Buffer::copy_runs_from`] between queues that cannot reach each other's memory: the
     /// runs gathered into host memory on the source's queue, then scattered on this one's.
     fn copy_runs_staged(&self, src: &Buffer, runs: Runs<'_>) -> Result<()> {
-        let mut staged = vec![0u8; runs.len * runs.starts.len()];
+        let bytes = runs.len.checked_mul(runs.starts.len()).ok_or_else(|| {
+            Error::invalid(
+                "src",
+                format!(
+                    "{} runs of {} bytes are more than the address space holds",
+                    runs.starts.len(),
+                    runs.len
+                ),
+            )
+        })?;
+        let mut staged = vec![0u8; bytes];
         let result = (|| {
             let queue = src.queue();
             src.order_on(queue)?;

@@ -205,6 +205,12 @@ pub(super) fn reaches(queue: &Arc<dyn Queue>, buffer: &Buffer) -> bool {
         || queue.copies_reach(buffer.ptr())
 }
 
+/// Whether `queue` is of the device (and so of the backend) whose memory `buffer` is.
+fn on_own_device(queue: &Arc<dyn Queue>, buffer: &Buffer) -> bool {
+    Arc::ptr_eq(queue, buffer.queue())
+        || queue.device().selector == buffer.queue().device().selector
+}
+
 /// Whether `queue` can fill `buffer`: a device runtime's fill takes only memory it knows (CUDA
 /// refuses pageable host memory; Intel's runtimes may crash on a pointer they do not know), so
 /// host memory of another runtime is filled only by the host backend's queues.
@@ -230,7 +236,10 @@ pub(super) fn check_reaches(queue: &Arc<dyn Queue>, buffer: &Buffer, access: Rea
         Reach::Fill => (fills(queue, buffer), "a fill"),
         Reach::Copy => (reaches(queue, buffer), "a copy"),
         Reach::CopyToHost => (reaches(queue, buffer), "a copy to the host"),
-        Reach::Prefetch => (reaches(queue, buffer), "a prefetch"),
+        // A prefetch hands the memory to the runtime's own migration (`cuMemPrefetchAsync`, SYCL's
+        // `prefetch`): only a stream of the buffer's own backend and device may run it, not one
+        // that merely reaches the bytes as host memory.
+        Reach::Prefetch => (on_own_device(queue, buffer), "a prefetch"),
     };
     if reached {
         return Ok(());
@@ -249,5 +258,6 @@ pub(super) fn check_reaches(queue: &Arc<dyn Queue>, buffer: &Buffer, access: Rea
 }
 
 fn ranges_overlap(a: &Buffer, b: &Buffer) -> bool {
-    a.offset < b.offset + b.len && b.offset < a.offset + a.len
+    // Views of one allocation: their ends lie inside it, so neither sum wraps.
+    a.offset < b.offset.saturating_add(b.len) && b.offset < a.offset.saturating_add(a.len)
 }

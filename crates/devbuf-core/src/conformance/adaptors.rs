@@ -70,7 +70,8 @@ fn adaptors(queue: &Arc<dyn Queue>) -> Vec<(&'static str, Arc<dyn MemoryResource
         ("a binning resource", binning),
         (
             "a fixed-size resource",
-            FixedSizeResource::new(upstream(), LARGEST_CHECK_ALLOCATION, 2),
+            FixedSizeResource::new(upstream(), LARGEST_CHECK_ALLOCATION, 2)
+                .expect("two blocks of the largest check allocation fit any address space"),
         ),
         ("a logging adaptor", logging),
         ("a prefetch adaptor", PrefetchResource::new(upstream())),
@@ -216,7 +217,8 @@ pub(super) fn exported_fixed_size_block_is_not_reused(queue: &Arc<dyn Queue>) ->
     for_each_kind(queue, |kind| {
         const LEN: usize = 4096;
         let resource: Arc<dyn MemoryResource> =
-            FixedSizeResource::new(QueueResource::new(Arc::clone(queue)), LEN, 16);
+            FixedSizeResource::new(QueueResource::new(Arc::clone(queue)), LEN, 16)
+                .expect("16 blocks of 4 KiB fit any address space");
         let ours = alloc_from(&resource, kind, LEN)?;
         let keeper = alloc_from(&resource, kind, LEN)?;
         let (exported, consumers) =

@@ -4,6 +4,10 @@
 //! An exported tensor owns a clone of the array's [`Buffer`], so the memory outlives the producer's
 //! Python object. Its deleter needs no GIL and never unwinds into the C caller.
 
+// Caller numbers become addresses here: every size, count, offset and alignment is checked
+// (docs/architecture.md, "Untrusted numbers").
+#![deny(clippy::arithmetic_side_effects)]
+
 use std::alloc::Layout;
 use std::cell::UnsafeCell;
 use std::ffi::c_void;
@@ -67,7 +71,7 @@ impl DlpackTemplate {
     /// stride that is not a whole number of elements, a non-native byte order).
     pub fn new(array: &Array, device: DLDevice) -> Result<Self> {
         let layout = array.layout();
-        let mut values = SmallVec::with_capacity(2 * layout.ndim());
+        let mut values = SmallVec::with_capacity(layout.ndim().saturating_mul(2));
         values.extend(layout.shape().iter().map(|&n| n as i64));
         values.extend(layout.element_strides()?);
         Ok(DlpackTemplate {
@@ -252,7 +256,7 @@ thread_local! {
 #[cfg(test)]
 impl<T> Drop for Export<T> {
     fn drop(&mut self) {
-        LIVE_EXPORTS.with(|live| live.set(live.get() - 1));
+        LIVE_EXPORTS.with(|live| live.set(live.get().saturating_sub(1)));
     }
 }
 
@@ -317,7 +321,7 @@ pub fn export<T: ManagedTensorAbi>(
         })
     };
     #[cfg(test)]
-    LIVE_EXPORTS.with(|live| live.set(live.get() + 1));
+    LIVE_EXPORTS.with(|live| live.set(live.get().saturating_add(1)));
     // SAFETY: the block was just written; nobody else has seen it yet.
     let export = unsafe { &mut *raw.as_ptr() };
     // The tensor points into the block's template, which stays put until the export is freed.

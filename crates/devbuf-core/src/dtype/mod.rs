@@ -1,6 +1,10 @@
 //! Element types, in the three spellings the protocols use: NumPy typestrs (CAI, SUAI, the
 //! buffer protocol's neighbours), DLPack type codes, and the names users type.
 
+// Caller numbers become addresses here: every size, count, offset and alignment is checked
+// (docs/architecture.md, "Untrusted numbers").
+#![deny(clippy::arithmetic_side_effects)]
+
 use std::ffi::CStr;
 use std::fmt;
 
@@ -173,14 +177,15 @@ impl DType {
         };
         // The sizes typestrs carry (one or two digits) read directly; anything else as `usize`'s
         // `FromStr` reads it (the byte order and the type code are ASCII, so byte 2 starts a char).
-        let itemsize = match &bytes[2..] {
-            [digit @ b'0'..=b'9'] => usize::from(digit - b'0'),
-            [tens @ b'0'..=b'9', ones @ b'0'..=b'9'] => {
-                usize::from(tens - b'0') * 10 + usize::from(ones - b'0')
-            }
-            _ => typestr[2..]
-                .parse()
-                .map_err(|_| bad_typestr(typestr, NO_SIZE))?,
+        let itemsize = match bytes.get(2..).unwrap_or_default() {
+            [digit @ b'0'..=b'9'] => digit_value(*digit),
+            [tens @ b'0'..=b'9', ones @ b'0'..=b'9'] => digit_value(*tens)
+                .saturating_mul(10)
+                .saturating_add(digit_value(*ones)),
+            _ => typestr
+                .get(2..)
+                .and_then(|size| size.parse().ok())
+                .ok_or_else(|| bad_typestr(typestr, NO_SIZE))?,
         };
         DType::new(kind, itemsize, order).ok_or_else(|| bad_typestr(typestr, BAD_SIZE))
     }
@@ -313,7 +318,8 @@ impl DType {
         };
         Ok(DLDataType {
             code,
-            bits: self.itemsize * 8,
+            // At most 16 bytes: 128 bits.
+            bits: self.itemsize.saturating_mul(8),
             lanes: 1,
         })
     }
@@ -409,6 +415,11 @@ fn bad_typestr(typestr: &str, why: &str) -> Error {
 mod scalar;
 
 pub use scalar::Scalar;
+
+/// The value of an ASCII digit.
+fn digit_value(digit: u8) -> usize {
+    usize::from(digit & 0x0f)
+}
 
 #[cfg(test)]
 mod tests;

@@ -4,6 +4,12 @@
 //! that does not fit, a non-finite float into an integer type and a complex value into a real
 //! type are refused rather than wrapped or dropped.
 
+#![allow(
+    clippy::arithmetic_side_effects,
+    reason = "values, not addresses: a scalar's bits encoded for its type, every shift and sum \
+              bounded by the formats' own widths (at most 64 bits of integer, 16 of float)"
+)]
+
 use super::{ByteOrder, DType, ScalarKind};
 use crate::{Error, Result};
 

@@ -27,7 +27,7 @@ pub(super) fn host_device_info() -> DeviceInfo {
         vendor: field("vendor_id").unwrap_or_default(),
         driver: concat!("devbuf ", env!("CARGO_PKG_VERSION")).into(),
         selector: HOST.into(),
-        global_mem_bytes: total_kib * 1024,
+        global_mem_bytes: total_kib.saturating_mul(1024),
         kinds: MemKind::ALLOCATABLE.to_vec(),
         unusable_reason: None,
         test_double: None,

@@ -138,7 +138,8 @@ impl HostMemory {
     pub(super) fn kind_of(&self, ptr: *const u8) -> MemKind {
         let addr = ptr as usize;
         match self.allocations.lock().range(..=addr).next_back() {
-            Some((&start, &(size, kind))) if addr < start + size => kind,
+            // Registered allocations are memory: their ends do not wrap.
+            Some((&start, &(size, kind))) if addr < start.saturating_add(size) => kind,
             _ => MemKind::Unknown,
         }
     }
@@ -148,10 +149,12 @@ impl HostMemory {
     pub(super) fn holder_of(&self, ptr: *const u8) -> Holder {
         let addr = ptr as usize;
         match self.allocations.lock().range(..=addr).next_back() {
-            Some((&start, &(size, kind))) if addr < start + size => Holder::Allocation {
-                kind,
-                range: start..start + size,
-            },
+            Some((&start, &(size, kind))) if addr < start.saturating_add(size) => {
+                Holder::Allocation {
+                    kind,
+                    range: start..start.saturating_add(size),
+                }
+            }
             _ => Holder::Unchecked,
         }
     }
@@ -179,11 +182,14 @@ fn advise_huge_pages(ptr: NonNull<u8>, size: usize) {
     {
         return;
     }
-    let start = (ptr.as_ptr() as usize).next_multiple_of(HUGE_PAGE);
-    let end = (ptr.as_ptr() as usize + size) / HUGE_PAGE * HUGE_PAGE;
-    if end > start {
+    // A block just allocated: its end does not wrap.
+    let block_end = (ptr.as_ptr() as usize).saturating_add(size);
+    let start = (ptr.as_ptr() as usize).checked_next_multiple_of(HUGE_PAGE);
+    let end = (block_end / HUGE_PAGE).saturating_mul(HUGE_PAGE);
+    if let Some(start) = start.filter(|&start| end > start) {
+        let len = end.saturating_sub(start);
         // SAFETY: [start, end) lies inside the block just allocated; advice changes no contents.
-        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+        unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
     }
 }
 

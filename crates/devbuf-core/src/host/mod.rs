@@ -10,6 +10,11 @@
 //! out an address inside it. The queue frees a block only once `Buffer` has ordered the release
 //! after every use of it, so reusing one is as safe as freeing it.
 
+// Caller numbers become addresses here: every size, count, offset and alignment is checked
+// (docs/architecture.md, "Untrusted numbers").
+#![deny(clippy::arithmetic_side_effects)]
+
+mod address_space;
 mod backend;
 mod device;
 mod interop;
@@ -17,6 +22,7 @@ mod ipc;
 mod memory;
 mod queue;
 
+pub use address_space::{past_user_space, user_address_limit};
 pub use backend::{DESCRIPTOR, HostBackend};
 pub use queue::HostQueue;
 

@@ -101,7 +101,7 @@ impl Queue for HostQueue {
             text.lines()
                 .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
                 .and_then(|rest| rest.trim().strip_suffix("kB")?.trim().parse::<usize>().ok())
-                .map(|kib| kib * 1024)
+                .and_then(|kib| kib.checked_mul(1024))
                 .ok_or_else(|| unreadable(format!("no {name} line")))
         };
         Ok((field("MemAvailable")?, field("MemTotal")?))

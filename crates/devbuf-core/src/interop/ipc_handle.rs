@@ -35,7 +35,9 @@ const MAX_FIELD: usize = 4096;
 impl IpcHandle {
     /// The handle as bytes: what `from_bytes` reads back in another process.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(MAGIC.len() + 48 + self.device.len() + self.payload.len());
+        // A capacity hint only.
+        let fields = self.device.len().saturating_add(self.payload.len());
+        let mut out = Vec::with_capacity(fields.saturating_add(MAGIC.len()).saturating_add(48));
         out.extend_from_slice(MAGIC);
         for field in [self.device.as_bytes(), self.kind.as_str().as_bytes()] {
             out.extend_from_slice(&(field.len() as u32).to_le_bytes());
@@ -80,7 +82,7 @@ impl IpcHandle {
         if offset.checked_add(len).is_none_or(|end| end > size) {
             return Err(bad_handle(format!(
                 "the view {offset}..{} lies outside the {size}-byte allocation",
-                offset as u128 + len as u128
+                (offset as u128).saturating_add(len as u128)
             )));
         }
         Ok(IpcHandle {

@@ -9,6 +9,10 @@
 //! descriptors ([`crate::interface`], [`crate::dlpack`]), the extent check ([`crate::extent`]),
 //! the ordering of pending work ([`crate::Buffer`], [`crate::exchange`]).
 
+// Caller numbers become addresses here: every size, count, offset and alignment is checked
+// (docs/architecture.md, "Untrusted numbers").
+#![deny(clippy::arithmetic_side_effects)]
+
 mod foreign;
 mod handles;
 mod holder;

@@ -5,6 +5,7 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use super::graph::Descent;
 use super::{FreeAfter, MemoryResource};
 use crate::debug_log::{self, LogLevel, debug_log};
 use crate::{MemKind, Queue, Result};
@@ -55,6 +56,12 @@ pub trait Adaptor: Send + Sync + fmt::Debug + 'static {
     /// [`MemoryResource::serves`]: upstream's answer, unless the adaptor decides the kind itself.
     fn serves(&self, asked: MemKind, size: usize, align: usize) -> MemKind {
         self.upstream().serves(asked, size, align)
+    }
+
+    /// Resources besides [`Adaptor::upstream`] that it allocates from (a binning resource's
+    /// bins), for [`MemoryResource::upstreams`].
+    fn also_allocates_from(&self) -> Vec<Arc<dyn MemoryResource>> {
+        Vec::new()
     }
 
     /// Before upstream allocates `size` bytes of `kind` aligned to `align`: an error refuses the
@@ -116,6 +123,9 @@ impl<A: Adaptor> MemoryResource for A {
 
     #[inline]
     fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {
+        // Counted on the thread: a stack that escaped the graph checks ends in an error, not in a
+        // stack overflow.
+        let _descent = Descent::enter()?;
         let allocated = self.serve(kind, size, align);
         if debug_log::should_log(LogLevel::Trace) {
             let (name, device) = (short_name::<A>(), &self.queue().device().selector);
@@ -150,6 +160,12 @@ impl<A: Adaptor> MemoryResource for A {
         );
         // SAFETY: the same contract.
         unsafe { self.take_back(ptr, kind, size, align, after) }
+    }
+
+    fn upstreams(&self) -> Vec<Arc<dyn MemoryResource>> {
+        let mut upstreams = vec![Arc::clone(self.upstream())];
+        upstreams.extend(self.also_allocates_from());
+        upstreams
     }
 
     fn as_any(&self) -> &dyn Any {

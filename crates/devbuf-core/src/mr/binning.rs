@@ -7,8 +7,11 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
-use super::{Adaptor, FixedSizeResource, FreeAfter, MemoryResource};
+use super::{Adaptor, FixedSizeResource, FreeAfter, MemoryResource, check_upstream};
 use crate::{DEFAULT_ALIGNMENT, Error, MemKind, Result};
+
+/// Held while a bin is checked and added (see [`BinningResource::add_bin`]).
+static GRAPH_EDITS: Mutex<()> = Mutex::new(());
 
 /// A bin: the resource serving requests up to its size, and the most alignment it promises.
 #[derive(Debug, Clone)]
@@ -61,7 +64,15 @@ impl BinningResource {
         }
         let binning = BinningResource::new(Arc::clone(&upstream));
         for exponent in min_size_exponent..=max_size_exponent {
-            binning.add_bin(1 << exponent, None)?;
+            binning
+                .add_bin(1 << exponent, None)
+                .map_err(|err| match err {
+                    // Too large a bin to lay out: the exponent made it so.
+                    Error::InvalidDescriptor { message, .. } => {
+                        Error::invalid("max_size_exponent", message)
+                    }
+                    other => other,
+                })?;
         }
         Ok(binning)
     }
@@ -69,12 +80,20 @@ impl BinningResource {
     /// Serves requests up to `allocation_size` bytes (and larger than the next smaller bin's)
     /// from `bin_resource`, or from a new [`FixedSizeResource`] of blocks of that size over
     /// upstream (RMM's `add_bin`). Bins are added before the first allocation, on upstream's
-    /// device; a bin of a size there is already replaces it. Returns the bin's resource.
+    /// device; a bin of a size there is already replaces it. A bin that allocates from this
+    /// resource (itself, or a resource over it) is refused with [`Error::Recursion`], as is one
+    /// that would make the stack deeper than [`super::MAX_DEPTH`]. Returns the bin's resource.
     pub fn add_bin(
         &self,
         allocation_size: usize,
         bin_resource: Option<Arc<dyn MemoryResource>>,
     ) -> Result<Arc<dyn MemoryResource>> {
+        // One graph edit at a time: two resources given to each other at once must not both
+        // pass the cycle check.
+        let _editing = GRAPH_EDITS.lock();
+        if let Some(resource) = &bin_resource {
+            check_upstream(self, resource, "bin_resource")?;
+        }
         // Checked and inserted under the lock that fixing the routes takes.
         let mut bins = self.bins.lock();
         if self.routes.get().is_some() {
@@ -125,7 +144,14 @@ impl BinningResource {
                     Arc::clone(&self.upstream),
                     allocation_size,
                     super::fixed_size::DEFAULT_BLOCKS_TO_PREALLOCATE,
-                );
+                )
+                .map_err(|err| match err {
+                    // The bin's blocks cannot be laid out: its size made it so.
+                    Error::InvalidDescriptor { message, .. } => {
+                        Error::invalid("allocation_size", message)
+                    }
+                    other => other,
+                })?;
                 Bin {
                     alignment: fixed.block_alignment(),
                     resource: fixed,
@@ -170,6 +196,14 @@ impl Adaptor for BinningResource {
 
     fn serves(&self, asked: MemKind, size: usize, align: usize) -> MemKind {
         self.route(size, align).serves(asked, size, align)
+    }
+
+    fn also_allocates_from(&self) -> Vec<Arc<dyn MemoryResource>> {
+        self.bins
+            .lock()
+            .values()
+            .map(|bin| Arc::clone(&bin.resource))
+            .collect()
     }
 
     fn serve(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {

@@ -56,13 +56,16 @@ pub fn parse_bytes(arg: &'static str, text: &str) -> Result<usize> {
     let whole: u128 = whole.parse().map_err(|_| too_large())?;
     // The fraction, exactly: its digits times the multiplier over 10^digits (at most 38 digits
     // count; later ones cannot change a whole byte of a multiplier below 2^51).
-    let digits = &fraction[..fraction.len().min(20)];
+    let digits: String = fraction.chars().take(20).collect();
     let fraction_bytes = if digits.is_empty() {
         0
     } else {
         let numerator: u128 = digits.parse().map_err(|_| refuse())?;
         let denominator = 10u128.pow(u32::try_from(digits.len()).map_err(|_| refuse())?);
-        numerator.checked_mul(multiplier).ok_or_else(too_large)? / denominator
+        numerator
+            .checked_mul(multiplier)
+            .and_then(|bytes| bytes.checked_div(denominator))
+            .ok_or_else(too_large)?
     };
     let bytes = whole
         .checked_mul(multiplier)

@@ -35,6 +35,8 @@ pub fn set_current(
     resource: Arc<dyn MemoryResource>,
 ) -> Result<Option<Arc<dyn MemoryResource>>> {
     let slot = slot(kind)?;
+    // Every allocation of `kind` on the device goes through it: refused if it reaches itself.
+    super::check_depth(&resource, "mr", 0)?;
     let device = resource.queue().device().selector.clone();
     debug_log!(
         LogLevel::Debug,

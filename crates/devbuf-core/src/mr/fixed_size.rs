@@ -8,7 +8,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::{Adaptor, FreeAfter, MemoryResource, refused};
-use crate::{DEFAULT_ALIGNMENT, Event, MemKind, Result};
+use crate::{DEFAULT_ALIGNMENT, Error, Event, MemKind, Result};
 
 /// The default block size, as RMM's: 1 MiB.
 pub const DEFAULT_BLOCK_SIZE: usize = 1 << 20;
@@ -20,6 +20,8 @@ const MAX_BLOCK_ALIGNMENT: usize = 4096;
 /// One chunk of upstream memory, cut into blocks.
 #[derive(Debug)]
 struct Chunk {
+    /// One past its last byte (checked when it came from upstream).
+    end: usize,
     /// Blocks handed out and not yet freed.
     outstanding: usize,
     /// A block was given to libraries devbuf cannot wait for ([`FreeAfter::ForeignWork`]): the
@@ -50,24 +52,54 @@ pub struct FixedSizeResource {
     upstream: Arc<dyn MemoryResource>,
     block_size: usize,
     blocks_to_preallocate: usize,
+    /// `block_size * blocks_to_preallocate`, which [`FixedSizeResource::new`] checked fits.
+    chunk_size: usize,
     /// By kind, in [`MemKind::ALLOCATABLE`]'s order.
     blocks: [Mutex<Blocks>; 3],
 }
 
 impl FixedSizeResource {
     /// Blocks of `block_size` bytes (rounded up to a multiple of 256, RMM's alignment), taken
-    /// from `upstream` `blocks_to_preallocate` (at least 1) at a time.
+    /// from `upstream` `blocks_to_preallocate` (at least 1) at a time. A chunk that no address
+    /// space can hold (more than `isize::MAX` bytes, the most any allocation may span) is an
+    /// error naming the argument that made it so.
     pub fn new(
         upstream: Arc<dyn MemoryResource>,
         block_size: usize,
         blocks_to_preallocate: usize,
-    ) -> Arc<Self> {
-        Arc::new(FixedSizeResource {
+    ) -> Result<Arc<Self>> {
+        let blocks_to_preallocate = blocks_to_preallocate.max(1);
+        let rounded = block_size
+            .max(1)
+            .checked_next_multiple_of(DEFAULT_ALIGNMENT)
+            .filter(|&rounded| isize::try_from(rounded).is_ok())
+            .ok_or_else(|| {
+                Error::invalid(
+                    "block_size",
+                    format!(
+                        "blocks of {block_size} bytes, rounded up to a multiple of \
+                         {DEFAULT_ALIGNMENT}, exceed the {} bytes an allocation may span",
+                        isize::MAX
+                    ),
+                )
+            })?;
+        let chunk_size = chunk_bytes(rounded, blocks_to_preallocate).ok_or_else(|| {
+            Error::invalid(
+                "blocks_to_preallocate",
+                format!(
+                    "{blocks_to_preallocate} blocks of {rounded} bytes exceed the {} bytes an \
+                     allocation may span",
+                    isize::MAX
+                ),
+            )
+        })?;
+        Ok(Arc::new(FixedSizeResource {
             upstream,
-            block_size: block_size.max(1).next_multiple_of(DEFAULT_ALIGNMENT),
-            blocks_to_preallocate: blocks_to_preallocate.max(1),
+            block_size: rounded,
+            blocks_to_preallocate,
+            chunk_size,
             blocks: Default::default(),
-        })
+        }))
     }
 
     /// The size of every block.
@@ -82,19 +114,20 @@ impl FixedSizeResource {
 
     /// The alignment every block has.
     pub fn block_alignment(&self) -> usize {
-        (1 << self.block_size.trailing_zeros()).min(MAX_BLOCK_ALIGNMENT)
+        // A block size is a non-zero multiple of 256: the largest power of two dividing it.
+        let largest = self.block_size & self.block_size.wrapping_neg();
+        largest.min(MAX_BLOCK_ALIGNMENT)
     }
 
     /// Bytes taken from upstream, of every kind.
     pub fn upstream_bytes(&self) -> usize {
-        self.blocks
+        let chunks: usize = self
+            .blocks
             .iter()
-            .map(|blocks| blocks.lock().chunks.len() * self.chunk_size())
-            .sum()
-    }
-
-    fn chunk_size(&self) -> usize {
-        self.block_size * self.blocks_to_preallocate
+            .map(|blocks| blocks.lock().chunks.len())
+            .sum();
+        // Every chunk is memory upstream handed out: their bytes fit in the address space.
+        chunks.saturating_mul(self.chunk_size)
     }
 
     fn blocks_of(&self, kind: MemKind) -> Result<&Mutex<Blocks>> {
@@ -126,11 +159,20 @@ impl FixedSizeResource {
     }
 }
 
+/// The bytes of a chunk of `blocks` blocks of `block_size` bytes, if an allocation can span them.
+fn chunk_bytes(block_size: usize, blocks: usize) -> Option<usize> {
+    block_size
+        .checked_mul(blocks)
+        .filter(|&bytes| isize::try_from(bytes).is_ok())
+}
+
 /// A free block, counted handed out in the same critical section (so that its chunk cannot go
 /// back upstream meanwhile).
 fn pop_counted(blocks: &mut Blocks) -> Option<usize> {
     let addr = blocks.free.pop()?;
-    chunk_of(blocks, addr).1.outstanding += 1;
+    let chunk = chunk_of(blocks, addr).1;
+    // At most `blocks_to_preallocate` blocks of a chunk are out at once.
+    chunk.outstanding = chunk.outstanding.saturating_add(1);
     Some(addr)
 }
 
@@ -167,24 +209,43 @@ impl Adaptor for FixedSizeResource {
         let addr = match self.take_free(blocks) {
             Some(addr) => addr,
             None => {
-                let chunk =
-                    self.upstream
-                        .allocate(kind, self.chunk_size(), self.block_alignment())?;
+                let (chunk_size, alignment) = (self.chunk_size, self.block_alignment());
+                let chunk = self.upstream.allocate(kind, chunk_size, alignment)?;
                 let base = chunk.as_ptr() as usize;
+                let Some(end) = base.checked_add(chunk_size) else {
+                    // SAFETY: just allocated with these arguments, and never handed out.
+                    unsafe {
+                        self.upstream.deallocate(
+                            chunk,
+                            kind,
+                            chunk_size,
+                            alignment,
+                            FreeAfter::Now,
+                        );
+                    }
+                    return Err(refused(
+                        self.upstream.queue(),
+                        kind,
+                        size,
+                        format!(
+                            "upstream returned a chunk at {base:#x} that wraps past the end \
+                                 of the address space"
+                        ),
+                    ));
+                };
                 let mut blocks = blocks.lock();
                 blocks.chunks.insert(
                     base,
                     Chunk {
+                        end,
                         outstanding: 1,
                         retired: false,
                     },
                 );
-                // Handed out from the lowest address up.
-                blocks.free.extend(
-                    (1..self.blocks_to_preallocate)
-                        .rev()
-                        .map(|at| base + at * self.block_size),
-                );
+                // Handed out from the lowest address up: the chunk's blocks after the first.
+                blocks
+                    .free
+                    .extend((base..end).step_by(self.block_size).skip(1).rev());
                 base
             }
         };
@@ -209,14 +270,15 @@ impl Adaptor for FixedSizeResource {
             FreeAfter::ForeignWork => false,
         };
         let addr = ptr.as_ptr() as usize;
-        let chunk_size = self.chunk_size();
+        let chunk_size = self.chunk_size;
         let mut guard = blocks.lock();
         let (base, chunk) = chunk_of(&mut guard, addr);
-        chunk.outstanding -= 1;
+        // The block was handed out (the caller's contract): at least it is outstanding.
+        chunk.outstanding = chunk.outstanding.saturating_sub(1);
         let newly_retired = matches!(after, FreeAfter::ForeignWork) && !chunk.retired;
         chunk.retired |= newly_retired;
-        let (retired, outstanding) = (chunk.retired, chunk.outstanding);
-        let in_chunk = |block: usize| (base..base + chunk_size).contains(&block);
+        let (retired, outstanding, end) = (chunk.retired, chunk.outstanding, chunk.end);
+        let in_chunk = |block: usize| (base..end).contains(&block);
         if newly_retired {
             guard.free.retain(|&block| !in_chunk(block));
             guard.busy.retain(|(block, _)| !in_chunk(*block));
@@ -247,7 +309,7 @@ impl Adaptor for FixedSizeResource {
 
 impl Drop for FixedSizeResource {
     fn drop(&mut self) {
-        let (chunk_size, alignment) = (self.chunk_size(), self.block_alignment());
+        let (chunk_size, alignment) = (self.chunk_size, self.block_alignment());
         for (blocks, kind) in self.blocks.iter_mut().zip(MemKind::ALLOCATABLE) {
             let blocks = std::mem::take(blocks.get_mut());
             let unfinished: Vec<usize> = crate::ordering::wait_for_freed_blocks(blocks.busy)
@@ -257,7 +319,7 @@ impl Drop for FixedSizeResource {
             for (base, chunk) in blocks.chunks {
                 let in_use = unfinished
                     .iter()
-                    .any(|addr| (base..base + chunk_size).contains(addr));
+                    .any(|addr| (base..chunk.end).contains(addr));
                 // A chunk still in use by work whose wait failed is leaked: freeing it would be
                 // worse. Every buffer holds its resource, so no block is handed out now.
                 if in_use || chunk.outstanding > 0 {

@@ -9,12 +9,17 @@
 //! [`crate::Buffer::alloc`] without an explicit resource goes through; with none set, buffers
 //! allocate from their queue directly.
 
+// Caller numbers become addresses here: every size, count, offset and alignment is checked
+// (docs/architecture.md, "Untrusted numbers").
+#![deny(clippy::arithmetic_side_effects)]
+
 mod adaptor;
 mod binning;
 mod bytes;
 mod current;
 mod failure_callback;
 mod fixed_size;
+mod graph;
 mod handouts;
 mod limiting;
 mod logging;
@@ -37,6 +42,7 @@ pub use bytes::parse_bytes;
 pub use current::{current, reset_current, set_current};
 pub use failure_callback::{FailureCallback, FailureCallbackResource};
 pub use fixed_size::{DEFAULT_BLOCK_SIZE, DEFAULT_BLOCKS_TO_PREALLOCATE, FixedSizeResource};
+pub use graph::{MAX_DEPTH, check_depth, check_upstream};
 pub use handouts::Handouts;
 pub use limiting::LimitingResource;
 pub use logging::{FileSink, LOG_HEADER, LogSink, LoggingResource};
@@ -94,6 +100,13 @@ pub trait MemoryResource: Send + Sync + fmt::Debug + 'static {
         align: usize,
         after: FreeAfter,
     );
+
+    /// The resources this one allocates from (an adaptor's upstream, a binning resource's bins;
+    /// none for a queue's): the resource graph's edges, which devbuf keeps acyclic and shallow
+    /// ([`check_upstream`]).
+    fn upstreams(&self) -> Vec<Arc<dyn MemoryResource>> {
+        Vec::new()
+    }
 
     /// Downcasting, so that bindings can reach an adaptor's own methods.
     fn as_any(&self) -> &dyn Any;

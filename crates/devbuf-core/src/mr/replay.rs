@@ -89,7 +89,7 @@ pub fn replay(
     let mut in_use = 0usize;
     let mut outcome = Ok(());
     for (index, line) in lines {
-        let number = index + 1;
+        let number = index.saturating_add(1);
         let line = match line {
             Ok(line) if line.trim().is_empty() => continue,
             Ok(line) => line,
@@ -115,29 +115,31 @@ pub fn replay(
             } => {
                 let start = Instant::now();
                 let allocated = resource.allocate(kind, size.max(1), DEFAULT_ALIGNMENT);
-                report.elapsed += start.elapsed();
+                report.elapsed = report.elapsed.saturating_add(start.elapsed());
+                // Counts and sums of allocations that exist: they fit, and saturate if a resource
+                // lied about its memory.
                 match allocated {
                     Ok(ptr) => {
-                        report.allocations += 1;
-                        in_use += size;
+                        report.allocations = report.allocations.saturating_add(1);
+                        in_use = in_use.saturating_add(size);
                         report.peak_bytes = report.peak_bytes.max(in_use);
                         if let Some(earlier) = live.insert(address, Live { ptr, kind, size }) {
                             // The log allocated an address twice without a free between: the
                             // earlier one's free was not logged. Ours goes back now.
-                            in_use -= earlier.size;
+                            in_use = in_use.saturating_sub(earlier.size);
                             free(resource, earlier, &mut report);
                         }
                     }
-                    Err(_) => report.failures += 1,
+                    Err(_) => report.failures = report.failures.saturating_add(1),
                 }
             }
             Step::Free { address } => match live.remove(&address) {
                 Some(allocation) => {
-                    in_use -= allocation.size;
-                    report.frees += 1;
+                    in_use = in_use.saturating_sub(allocation.size);
+                    report.frees = report.frees.saturating_add(1);
                     free(resource, allocation, &mut report);
                 }
-                None => report.unmatched_frees += 1,
+                None => report.unmatched_frees = report.unmatched_frees.saturating_add(1),
             },
             Step::Skip => {}
         }
@@ -162,7 +164,7 @@ fn free(resource: &Arc<dyn MemoryResource>, allocation: Live, report: &mut Repla
             FreeAfter::Now,
         );
     }
-    report.elapsed += start.elapsed();
+    report.elapsed = report.elapsed.saturating_add(start.elapsed());
 }
 
 fn unreadable(number: usize, why: &str) -> Error {

@@ -1,6 +1,11 @@
 //! The binning, fixed-size, logging and failure-callback resources and the log replay on the
 //! host backend; the conformance kit reruns every check through them on every backend.
 
+#![allow(
+    clippy::arithmetic_side_effects,
+    reason = "tests: expected addresses and sizes from small constants"
+)]
+
 use std::io::Cursor;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,7 +25,7 @@ fn alloc(resource: &Arc<dyn MemoryResource>, len: usize) -> crate::Result<Buffer
 
 #[test]
 fn a_fixed_size_resource_cuts_chunks_into_blocks_and_refuses_larger_requests() {
-    let fixed = FixedSizeResource::new(host(), 1000, 4);
+    let fixed = FixedSizeResource::new(host(), 1000, 4).unwrap();
     assert_eq!(fixed.block_size(), 1024);
     let resource: Arc<dyn MemoryResource> = fixed.clone();
     let blocks: Vec<Buffer> = (0..4).map(|_| alloc(&resource, 1000).unwrap()).collect();
@@ -88,9 +93,9 @@ fn bins_are_added_before_the_first_allocation_on_the_same_device() {
     let binning = BinningResource::new(host());
     let other_device: Arc<dyn MemoryResource> = QueueResource::new(HostQueue::shared());
     assert!(binning.add_bin(64, None).is_ok());
-    let small = FixedSizeResource::new(host(), 256, 4);
+    let small = FixedSizeResource::new(host(), 256, 4).unwrap();
     assert!(binning.add_bin(128, Some(small.clone())).is_ok());
-    let too_small = FixedSizeResource::new(host(), 256, 4);
+    let too_small = FixedSizeResource::new(host(), 256, 4).unwrap();
     let refused = binning.add_bin(1024, Some(too_small)).unwrap_err();
     assert!(
         refused.to_string().contains("blocks of 256 bytes"),
@@ -249,4 +254,100 @@ fn a_replay_reads_rmms_own_log_and_names_the_line_it_cannot_read() {
         "{no_columns}"
     );
     assert_eq!(target.statistics().current_bytes, 0);
+}
+
+#[test]
+fn a_fixed_size_resource_that_cannot_lay_out_its_chunks_names_the_argument() {
+    // Issue 45: 4 blocks of 2^62 + 256 bytes wrapped to a 1024-byte chunk, and blocks were
+    // handed out ~4 EiB past it; a block size of 2^64 - 1 rounded to 0.
+    let key = |result: crate::Result<Arc<FixedSizeResource>>| match result.unwrap_err() {
+        Error::InvalidDescriptor { key, .. } => key,
+        other => panic!("{other}"),
+    };
+    assert_eq!(
+        key(FixedSizeResource::new(host(), (1 << 62) + 256, 4)),
+        "blocks_to_preallocate"
+    );
+    assert_eq!(
+        key(FixedSizeResource::new(host(), usize::MAX, 4)),
+        "block_size"
+    );
+    assert_eq!(
+        key(FixedSizeResource::new(host(), 1 << 63, 1)),
+        "block_size"
+    );
+    // The largest chunk an allocation may span is still laid out (upstream then refuses it).
+    let largest = FixedSizeResource::new(host(), 1 << 62, 1).unwrap();
+    let resource: Arc<dyn MemoryResource> = largest;
+    assert!(alloc(&resource, 100).unwrap_err().is_out_of_memory());
+}
+
+#[test]
+fn a_bin_too_large_to_lay_out_names_its_size() {
+    // Issue 45: a bin of 2^62 bytes made a 3000-byte request report "0 bytes".
+    let binning = BinningResource::new(host());
+    let err = binning.add_bin(1 << 62, None).unwrap_err();
+    assert!(err.to_string().starts_with("allocation_size: "), "{err}");
+    let err = BinningResource::with_exponents(host(), 8, 62).unwrap_err();
+    assert!(err.to_string().starts_with("max_size_exponent: "), "{err}");
+}
+
+fn is_recursion(err: &Error, key: &str) -> bool {
+    matches!(err, Error::Recursion { key: k, .. } if *k == key)
+}
+
+#[test]
+fn a_bin_that_reaches_its_binning_resource_is_refused() {
+    // Issue 45: each of these overflowed the stack at the next allocation.
+    let binning = BinningResource::new(host());
+    let itself: Arc<dyn MemoryResource> = binning.clone();
+    let err = binning.add_bin(1024, Some(itself)).unwrap_err();
+    assert!(is_recursion(&err, "bin_resource"), "{err}");
+    let (a, b) = (BinningResource::new(host()), BinningResource::new(host()));
+    a.add_bin(1024, Some(b.clone())).unwrap();
+    let err = b.add_bin(1024, Some(a.clone())).unwrap_err();
+    assert!(is_recursion(&err, "bin_resource"), "{err}");
+    // Through an adaptor over it.
+    let over = StatisticsResource::new(LimitingResource::new(binning.clone(), 1 << 20));
+    let err = binning.add_bin(2048, Some(over)).unwrap_err();
+    assert!(is_recursion(&err, "bin_resource"), "{err}");
+    // Nothing was added: both still allocate.
+    for resource in [binning as Arc<dyn MemoryResource>, a, b] {
+        drop(alloc(&resource, 100).unwrap());
+    }
+}
+
+#[test]
+fn a_stack_deeper_than_devbuf_allows_is_refused_not_a_stack_overflow() {
+    let mut stack: Arc<dyn MemoryResource> = host();
+    for _ in 0..MAX_DEPTH + 44 {
+        stack = StatisticsResource::new(stack);
+    }
+    // Built in Rust, unchecked: the allocation stops at the depth guard, on a small stack too.
+    let deep = stack.clone();
+    let err = std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(move || alloc(&deep, 64).unwrap_err())
+        .unwrap()
+        .join()
+        .unwrap();
+    assert!(is_recursion(&err, "mr"), "{err}");
+    let err = check_depth(&stack, "upstream_mr", 1).unwrap_err();
+    assert!(is_recursion(&err, "upstream_mr"), "{err}");
+    let err = set_current(MemKind::Host, stack.clone()).unwrap_err();
+    assert!(is_recursion(&err, "mr"), "{err}");
+    // Within the limit, it allocates.
+    let mut shallow: Arc<dyn MemoryResource> = host();
+    for _ in 0..MAX_DEPTH - 1 {
+        shallow = StatisticsResource::new(shallow);
+    }
+    check_depth(&shallow, "upstream_mr", 0).unwrap();
+    drop(alloc(&shallow, 64).unwrap());
+    // Dropping the deep stack from a thread with a small stack does not overflow it either.
+    std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(move || drop(stack))
+        .unwrap()
+        .join()
+        .unwrap();
 }

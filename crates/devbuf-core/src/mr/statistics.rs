@@ -29,17 +29,18 @@ pub struct Statistics {
 
 impl Statistics {
     fn allocated(&mut self, size: i64) {
-        self.current_bytes += size;
+        // Totals over a long run may pass what an `i64` holds: they stop at its largest value.
+        self.current_bytes = self.current_bytes.saturating_add(size);
         self.peak_bytes = self.peak_bytes.max(self.current_bytes);
-        self.total_bytes += size;
-        self.current_count += 1;
+        self.total_bytes = self.total_bytes.saturating_add(size);
+        self.current_count = self.current_count.saturating_add(1);
         self.peak_count = self.peak_count.max(self.current_count);
-        self.total_count += 1;
+        self.total_count = self.total_count.saturating_add(1);
     }
 
     fn freed(&mut self, size: i64) {
-        self.current_bytes -= size;
-        self.current_count -= 1;
+        self.current_bytes = self.current_bytes.saturating_sub(size);
+        self.current_count = self.current_count.saturating_sub(1);
     }
 }
 

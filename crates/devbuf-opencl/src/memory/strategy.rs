@@ -129,6 +129,7 @@ pub(super) fn span_holding<T: Copy>(
         .lock()
         .range(..=address)
         .next_back()
-        .filter(|(start, span)| address - **start < len(span))
+        // `range(..=address)`: the start is at or below the address.
+        .filter(|(start, span)| address.saturating_sub(**start) < len(span))
         .map(|(&start, &span)| (start, span))
 }

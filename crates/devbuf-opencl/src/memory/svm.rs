@@ -69,7 +69,8 @@ impl MemoryStrategy for SvmMemory {
             _ => CL_MEM_READ_WRITE,
         };
         let runtime_align = align.min(self.max_align);
-        let padded = size.checked_add(align - runtime_align);
+        // `runtime_align` is at most `align`.
+        let padded = size.checked_add(align.saturating_sub(runtime_align));
         let context = queue.context().get();
         // SAFETY: the context is live; the call returns new SVM memory or an error. (opencl3's
         // SvmVec is not used: it panics on devices with fine-grained system SVM.)
@@ -89,7 +90,10 @@ impl MemoryStrategy for SvmMemory {
                 ));
             }
         };
-        let padding = (base as usize).next_multiple_of(align) - base as usize;
+        // Inside the padded allocation: the runtime's memory ends past the aligned address.
+        let padding = (base as usize)
+            .checked_next_multiple_of(align)
+            .map_or(0, |aligned| aligned.saturating_sub(base as usize));
         let ptr = base.cast::<u8>().wrapping_add(padding);
         let allocation = SvmAllocation {
             base: base as usize,
@@ -153,7 +157,7 @@ impl MemoryStrategy for SvmMemory {
         self.holding(ptr)
             .map_or(Holder::Unknown, |(start, allocation)| Holder::Allocation {
                 kind: allocation.kind,
-                range: start..start + allocation.len,
+                range: start..start.saturating_add(allocation.len),
             })
     }
 }

@@ -112,7 +112,7 @@ impl MemoryStrategy for UsmMemory {
         // allocate more and hand out an aligned address inside.
         // SAFETY: `ptr` is new USM memory of this context that no command uses.
         unsafe { (self.api.free)(queue.context().get(), ptr.as_ptr().cast()) };
-        let Some(padded_size) = size.checked_add(align - 1) else {
+        let Some(padded_size) = size.checked_add(align.saturating_sub(1)) else {
             return Err(out_of_memory(
                 queue,
                 "clMemAllocINTEL",
@@ -122,7 +122,10 @@ impl MemoryStrategy for UsmMemory {
             ));
         };
         let base = self.runtime_allocate(queue, kind, padded_size, align)?;
-        let padding = (base.as_ptr() as usize).next_multiple_of(align) - base.as_ptr() as usize;
+        let address = base.as_ptr() as usize;
+        let padding = address
+            .checked_next_multiple_of(align)
+            .map_or(0, |aligned| aligned.saturating_sub(address));
         // SAFETY: `padding` < `align`, so the address and the `size` bytes after it lie in the
         // `size + align - 1` bytes allocated.
         let aligned = unsafe { base.add(padding) };
@@ -222,7 +225,8 @@ impl MemoryStrategy for UsmMemory {
         }
         // Within a padded allocation, the part handed out is the allocation.
         if let Some((start, padded)) = self.padded_holding(ptr) {
-            let range = start..start + padded.len;
+            // Memory the runtime handed out: its end does not wrap.
+            let range = start..start.saturating_add(padded.len);
             return Holder::Allocation { kind, range };
         }
         let base = api.alloc_info::<*mut c_void>(context, ptr, CL_MEM_ALLOC_BASE_PTR_INTEL);

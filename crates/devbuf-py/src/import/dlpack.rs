@@ -21,6 +21,7 @@ use crate::import::wrap::{foreign_kind, wrap_classified};
 use crate::objects::array::PyArray;
 use crate::objects::foreign_objects::{self, capsule_name};
 use crate::objects::queue::{PyQueue, shared_queue_for_dlpack};
+use crate::shutdown;
 
 /// DLPack through the producer type's C exchange table, else `__dlpack__`. `None` when the object
 /// speaks no DLPack. With `sync`, our queue's later work is ordered after the producer's stream.
@@ -59,7 +60,8 @@ pub(crate) fn import_dlpack<'py>(
     };
     let announced = match obj.getattr_opt(intern!(py, "__dlpack_device__"))? {
         Some(device) => {
-            let (device_type, device_id): (i32, i32) = device.call0()?.extract()?;
+            let (device_type, device_id): (i32, i32) =
+                shutdown::call(&device, (), None)?.extract()?;
             let device = DLDevice {
                 device_type: DLDeviceType(device_type as _),
                 device_id,
@@ -83,11 +85,12 @@ pub(crate) fn import_dlpack<'py>(
     kwargs.set_item(intern!(py, "stream"), stream)?;
     kwargs.set_item(intern!(py, "max_version"), (1, 3))?;
     // Older producers take fewer keywords: retry with what they understand.
-    let capsule = match dlpack.call((), Some(&kwargs)) {
+    // The producer's Python code, called so that interpreter shutdown cannot unwind devbuf.
+    let capsule = match shutdown::call(&dlpack, (), Some(&kwargs)) {
         Ok(capsule) => capsule,
         Err(err) if err.is_instance_of::<PyTypeError>(py) => {
             kwargs.del_item(intern!(py, "max_version"))?;
-            dlpack.call((), Some(&kwargs))?
+            shutdown::call(&dlpack, (), Some(&kwargs))?
         }
         Err(err) => return Err(err),
     };

@@ -11,15 +11,19 @@ use crate::errors::IntoPyResult;
 use crate::import::wrap::wrap_foreign;
 use crate::objects::array::PyBuffer;
 use crate::objects::foreign_objects::resolve_queue;
+use crate::shutdown;
 
 /// Runs a Python deleter once, when devbuf lets go of the memory (from any thread).
 struct Deleter(Py<PyAny>);
 
 impl Deleter {
     fn run(self) {
-        Python::attach(|py| {
-            if let Err(err) = self.0.call0(py) {
-                err.write_unraisable(py, Some(self.0.bind(py)));
+        // During or past the interpreter's end the deleter cannot run: the memory goes with the
+        // process (and the reference with the interpreter).
+        shutdown::attach(|py| {
+            let deleter = self.0.bind(py);
+            if let Err(err) = shutdown::call(deleter, (), None) {
+                err.write_unraisable(py, Some(deleter));
             }
         });
     }
@@ -60,11 +64,8 @@ pub(crate) fn from_handle(
     let extent = i64::try_from(nbytes).map_err(|_| {
         PyValueError::new_err(format!("nbytes: {nbytes} is past any address space"))
     })?;
-    let foreign =
-        interface::import_strided(DType::UINT8, &[extent], None, ptr, false, "ptr").py()?;
-    let queue = resolve_queue(py, device)?;
-    let imported = wrap_foreign(py, foreign, queue, owner, "ptr", None).map_err(|err| {
-        // The span is `nbytes` bytes: say so, not the descriptor word the check uses.
+    // The span is `nbytes` bytes: errors say so, not the descriptor word the checks use.
+    let named = |err: PyErr| {
         let message = err.value(py).to_string();
         match message.strip_prefix("shape: ") {
             Some(rest) if err.is_instance_of::<PyValueError>(py) => {
@@ -72,7 +73,12 @@ pub(crate) fn from_handle(
             }
             _ => err,
         }
-    })?;
+    };
+    let foreign = interface::import_strided(DType::UINT8, &[extent], None, ptr, false, "ptr")
+        .py()
+        .map_err(named)?;
+    let queue = resolve_queue(py, device)?;
+    let imported = wrap_foreign(py, foreign, queue, owner, "ptr", None).map_err(named)?;
     let this = imported.get();
     let buffer = this.array(py)?.buffer().clone();
     PyBuffer::wrap(py, buffer, this.queue.clone_ref(py))

@@ -7,6 +7,10 @@
 //! Python values are converted there (a wrong type is a TypeError naming the key); what they mean
 //! is validated once, in `devbuf::interface`.
 
+// Caller numbers become addresses here: every size, count, offset and alignment is checked
+// (docs/architecture.md, "Untrusted numbers").
+#![deny(clippy::arithmetic_side_effects)]
+
 pub(crate) mod buffer_protocol;
 pub(crate) mod dlpack;
 pub(crate) mod handle;
@@ -136,16 +140,23 @@ fn import_foreign<'py>(
             .find(|(known, _)| known.is(&ty))
             .map(|&(_, route)| route)
     });
-    if let Some(route) = hint
-        && let Some(array) = import_through(py, obj, route, sync)?
-    {
-        return Ok(array);
-    }
     // A producer that cannot describe its data through one protocol (BufferError) may still
-    // through another; every other error is the user's to see.
+    // through another (NumPy's DLPack refuses bfloat16, its buffer protocol does not); every
+    // other error is the user's to see.
     let mut unexportable = None;
+    if let Some(route) = hint {
+        match import_through(py, obj, route, sync) {
+            Ok(Some(array)) => return Ok(array),
+            Ok(None) => {}
+            Err(err) if err.is_instance_of::<PyBufferError>(py) => unexportable = Some(err),
+            Err(err) => return Err(err),
+        }
+    }
     for route in ROUTES.into_iter().filter(|&r| Some(r) != hint) {
         match import_through(py, obj, route, sync) {
+            // An element type without a buffer format came through NumPy's array interface
+            // (the buffer protocol's fallback): not the route the type's other arrays take.
+            Ok(Some(array)) if !has_buffer_format(&array)? => return Ok(array),
             Ok(Some(array)) => {
                 let entry = (ty.unbind(), route);
                 let evicted = TYPE_ROUTES.try_lock().map(|mut cache| {
@@ -177,6 +188,11 @@ fn import_foreign<'py>(
                 .map_or_else(|_| "?".into(), |n| n.to_string())
         ))
     }))
+}
+
+fn has_buffer_format(array: &Bound<'_, PyArray>) -> PyResult<bool> {
+    let open = array.get().array(array.py())?;
+    Ok(open.layout().dtype().buffer_format().is_some())
 }
 
 /// Imports `obj` through `route`; `None` when the object does not speak it.

@@ -77,8 +77,20 @@ impl PyMemoryResource {
         upstream: &Bound<'_, PyMemoryResource>,
         wrap: impl FnOnce(Arc<dyn MemoryResource>) -> Arc<dyn MemoryResource>,
     ) -> PyResult<Self> {
+        PyMemoryResource::try_over(upstream, |up| Ok(wrap(up)))
+    }
+
+    /// [`PyMemoryResource::over`] for an adaptor whose construction can fail.
+    pub(crate) fn try_over(
+        upstream: &Bound<'_, PyMemoryResource>,
+        wrap: impl FnOnce(Arc<dyn MemoryResource>) -> devbuf::Result<Arc<dyn MemoryResource>>,
+    ) -> PyResult<Self> {
         let backing = backing(upstream)?;
-        let resource = wrap(resource_of(upstream)?);
+        let upstream_resource = resource_of(upstream)?;
+        // A stack deeper than devbuf allows is refused before anything allocates through it
+        // (or drops it): RecursionError naming `upstream_mr`.
+        devbuf::mr::check_depth(&upstream_resource, "upstream_mr", 1).py()?;
+        let resource = wrap(upstream_resource).py()?;
         Ok(PyMemoryResource::devbuf(
             resource,
             backing.queue.clone_ref(upstream.py()),
@@ -313,7 +325,7 @@ impl PyMemoryResource {
     #[pyo3(signature = (nbytes, kind = None, *, stream = None))]
     fn allocate(
         slf: &Bound<'_, Self>,
-        nbytes: usize,
+        #[pyo3(from_py_with = crate::int_args::nbytes)] nbytes: usize,
         kind: Option<&str>,
         stream: Option<&Bound<'_, PyQueue>>,
     ) -> PyResult<usize> {
@@ -344,8 +356,8 @@ impl PyMemoryResource {
     #[pyo3(signature = (ptr, nbytes, kind = None, *, stream = None))]
     fn deallocate(
         slf: &Bound<'_, Self>,
-        ptr: usize,
-        nbytes: usize,
+        #[pyo3(from_py_with = crate::int_args::ptr)] ptr: usize,
+        #[pyo3(from_py_with = crate::int_args::nbytes)] nbytes: usize,
         kind: Option<&str>,
         stream: Option<&Bound<'_, PyQueue>>,
     ) -> PyResult<()> {

@@ -1,5 +1,9 @@
 //! `devbuf.mr`: memory resources with RMM's names.
 
+// Caller numbers become addresses here: every size, count, offset and alignment is checked
+// (docs/architecture.md, "Untrusted numbers").
+#![deny(clippy::arithmetic_side_effects)]
+
 mod debug_log;
 pub(crate) mod kind_resources;
 pub(crate) mod memory_resource;

@@ -15,6 +15,8 @@ use pyo3::exceptions::{PyRecursionError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 
+use crate::shutdown;
+
 /// The devbuf resource of one object of a subclass written in Python.
 pub(crate) struct PythonResource {
     object: Py<PyAny>,
@@ -79,10 +81,8 @@ impl PythonResource {
             return Err(self.raised(py, kind, size, err));
         }
         ALLOCATING.with_borrow_mut(|active| active.push(this));
-        let returned = self
-            .object
-            .bind(py)
-            .call_method1(intern!(py, "allocate"), (size, kind.as_str()));
+        let allocate = intern!(py, "allocate");
+        let returned = shutdown::call_method(self.object.bind(py), allocate, (size, kind.as_str()));
         ALLOCATING.with_borrow_mut(|active| active.retain(|&other| other != this));
         let returned = returned.map_err(|err| self.raised(py, kind, size, err))?;
         let address = returned.extract::<usize>().map_err(|_| {
@@ -95,7 +95,8 @@ impl PythonResource {
             ));
             self.raised(py, kind, size, err)
         })?;
-        let Some(ptr) = NonNull::new(address as *mut u8).filter(|_| address % align == 0) else {
+        let Some(ptr) = NonNull::new(address as *mut u8).filter(|_| address.is_multiple_of(align))
+        else {
             if address != 0 {
                 // Not usable, but it was handed out: it goes back.
                 self.call_deallocate(py, address, kind, size);
@@ -126,8 +127,8 @@ impl PythonResource {
 
     fn call_deallocate(&self, py: Python<'_>, address: usize, kind: MemKind, size: usize) {
         let object = self.object.bind(py);
-        if let Err(err) =
-            object.call_method1(intern!(py, "deallocate"), (address, size, kind.as_str()))
+        let deallocate = intern!(py, "deallocate");
+        if let Err(err) = shutdown::call_method(object, deallocate, (address, size, kind.as_str()))
         {
             err.write_unraisable(py, Some(object));
         }
@@ -140,16 +141,17 @@ impl MemoryResource for PythonResource {
     }
 
     fn allocate(&self, kind: MemKind, size: usize, align: usize) -> devbuf::Result<NonNull<u8>> {
-        Python::try_attach(|py| self.allocate_attached(py, kind, size, align)).unwrap_or_else(
-            || {
-                Err(devbuf::Error::OutOfMemory {
-                    kind,
-                    size,
-                    device: self.queue.device().selector.clone(),
-                    reason: format!("{} is written in Python, which has shut down", self.name),
-                })
-            },
-        )
+        shutdown::attach(|py| self.allocate_attached(py, kind, size, align)).unwrap_or_else(|| {
+            Err(devbuf::Error::OutOfMemory {
+                kind,
+                size,
+                device: self.queue.device().selector.clone(),
+                reason: format!(
+                    "{} is written in Python, which has shut down or is shutting down",
+                    self.name
+                ),
+            })
+        })
     }
 
     unsafe fn deallocate(
@@ -165,8 +167,9 @@ impl MemoryResource for PythonResource {
         if devbuf::ordering::wait_before_handing_back(&self.queue, &after).is_err() {
             return;
         }
-        // Past the interpreter's end nothing can be called: the memory goes with the process.
-        Python::try_attach(|py| self.call_deallocate(py, ptr.as_ptr() as usize, kind, size));
+        // Past the interpreter's end (or during it, on a thread that must not attach) nothing can
+        // be called: the memory goes with the process.
+        shutdown::attach(|py| self.call_deallocate(py, ptr.as_ptr() as usize, kind, size));
     }
 
     fn as_any(&self) -> &dyn std::any::Any {

@@ -11,7 +11,7 @@ use devbuf::mr::{
 };
 use devbuf::{DEFAULT_ALIGNMENT, MemKind};
 use parking_lot::Mutex;
-use pyo3::exceptions::PyIndexError;
+use pyo3::exceptions::{PyIndexError, PyMemoryError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyDict;
@@ -86,7 +86,13 @@ impl PyPoolResource {
         };
         let pool = py
             .detach(|| PoolResource::reserved(upstream, options, reserve))
-            .py()?;
+            .map_err(|err| match err {
+                // The initial reservation is what failed: say which argument asked for it.
+                devbuf::Error::OutOfMemory { .. } => {
+                    PyMemoryError::new_err(format!("initial_pool_size: {err}"))
+                }
+                other => crate::errors::to_py(other),
+            })?;
         let pool = PyMemoryResource::over(upstream_mr, |_| pool)?;
         Ok(PyClassInitializer::from(pool).add_subclass(PyPoolResource))
     }
@@ -141,7 +147,7 @@ impl PyLimitingResource {
     #[new]
     fn new(
         upstream_mr: &Bound<'_, PyMemoryResource>,
-        allocation_limit: usize,
+        #[pyo3(from_py_with = crate::int_args::allocation_limit)] allocation_limit: usize,
     ) -> PyResult<PyClassInitializer<Self>> {
         let limited = PyMemoryResource::over(upstream_mr, |up| {
             LimitingResource::new(up, allocation_limit)

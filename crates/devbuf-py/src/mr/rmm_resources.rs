@@ -1,8 +1,11 @@
 //! RMM's binning, fixed-size, logging, failure-callback and prefetch resources, each holding one of
 //! `devbuf::mr`'s, and `replay`, which runs a logging adaptor's log again against any resource.
 
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, BufReader};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::sync::{Arc, Weak};
 
 use devbuf::MemKind;
@@ -14,11 +17,13 @@ use parking_lot::Mutex;
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::{PyBytes, PyDict, PyString};
 use pyo3::{PyTraverseError, PyVisit};
 
 use crate::errors::{IntoPyResult, carry};
+use crate::int_args;
 use crate::mr::memory_resource::{PyMemoryResource, resource_arg, resource_of};
+use crate::shutdown;
 
 /// Blocks of one size (`block_size`, rounded up to a multiple of 256) cut from chunks of
 /// `blocks_to_preallocate` blocks taken from `upstream_mr`; a larger request is a MemoryError.
@@ -34,11 +39,13 @@ impl PyFixedSizeResource {
     )]
     fn new(
         upstream_mr: &Bound<'_, PyMemoryResource>,
-        block_size: usize,
-        blocks_to_preallocate: usize,
+        #[pyo3(from_py_with = int_args::block_size)] block_size: usize,
+        #[pyo3(from_py_with = int_args::blocks_to_preallocate)] blocks_to_preallocate: usize,
     ) -> PyResult<PyClassInitializer<Self>> {
-        let fixed = PyMemoryResource::over(upstream_mr, |up| {
-            FixedSizeResource::new(up, block_size, blocks_to_preallocate)
+        let fixed = PyMemoryResource::try_over(upstream_mr, |up| {
+            let fixed: Arc<dyn MemoryResource> =
+                FixedSizeResource::new(up, block_size, blocks_to_preallocate)?;
+            Ok(fixed)
         })?;
         Ok(PyClassInitializer::from(fixed).add_subclass(PyFixedSizeResource))
     }
@@ -110,8 +117,8 @@ impl PyBinningResource {
     )]
     fn new(
         upstream_mr: &Bound<'_, PyMemoryResource>,
-        min_size_exponent: i32,
-        max_size_exponent: i32,
+        #[pyo3(from_py_with = int_args::min_size_exponent)] min_size_exponent: i32,
+        #[pyo3(from_py_with = int_args::max_size_exponent)] max_size_exponent: i32,
     ) -> PyResult<PyClassInitializer<Self>> {
         let binning = match (min_size_exponent, max_size_exponent) {
             (-1, -1) => BinningResource::new(resource_of(upstream_mr)?),
@@ -148,7 +155,7 @@ impl PyBinningResource {
     #[pyo3(signature = (allocation_size, bin_resource = None))]
     fn add_bin(
         slf: PyRef<'_, Self>,
-        allocation_size: usize,
+        #[pyo3(from_py_with = int_args::allocation_size)] allocation_size: usize,
         bin_resource: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let py = slf.py();
@@ -190,10 +197,9 @@ struct StreamSink(Py<PyAny>);
 
 impl LogSink for StreamSink {
     fn write_line(&self, line: &str) -> io::Result<()> {
-        Python::try_attach(|py| {
-            self.0
-                .bind(py)
-                .call_method1(intern!(py, "write"), (format!("{line}\n"),))
+        shutdown::attach(|py| {
+            let write = intern!(py, "write");
+            shutdown::call_method(self.0.bind(py), write, (format!("{line}\n"),))
                 .map(drop)
                 .map_err(|err| io::Error::other(err.to_string()))
         })
@@ -201,13 +207,12 @@ impl LogSink for StreamSink {
     }
 
     fn flush(&self) -> io::Result<()> {
-        Python::try_attach(|py| {
+        shutdown::attach(|py| {
             let stream = self.0.bind(py);
             if !stream.hasattr(intern!(py, "flush")).unwrap_or(false) {
                 return Ok(());
             }
-            stream
-                .call_method0(intern!(py, "flush"))
+            shutdown::call_method(stream, intern!(py, "flush"), ())
                 .map(drop)
                 .map_err(|err| io::Error::other(err.to_string()))
         })
@@ -221,7 +226,7 @@ impl LogSink for StreamSink {
 /// `write`). `devbuf.mr.replay` runs the log again against any resource.
 #[pyclass(frozen, extends = PyMemoryResource, module = "devbuf.mr", name = "LoggingResourceAdaptor")]
 pub struct PyLoggingResource {
-    file_name: Option<String>,
+    file_name: Option<OsString>,
 }
 
 #[pymethods]
@@ -245,8 +250,7 @@ impl PyLoggingResource {
                 (LoggingResource::new(upstream, sink).py()?, None)
             }
             Some(path) => {
-                let fspath = py.import("os")?.call_method1("fspath", (path,));
-                let path: String = fspath.and_then(|p| p.extract()).map_err(|_| {
+                let path = os_path(path).map_err(|_| {
                     PyTypeError::new_err(format!(
                         "log_file_name: expected a path or a text stream, got {}",
                         path.get_type()
@@ -256,7 +260,7 @@ impl PyLoggingResource {
                 (logging, Some(path))
             }
             None => {
-                let path = std::env::var("DEVBUF_LOG_FILE").map_err(|_| {
+                let path = std::env::var_os("DEVBUF_LOG_FILE").ok_or_else(|| {
                     PyValueError::new_err(
                         "log_file_name: none given, and the environment variable \
                          DEVBUF_LOG_FILE is not set",
@@ -278,9 +282,20 @@ impl PyLoggingResource {
     }
 
     /// The log file's path; None when logging to a stream.
-    fn get_file_name(&self) -> Option<String> {
+    fn get_file_name(&self) -> Option<OsString> {
         self.file_name.clone()
     }
+}
+
+/// A path as the OS takes it, as `open()` does: `os.fsencode` of a str (undecodable bytes kept
+/// through their surrogate escapes), bytes, or an `os.PathLike`.
+fn os_path(path: &Bound<'_, PyAny>) -> PyResult<OsString> {
+    let py = path.py();
+    let encoded = py
+        .import(intern!(py, "os"))?
+        .call_method1(intern!(py, "fsencode"), (path,))?
+        .cast_into::<PyBytes>()?;
+    Ok(OsStr::from_bytes(encoded.as_bytes()).to_os_string())
 }
 
 /// Passes allocations on to `upstream_mr`; on a MemoryError calls `callback(nbytes)`, which
@@ -362,7 +377,8 @@ fn call_back(
         );
         Python::attach(|py| carry(py, context, err))
     };
-    Python::try_attach(|py| {
+    // Past the interpreter's end (or during it) there is no callback to ask: no retry.
+    shutdown::attach(|py| {
         // Gone with the adaptor's Python object, or cleared by the collector: no retry.
         let Some(held) = callback.upgrade() else {
             return Ok(false);
@@ -370,8 +386,8 @@ fn call_back(
         let Some(callback) = held.lock().as_ref().map(|callback| callback.clone_ref(py)) else {
             return Ok(false);
         };
-        let returned = callback.bind(py).call1((size,)).map_err(raised)?;
-        returned.is_truthy().map_err(raised)
+        let returned = shutdown::call(callback.bind(py), (size,), None).map_err(raised)?;
+        shutdown::is_true(&returned).map_err(raised)
     })
     .unwrap_or(Ok(false))
 }
@@ -405,12 +421,18 @@ pub fn replay<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let kind: MemKind = kind.parse().py()?;
     let resource = resource_of(&resource_arg(mr)?)?;
-    let path: String = py
-        .import("os")?
-        .call_method1("fspath", (log_file_name,))?
-        .extract()?;
-    let file = File::open(&path)
-        .map_err(|err| PyOSError::new_err(format!("log_file_name: cannot open {path}: {err}")))?;
+    let path = os_path(log_file_name).map_err(|_| {
+        PyTypeError::new_err(format!(
+            "log_file_name: expected a path, got {}",
+            log_file_name.get_type()
+        ))
+    })?;
+    let file = File::open(&path).map_err(|err| {
+        PyOSError::new_err(format!(
+            "log_file_name: cannot open {}: {err}",
+            Path::new(&path).display()
+        ))
+    })?;
     let report = py
         .detach(|| devbuf::mr::replay(BufReader::new(file), &resource, kind))
         .py()?;

@@ -125,7 +125,7 @@ impl PyQueue {
     #[pyo3(signature = (handle, device = None, *, owner = None))]
     fn from_handle(
         py: Python<'_>,
-        handle: usize,
+        #[pyo3(from_py_with = crate::int_args::handle)] handle: usize,
         device: Option<&Bound<'_, PyAny>>,
         owner: Option<Py<PyAny>>,
     ) -> PyResult<Py<PyQueue>> {
@@ -243,7 +243,7 @@ impl PyQueue {
     #[pyo3(signature = (nbytes, kind = "shared", *, ipc = false))]
     pub(crate) fn alloc(
         slf: &Bound<'_, Self>,
-        nbytes: usize,
+        #[pyo3(from_py_with = crate::int_args::nbytes)] nbytes: usize,
         kind: &str,
         ipc: bool,
     ) -> PyResult<Py<PyBuffer>> {

@@ -24,7 +24,8 @@ pub(crate) fn adopt_cuda_stream(
     let Some(protocol) = obj.getattr_opt(intern!(py, "__cuda_stream__"))? else {
         return Ok(None);
     };
-    let (version, handle): (i64, usize) = protocol.call0()?.extract().map_err(|_| {
+    let returned = crate::shutdown::call(&protocol, (), None)?;
+    let (version, handle): (i64, usize) = returned.extract().map_err(|_| {
         PyTypeError::new_err(format!(
             "__cuda_stream__: {} returned no (version, stream handle) pair of ints",
             obj.get_type()

@@ -139,9 +139,14 @@ impl Arena {
         for (slot, block) in self.blocks.iter_mut().enumerate() {
             let Some(block) = block else { continue };
             if let Some(allocation) = block.units.allocate(units) {
-                block.live += 1;
-                let start = block.base + allocation.offset as usize * UNIT;
-                let addr = start.next_multiple_of(align);
+                block.live = block.live.saturating_add(1);
+                // Units offset-allocator handed out lie inside the block, padded for `align`:
+                // no sum here passes the block's end, an address upstream handed out.
+                #[allow(
+                    clippy::arithmetic_side_effects,
+                    reason = "inside the block, see above"
+                )]
+                let addr = (block.base + allocation.offset as usize * UNIT).next_multiple_of(align);
                 self.handed_out
                     .insert(addr, (slot, AllocationDebug(allocation)));
                 return NonNull::new(addr as *mut u8);
@@ -157,9 +162,9 @@ impl Arena {
             .values()
             .filter_map(|(slot, allocation)| {
                 let block = self.blocks.get(*slot)?.as_ref()?;
-                Some(block.units.allocation_size(allocation.0) as usize * UNIT)
+                Some((block.units.allocation_size(allocation.0) as usize).saturating_mul(UNIT))
             })
-            .sum()
+            .fold(0, usize::saturating_add)
     }
 
     pub(super) fn free(&mut self, addr: usize) {
@@ -167,7 +172,7 @@ impl Arena {
             && let Some(Some(block)) = self.blocks.get_mut(slot)
         {
             block.units.free(allocation.0);
-            block.live -= 1;
+            block.live = block.live.saturating_sub(1);
             self.drain_if_done(slot);
         }
     }
@@ -179,8 +184,9 @@ impl Arena {
         if let Some((slot, allocation)) = self.handed_out.remove(&addr)
             && let Some(Some(block)) = self.blocks.get_mut(slot)
         {
-            block.retired += 1;
-            block.retired_units += block.units.allocation_size(allocation.0) as usize;
+            block.retired = block.retired.saturating_add(1);
+            let units = block.units.allocation_size(allocation.0) as usize;
+            block.retired_units = block.retired_units.saturating_add(units);
             self.drain_if_done(slot);
         }
     }
@@ -191,7 +197,10 @@ impl Arena {
     pub(super) fn drain_if_done(&mut self, slot: usize) {
         if let Some(entry) = self.blocks.get_mut(slot)
             && entry.as_ref().is_some_and(|block| {
-                block.retired > 0 && block.is_done() && 2 * block.retired_units * UNIT >= block.size
+                let retired_bytes = block.retired_units.saturating_mul(UNIT);
+                block.retired > 0
+                    && block.is_done()
+                    && retired_bytes.saturating_mul(2) >= block.size
             })
             && let Some(block) = entry.take()
         {

@@ -12,6 +12,16 @@
 mod arena;
 mod recent;
 
+/// The bytes a block must have to serve a request of `units` units: offset-allocator rounds a
+/// request up to its bin size (an eighth at most) when it looks for space. Saturates: so large a
+/// request is refused by the growth that follows.
+fn growth_for(units: usize) -> usize {
+    units
+        .saturating_add(units / 8)
+        .saturating_add(1)
+        .saturating_mul(UNIT)
+}
+
 #[cfg(test)]
 mod contract_tests;
 
@@ -210,16 +220,18 @@ impl PoolResource {
             return (arena, Err(refused(self.queue(), kind, bytes, why)));
         };
         // Reserved before allocating, so that threads growing at once cannot pass the maximum.
-        let reserved = self.upstream_bytes.fetch_update(
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-            |held| match self.maximum_size {
-                Some(maximum) if held + size > maximum => None,
-                _ => Some(held + size),
-            },
-        );
+        let reserved =
+            self.upstream_bytes
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                    let total = held.checked_add(size)?;
+                    match self.maximum_size {
+                        Some(maximum) if total > maximum => None,
+                        _ => Some(total),
+                    }
+                });
         let held = match reserved {
-            Ok(before) => before + size,
+            // The update above checked this sum.
+            Ok(before) => before.saturating_add(size),
             Err(held) => {
                 let maximum = self.maximum_size.unwrap_or(held);
                 let why = format!("the pool holds {held} bytes and may hold at most {maximum}");
@@ -318,9 +330,7 @@ impl PoolResource {
 
     /// How much to take from upstream for a request of `units` units that did not fit.
     fn growth(&self, units: usize) -> usize {
-        // offset-allocator rounds a request up to its bin size (an eighth at most) when it looks
-        // for space, so a block must be that much larger than the request it is made for.
-        let needed = (units + units / 8 + 1) * UNIT;
+        let needed = growth_for(units);
         let wanted = needed.max(MIN_GROWTH).max(self.pool_size() / 4);
         // Under a maximum, no more than is left: a small request fits a nearly full pool.
         match self.maximum_size {
@@ -389,7 +399,7 @@ impl Adaptor for PoolResource {
                 return Ok(ptr);
             }
             let grown;
-            (arena, grown) = self.grow(arena, (units + units / 8 + 1) * UNIT);
+            (arena, grown) = self.grow(arena, growth_for(units));
             grown.map_err(|_| err)?;
         }
         let allocated = arena

@@ -48,6 +48,10 @@ fn holds(entry: u64, request: u64) -> bool {
 
 /// The address of the block in a (non-empty) slot entry.
 #[inline]
+#[allow(
+    clippy::arithmetic_side_effects,
+    reason = "the entry holds an address divided by UNIT: multiplying back restores it"
+)]
 fn address(entry: u64) -> usize {
     (entry >> REQUEST_BITS) as usize * UNIT
 }
@@ -92,6 +96,10 @@ impl RecentBlocks {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::arithmetic_side_effects,
+    reason = "tests: expected positions and addresses from small constants"
+)]
 mod tests {
     use super::*;
 
