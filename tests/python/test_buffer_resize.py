@@ -78,6 +78,25 @@ def test_memory_handed_to_a_consumer_that_keeps_the_buffer_keeps_its_size():
         readonly.resize(2)
 
 
+@pytest.mark.parametrize("device", backend_names())
+def test_an_ipc_shareable_buffer_grows_into_shareable_memory(device):
+    # devbuf allocated it (alloc(ipc=True)), so it grows as any buffer devbuf allocated; the new
+    # memory is shareable too, as the old was (found by the ordering machine: it was refused as
+    # memory devbuf did not allocate).
+    require_backend(device)
+    kind = "device" if "device" in devbuf.Device(device).kinds else "host"
+    try:
+        buffer = devbuf.alloc(4, kind, device, ipc=True)
+    except ValueError as refused:
+        if "(IPC) is not supported" not in str(refused):
+            raise
+        pytest.skip(str(refused))
+    buffer.copy_from_host(b"abcd")
+    buffer.resize(64)
+    assert (buffer.nbytes, buffer.kind, buffer.tobytes()[:4]) == (64, kind, b"abcd")
+    assert buffer.ipc_handle().nbytes == 64
+
+
 def test_foreign_memory_cannot_grow():
     host = np.zeros(16, "u1")
     imported = devbuf.Buffer.from_handle(host.ctypes.data, 16, DEVICE, owner=host)

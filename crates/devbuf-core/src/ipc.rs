@@ -64,6 +64,21 @@ pub fn is_shareable(buffer: &Buffer) -> bool {
     buffer.keep_alive::<Shared>().is_some()
 }
 
+/// [`Buffer::grown`] for any buffer devbuf allocated: an IPC-shareable buffer grows into a new
+/// shareable allocation (so that the grown buffer still has a handle), any other from where its
+/// memory came.
+pub fn grown(
+    buffer: &Buffer,
+    len: usize,
+    queue: Option<&Arc<dyn Queue>>,
+) -> Result<(Buffer, crate::Event)> {
+    if is_shareable(buffer) {
+        let grown = alloc_shareable(buffer.queue(), buffer.kind(), len)?;
+        return buffer.copied_into(grown, queue);
+    }
+    buffer.grown(len, queue)
+}
+
 /// The handle that opens `buffer`'s bytes in another process (read-only when the buffer is).
 /// Waits for pending work on the buffer first, so that the other process sees every write made so
 /// far.

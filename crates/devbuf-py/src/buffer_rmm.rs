@@ -162,7 +162,9 @@ pub(crate) fn change_size(
                 return Err(anchored(method));
             }
             let queue = stream.map(|stream| stream.get().queue()).transpose()?;
-            let (grown, _copy) = py.detach(|| current.grown(room, queue)).py()?;
+            let (grown, _copy) = py
+                .detach(|| devbuf::ipc::grown(&current, room, queue))
+                .py()?;
             Array::bytes(grown.resized_in_place(len).py()?)
         }
     };

@@ -55,7 +55,8 @@ impl Buffer {
     /// first bytes (as many as fit), enqueued on `queue` (default: this buffer's queue) through
     /// [`Buffer::enqueue_copy_from`]: ordered after the work pending on this buffer, and recorded
     /// on both, so that later work on either waits for it. A ValueError-kind error for memory
-    /// devbuf did not allocate, which it cannot allocate more of.
+    /// devbuf did not allocate from a resource or queue, which it cannot allocate more of (an
+    /// IPC-shareable allocation grows through [`crate::ipc::grown`]).
     pub fn grown(&self, len: usize, queue: Option<&Arc<dyn Queue>>) -> Result<(Buffer, Event)> {
         let kind = self.kind();
         let grown = match &self.alloc.release {
@@ -71,6 +72,18 @@ impl Buffer {
                 ));
             }
         };
+        self.copied_into(grown, queue)
+    }
+
+    /// `grown` (new memory, of this buffer's kind and device) holding a copy of this buffer's
+    /// first bytes, as [`Buffer::grown`] makes it: for memory that comes from elsewhere than a
+    /// resource or queue (an IPC-shareable allocation: [`crate::ipc::grown`]).
+    pub fn copied_into(
+        &self,
+        grown: Buffer,
+        queue: Option<&Arc<dyn Queue>>,
+    ) -> Result<(Buffer, Event)> {
+        let len = grown.len();
         let kept = len.min(self.len);
         let queue = queue.unwrap_or_else(|| self.queue());
         let copied = grown
