@@ -95,6 +95,8 @@ def test_an_ipc_shareable_buffer_grows_into_shareable_memory(device):
     buffer.resize(64)
     assert (buffer.nbytes, buffer.kind, buffer.tobytes()[:4]) == (64, kind, b"abcd")
     assert buffer.ipc_handle().nbytes == 64
+    buffer.reserve(256)
+    assert (buffer.nbytes, buffer.capacity(), buffer.tobytes()[:4]) == (64, 256, b"abcd"), "reserved room is kept"
 
 
 def test_foreign_memory_cannot_grow():

@@ -56,7 +56,7 @@ impl fmt::Debug for Owner {
 /// every import an allocation and a free; this is the size of `Box<dyn Any>` either way.
 ///
 /// Not the `smallbox` crate: its `SmallBox<dyn Any, S1>` keeps the inline space beside a whole
-/// fat pointer (24 bytes, not 16), which would push foreign memory's record past the 128-byte
+/// fat pointer (24 bytes, not 16), which would push foreign memory's record past the 144-byte
 /// per-thread spare it is made in (`buffer/shared.rs`).
 pub struct KeptAlive {
     /// The object itself when it fits, else a `Box` of it: what `vtable` was made for.

@@ -34,6 +34,8 @@ pub(super) enum Release {
     Foreign {
         queue: Arc<dyn Queue>,
         owner: Option<Owner>,
+        /// The bytes the owner gave devbuf, from the allocation's base.
+        size: usize,
     },
 }
 

@@ -221,6 +221,7 @@ impl Buffer {
                 release: Release::Foreign {
                     queue,
                     owner: Some(owner),
+                    size: len,
                 },
                 pending: Pending::of(pending),
                 exported: AtomicU8::new(exported::NO),

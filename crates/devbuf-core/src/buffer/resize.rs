@@ -11,7 +11,8 @@ use crate::{Error, Event, Queue, Result};
 
 impl Buffer {
     /// The bytes from this view's start to the end of its allocation: what it may grow to without
-    /// new memory. Foreign memory's extent past the view is not devbuf's to know: its length.
+    /// new memory. For foreign memory, the end of what its owner gave devbuf (its extent past
+    /// that is not devbuf's to know).
     ///
     /// ```
     /// use devbuf_core::{Backend, Buffer, HostBackend, MemKind};
@@ -24,10 +25,9 @@ impl Buffer {
     /// ```
     pub fn capacity(&self) -> usize {
         match &self.alloc.release {
-            Release::Queue { size, .. } | Release::Resource { size, .. } => {
-                size.saturating_sub(self.offset).max(self.len)
-            }
-            Release::Foreign { .. } => self.len,
+            Release::Queue { size, .. }
+            | Release::Resource { size, .. }
+            | Release::Foreign { size, .. } => size.saturating_sub(self.offset).max(self.len),
         }
     }
 

@@ -37,7 +37,7 @@ thread_local! {
 
 /// The layout of every record (a buffer's allocation's fits it: checked where a record is
 /// made), so that any spare serves any record without a check at run time.
-const SPARE_LAYOUT: Layout = Layout::new::<[u128; 8]>();
+const SPARE_LAYOUT: Layout = Layout::new::<[u128; 9]>();
 
 /// More references than this is a leak of references in a loop: abort, as `Arc` does, rather
 /// than let the count wrap.

@@ -97,7 +97,7 @@ fn release(alloc: &mut Allocation) {
             // released once, and other queues' work was ordered before `after`.
             unsafe { resource.deallocate(ptr, kind, *size, *align, after) };
         }
-        (Release::Foreign { queue, owner }, _) => {
+        (Release::Foreign { queue, owner, .. }, _) => {
             // Foreign memory has no ordered release: block until devbuf's work on it is done,
             // and, when devbuf handed it on to another library, until the device is idle where
             // that covers the queues other libraries use.
