@@ -217,8 +217,9 @@ class Machine(ResourceRules, WriteRules):
             view = (part[...] if isinstance(part, devbuf.Buffer) else part).view(("uint8", "uint16", "uint32")[first % 3])
         elif how == "reshape" and part.size % 2 == 0:
             view = part.reshape(2, -1)
-        elif how == "row" and part.size % 4 == 0:
-            view = list(part.reshape(4, -1))[length % 4]  # iterating an array yields views of its rows
+        elif how == "row" and part.nbytes % 16 == 0:
+            # Iterating an array yields views of its rows (each whole 4-byte units, as every view).
+            view = list(part.reshape(4, -1))[length % 4]
         elif how == "buffer":
             view = memory.obj.buffer
         elif how == "asarray":

@@ -19,9 +19,12 @@ RESIZES = collections.Counter()
 
 
 def rows(obj):
-    """`obj`'s elements as 16 rows (a view), or None where they do not split evenly."""
+    """`obj`'s first elements (at most 1024) as 16 rows (a view), or None where they do not split
+    evenly. At most 64 columns: devbuf writes a strided view run by run, a command a run, and a
+    write of every other element of megabytes would be most of a sequence's time."""
     elements = flat(obj)
-    return elements.reshape(16, -1) if elements.size % 16 == 0 else None
+    count = min(elements.size, 1024)
+    return elements[:count].reshape(16, -1) if count % 16 == 0 else None
 
 
 def current(stream):
@@ -60,12 +63,12 @@ class WriteRules(Base):
             memory.writer = pending
         elif how == "strided fill" and table is not None:
             table[1::3].fill(value, stream=on, blocking=blocking)
-            memory.elements(flat(obj)).reshape(16, -1)[1::3] = value
+            memory.elements(table)[1::3] = value
             memory.writer = pending
         elif how in ("setitem", "setitem broadcast", "setitem list") and table is not None:
             # `x[key] = value` has no stream or blocking argument: it runs on the stream of an
             # enclosing `with stream:` block, waited for.
-            model = memory.elements(flat(obj)).reshape(16, -1)
+            model = memory.elements(table)
             if how == "setitem":
                 key, assigned = (slice(None, None, 5), slice(1, None, 2)), value
             elif how == "setitem broadcast":
