@@ -147,7 +147,7 @@ class WriteRules(Base):
         if not isinstance(obj, devbuf.Buffer):
             return
         capacity = obj.capacity()
-        assert capacity == (memory.nbytes if block.foreign else block.model.size - memory.start), (
+        assert capacity == block.model.size - memory.start, (
             f"capacity() of {memory!r} is {capacity}")
         old_size, old_ptr = memory.nbytes, obj.ptr
         # At most twice the machine's allocations: a sequence resizing one buffer again and
