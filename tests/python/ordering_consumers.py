@@ -47,6 +47,9 @@ class Sycl:
     nbytes = 1 << 22
     kinds = ["shared", "host", "device"]
     protocols = ["dpnp", "dpnp.tensor", "dpnp-dlpack", "suai-memcpy", "dlpack-stream"]
+    # The protocols whose consumers read through the object (SUAI, the dpctl attributes: dpnp's
+    # import and dpnp-dlpack's look at `sycl_queue`): the object keeps its size from then on.
+    anchoring = {"dpnp", "dpnp.tensor", "dpnp-dlpack", "suai-memcpy"}
 
     def __init__(self):
         import dpctl
@@ -226,6 +229,9 @@ class Cuda:
     nbytes = 1 << 20
     kinds = ["device", "host", "shared"]
     protocols = ["cai", "cai-no-stream", "dlpack-stream", "dlpack-none", "exchange"]
+    # The protocols whose consumers read through the object (CAI; the exchange API's bare
+    # DLTensor, which owns nothing): the object keeps its size from then on.
+    anchoring = {"cai", "cai-no-stream", "exchange"}
 
     def __init__(self):
         sys.path.insert(0, HERE)

@@ -36,9 +36,10 @@ from hypothesis.stateful import consumes, rule
 import devbuf
 import devbuf.mr as mr
 from ordering_consumers import Cuda, Sycl
-from ordering_model import (MEMORIES, SOME_STREAM, STEPS_RUN, STREAMS, VALUES, Block, Held, flat, host_pattern,
-                            open_stream, step, uniform)
+from ordering_model import (DTYPES, MEMORIES, SOME_STREAM, STEPS_RUN, STREAMS, VALUES, Block, Held, flat, open_stream, step,
+                            uniform)
 from ordering_resources import RESOURCES, ResourceRules, make_resources
+from ordering_writes import RESIZES, WriteRules
 
 PROTOCOLS = [*Cuda.protocols, *Sycl.protocols]
 
@@ -47,33 +48,40 @@ PROTOCOLS = [*Cuda.protocols, *Sycl.protocols]
 # rule's row.
 RULE_CALLS = {
     "allocate": {
-        "alloc", "Stream.alloc", "empty", "zeros", "full", "Stream.__enter__", "Stream.__exit__",
+        "alloc", "Stream.alloc", "empty", "zeros", "ones", "full", "Buffer.from_host", "Stream.__enter__",
+        "Stream.__exit__",
         "Device.__enter__", "Device.__exit__", "Buffer.fill", "Array.copy_from",
         "set_current_device_resource", "get_current_device_resource", "reset_current_device_resource",
         "QueueMemoryResource.__new__", "PoolMemoryResource.__new__", "BinningMemoryResource.__new__",
         "BinningMemoryResource.add_bin", "FixedSizeMemoryResource.__new__", "LimitingResourceAdaptor.__new__",
         "StatisticsResourceAdaptor.__new__", "TrackingResourceAdaptor.__new__", "LoggingResourceAdaptor.__new__",
         "FailureCallbackResourceAdaptor.__new__", "PrefetchResourceAdaptor.__new__", "MemoryResource.__init__",
-        "MemoryResource.allocate", "MemoryResource.deallocate",
+        "MemoryResource.allocate", "MemoryResource.deallocate", "DeviceMemoryResource.__new__",
+        "ManagedMemoryResource.__new__", "PinnedHostMemoryResource.__new__", "AsyncMemoryResource.__new__",
+        "AsyncMemoryResource.release_threshold",
     },
-    "allocate_like": {"empty_like", "zeros_like", "Array.copy_from"},
+    "allocate_like": {"empty_like", "zeros_like", "ones_like", "Array.copy_from"},
     "take_view": {
-        "Buffer.__getitem__", "Array.__getitem__", "Buffer.view", "Array.reshape", "Array.buffer",
-        "asarray", "from_dlpack",
+        "Buffer.__getitem__", "Array.__getitem__", "Buffer.view", "Array.view", "Array.reshape", "Array.__iter__",
+        "Array.buffer", "asarray", "from_dlpack",
     },
     "consumer_writes": {
         "Array.__cuda_array_interface__", "set_cai_export_stream", "Array.__dlpack__", "Array.__dlpack_device__",
         "Array.__dlpack_c_exchange_api__", "Array.__c_dlpack_exchange_api__", "Array.__sycl_usm_array_interface__",
         "Array.__usm_ndarray__", "Array.sycl_queue", "Array.usm_type",
     },
-    "devbuf_writes": {"Buffer.fill", "Array.copy_from", "Stream.__enter__", "Stream.__exit__"},
-    "devbuf_copies": {"Array.copy_from"},
+    "devbuf_writes": {
+        "Buffer.fill", "Array.fill", "Array.view", "Array.__setitem__", "Array.copy_from", "Buffer.copy_from_host",
+        "Stream.__enter__", "Stream.__exit__",
+    },
+    "devbuf_copies": {"Array.copy_from", "Array.__setitem__", "Buffer.copy_from_device", "Array.buffer"},
+    "resize": {"Buffer.capacity", "Buffer.resize", "Buffer.reserve", "Buffer.fill", "Buffer.tobytes", "alloc"},
     "devbuf_reads": {
         "Array.to_bytes", "Array.__array__", "Array.get", "Array.copy_to_host", "Array.copy", "Array.to_device",
         "Array.reshape", "Array.T", "Array.transpose", "Array.__getitem__", "Array.__reduce_ex__", "asarray",
         "from_dlpack", "Array.__cuda_array_interface__", "Array.__sycl_usm_array_interface__", "empty_like",
         "Array.copy_from", "Stream.__enter__", "Stream.__exit__", "Buffer.ipc_handle", "IpcHandle.__bytes__",
-        "open_ipc",
+        "open_ipc", "Buffer.tobytes",
     },
     "stream_waits": {
         "Stream.synchronize", "Stream.record", "Stream.wait", "Stream.query", "Event.synchronize", "Event.wait",
@@ -83,7 +91,8 @@ RULE_CALLS = {
     "free_and_reuse": {"Array.close", "Array.__enter__", "Array.__exit__", "alloc", "Buffer.fill"},
     "deallocate_on_stream": {
         "MemoryResource.allocate", "MemoryResource.deallocate", "PoolMemoryResource.release", "replay",
-        "LoggingResourceAdaptor.flush",
+        "LoggingResourceAdaptor.flush", "AsyncMemoryResource.__new__", "AsyncMemoryResource.release",
+        "AsyncMemoryResource.pool_size", "AsyncMemoryResource.release_threshold",
     },
     "from_handle": {"Buffer.from_handle", "MemoryResource.allocate", "MemoryResource.deallocate", "Buffer.fill"},
     "import_foreign": {"asarray", "from_dlpack"},
@@ -98,24 +107,33 @@ RULE_CALLS = {
 }
 
 
-class Machine(ResourceRules):
+class Machine(ResourceRules, WriteRules):
     # -- allocation --------------------------------------------------------------------------------
 
     @rule(target=MEMORIES, kind=st.sampled_from(["shared", "host", "device"]),
           how=st.sampled_from(["alloc", "alloc(stream=)", "Stream.alloc", "with stream", "mr=", "current resource",
-                               "ipc", "empty", "zeros", "full"]),
-          stream=STREAMS, value=VALUES, device=st.integers(0, 1), resource=RESOURCES)
+                               "ipc", "empty", "zeros", "ones", "full", "from_host"]),
+          stream=STREAMS, value=VALUES, device=st.integers(0, 1), resource=RESOURCES, dtype=DTYPES)
     @step
-    def allocate(self, kind, how, stream, value, device, resource):
+    def allocate(self, kind, how, stream, value, device, resource, dtype):
+        """Memory from every way to make it: alloc (on a device, a stream, `with stream:`, from a
+        resource, the current resource, for IPC), the creation functions (in a few dtypes) and a
+        buffer made from host bytes (from a resource, its copy on a stream)."""
         kind, nbytes = self.kind(kind), self.backend.nbytes
         where = self.device(device)
-        on = self.stream_on(where, stream)
-        if how in ("mr=", "current resource"):
+        source = None
+        if how in ("mr=", "current resource", "from_host"):
             where = self.backend.device  # the resources are the first device's
-            source = self.resource(resource, kind)
-        else:
+            source, kind = self.resource(resource, kind)
+        on = self.stream_on(where, stream)
+        if how == "from_host" and stream % 2:
+            # Finding F5 (issue 44's report): from_host(stream=, mr=) is refused ("a memory resource
+            # allocates on its own queue"), though its docstring says `stream` runs the copy and
+            # `mr` allocates (RMM's to_device takes both); one or the other until fixed.
             source = None
         again = functools.partial(devbuf.alloc, nbytes, kind, device=where, mr=source)
+        fixed_size = isinstance(source, mr.FixedSizeMemoryResource)
+        count = nbytes // np.dtype(dtype).itemsize
         if how == "alloc":
             obj = devbuf.alloc(nbytes, kind, device=where)
         elif how == "alloc(stream=)":
@@ -138,37 +156,48 @@ class Machine(ResourceRules):
             kind = "device"
             obj = devbuf.alloc(nbytes, kind, device=where, ipc=True)
             again = functools.partial(devbuf.alloc, nbytes, kind, device=where, ipc=True)
-        elif how == "zeros":
-            obj = devbuf.zeros(nbytes, "uint8", kind=kind, stream=on)
-            return Held(obj, Block(obj, again))
-        elif how == "full":
-            obj = devbuf.full(nbytes, value, "uint8", kind=kind, device=where)
-            held = Held(obj, Block(obj, again))
-            held.wrote(value)
+        elif how in ("zeros", "ones", "full", "from_host"):
+            if how == "zeros":
+                obj, model = devbuf.zeros(count, dtype, kind=kind, stream=on), np.zeros(count, dtype)
+            elif how == "ones":
+                obj, model = devbuf.ones(count, dtype, kind=kind, stream=on), np.ones(count, dtype)
+            elif how == "full":
+                obj, model = devbuf.full(count, value, dtype, kind=kind, device=where), np.full(count, value, dtype)
+            else:
+                model = uniform(value, nbytes)
+                obj = devbuf.Buffer.from_host(model, kind, where, **({"mr": source} if source else {"stream": on}))
+            assert obj.kind == kind
+            held = Held(obj, Block(obj, again, fixed_size=fixed_size))
+            held.wrote(np.frombuffer(model, np.uint8))
             return held
         else:
-            obj = devbuf.empty(nbytes, "uint8", kind=kind, device=where)
-        held = Held(obj, Block(obj, again, ipc=how == "ipc" and self.backend.name == "cuda"))
+            obj = devbuf.empty(count, dtype, kind=kind, device=where)
+        assert obj.kind == kind
+        held = Held(obj, Block(obj, again, ipc=how == "ipc" and self.backend.name == "cuda", fixed_size=fixed_size))
         # A new owner of a block from a resource writes from the host where it can.
         return self.write_initial(held, value, from_host=source is not None)
 
-    @rule(target=MEMORIES, prototype=MEMORIES, zeros=st.booleans(), value=VALUES)
+    @rule(target=MEMORIES, prototype=MEMORIES, like=st.sampled_from(["empty_like", "zeros_like", "ones_like"]),
+          value=VALUES)
     @step
-    def allocate_like(self, prototype, zeros, value):
-        like = devbuf.zeros_like if zeros else devbuf.empty_like
+    def allocate_like(self, prototype, like, value):
         # Finding F1 (reported on issue 44): `*_like` of memory whose stream was closed raises
         # "stream ... was closed" though the memory stays usable; name its device until fixed.
-        obj = like(prototype.obj, device=prototype.obj.device) if prototype.closed_stream else like(prototype.obj)
+        make = getattr(devbuf, like)
+        obj = make(prototype.obj, device=prototype.obj.device) if prototype.closed_stream else make(prototype.obj)
         assert (obj.shape, obj.dtype, obj.kind, obj.device) == (
             prototype.obj.shape, prototype.obj.dtype, prototype.obj.kind, prototype.obj.device)
         nbytes, kind, device = obj.nbytes, obj.kind, obj.device
         held = Held(obj, Block(obj, functools.partial(devbuf.alloc, nbytes, kind, device=device)))
-        if zeros:
+        if like == "zeros_like":
+            return held
+        if like == "ones_like":
+            held.wrote(np.ones(obj.shape, obj.dtype).view(np.uint8).reshape(-1))
             return held
         return self.write_initial(held, value, from_host=False)
 
     @rule(target=MEMORIES, memory=MEMORIES,
-          how=st.sampled_from(["slice", "typed", "reshape", "buffer", "asarray", "from_dlpack"]),
+          how=st.sampled_from(["slice", "typed", "view(dtype)", "reshape", "row", "buffer", "asarray", "from_dlpack"]),
           first=st.integers(0, 1 << 20), length=st.integers(1, 1 << 20))
     @step
     def take_view(self, memory, how, first, length):
@@ -182,8 +211,15 @@ class Machine(ResourceRules):
         part = obj[first * scale:(first + length) * scale]
         if how == "typed" and isinstance(memory.obj, devbuf.Buffer):
             view = memory.obj.view("uint32", length, offset=4 * first)
+        elif how == "view(dtype)":
+            # NumPy's ndarray.view(dtype) (a Buffer's bytes as an Array first): `part` is whole
+            # 4-byte units, so every item size fits.
+            view = (part[...] if isinstance(part, devbuf.Buffer) else part).view(("uint8", "uint16", "uint32")[first % 3])
         elif how == "reshape" and part.size % 2 == 0:
             view = part.reshape(2, -1)
+        elif how == "row" and part.nbytes % 16 == 0:
+            # Iterating an array yields views of its rows (each whole 4-byte units, as every view).
+            view = list(part.reshape(4, -1))[length % 4]
         elif how == "buffer":
             view = memory.obj.buffer
         elif how == "asarray":
@@ -199,7 +235,7 @@ class Machine(ResourceRules):
         held.closed_stream = memory.closed_stream
         return held
 
-    # -- writes ------------------------------------------------------------------------------------
+    # -- other libraries' writes ------------------------------------------------------------------
 
     @rule(memory=MEMORIES, value=VALUES,
           protocol=st.sampled_from(PROTOCOLS), stream=STREAMS)
@@ -210,39 +246,7 @@ class Machine(ResourceRules):
             protocol = protocols[PROTOCOLS.index(protocol) % len(protocols)]
         on = self.stream_on(memory.obj.device, stream)
         memory.wrote(value, self.backend.consumer_writes(memory.obj, value, protocol, on))
-
-    @rule(memory=MEMORIES, value=VALUES, how=st.sampled_from(["fill", "copy_from", "with stream"]),
-          stream=SOME_STREAM, blocking=st.booleans())
-    @step
-    def devbuf_writes(self, memory, value, how, stream, blocking):
-        obj = memory.obj
-        on = self.stream_on(obj.device, stream)
-        if how == "with stream" and on is not None:
-            with on:
-                if isinstance(obj, devbuf.Buffer):
-                    obj.fill(value, blocking=blocking)
-                else:
-                    obj.copy_from(host_pattern(obj, value), blocking=blocking)
-        elif how == "fill" and isinstance(obj, devbuf.Buffer):
-            obj.fill(value, stream=on, blocking=blocking)
-        else:
-            obj.copy_from(host_pattern(obj, value), stream=on, blocking=blocking)
-        memory.wrote(value, None if blocking else (on or obj.queue))
-
-    @rule(target_memory=MEMORIES, source=MEMORIES, stream=SOME_STREAM, blocking=st.booleans())
-    @step
-    def devbuf_copies(self, target_memory, source, stream, blocking):
-        """devbuf copies one memory into another (between the CUDA test driver's devices where
-        they differ)."""
-        target, origin = target_memory.obj, source.obj
-        if target_memory.block is source.block or target.nbytes != origin.nbytes:
-            return
-        if not isinstance(target, devbuf.Buffer) and (target.shape, target.dtype) != (origin.shape, origin.dtype):
-            return
-        on = self.stream_on(target.device, stream)
-        target.copy_from(origin, stream=on, blocking=blocking)
-        target_memory.block.model[target_memory.start:target_memory.start + target.nbytes] = source.expected
-        target_memory.writer = None if blocking else (on or target.queue)
+        memory.anchored |= protocol in self.backend.anchoring
 
     # -- reads -------------------------------------------------------------------------------------
 
@@ -250,7 +254,7 @@ class Machine(ResourceRules):
           reader=st.sampled_from(["to_bytes", "to_bytes(stream=)", "host view", "get", "get(out=)", "copy_to_host",
                                   "copy_from", "copy", "to_device", "asarray(copy=True)", "reshape(copy=True)",
                                   "pickle", "re-export", "with stream", "strided", "transposed", "from_dlpack",
-                                  "ipc"]))
+                                  "ipc", "tobytes", "tobytes(stream=)"]))
     @step
     def devbuf_reads(self, memory, reader, stream):
         obj, backend = memory.obj, self.backend
@@ -259,8 +263,11 @@ class Machine(ResourceRules):
         expected = None
         if reader == "to_bytes(stream=)":
             seen = obj.to_bytes(stream=on)
+        elif reader in ("tobytes", "tobytes(stream=)") and isinstance(obj, devbuf.Buffer):
+            seen = obj.tobytes(stream=on) if reader == "tobytes(stream=)" else obj.tobytes()
         elif reader == "host view" and obj.kind != "device":
-            seen = np.asarray(obj).tobytes()
+            seen = np.asarray(obj).tobytes()  # the buffer protocol: NumPy reads through the object
+            memory.anchored = True
         elif reader == "get":
             seen = obj.get(stream=on).tobytes()
         elif reader == "get(out=)":
@@ -285,6 +292,7 @@ class Machine(ResourceRules):
             seen = pickle.loads(pickle.dumps(obj, protocol=5)).to_bytes()
         elif reader == "re-export":
             seen = backend.second_consumer_reads(obj)
+            memory.anchored = True
         elif reader == "with stream":
             with on:
                 seen = obj.get().tobytes()
@@ -395,7 +403,8 @@ class Machine(ResourceRules):
         backend, kind = self.backend, self.kind(kind)
         theirs = backend.producer(kind, value, backend.device)
         obj = devbuf.from_dlpack(backend.foreign_dlpack(theirs)) if dlpack else devbuf.asarray(theirs)
-        held = Held(obj, Block(obj, functools.partial(devbuf.alloc, obj.nbytes, obj.kind, device=obj.device)), theirs)
+        held = Held(obj, Block(obj, functools.partial(devbuf.alloc, obj.nbytes, obj.kind, device=obj.device),
+                               foreign=True), theirs)
         held.wrote(value)
         return held
 
@@ -451,6 +460,7 @@ def run(backend_name, examples, steps, derandomize=True):
     Machine.TestCase("runTest").runTest()
     print(f"{backend_name}: {examples} sequences of up to {steps} steps, every read as the model says;",
           ", ".join(f"{name} {count}" for name, count in sorted(STEPS_RUN.items())))
+    print("resize:", ", ".join(f"{name} {count}" for name, count in sorted(RESIZES.items())))
 
 
 def replay(backend_name, path):

@@ -13,6 +13,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize
 import devbuf
 
 VALUES = st.integers(1, 250)
+DTYPES = st.sampled_from(["uint8", "uint16", "float32"])  # the creation functions'; item sizes up to 4 (take_view)
 STREAMS = st.integers(0, 3)  # an index into the backend's streams of a device, modulo their number
 SOME_STREAM = st.one_of(st.none(), STREAMS)
 MEMORIES = Bundle("memories")
@@ -42,24 +43,41 @@ def flat(obj):
 
 class Block:
     """One allocation's bytes as the model says they are, and how a later owner gets memory from
-    where this allocation goes back when it is freed."""
+    where this allocation goes back when it is freed. `foreign`: memory devbuf did not allocate
+    (its buffers cannot grow); `fixed_size`: from a FixedSizeMemoryResource (they grow to its block
+    size only); `known`: which bytes the model knows (None: all; a resize's new memory is unknown
+    until written)."""
 
-    def __init__(self, obj, again, ipc=False):
+    def __init__(self, obj, again, ipc=False, foreign=False, fixed_size=False):
         self.base, self.kind, self.device = obj.ptr, obj.kind, obj.device
         self.model = np.zeros(obj.nbytes, np.uint8)
-        self.again, self.ipc = again, ipc
+        self.again, self.ipc, self.foreign, self.fixed_size = again, ipc, foreign, fixed_size
+        self.known = None
+        self.writer = None  # see Held.writer
 
 
 class Held:
-    """A devbuf object over (part of) a block, and the devbuf stream of its last unfinished write
-    (None: none, or a stream devbuf does not own)."""
+    """A devbuf object over (part of) a block."""
 
     def __init__(self, obj, block, keep=None):
         self.obj, self.block, self.keep = obj, block, keep
         self.start, self.nbytes = obj.ptr - block.base, obj.nbytes
-        self.writer = None
         self.closed_stream = False  # allocated on a stream since closed
+        # Handed out through a protocol whose consumers read through this object (CAI, SUAI, the
+        # dpctl attributes, the exchange API, the buffer protocol): its size is fixed from then on.
+        self.anchored = False
         self.name = "memories_?"
+
+    @property
+    def writer(self):
+        """The devbuf stream of the last unfinished write to any part of the block (None: none, or
+        a stream devbuf does not own): every write is ordered after the earlier ones on the same
+        allocation, so its stream finishing finishes them all."""
+        return self.block.writer
+
+    @writer.setter
+    def writer(self, stream):
+        self.block.writer = stream
 
     @property
     def expected(self):
@@ -68,6 +86,17 @@ class Held:
     def wrote(self, value, writer=None):
         self.block.model[self.start:self.start + self.nbytes] = value
         self.writer = writer
+
+    def region(self, obj):
+        """The model's bytes under `obj`, a devbuf object over (part of) this block."""
+        start = obj.ptr - self.block.base
+        assert 0 <= start and start + obj.nbytes <= self.block.model.size, f"{obj!r} is not in {self!r}"
+        return self.block.model[start:start + obj.nbytes]
+
+    def elements(self, obj=None):
+        """The model's bytes under `obj` (default: this object) as its elements, in its shape."""
+        obj = self.obj if obj is None else obj
+        return self.region(obj).view(obj.dtype).reshape(obj.shape)
 
     def __repr__(self):
         return (f"<{type(self.obj).__name__} {self.block.kind} {self.nbytes} B at +{self.start} of "

@@ -39,11 +39,11 @@ class Owner:
         self.give_back()
 
 
-def one_block_pool(queue, kind, nbytes):
+def one_block_pool(upstream, kind, nbytes):
     """A pool at its maximum with one block of `nbytes` (the smallest such pool the pool's own
     rounding allows)."""
     for size in (nbytes, nbytes + nbytes // 8, nbytes + nbytes // 4, 2 * nbytes - 1):
-        pool = mr.PoolMemoryResource(queue, size, size, kind=kind)
+        pool = mr.PoolMemoryResource(upstream, size, size, kind=kind)
         try:
             pool.deallocate(pool.allocate(nbytes, kind), nbytes, kind)
             return pool
@@ -52,9 +52,17 @@ def one_block_pool(queue, kind, nbytes):
     raise AssertionError(f"no one-block pool of {kind} memory holds {nbytes} bytes")
 
 
+# The resources that serve one kind of memory, whatever kind is asked (RMM's CudaMemoryResource,
+# ManagedMemoryResource and PinnedHostMemoryResource).
+ONE_KIND = {"DeviceMemoryResource": "device", "ManagedMemoryResource": "shared", "PinnedHostMemoryResource": "host"}
+# The resources made per kind ("<name> <kind>"): pools of one kind of memory.
+PER_KIND = ("one-block pool", "one-block pool over an AsyncMemoryResource", "AsyncMemoryResource",
+            "AsyncMemoryResource with a release threshold")
+
+
 def make_resources(device, nbytes, kinds, directory):
-    """Every resource and adaptor of devbuf.mr over `device`'s queue, by name; a one-block pool
-    per kind under "one-block pool <kind>"."""
+    """Every resource and adaptor of devbuf.mr over `device`'s queue, by name; those of one kind
+    of memory per kind, under "<name> <kind>"."""
     queue = mr.QueueMemoryResource(device)
     binning = mr.BinningMemoryResource(queue)
     binning.add_bin(nbytes)  # a FixedSizeMemoryResource bin made by the binning resource
@@ -74,9 +82,21 @@ def make_resources(device, nbytes, kinds, directory):
         "PrefetchResourceAdaptor": mr.PrefetchResourceAdaptor(queue),
         "MemoryResource in Python": Forwarding(queue),
         "StatisticsResourceAdaptor over a PoolMemoryResource": mr.StatisticsResourceAdaptor(mr.PoolMemoryResource(queue)),
+        "DeviceMemoryResource": mr.DeviceMemoryResource(device),
+        "ManagedMemoryResource": mr.ManagedMemoryResource(device),
+        "PinnedHostMemoryResource": mr.PinnedHostMemoryResource(device),
     }
     for kind in kinds:
         resources[f"one-block pool {kind}"] = one_block_pool(queue, kind, nbytes)
+        # A stream-ordered pool (RMM's CudaAsyncMemoryResource) keeps what is freed until release();
+        # with a threshold of 0 it gives its empty blocks back after every free.
+        kept = mr.AsyncMemoryResource(device, kind=kind)
+        returning = mr.AsyncMemoryResource(device, kind=kind, initial_pool_size=nbytes, release_threshold=0)
+        assert (kept.release_threshold, returning.release_threshold) == (None, 0)
+        resources[f"AsyncMemoryResource {kind}"] = kept
+        resources[f"AsyncMemoryResource with a release threshold {kind}"] = returning
+        # A full pool over it waits for a block whose free is pending.
+        resources[f"one-block pool over an AsyncMemoryResource {kind}"] = one_block_pool(kept, kind, nbytes)
     # A short allocation log for `replay` (a pool's pending block then meets the replay's requests).
     log = os.path.join(directory, "replay.log")
     logging = mr.LoggingResourceAdaptor(queue, log)
@@ -91,17 +111,24 @@ RESOURCES = st.sampled_from([
     "BinningMemoryResource with a FixedSizeMemoryResource bin", "FixedSizeMemoryResource",
     "LimitingResourceAdaptor", "StatisticsResourceAdaptor", "TrackingResourceAdaptor", "LoggingResourceAdaptor",
     "FailureCallbackResourceAdaptor", "PrefetchResourceAdaptor", "MemoryResource in Python",
-    "StatisticsResourceAdaptor over a PoolMemoryResource", "one-block pool",
+    "StatisticsResourceAdaptor over a PoolMemoryResource", *ONE_KIND, *PER_KIND,
 ])
 
 
 class ResourceRules(Base):
     def resource(self, name, kind, held=True):
-        """The resource `name` draws; a one-block pool only where its block is not held beyond the
-        step (elsewhere a second holder would exhaust it: a MemoryError the machine does not test)."""
-        if name == "one-block pool":
-            return self.resources[f"{name} {kind}" if not held else "PoolMemoryResource"]
-        return self.resources[name]
+        """The resource `name` draws for `kind` and the kind of memory it serves (a resource of
+        one kind serves its own); a one-block pool only where its block is not held beyond the
+        step (elsewhere a second holder would exhaust it: a MemoryError the machine does not
+        test), else the pool it is made over."""
+        if name in ONE_KIND:
+            return self.resources[name], ONE_KIND[name]
+        if name.startswith("one-block pool") and held:
+            name = "AsyncMemoryResource" if name.endswith("AsyncMemoryResource") else "PoolMemoryResource"
+            return self.resource(name, kind)
+        if name in PER_KIND:
+            return self.resources[f"{name} {kind}"], kind
+        return self.resources[name], kind
 
     def later_owner(self, resource, kind, value, stream=None):
         """A later owner of memory from `resource` (allocated for `stream`) writes `value` once the
@@ -125,9 +152,18 @@ class ResourceRules(Base):
     @step
     def deallocate_on_stream(self, kind, resource, stream, stream_ordered, value, then, later):
         """RMM's contract: `deallocate(ptr, nbytes, kind, stream=S)` frees after the work enqueued on
-        S so far; a later owner of memory from the resource writes and reads it."""
+        S so far; a later owner of memory from the resource writes and reads it. A stream-ordered
+        pool (AsyncMemoryResource, made for the step: its size is then the step's alone) gives
+        back upstream only blocks whose work is done: on release(), and with a release threshold
+        after every free."""
         backend, nbytes, kind = self.backend, self.backend.nbytes, self.kind(kind)
-        source = self.resource(resource, kind, held=False)
+        if resource.startswith("AsyncMemoryResource"):
+            threshold = 0 if resource.endswith("threshold") else None
+            source = mr.AsyncMemoryResource(backend.device, kind=kind, initial_pool_size=nbytes,
+                                            release_threshold=threshold)
+            assert source.release_threshold == threshold and source.pool_size() >= nbytes
+        else:
+            source, kind = self.resource(resource, kind, held=False)
         on = self.stream_on(backend.device, stream)
         ptr = source.allocate(nbytes, kind, stream=on if stream_ordered else None)
         if not stream_ordered and on is not None:
@@ -139,11 +175,17 @@ class ResourceRules(Base):
         # Finding F4 (reported on issue 44): a pool whose maximum is the one block it served refuses
         # that request after release() (it grows by more than the request); not released here
         # until fixed.
-        if then == "release" and isinstance(source, mr.PoolMemoryResource) and resource != "one-block pool":
+        if then == "release" and isinstance(source, (mr.PoolMemoryResource, mr.AsyncMemoryResource)) \
+                and not resource.startswith("one-block pool"):
             source.release()
         elif then == "replay":
             mr.replay(self.replay_log, source, kind)
         self.later_owner(source, kind, value, self.stream_on(backend.device, later))
+        if isinstance(source, mr.AsyncMemoryResource):
+            # Every block's work is done (later_owner waited for every queue) and none is handed out.
+            if threshold is None:
+                source.release()
+            assert source.pool_size() == 0, f"{resource} holds {source.pool_size()} bytes with nothing handed out"
 
     @rule(target=MEMORIES, kind=st.sampled_from(["shared", "host", "device"]), resource=RESOURCES,
           deleter=st.booleans(), value=VALUES)
@@ -151,8 +193,8 @@ class ResourceRules(Base):
     def from_handle(self, kind, resource, deleter, value):
         """cuda.core's way to wrap memory a resource handed out: the deleter (or the owner's
         release) gives it back once nothing uses it."""
-        nbytes, kind, device = self.backend.nbytes, self.kind(kind), self.backend.device
-        source = self.resource(resource, kind)
+        nbytes, device = self.backend.nbytes, self.backend.device
+        source, kind = self.resource(resource, self.kind(kind))
 
         def wrap():
             ptr = source.allocate(nbytes, kind)
@@ -162,7 +204,7 @@ class ResourceRules(Base):
             return devbuf.Buffer.from_handle(ptr, nbytes, device, owner=Owner(source, ptr, nbytes, kind))
 
         obj = wrap()
-        return self.write_initial(Held(obj, Block(obj, wrap)), value, from_host=False)
+        return self.write_initial(Held(obj, Block(obj, wrap, foreign=True)), value, from_host=False)
 
     # -- the allocator entry points other libraries load -----------------------------------------------
 
@@ -180,7 +222,8 @@ class ResourceRules(Base):
         free.restype, free.argtypes = None, [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
         on, after = self.stream_on(device, stream), self.stream_on(device, later)
         handle = None if on is None else on.stream
-        mr.set_current_device_resource(self.resource(resource, "device"), kind="device")
+        source, kind = self.resource(resource, "device")  # RMM's users set a managed resource too
+        mr.set_current_device_resource(source, kind="device")
         try:
             ptr = alloc(nbytes, 0, handle)
             assert ptr, "devbuf_torch_alloc returned null"
@@ -188,9 +231,9 @@ class ResourceRules(Base):
             free(ptr, nbytes, 0, handle)
             again = alloc(nbytes, 0, None if after is None else after.stream)
             (after or device.default_stream).synchronize()  # PyTorch's stream had waited for it
-            backend.raw_writes(again, nbytes, "device", value, device)
+            backend.raw_writes(again, nbytes, kind, value, device)
             backend.finish_all()
-            seen = backend.raw_reads(again, nbytes, "device", device)
+            seen = backend.raw_reads(again, nbytes, kind, device)
             free(again, nbytes, 0, None)
         finally:
             mr.reset_current_device_resource(device, "device")
@@ -207,7 +250,8 @@ class ResourceRules(Base):
         from devbuf.allocators.cupy import devbuf_cupy_allocator
 
         backend, nbytes, device = self.backend, self.backend.nbytes, self.backend.device
-        mr.set_current_device_resource(self.resource(resource, "device"), kind="device")
+        source, kind = self.resource(resource, "device")
+        mr.set_current_device_resource(source, kind="device")
         try:
             with cupy.cuda.Stream(non_blocking=True) as theirs:
                 memory = devbuf_cupy_allocator(nbytes)
@@ -215,9 +259,9 @@ class ResourceRules(Base):
                 del memory
                 again = devbuf_cupy_allocator(nbytes)
                 theirs.synchronize()  # the allocation is CuPy's stream's work
-                backend.raw_writes(again.ptr, nbytes, "device", value, device)
+                backend.raw_writes(again.ptr, nbytes, kind, value, device)
                 backend.finish_all()
-                seen = backend.raw_reads(again.ptr, nbytes, "device", device)
+                seen = backend.raw_reads(again.ptr, nbytes, kind, device)
                 del again
         finally:
             mr.reset_current_device_resource(device, "device")
@@ -230,7 +274,7 @@ class ResourceRules(Base):
         """Numba's EMM plugin: memory Numba let go of while its own stream (one devbuf does not
         know) still copies into it is not handed out again before that copy is done."""
         numba_cuda, backend, nbytes, device = self.backend.numba, self.backend, self.backend.nbytes, self.backend.device
-        mr.set_current_device_resource(self.resource(resource, "device"), kind="device")
+        mr.set_current_device_resource(self.resource(resource, "device")[0], kind="device")
         try:
             # What numba.cuda.device_array does: the context's memory manager (devbuf's) allocates.
             context = numba_cuda.current_context()

@@ -72,13 +72,24 @@ TOUCH_NO_MEMORY = {
         "allocators.numba.DevbufNumbaManager.interface_version",
     ], "Numba's manager setup and free-memory query; no memory"),
     "allocators.torch.LIBRARY": "the path of the library PyTorch loads",
+    # devbuf runs no kernels: arithmetic and conversion raise a TypeError naming the libraries
+    # that compute (NotImplemented for a foreign operand, so that its own operator runs).
+    **dict.fromkeys([
+        f"Array.__{name}__" for name in ["add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv",
+                                         "floordiv", "rfloordiv", "mod", "rmod", "pow", "rpow", "matmul", "rmatmul",
+                                         "neg", "pos", "abs"]
+    ], "always a TypeError (or NotImplemented): no kernel runs, no memory is read"),
+    "Array.astype": "always a TypeError naming where to convert: devbuf converts no element types",
+    "Array.__delitem__": "always a ValueError, as NumPy's: an array's size is fixed",
+    "parse_bytes": "parses a size written as a string (\"4MiB\"); no memory",
+    "mr.statistics.descriptive_name": "a function's or object's name for the profiler's records; no memory",
 }
 
 # How each call shows in the machine's source (the call itself, unless named here).
 SPELLED = {
     "__new__": None, "__init__": None,  # the class's name
     "__enter__": "with ", "__exit__": "with ", "__getitem__": "[", "__array__": "np.asarray(",
-    "__reduce_ex__": "pickle.dumps(", "__bytes__": "bytes(",
+    "__reduce_ex__": "pickle.dumps(", "__bytes__": "bytes(", "__setitem__": "] = ", "__iter__": "list(",
 }
 
 
