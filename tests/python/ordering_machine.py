@@ -126,11 +126,6 @@ class Machine(ResourceRules, WriteRules):
             where = self.backend.device  # the resources are the first device's
             source, kind = self.resource(resource, kind)
         on = self.stream_on(where, stream)
-        if how == "from_host" and stream % 2:
-            # Finding F5 (issue 44's report): from_host(stream=, mr=) is refused ("a memory resource
-            # allocates on its own queue"), though its docstring says `stream` runs the copy and
-            # `mr` allocates (RMM's to_device takes both); one or the other until fixed.
-            source = None
         again = functools.partial(devbuf.alloc, nbytes, kind, device=where, mr=source)
         fixed_size = isinstance(source, mr.FixedSizeMemoryResource)
         count = nbytes // np.dtype(dtype).itemsize
@@ -165,7 +160,8 @@ class Machine(ResourceRules, WriteRules):
                 obj, model = devbuf.full(count, value, dtype, kind=kind, device=where), np.full(count, value, dtype)
             else:
                 model = uniform(value, nbytes)
-                obj = devbuf.Buffer.from_host(model, kind, where, **({"mr": source} if source else {"stream": on}))
+                # `mr` allocates (on its own queue), `stream` runs the copy: RMM's to_device.
+                obj = devbuf.Buffer.from_host(model, kind, where, mr=source, stream=on)
             assert obj.kind == kind
             held = Held(obj, Block(obj, again, fixed_size=fixed_size))
             held.wrote(np.frombuffer(model, np.uint8))
@@ -181,10 +177,8 @@ class Machine(ResourceRules, WriteRules):
           value=VALUES)
     @step
     def allocate_like(self, prototype, like, value):
-        # Finding F1 (reported on issue 44): `*_like` of memory whose stream was closed raises
-        # "stream ... was closed" though the memory stays usable; name its device until fixed.
-        make = getattr(devbuf, like)
-        obj = make(prototype.obj, device=prototype.obj.device) if prototype.closed_stream else make(prototype.obj)
+        # Of memory whose stream was closed: on its device.
+        obj = getattr(devbuf, like)(prototype.obj)
         assert (obj.shape, obj.dtype, obj.kind, obj.device) == (
             prototype.obj.shape, prototype.obj.dtype, prototype.obj.kind, prototype.obj.device)
         nbytes, kind, device = obj.nbytes, obj.kind, obj.device

@@ -108,11 +108,6 @@ class WriteRules(Base):
             into = target if isinstance(target, devbuf.Buffer) else target.buffer
             if origin.nbytes > into.nbytes:
                 return
-            if origin.ndim != 1 or origin.itemsize != 1:
-                # TODO(lead): finding F6: copy_from_device refuses a source that is not 1-d bytes
-                # (it slices with an explicit step of 1, a uint8 Array, not a Buffer); its bytes
-                # as a view until fixed.
-                origin = flat(origin).view("uint8")
             into.copy_from_device(origin, stream=on)
             target_memory.region(into)[:origin.nbytes] = source.expected
             target_memory.writer = None

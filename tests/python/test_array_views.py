@@ -187,3 +187,17 @@ def test_to_device_and_asarray_move_only_what_a_strided_slice_covers(device, kin
         np.testing.assert_array_equal(moved.get(), expected[:, ::4])
     assert columns.to_device(elsewhere).device == devbuf.Device(elsewhere)
     assert x.to_device(device) is x
+
+
+@pytest.mark.parametrize("backend", backend_names(makes_streams=True))
+def test_likes_of_memory_whose_stream_was_closed_allocate_on_its_device(backend):
+    # The memory outlives its stream (Stream.close()): *_like allocates on its device, as
+    # NumPy-style code expects, instead of raising that the stream was closed.
+    require_backend(backend)
+    stream = devbuf.Device(backend).create_stream()
+    x = devbuf.zeros(4, "float32", stream=stream)
+    stream.close()
+    for like in (devbuf.empty_like, devbuf.zeros_like, devbuf.ones_like):
+        y = like(x)
+        assert (y.shape, y.dtype, y.kind, y.device) == (x.shape, x.dtype, x.kind, x.device)
+    np.testing.assert_array_equal(devbuf.ones_like(x).get(), np.ones(4, "float32"))

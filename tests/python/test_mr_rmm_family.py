@@ -162,6 +162,25 @@ def test_buffer_from_host_and_copies_into_its_start():
     assert devbuf.Buffer.from_host(b"", "device", DEVICE).nbytes == 0
 
 
+def test_from_host_allocates_from_mr_and_copies_on_stream():
+    # RMM's to_device takes both: `mr` allocates, `stream` runs the copy (it was refused).
+    stats = mr.StatisticsResourceAdaptor(mr.QueueMemoryResource(DEVICE))
+    stream = devbuf.Device(DEVICE).create_stream()
+    buffer = devbuf.Buffer.from_host(b"abcd", "device", DEVICE, stream=stream, mr=stats)
+    assert buffer.tobytes() == b"abcd" and stats.allocation_counts.total_bytes == 4
+
+
+def test_copy_from_device_copies_the_bytes_of_any_contiguous_array():
+    # RMM's copy_from_device copies a CAI object's bytes, whatever its shape and dtype (a 2-d
+    # float32 array was refused: it was copied element for element into a byte view).
+    source = devbuf.asarray(np.arange(6, dtype="float32").reshape(2, 3))
+    target = devbuf.alloc(32, "device", DEVICE)
+    target.copy_from_device(source)
+    assert target.tobytes()[:24] == np.arange(6, dtype="float32").tobytes()
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        target.copy_from_device(source.T)
+
+
 def test_statistics_counters_are_statistics_objects():
     stats = mr.StatisticsResourceAdaptor(mr.QueueMemoryResource(DEVICE))
     kept = devbuf.alloc(10, "host", device=DEVICE, mr=stats)

@@ -64,10 +64,15 @@ pub(crate) fn from_host<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let view = host_bytes(data, "from_host")?;
     let nbytes = view.len()?;
-    let kwargs = stream_kwargs(py, stream)?;
-    if let Some(mr) = mr {
-        kwargs.set_item("mr", mr)?;
-    }
+    // `mr` allocates (on its own queue) and `stream` runs the copy, as RMM's to_device.
+    let kwargs = match mr {
+        Some(mr) => {
+            let kwargs = PyDict::new(py);
+            kwargs.set_item("mr", mr)?;
+            kwargs
+        }
+        None => stream_kwargs(py, stream)?,
+    };
     let devbuf = py.import("devbuf")?;
     let buffer = devbuf
         .getattr("alloc")?
@@ -89,7 +94,7 @@ pub(crate) fn copy_into_start(
     let source = if method == "copy_from_host" {
         host_bytes(source, method)?.into_any()
     } else {
-        source.clone()
+        device_bytes(source)?
     };
     let source_bytes: usize = source.getattr("nbytes")?.extract()?;
     let nbytes: usize = buffer.getattr("nbytes")?.extract()?;
@@ -104,6 +109,21 @@ pub(crate) fn copy_into_start(
     let start = buffer.get_item(PySlice::new(py, 0, source_bytes as isize, 1))?;
     start.call_method("copy_from", (source,), Some(&stream_kwargs(py, stream)?))?;
     Ok(())
+}
+
+/// The bytes of `source` (anything `devbuf.asarray` takes; contiguous) as one dimension of
+/// uint8, whatever its shape and dtype: what RMM's `copy_from_device` copies.
+fn device_bytes<'py>(source: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let py = source.py();
+    let array = py.import("devbuf")?.getattr("asarray")?.call1((source,))?;
+    if !array.getattr("c_contiguous")?.is_truthy()? {
+        return Err(PyValueError::new_err(
+            "copy_from_device: the source is not C-contiguous; copy it first (source.copy())",
+        ));
+    }
+    array
+        .call_method1("reshape", (-1,))?
+        .call_method1("view", ("uint8",))
 }
 
 /// `Buffer.capacity()`: the bytes the buffer may grow to without new memory.

@@ -178,7 +178,8 @@ pub(crate) fn full<'py>(
 
 /// `devbuf.empty_like(prototype, dtype=None, *, kind=None, device=None, stream=None, mr=None)`:
 /// `empty` with the shape of `prototype` (anything `devbuf.asarray` takes), and by default its
-/// dtype, its kind of memory and its device (unless `stream` or `mr` names where to allocate).
+/// dtype, its kind of memory and its stream (its device once that stream was closed), unless
+/// `stream` or `mr` names where to allocate.
 #[pyfunction]
 #[pyo3(signature = (prototype, dtype = None, *, kind = None, device = None, stream = None, mr = None))]
 pub(crate) fn empty_like<'py>(
@@ -200,9 +201,14 @@ pub(crate) fn empty_like<'py>(
         kind => Some(kind.as_str()),
     };
     drop(open);
-    let own_queue = this.queue.bind(py).clone().into_any();
+    // The prototype's stream, or its device once that stream was closed (the memory outlives it).
+    let own_queue = this.queue.bind(py);
+    let own_place = match own_queue.get().queue() {
+        Ok(_) => own_queue.clone().into_any(),
+        Err(_) => own_queue.get().device.bind(py).clone().into_any(),
+    };
     let device = match device {
-        None if stream.is_none() && mr.is_none() => Some(&own_queue),
+        None if stream.is_none() && mr.is_none() => Some(&own_place),
         device => device,
     };
     let at = Placement {
