@@ -31,8 +31,8 @@ impl PyQueue {
         let inner = queue.get().queue()?;
         let buffer = if ipc {
             py.detach(|| devbuf::ipc::alloc_shareable(inner, kind, nbytes))
-        // Host allocations take tens of nanoseconds: releasing the GIL would cost more.
-        } else if inner.device().backend == devbuf::host::HOST {
+        // Releasing the GIL would cost more than such an allocation.
+        } else if inner.allocates_cheaply() {
             Buffer::alloc(inner, kind, nbytes)
         } else {
             py.detach(|| Buffer::alloc(inner, kind, nbytes))
