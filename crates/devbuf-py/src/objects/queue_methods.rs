@@ -210,7 +210,7 @@ impl PyQueue {
         self.device.clone_ref(py)
     }
 
-    /// The backend's name: "host", "sycl", "cuda" or "opencl".
+    /// The backend's name (one of `devbuf.backends()`'s).
     #[getter]
     fn backend(&self) -> &'static str {
         self.backend_name()
