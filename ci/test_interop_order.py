@@ -1,7 +1,7 @@
 """Every `impl Interop for ...` in the workspace lists its methods in the order the trait declares
 them (crates/devbuf-core/src/interop/mod.rs), so that the backends' same-named files read side by
 side. A provided answers macro (`hands_nothing_out!()` and its halves, defined in
-crates/devbuf-core/src/interop/hands_nothing_out.rs) counts as the methods it expands to, at its
+crates/devbuf-core/src/hands_nothing_out.rs) counts as the methods it expands to, at its
 place. Run by ci/test; the fixture tests below hold the rule itself."""
 
 import pathlib
@@ -11,7 +11,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TRAIT = ROOT / "crates/devbuf-core/src/interop/mod.rs"
-MACROS = ROOT / "crates/devbuf-core/src/interop/hands_nothing_out.rs"
+MACROS = ROOT / "crates/devbuf-core/src/hands_nothing_out.rs"
 METHOD = re.compile(r"^    (?:unsafe )?fn (\w+)", re.M)
 # A method, or a provided macro written in its place (`crate::`, `devbuf_core::` or `$crate::`).
 ITEM = r"^ {%d}(?:(?:unsafe )?fn (\w+)|(?:\$?crate|devbuf_core)::(\w+)!\(\);)"

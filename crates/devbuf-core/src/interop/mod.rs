@@ -18,7 +18,6 @@
 
 mod foreign;
 mod handles;
-mod hands_nothing_out;
 mod holder;
 mod ipc_handle;
 mod ipc_sharing;
