@@ -28,6 +28,7 @@ pub const DESCRIPTOR: BackendDescriptor = BackendDescriptor {
     protocols: &[],
     selector_words: &[],
     makes_streams: true,
+    may_be_default: true,
     default_rank: u8::MAX,
 };
 

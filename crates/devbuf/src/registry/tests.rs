@@ -154,6 +154,7 @@ const FIRST: BackendDescriptor = BackendDescriptor {
     protocols: &[Protocol::Cai],
     selector_words: &[],
     makes_streams: false,
+    may_be_default: true,
     default_rank: 0,
 };
 
@@ -337,4 +338,26 @@ fn a_shared_dlpack_device_type_goes_to_the_backend_that_has_the_device_in_either
         device_id: 0,
     };
     assert!(queue_for_dlpack_device_among([&with as &dyn Backend].into_iter(), cpu).is_err());
+}
+
+// -- Roles the descriptor states.
+
+const NEVER_DEFAULT: BackendDescriptor = BackendDescriptor {
+    name: "never-default",
+    may_be_default: false,
+    ..FIRST
+};
+
+/// A backend that allocates every kind and ranks first is still not the default device when its
+/// descriptor says it never is; the same backend that may be is.
+#[test]
+fn a_backend_that_may_not_be_the_default_device_is_skipped_wherever_it_ranks() {
+    let never = Arena::new(&NEVER_DEFAULT, false);
+    let why = crate::selection::backend_default(&never).unwrap_err();
+    assert!(why.contains("never the default device"), "{why}");
+    let may = Arena::new(&FIRST, false);
+    assert!(Arc::ptr_eq(
+        &crate::selection::backend_default(&may).unwrap(),
+        &may.queue
+    ));
 }
