@@ -30,66 +30,13 @@ fn the_default_order_is_the_descriptors_not_the_order_backends_are_compiled_in()
 
 /// Each descriptor against its backend: the kinds its devices allocate, the DLPack device types
 /// its memory is exported as, the device types it answers for, and whether it makes streams.
+/// The descriptor checks each backend's own tests run (`devbuf_core::descriptor_tests!`), on
+/// every backend compiled in.
 #[test]
 fn each_descriptor_says_what_its_backend_does() {
-    let every_type: Vec<_> = backends()
-        .iter()
-        .flat_map(|backend| backend.descriptor().dlpack_device_types)
-        .map(|entry| entry.device_type)
-        .collect();
     for backend in backends() {
-        let descriptor = backend.descriptor();
-        for &device_type in &every_type {
-            if !descriptor.has_dlpack_device_type(device_type) {
-                let device = dlpark::ffi::DLDevice {
-                    device_type,
-                    device_id: 0,
-                };
-                assert!(
-                    backend.queue_for_dlpack_device(device).is_none(),
-                    "{} answers for DLPack device type {} its descriptor does not list",
-                    descriptor.name,
-                    device_type.0
-                );
-            }
-        }
-        if backend.availability() != Availability::Available {
-            continue;
-        }
-        let stream = backend.open_stream("", StreamOptions::default());
-        assert_eq!(
-            stream.is_ok(),
-            descriptor.makes_streams,
-            "{}: {:?}",
-            descriptor.name,
-            stream.err()
-        );
-        for device in backend.devices().unwrap() {
-            assert_eq!(device.backend, descriptor.name);
-            assert!(
-                device
-                    .kinds
-                    .iter()
-                    .all(|kind| descriptor.kinds.contains(kind)),
-                "{}: {:?} not in {:?}",
-                device.selector,
-                device.kinds,
-                descriptor.kinds
-            );
-            if device.unusable_reason.is_some() {
-                continue;
-            }
-            let queue = crate::open(&device.selector).unwrap();
-            for &kind in &device.kinds {
-                let exported = queue.interop().dlpack_device(kind).device_type;
-                assert!(
-                    descriptor.has_dlpack_device_type(exported),
-                    "{} exports {kind:?} memory as DLPack device type {}, which its descriptor \
-                     does not list",
-                    device.selector,
-                    exported.0
-                );
-            }
+        for check in devbuf_core::conformance::DESCRIPTOR_CHECKS {
+            devbuf_core::conformance::assert_descriptor_check(check.name, backend.as_ref());
         }
     }
 }
