@@ -130,12 +130,22 @@ pub fn speakers(protocol: Protocol) -> impl Iterator<Item = &'static dyn Backend
 }
 
 /// The kind of memory devbuf allocates for a consumer that asks for memory of `device_type`
-/// (DLPack's C exchange table allocator), as the backend whose descriptor lists the device type
-/// says; `None` where none allocates for it.
+/// (DLPack's C exchange table allocator), as the backends whose descriptors allocate for the
+/// device type say (one that lists it as `not_allocating` has no say); `None` where none
+/// allocates for it.
 pub fn dlpack_kind_for(device_type: DLDeviceType) -> Option<MemKind> {
-    backends()
-        .iter()
-        .find_map(|backend| backend.descriptor().allocates_for(device_type))
+    dlpack_kind_among(
+        backends().iter().map(|backend| backend.as_ref()),
+        device_type,
+    )
+}
+
+/// [`dlpack_kind_for`] among `backends`.
+fn dlpack_kind_among<'a>(
+    mut backends: impl Iterator<Item = &'a dyn Backend>,
+    device_type: DLDeviceType,
+) -> Option<MemKind> {
+    backends.find_map(|backend| backend.descriptor().allocates_for(device_type))
 }
 
 /// Whether memory on `device` is described by `protocol`.

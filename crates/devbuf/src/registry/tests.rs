@@ -72,7 +72,14 @@ fn the_dlpack_allocation_table_is_the_descriptors() {
                     entry.device_type.0
                 );
             }
-            assert_eq!(dlpack_kind_for(entry.device_type), entry.allocates);
+        }
+    }
+    // A backend that lists a device type as not allocating has no say: the one that allocates
+    // decides, and where none does, devbuf allocates nothing.
+    for backend in backends() {
+        for entry in backend.descriptor().dlpack_device_types {
+            let expected = allocates.get(&entry.device_type.0).copied();
+            assert_eq!(dlpack_kind_for(entry.device_type), expected);
         }
     }
     assert_eq!(dlpack_kind_for(DLDeviceType::CPU), Some(MemKind::Host));
@@ -307,4 +314,35 @@ fn a_backend_that_may_not_be_the_default_device_is_skipped_wherever_it_ranks() {
         &crate::selection::backend_default(&may).unwrap(),
         &may.queue
     ));
+}
+
+const ALLOCATES_VULKAN: BackendDescriptor = BackendDescriptor {
+    name: "allocating",
+    dlpack_device_types: &[DlpackDeviceType::allocating(
+        DLDeviceType::VULKAN,
+        MemKind::Device,
+    )],
+    ..FIRST
+};
+
+/// Two backends list one DLPack device type, one allocating for it and one not (both valid): the
+/// allocating one decides, in either order.
+#[test]
+fn a_backend_that_does_not_allocate_for_a_shared_device_type_has_no_say() {
+    let (allocating, not) = (
+        Arena::new(&ALLOCATES_VULKAN, false),
+        Arena::new(&FIRST, false),
+    );
+    for order in [[&allocating, &not], [&not, &allocating]] {
+        let listed = order.iter().map(|arena| *arena as &dyn Backend);
+        assert_eq!(
+            dlpack_kind_among(listed, DLDeviceType::VULKAN),
+            Some(MemKind::Device)
+        );
+    }
+    let alone = [&not].map(|arena| arena as &dyn Backend);
+    assert_eq!(
+        dlpack_kind_among(alone.into_iter(), DLDeviceType::VULKAN),
+        None
+    );
 }
