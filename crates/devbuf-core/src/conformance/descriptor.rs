@@ -6,7 +6,7 @@
 
 use dlpark::ffi::{DLDevice, DLDeviceType};
 
-use super::kit::Outcome;
+use super::kit::{Outcome, skip};
 use crate::{Availability, Backend, split_selector};
 
 /// Every DLPack device type DLPack 1.3 names: a backend answers for none it does not list.
@@ -184,7 +184,7 @@ pub fn assert_descriptor_check(name: &str, backend: &dyn Backend) {
     match (check.run)(backend) {
         Outcome::Pass => {}
         Outcome::Fail(why) => panic!("{name} failed on {}: {why}", backend.name()),
-        Outcome::Skip(why) => super::skip(backend.name(), name, &why),
+        Outcome::Skip(why) => skip(backend.name(), name, &why),
     }
 }
 

@@ -24,6 +24,7 @@ mod interop;
 mod kit;
 
 pub use descriptor::{DESCRIPTOR_CHECKS, DescriptorCheck, assert_descriptor_check};
+use kit::skip;
 pub use kit::{Check, Outcome, pattern, run_one};
 
 use crate::Queue;
@@ -113,17 +114,6 @@ pub fn assert_check(name: &str, backend: &str, queue: &Result<Arc<dyn Queue>, St
         },
         Err(why) => skip(backend, name, why),
     }
-}
-
-fn skip(backend: &str, name: &str, why: &str) {
-    let required = std::env::var("DEVBUF_REQUIRE").unwrap_or_default();
-    let required = required.split(',').map(str::trim);
-    if required.clone().any(|b| b == "all")
-        || (!backend.is_empty() && required.clone().any(|b| b == backend))
-    {
-        panic!("{name} skipped but {backend} is required by DEVBUF_REQUIRE: {why}");
-    }
-    eprintln!("skip {name}: {why}");
 }
 
 /// Generates one `#[test]` per descriptor check ([`DESCRIPTOR_CHECKS`]) on `$backend`, an
