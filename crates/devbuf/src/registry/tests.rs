@@ -180,6 +180,14 @@ impl Backend for Arena {
         })
     }
 
+    fn claim_dlpack_pointer(
+        &self,
+        _device: dlpark::ffi::DLDevice,
+        ptr: usize,
+    ) -> Claim<Arc<dyn Queue>> {
+        self.claim_pointer(Protocol::Cai, ptr)
+    }
+
     fn claim_pointer(&self, _protocol: Protocol, ptr: usize) -> Claim<Arc<dyn Queue>> {
         if self.claims_everything || self.queue.kind_of(ptr as *const u8) != MemKind::Unknown {
             return Claim::Recognised(Ok(Arc::clone(&self.queue)));
@@ -345,4 +353,32 @@ fn a_backend_that_does_not_allocate_for_a_shared_device_type_has_no_say() {
         dlpack_kind_among(alone.into_iter(), DLDeviceType::VULKAN),
         None
     );
+}
+
+/// Two host-like backends list one DLPack device type: each one's memory is imported onto its own
+/// queue whichever the device chose, in either order, and memory neither recognises stays with
+/// the queue chosen for the device; a type one backend alone lists asks nobody.
+#[test]
+fn dlpack_memory_of_a_shared_device_type_goes_to_the_backend_that_recognises_it() {
+    let (first, second) = (Arena::new(&FIRST, false), Arena::new(&SECOND, false));
+    let device = dlpark::ffi::DLDevice {
+        device_type: DLDeviceType::VULKAN,
+        device_id: 0,
+    };
+    let ours = |arena: &Arena| Buffer::alloc(&arena.queue, MemKind::Host, 64).unwrap();
+    let (in_first, in_second) = (ours(&first), ours(&second));
+    for order in [[&first, &second], [&second, &first]] {
+        let among = || order.iter().map(|arena| *arena as &dyn Backend);
+        for (buffer, owner) in [(&in_first, &first), (&in_second, &second)] {
+            let routed = queue_for_dlpack_memory_among(among(), device, buffer.ptr() as usize);
+            assert!(Arc::ptr_eq(&routed.unwrap().unwrap(), &owner.queue));
+        }
+        let numpy_like = [0u8; 64];
+        assert!(
+            queue_for_dlpack_memory_among(among(), device, numpy_like.as_ptr() as usize).is_none()
+        );
+    }
+    let alone = [&first].map(|arena| arena as &dyn Backend);
+    let ptr = in_first.ptr() as usize;
+    assert!(queue_for_dlpack_memory_among(alone.into_iter(), device, ptr).is_none());
 }
