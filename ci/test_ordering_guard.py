@@ -52,3 +52,11 @@ def test_the_allow_list_lets_its_places_be_and_reports_unused_entries(tmp_path):
     assert ordering_guard.calls(root, set(), allowed=allowed) == [
         "crates/devbuf-core/src/gone.rs: .wait() is allowed but no longer called there"
     ]
+
+
+def test_a_backend_crate_devbuf_does_not_link_is_found_by_its_descriptor(tmp_path):
+    root = tree(tmp_path, {
+        "crates/devbuf-skeleton/src/backend.rs": "pub const DESCRIPTOR: BackendDescriptor = BackendDescriptor {\n};\n",
+        "crates/devbuf-other/src/backend.rs": "// pub const DESCRIPTOR: BackendDescriptor in a comment\n",
+    })
+    assert ordering_guard.unlinked_backends(root) == {"devbuf-skeleton"}

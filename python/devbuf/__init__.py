@@ -6,8 +6,8 @@ exchange API, the buffer protocol), or take theirs in with :func:`asarray` / :fu
 
 The default device (``device=None`` everywhere) is, in this order: the device of the innermost
 ``with devbuf.Device(...):`` block on the current thread; the one :func:`set_default_device` set;
-the device the ``DEVBUF_DEVICE`` environment variable names; else the first backend of cuda, sycl,
-opencl and host whose default device allocates host, device and shared memory (a device lacking a
+the device the ``DEVBUF_DEVICE`` environment variable names; else the first backend, in the order
+:func:`backends` lists them, whose default device allocates host, device and shared memory (a device lacking a
 kind, such as an OpenCL device with SVM only, is skipped, and so is a test double's device), so the
 default never fails a basic allocation. :func:`default_device` returns it; ``python -m devbuf info`` says why.
 """

@@ -96,7 +96,9 @@ def demo(wide: bool = False) -> int:
                 f"{theirs.sycl_queue == array.sycl_queue}; dpnp adds 1", 10)
             theirs += 1
             expected = expected + 1
-        if kind in ("host", "shared") or device.backend == "host":
+        # Host and shared memory, and memory DLPack calls the CPU's (kDLCPU, 1): every kind of a
+        # backend whose device is the host.
+        if kind in ("host", "shared") or array.__dlpack_device__()[0] == 1:
             view = np.asarray(array)
             same = "the same pointer" if view.ctypes.data == array.ptr else "A COPY"
             say(f"        NumPy reads {view} through {same}; NumPy doubles it", 10)

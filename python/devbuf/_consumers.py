@@ -8,6 +8,9 @@ import importlib
 import devbuf
 
 PATTERN = bytes((i * 7 + 3) % 256 for i in range(256))
+KDLCPU = 1  # DLPack's device type of host memory
+SUAI = "__sycl_usm_array_interface__"
+CAI = "__cuda_array_interface__"
 
 
 def _library(name):
@@ -23,6 +26,21 @@ def _device(label):
             if device.selector == label:
                 return device
     return None
+
+
+def _speaks(label, attribute):
+    """Whether the backend of the matrix row `label` (a device's selector, or an unavailable
+    backend's name) describes its memory with the array interface `attribute`: the memory dpctl
+    and dpnp (SUAI), Numba, CuPy and PyTorch (CAI) take, whichever backend's it is."""
+    device = _device(label)
+    backend_name = device.backend if device is not None else label
+    return any(b.name == backend_name and attribute in b.protocols for b in devbuf.backends())
+
+
+def _host_readable(label, kind):
+    """Whether NumPy reads `kind` memory of device `label` in place: host and shared memory, and
+    memory DLPack calls the CPU's (every kind of a backend whose device is the host)."""
+    return kind in ("host", "shared") or devbuf.alloc(1, kind, device=label).__dlpack_device__()[0] == KDLCPU
 
 
 def _unusable(label):
@@ -54,7 +72,7 @@ def numpy_check(label):
     np, device, why = _library_and_device("numpy", label)
     if why:
         return "skip", why
-    kinds = device.kinds if device.backend == "host" else [k for k in ("host", "shared") if k in device.kinds]
+    kinds = [kind for kind in device.kinds if _host_readable(label, kind)]
     if not kinds:
         return "skip", f"{label} has no host-accessible memory"
     for kind in kinds:
@@ -74,7 +92,7 @@ def numpy_check(label):
 
 
 def dpctl_check(label):
-    if not label.startswith("sycl:"):
+    if not _speaks(label, SUAI):
         return "skip", "not SYCL memory"
     dpctl_memory, device, why = _library_and_device("dpctl.memory", label)
     if why:
@@ -97,7 +115,7 @@ def dpctl_check(label):
 
 
 def dpnp_check(label):
-    if not label.startswith("sycl:"):
+    if not _speaks(label, SUAI):
         return "skip", "not SYCL memory"
     dpnp, device, why = _library_and_device("dpnp", label)
     if why:
@@ -122,7 +140,7 @@ def dpnp_check(label):
 
 def _cuda_setup(label, library):
     """For a CUDA row: the library and a device buffer holding PATTERN, or a skip reason."""
-    if not label.startswith("cuda"):
+    if not _speaks(label, CAI):
         return None, None, "not CUDA memory"
     device = _device(label)
     if device is None or not device.usable:

@@ -253,6 +253,8 @@ class BackendInfo:
     @property
     def makes_streams(self) -> bool: ...
     @property
+    def may_be_default(self) -> bool: ...
+    @property
     def default_rank(self) -> int: ...
 
 @disjoint_base
@@ -513,8 +515,9 @@ def backends() -> list[BackendInfo]: ...
 def devices(backend: str | None = None) -> list[Device]: ...
 def default_device() -> Device:
     """The device `device=None` means: the innermost `with devbuf.Device(...)` block's on this
-    thread, else the one set_default_device() set, else DEVBUF_DEVICE's, else the first of cuda,
-    sycl, opencl and host whose default device allocates host, device and shared memory."""
+    thread, else the one set_default_device() set, else DEVBUF_DEVICE's, else the first backend, in
+    the order devbuf.backends() lists them, whose default device allocates host, device and shared
+    memory."""
 def set_default_device(device: str | Device | Queue | Any | None, /) -> Device | None:
     """Sets the default device of every thread (None: back to devbuf's choice); returns the
     previous setting."""

@@ -1,5 +1,5 @@
-"""The default device: the policy (DEVBUF_DEVICE, else the first of cuda, sycl, opencl, host that
-allocates every kind), set_default_device() for the process, `with devbuf.Device(...)` per thread."""
+"""The default device: the policy (DEVBUF_DEVICE, else the first backend in devbuf.backends()'s
+order that allocates every kind), set_default_device() for the process, `with devbuf.Device(...)` per thread."""
 
 import os
 import subprocess

@@ -28,7 +28,7 @@ TOUCH_NO_MEMORY = {
         "Stream.is_nonblocking", "Stream.timing", "Stream.__cuda_stream__", "Event.stream",
         "BackendInfo.name", "BackendInfo.available", "BackendInfo.reason", "BackendInfo.devices", "BackendInfo.kinds",
         "BackendInfo.dlpack_device_types", "BackendInfo.protocols", "BackendInfo.makes_streams",
-        "BackendInfo.default_rank", "IpcHandle.device", "IpcHandle.kind", "IpcHandle.nbytes", "IpcHandle.readonly",
+        "BackendInfo.may_be_default", "BackendInfo.default_rank", "IpcHandle.device", "IpcHandle.kind", "IpcHandle.nbytes", "IpcHandle.readonly",
         "backends", "devices", "default_device",
     ], "describes a device, stream, backend or handle; no memory"),
     # Streams and events are made without memory; the adopted ones are in every rule's draws.

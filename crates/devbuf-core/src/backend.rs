@@ -101,6 +101,23 @@ pub trait Backend: Send + Sync {
         None
     }
 
+    /// The queue for memory at `ptr` that a DLPack producer hands over on `device`, a device type
+    /// this backend shares with another, when this backend's runtime recognises the pointer as its
+    /// own: the memory then decides which backend imports it, not the default order
+    /// (`devbuf::queue_for_dlpack_memory`), as for CAI's pointers ([`Backend::claim_pointer`]).
+    /// Unrecognised by default.
+    fn claim_dlpack_pointer(&self, device: DLDevice, ptr: usize) -> Claim<Arc<dyn Queue>> {
+        Claim::Unrecognised(Error::invalid(
+            "data",
+            format!(
+                "{ptr:#x} on DLPack device ({}, {}): the {} backend does not recognise it",
+                device.device_type.0,
+                device.device_id,
+                self.name()
+            ),
+        ))
+    }
+
     /// The queue of another library's queue handle given as a device, if it is this backend's.
     ///
     /// # Safety

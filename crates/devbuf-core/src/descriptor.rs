@@ -32,6 +32,10 @@ pub struct BackendDescriptor {
     /// Whether it makes streams of its own on a device ([`crate::Backend::open_stream`]): what
     /// a user's `Stream` is. The host's one queue serves as every stream, so it does.
     pub makes_streams: bool,
+    /// Whether its default device may be the default device (`device=None`): false for a backend
+    /// that is available everywhere but never the device users mean (a second host-like
+    /// backend), which then stays out of the default device's choice wherever it ranks.
+    pub may_be_default: bool,
     /// Its place in the order the default device is looked for and the registry lists backends:
     /// lower first (ties broken by name, never by the order backends are compiled in).
     pub default_rank: u8,

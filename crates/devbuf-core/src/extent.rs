@@ -242,11 +242,7 @@ mod tests {
 
     use super::*;
     use crate::interface::{InterfaceDict, import_cai};
-    use crate::interop::IpcSharing;
-    use crate::interop::{
-        ConsumerOrder, ExportedHandle, ForeignObject, Interop, ProducerStream, ProducerWork,
-        StreamHandle,
-    };
+    use crate::interop::{Interop, IpcSharing};
     use crate::{Buffer, HostQueue, host};
     use dlpark::ffi::DLDevice;
 
@@ -331,53 +327,7 @@ mod tests {
                 (answer, _) => answer,
             })
         }
-        fn native_stream(&self) -> Option<StreamHandle> {
-            None
-        }
-        fn dlpack_work_stream(&self) -> Option<usize> {
-            None
-        }
-        fn export_handle(&self) -> Option<ExportedHandle> {
-            None
-        }
-        fn untracked_foreign_work(&self) -> bool {
-            false
-        }
-        fn order_after_foreign_work(&self) -> Result<()> {
-            Ok(())
-        }
-        fn foreign_work_event(&self) -> Result<Option<crate::Event>> {
-            Ok(None)
-        }
-        fn handed_out_event(&self) -> Result<crate::Event> {
-            self.inner.handed_out_event()
-        }
-        fn hands_out_command_queue(&self) -> bool {
-            self.inner.hands_out_command_queue()
-        }
-        fn order_handed_out_after(&self, event: &crate::Event) -> Result<()> {
-            self.inner.order_handed_out_after(event)
-        }
-        fn wait_device_covers_every_queue(&self) -> bool {
-            true
-        }
-        unsafe fn dlpack_consumer(
-            &self,
-            _device: DLDevice,
-            _stream: &ForeignObject<'_>,
-        ) -> Option<Result<ConsumerOrder>> {
-            None
-        }
-        fn dlpack_orders_streamless_export(&self, _device: DLDevice) -> bool {
-            false
-        }
-        unsafe fn order_after_producer(
-            &self,
-            _stream: ProducerStream<'_>,
-            _sync: bool,
-        ) -> Result<ProducerWork> {
-            Ok(ProducerWork::default())
-        }
+        crate::hands_nothing_out!();
         fn ipc(&self) -> Result<&dyn IpcSharing> {
             self.inner.ipc()
         }

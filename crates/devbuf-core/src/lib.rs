@@ -37,6 +37,7 @@ mod error;
 mod event;
 pub mod exchange;
 pub mod extent;
+mod hands_nothing_out;
 pub mod hints;
 pub mod host;
 pub mod interface;

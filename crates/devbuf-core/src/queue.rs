@@ -155,6 +155,24 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
         false
     }
 
+    /// Whether this queue's work runs on the host processor, so that it reaches any host memory of
+    /// the process, its own allocations or not: it fills and copies another runtime's host memory,
+    /// takes a foreign host pointer as a buffer of its own ([`crate::Buffer::from_foreign`]), and
+    /// its device memory is host memory (the host backend's). False unless a backend says
+    /// otherwise: a device runtime's fill takes only memory it knows (CUDA refuses pageable host
+    /// memory; Intel's runtimes may crash on a pointer they do not know).
+    fn reaches_any_host_memory(&self) -> bool {
+        false
+    }
+
+    /// Whether [`Queue::allocate`] takes about as long as a function call (tens of nanoseconds),
+    /// so that a caller holding a lock other threads wait for (Python's GIL) keeps it around the
+    /// call instead of paying more to release and take it again. False unless a backend says
+    /// otherwise.
+    fn allocates_cheaply(&self) -> bool {
+        false
+    }
+
     /// Enqueues migrating `len` bytes of this queue's shared memory at `ptr` toward `to`, a hint
     /// the runtime may act on later; unsupported by default.
     ///

@@ -36,6 +36,7 @@ pub const DESCRIPTOR: BackendDescriptor = BackendDescriptor {
     protocols: &[Protocol::Cai],
     selector_words: &[],
     makes_streams: true,
+    may_be_default: true,
     default_rank: 0,
 };
 

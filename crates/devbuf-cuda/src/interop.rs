@@ -61,6 +61,11 @@ impl Interop for CudaQueue {
         })
     }
 
+    /// The context retained when the queue was made is still the device's primary context.
+    fn check_memory_alive(&self) -> Result<()> {
+        Ok(self.context().check_not_reset()?)
+    }
+
     /// The stream itself: never 0 ([`CudaQueue::stream`]).
     fn native_stream(&self) -> Option<StreamHandle> {
         StreamHandle::new(self.stream())
@@ -135,11 +140,6 @@ impl Interop for CudaQueue {
             return Ok(());
         }
         Queue::wait_event(self, event)
-    }
-
-    /// The context retained when the queue was made is still the device's primary context.
-    fn check_memory_alive(&self) -> Result<()> {
-        Ok(self.context().check_not_reset()?)
     }
 
     /// Every stream other libraries use devbuf memory on is in this queue's context, which

@@ -3,13 +3,13 @@
 //! with a reason, where there is no driver.
 //!
 //! Layers, bottom up:
-//! - `driver`: every driver call goes through one guard that turns failure codes
-//!   and cudarc's panics (no `libcuda`, a symbol an old driver lacks) into errors; the driver is
-//!   probed once.
+//! - `loader`: the one door to the driver. Every driver call goes through one guard
+//!   (`loader::call`) that turns failure codes and cudarc's panics (no `libcuda`, a symbol an old
+//!   driver lacks) into errors; the driver is probed once (`loader::driver`).
 //! - `context`, `stream`, `event`, `memory`: small RAII wrappers (primary contexts made current
 //!   per call and thread, streams, events, the three kinds of memory, pointer attributes).
 //! - [`CudaQueue`] and [`CudaBackend`]: the core model's `Queue` (with its `Interop` half,
-//!   `interop.rs`) and `Backend`; the driver loaded and called in `loader.rs`.
+//!   `interop.rs`) and `Backend`.
 //! - `ipc`: device memory shared between processes (`cuIpcGetMemHandle`/`cuIpcOpenMemHandle`).
 //! - [`protocol`]: how CAI v3 and DLPack name streams with integers, and the CAI sync opt-out.
 //!

@@ -24,6 +24,7 @@ pub const DESCRIPTOR: BackendDescriptor = BackendDescriptor {
     protocols: &[],
     selector_words: &[],
     makes_streams: false,
+    may_be_default: true,
     default_rank: 2,
 };
 

@@ -63,6 +63,10 @@ mod svm {
     devbuf_core::conformance_tests!("opencl", super::svm_queue());
 }
 
+mod descriptor {
+    devbuf_core::descriptor_tests!(devbuf_opencl::OpenClBackend);
+}
+
 #[test]
 fn selectors_open_the_device_they_name() {
     let backend = OpenClBackend;

@@ -24,7 +24,7 @@ use pyo3::{create_exception, ffi};
 use crate::errors::IntoPyResult;
 use crate::objects::array::{PyArray, PyBuffer};
 use crate::objects::python_owner::HeldBuffer;
-use crate::objects::queue::{PyQueue, shared_queue};
+use crate::objects::queue::{PyQueue, host_memory_queue, shared_queue};
 
 create_exception!(
     devbuf,
@@ -152,9 +152,9 @@ pub(crate) fn _rebuild<'py>(
         .as_ref()
         .map_or(1, |layout| layout.dtype().alignment());
     let target = queue.get().queue()?;
-    let buffer = if target.device().backend == devbuf::host::HOST && ptr.is_multiple_of(alignment) {
+    let buffer = if target.reaches_any_host_memory() && ptr.is_multiple_of(alignment) {
         // SAFETY: the held Py_buffer keeps `len` bytes at `ptr` alive and unmoved until the
-        // owner drops it; host memory is reachable by the host queue.
+        // owner drops it; a queue that reaches any host memory reaches it.
         unsafe {
             Buffer::from_foreign(
                 target.clone(),
@@ -213,7 +213,7 @@ fn target_queue(py: Python<'_>, selector: &str, kind: MemKind) -> PyResult<Py<Py
     };
     let fallback = match crate::objects::default_device::current_default(py) {
         Ok(queue) if queue.get().queue()?.supports(kind) => queue,
-        _ => shared_queue(py, devbuf::host::HOST)?,
+        _ => host_memory_queue(py)?,
     };
     let message = format!(
         "devbuf: an unpickled buffer of {kind} memory from device {selector:?} is placed on {:?}: {reason}",

@@ -37,6 +37,7 @@ pub const DESCRIPTOR: BackendDescriptor = BackendDescriptor {
     // own backends' names, so those filter strings take the "sycl:" prefix.
     selector_words: &["gpu", "cpu", "accelerator", "level_zero"],
     makes_streams: true,
+    may_be_default: true,
     default_rank: 1,
 };
 

@@ -13,8 +13,8 @@ mod streams;
 
 pub use registry::{
     backend, backend_for, backends, default_order, dlpack_kind_for, queue_for_device_object,
-    queue_for_dlpack_device, queue_for_pointer, queue_for_suai_context, speakers, speaks,
-    split_selector,
+    queue_for_dlpack_device, queue_for_dlpack_memory, queue_for_pointer, queue_for_suai_context,
+    speakers, speaks, split_selector,
 };
 pub use selection::{
     DEVICE_VARIABLE, DefaultDevice, default_device, default_queue, open, open_ipc,

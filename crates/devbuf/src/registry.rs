@@ -115,6 +115,41 @@ fn queue_for_dlpack_device_among<'a>(
     }))
 }
 
+/// The queue DLPack memory at `ptr` on `device` belongs to when several backends list the device
+/// type: the answer of the one whose runtime recognises the pointer
+/// ([`Backend::claim_dlpack_pointer`]), as CAI's pointers are routed. `None` where one backend
+/// alone lists the type, or none recognises the memory: the queue chosen for the device
+/// ([`queue_for_dlpack_device`]) then keeps it.
+pub fn queue_for_dlpack_memory(
+    device: dlpark::ffi::DLDevice,
+    ptr: usize,
+) -> Option<Result<Arc<dyn Queue>>> {
+    queue_for_dlpack_memory_among(
+        backends().iter().map(|backend| backend.as_ref()),
+        device,
+        ptr,
+    )
+}
+
+/// [`queue_for_dlpack_memory`] among `backends`.
+fn queue_for_dlpack_memory_among<'a>(
+    backends: impl Iterator<Item = &'a dyn Backend> + Clone,
+    device: dlpark::ffi::DLDevice,
+    ptr: usize,
+) -> Option<Result<Arc<dyn Queue>>> {
+    let mut listing = backends.filter(move |backend| {
+        backend
+            .descriptor()
+            .has_dlpack_device_type(device.device_type)
+    });
+    // Most device types are one backend's: nothing to ask (imports are hot paths).
+    listing.clone().nth(1)?;
+    listing.find_map(|backend| match backend.claim_dlpack_pointer(device, ptr) {
+        Claim::Recognised(answer) => Some(answer),
+        Claim::Unrecognised(_) => None,
+    })
+}
+
 /// The first backend, in the default order, whose memory `protocol` describes: the one that
 /// answers where no memory decides (an empty array's, a bare stream handle's).
 pub fn backend_for(protocol: Protocol) -> Option<&'static dyn Backend> {
@@ -130,12 +165,22 @@ pub fn speakers(protocol: Protocol) -> impl Iterator<Item = &'static dyn Backend
 }
 
 /// The kind of memory devbuf allocates for a consumer that asks for memory of `device_type`
-/// (DLPack's C exchange table allocator), as the backend whose descriptor lists the device type
-/// says; `None` where none allocates for it.
+/// (DLPack's C exchange table allocator), as the backends whose descriptors allocate for the
+/// device type say (one that lists it as `not_allocating` has no say); `None` where none
+/// allocates for it.
 pub fn dlpack_kind_for(device_type: DLDeviceType) -> Option<MemKind> {
-    backends()
-        .iter()
-        .find_map(|backend| backend.descriptor().allocates_for(device_type))
+    dlpack_kind_among(
+        backends().iter().map(|backend| backend.as_ref()),
+        device_type,
+    )
+}
+
+/// [`dlpack_kind_for`] among `backends`.
+fn dlpack_kind_among<'a>(
+    mut backends: impl Iterator<Item = &'a dyn Backend>,
+    device_type: DLDeviceType,
+) -> Option<MemKind> {
+    backends.find_map(|backend| backend.descriptor().allocates_for(device_type))
 }
 
 /// Whether memory on `device` is described by `protocol`.

@@ -11,13 +11,15 @@
 //!    without managed memory) is skipped, so the default never fails a basic allocation; so is a
 //!    device whose runtime is a test double (the CUDA test driver), which only a named selector
 //!    opens, so that nothing run on the default device ever reads as a hardware result.
+//!    A backend whose descriptor says it may not be the default device
+//!    ([`devbuf_core::BackendDescriptor::may_be_default`]) is skipped wherever it ranks.
 //! 3. The host backend, which always allocates every kind.
 //!
 //! Each backend's descriptor says why it ranks where it does.
 
 use std::sync::Arc;
 
-use devbuf_core::{Availability, Buffer, Error, IpcHandle, MemKind, Queue, Result, ipc};
+use devbuf_core::{Availability, Backend, Buffer, Error, IpcHandle, MemKind, Queue, Result, ipc};
 
 use crate::registry::{backend, default_order, split_selector};
 
@@ -91,7 +93,10 @@ pub fn default_device() -> Result<DefaultDevice> {
     let mut skipped = Vec::new();
     let order = default_order();
     for &name in &order {
-        match backend_default(name) {
+        match backend(name)
+            .map_err(|err| err.to_string())
+            .and_then(backend_default)
+        {
             Ok(queue) => {
                 let rule = format!(
                     "the first backend of {} whose default device allocates host, device and shared memory",
@@ -113,9 +118,14 @@ pub fn default_device() -> Result<DefaultDevice> {
     })
 }
 
-/// The default device of backend `name` when it allocates every kind, else why not.
-fn backend_default(name: &str) -> std::result::Result<Arc<dyn Queue>, String> {
-    let backend = backend(name).map_err(|err| err.to_string())?;
+/// The default device of `backend` when its descriptor lets it be the default device and it
+/// allocates every kind, else why not.
+pub(crate) fn backend_default(
+    backend: &dyn Backend,
+) -> std::result::Result<Arc<dyn Queue>, String> {
+    if !backend.descriptor().may_be_default {
+        return Err("its descriptor says it is never the default device".into());
+    }
     if let Availability::Unavailable(reason) = backend.availability() {
         return Err(format!("unavailable: {reason}"));
     }

@@ -5,11 +5,7 @@
 
 use super::*;
 use crate::Event;
-use crate::interop::IpcSharing;
-use crate::interop::{
-    ConsumerOrder, ExportedHandle, ForeignObject, Holder, Interop, ProducerStream, ProducerWork,
-    StreamHandle,
-};
+use crate::interop::{Holder, Interop, IpcSharing};
 use crate::mr::{PoolOptions, PoolResource, QueueResource};
 use crate::{Access, CompletedEvent, HostQueue};
 use dlpark::ffi::DLDevice;
@@ -85,15 +81,7 @@ impl Interop for HandedOutQueue {
     fn holder_of(&self, ptr: *const u8) -> Result<Holder> {
         self.host.holder_of(ptr)
     }
-    fn native_stream(&self) -> Option<StreamHandle> {
-        None
-    }
-    fn dlpack_work_stream(&self) -> Option<usize> {
-        None
-    }
-    fn export_handle(&self) -> Option<ExportedHandle> {
-        None
-    }
+    crate::hands_out_no_handle!();
     fn untracked_foreign_work(&self) -> bool {
         self.foreign_work
     }
@@ -117,23 +105,7 @@ impl Interop for HandedOutQueue {
     fn wait_device_covers_every_queue(&self) -> bool {
         self.covers_every_queue
     }
-    unsafe fn dlpack_consumer(
-        &self,
-        _device: DLDevice,
-        _stream: &ForeignObject<'_>,
-    ) -> Option<Result<ConsumerOrder>> {
-        None
-    }
-    fn dlpack_orders_streamless_export(&self, _device: DLDevice) -> bool {
-        false
-    }
-    unsafe fn order_after_producer(
-        &self,
-        _stream: ProducerStream<'_>,
-        _sync: bool,
-    ) -> Result<ProducerWork> {
-        Ok(ProducerWork::default())
-    }
+    crate::takes_no_foreign_stream!();
     fn ipc(&self) -> Result<&dyn IpcSharing> {
         self.host.ipc()
     }

@@ -507,3 +507,19 @@ fn a_read_only_buffer_refuses_every_write_and_reads() {
     other.copy_from(&part).unwrap();
     assert_eq!(memory, [9; 16]);
 }
+
+/// Another runtime's host memory is filled by a queue that says it reaches any host memory, not by
+/// one whose device merely carries the host backend's name (the deferred queue's does, but its
+/// runtime knows only its own allocations).
+#[test]
+fn only_a_queue_that_reaches_any_host_memory_fills_another_runtimes_host_memory() {
+    let (_, named_host) = deferred("named host");
+    let owner: Arc<dyn Queue> = Arc::new(HostQueue::new());
+    let buffer = Buffer::alloc(&owner, MemKind::Host, 64).unwrap();
+    assert_eq!(named_host.device().backend, crate::host::HOST);
+    assert!(buffer.enqueue_fill_on(1, &named_host).is_err());
+    let cpu: Arc<dyn Queue> = Arc::new(HostQueue::new());
+    assert!(cpu.reaches_any_host_memory());
+    buffer.enqueue_fill_on(7, &cpu).unwrap();
+    assert_eq!(buffer.to_vec().unwrap(), vec![7; 64]);
+}

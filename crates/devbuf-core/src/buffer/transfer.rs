@@ -211,13 +211,13 @@ fn on_own_device(queue: &Arc<dyn Queue>, buffer: &Buffer) -> bool {
         || queue.device().selector == buffer.queue().device().selector
 }
 
-/// Whether `queue` can fill `buffer`: a device runtime's fill takes only memory it knows (CUDA
-/// refuses pageable host memory; Intel's runtimes may crash on a pointer they do not know), so
-/// host memory of another runtime is filled only by the host backend's queues.
+/// Whether `queue` can fill `buffer`: a device runtime's fill takes only memory it knows, so host
+/// memory of another runtime is filled only by a queue that reaches any host memory
+/// ([`Queue::reaches_any_host_memory`]).
 fn fills(queue: &Arc<dyn Queue>, buffer: &Buffer) -> bool {
     Arc::ptr_eq(queue, buffer.queue())
         || queue.kind_of(buffer.ptr()) != MemKind::Unknown
-        || (queue.device().backend == crate::kind::HOST && buffer.is_host_accessible())
+        || (queue.reaches_any_host_memory() && buffer.is_host_accessible())
 }
 
 /// What a queue is asked to do with a buffer it did not make.

@@ -24,9 +24,9 @@ pub(super) fn classifies_foreign_pointers(queue: &Arc<dyn Queue>) -> Outcome {
             misclassified.push(format!("{what} classified as {kind}"));
         }
     }
-    if queue.device().backend != crate::host::HOST {
-        // Another backend's allocations are foreign to this queue.
-        let host = HostQueue::shared();
+    let host = HostQueue::shared();
+    if !Arc::ptr_eq(queue, &host) {
+        // Another queue's allocations are foreign to this one (a private host queue's too).
         let other = Buffer::alloc(&host, MemKind::Device, 64).expect("host allocation");
         let kind = queue.kind_of(other.ptr());
         if kind != MemKind::Unknown {

@@ -138,3 +138,16 @@ pub(super) fn allocate(
         None => Buffer::alloc_aligned(queue, kind, len, align),
     }
 }
+
+/// A skipped check of `backend`: prints the reason, and panics when the environment variable
+/// `DEVBUF_REQUIRE` lists the backend (or "all"), so that CI never skips a runtime it installed.
+pub(super) fn skip(backend: &str, name: &str, why: &str) {
+    let required = std::env::var("DEVBUF_REQUIRE").unwrap_or_default();
+    let required = required.split(',').map(str::trim);
+    if required.clone().any(|b| b == "all")
+        || (!backend.is_empty() && required.clone().any(|b| b == backend))
+    {
+        panic!("{name} skipped but {backend} is required by DEVBUF_REQUIRE: {why}");
+    }
+    eprintln!("skip {name}: {why}");
+}

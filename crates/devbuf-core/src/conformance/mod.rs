@@ -7,6 +7,9 @@
 //! (pool, binning, fixed-size, limiting, statistics, tracking, logging, prefetch, failure
 //! callback), checking the pool's own promises too.
 //!
+//! Beside it, [`descriptor_tests!`](crate::descriptor_tests) holds a backend's descriptor to what
+//! the backend does ([`DESCRIPTOR_CHECKS`]), in the backend's own tests.
+//!
 //! A new check is a function here and one line in the kit's list (`__conformance_checks!`): the
 //! table the matrix runs ([`CHECKS`]) and every backend's `#[test]`s are both made from that list.
 
@@ -14,11 +17,14 @@ use std::sync::{Arc, LazyLock};
 
 mod adaptors;
 mod checks;
+mod descriptor;
 mod hints;
 mod imports;
 mod interop;
 mod kit;
 
+pub use descriptor::{DESCRIPTOR_CHECKS, DescriptorCheck, assert_descriptor_check};
+use kit::skip;
 pub use kit::{Check, Outcome, pattern, run_one};
 
 use crate::Queue;
@@ -110,15 +116,33 @@ pub fn assert_check(name: &str, backend: &str, queue: &Result<Arc<dyn Queue>, St
     }
 }
 
-fn skip(backend: &str, name: &str, why: &str) {
-    let required = std::env::var("DEVBUF_REQUIRE").unwrap_or_default();
-    let required = required.split(',').map(str::trim);
-    if required.clone().any(|b| b == "all")
-        || (!backend.is_empty() && required.clone().any(|b| b == backend))
-    {
-        panic!("{name} skipped but {backend} is required by DEVBUF_REQUIRE: {why}");
-    }
-    eprintln!("skip {name}: {why}");
+/// Generates one `#[test]` per descriptor check ([`DESCRIPTOR_CHECKS`]) on `$backend`, an
+/// expression whose value implements [`crate::Backend`] (the backend itself, as `HostBackend` or
+/// `devbuf_sycl::SyclBackend::new()`), and `every_descriptor_check_has_a_test`. Written beside
+/// [`conformance_tests!`](crate::conformance_tests) in the backend's `tests/conformance.rs`, so that
+/// the backend's own `cargo test` holds its descriptor to what it does.
+#[macro_export]
+macro_rules! descriptor_tests {
+    ($backend:expr) => {
+        $crate::descriptor_tests!(@each $backend;
+            descriptor_kinds, descriptor_dlpack_device_types, descriptor_streams, descriptor_rank);
+    };
+    (@each $backend:expr; $($name:ident),*) => {
+        $(
+            #[test]
+            fn $name() {
+                let backend = $backend;
+                $crate::conformance::assert_descriptor_check(stringify!($name), &backend);
+            }
+        )*
+
+        #[test]
+        fn every_descriptor_check_has_a_test() {
+            let table: Vec<&str> =
+                $crate::conformance::DESCRIPTOR_CHECKS.iter().map(|c| c.name).collect();
+            assert_eq!(table, [$(stringify!($name)),*], "a descriptor check without its test");
+        }
+    };
 }
 
 /// Generates one `#[test]` per conformance check for `$backend` (its name, for `DEVBUF_REQUIRE`),

@@ -7,8 +7,8 @@ use dlpark::ffi::{DLDevice, DLDeviceType};
 use super::HOST;
 use super::queue::HostQueue;
 use crate::{
-    Availability, Backend, BackendDescriptor, DeviceInfo, DlpackDeviceType, Error, MemKind, Queue,
-    Result,
+    Availability, Backend, BackendDescriptor, Claim, DeviceInfo, DlpackDeviceType, Error, MemKind,
+    Queue, Result,
 };
 
 /// The host backend.
@@ -28,6 +28,7 @@ pub const DESCRIPTOR: BackendDescriptor = BackendDescriptor {
     protocols: &[],
     selector_words: &[],
     makes_streams: true,
+    may_be_default: true,
     default_rank: u8::MAX,
 };
 
@@ -62,5 +63,19 @@ impl Backend for HostBackend {
 
     fn queue_for_dlpack_device(&self, device: DLDevice) -> Option<Result<Arc<dyn Queue>>> {
         (device.device_type == DLDeviceType::CPU).then(|| Ok(HostQueue::shared()))
+    }
+
+    /// Its own allocations; other host memory may be anyone's, which nothing can tell.
+    fn claim_dlpack_pointer(&self, device: DLDevice, ptr: usize) -> Claim<Arc<dyn Queue>> {
+        let queue = HostQueue::shared();
+        if device.device_type == DLDeviceType::CPU
+            && queue.kind_of(ptr as *const u8) != MemKind::Unknown
+        {
+            return Claim::Recognised(Ok(queue));
+        }
+        Claim::Unrecognised(Error::invalid(
+            "data",
+            format!("{ptr:#x} is no allocation of the host backend"),
+        ))
     }
 }

@@ -84,6 +84,16 @@ impl Queue for HostQueue {
         Ok(Event::new(CompletedEvent))
     }
 
+    /// The CPU: every host address of the process is its memory to fill and copy.
+    fn reaches_any_host_memory(&self) -> bool {
+        true
+    }
+
+    /// An allocation is a call into the process's allocator.
+    fn allocates_cheaply(&self) -> bool {
+        true
+    }
+
     fn keeps_time(&self) -> bool {
         true
     }

@@ -4,8 +4,11 @@
 //! ([`Interop::ipc`]).
 //!
 //! No method has a default: a backend states each answer, even "none", so that a new backend
-//! never inherits a wrong one silently; the conformance kit checks the answers against each other
-//! and against the queue's device operations. Core applies them once for every backend: the
+//! never inherits a wrong one silently. A queue that hands nothing out to other libraries states
+//! the fourteen answers that follow from that in one named line, [`crate::hands_nothing_out!`]
+//! (or its halves, [`crate::hands_out_no_handle!`] and [`crate::takes_no_foreign_stream!`]). The
+//! conformance kit checks the answers against each other and against the queue's device
+//! operations, written or named. Core applies them once for every backend: the
 //! descriptors ([`crate::interface`], [`crate::dlpack`]), the extent check ([`crate::extent`]),
 //! the ordering of pending work ([`crate::Buffer`], [`crate::exchange`]).
 
@@ -50,6 +53,14 @@ pub trait Interop: Send + Sync {
     /// says [`MemKind::Unknown`], the same kind elsewhere (the host backend, which cannot tell
     /// foreign host memory from garbage, answers [`Holder::Unchecked`] instead).
     fn holder_of(&self, ptr: *const u8) -> Result<Holder>;
+
+    /// An error once the memory of this queue's context is gone although devbuf still holds it:
+    /// the runtime says the context died under devbuf (on CUDA, another library reset the
+    /// primary context, which frees every allocation in it). No new host view may then hand out
+    /// its pages. Runtimes whose contexts cannot die under devbuf keep the default.
+    fn check_memory_alive(&self) -> Result<()> {
+        Ok(())
+    }
 
     // -- The handles other libraries are given, by which they reach this queue's work.
 
@@ -112,14 +123,6 @@ pub trait Interop: Send + Sync {
     /// order, that is [`crate::Queue::wait_event`]; a SYCL queue handed out beside a private
     /// command queue takes a barrier that waits for the event.
     fn order_handed_out_after(&self, event: &Event) -> Result<()>;
-
-    /// An error once the memory of this queue's context is gone although devbuf still holds it:
-    /// the runtime says the context died under devbuf (on CUDA, another library reset the
-    /// primary context, which frees every allocation in it). No new host view may then hand out
-    /// its pages. Runtimes whose contexts cannot die under devbuf keep the default.
-    fn check_memory_alive(&self) -> Result<()> {
-        Ok(())
-    }
 
     /// Whether [`crate::Queue::wait_device`] covers every queue other libraries may use this
     /// queue's memory on once it was handed out, so that devbuf may free it, or a pool hand it out

@@ -4,11 +4,12 @@
 use std::ffi::{CStr, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use devbuf::dlpack::{self, DlpackTemplate, ManagedTensorAbi};
 use devbuf::dlpark::DlpackFlags;
 use devbuf::dlpark::ffi::{DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned};
-use devbuf::{Array, HostQueue, MemKind};
+use devbuf::{Array, MemKind};
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::ffi;
 use pyo3::panic::PanicException;
@@ -19,6 +20,7 @@ use crate::errors::IntoPyResult;
 use crate::export::ordering;
 use crate::gil_as_lock::LastObject;
 use crate::objects::array::PyArray;
+use crate::objects::queue::{CPU, host_memory_queue};
 use crate::vectorcall::{Body, Signature};
 
 fn own_dlpack_device(array: &Array) -> DLDevice {
@@ -34,11 +36,6 @@ pub(crate) fn dlpack_device<'py>(this: &PyArray, py: Python<'py>) -> PyResult<Bo
     })?;
     Ok(cached.bind(py).clone())
 }
-
-const CPU: DLDevice = DLDevice {
-    device_type: DLDeviceType::CPU,
-    device_id: 0,
-};
 
 /// The major version of `__dlpack__`'s `max_version=(major, minor)`; read directly, since this is
 /// on every consumer's hot path.
@@ -356,7 +353,7 @@ pub(crate) fn dlpack<'py>(
             )));
         }
         let copy = if target == CPU {
-            let host = HostQueue::shared();
+            let host = Arc::clone(host_memory_queue(py)?.get().queue()?);
             let array: &Array = &open;
             py.detach(|| array.copy_to(&host, MemKind::Host)).py()?
         } else if target == own {

@@ -13,7 +13,7 @@ use crate::errors::IntoPyResult;
 use crate::import::wrap::wrap_foreign;
 use crate::objects::array::PyArray;
 use crate::objects::python_owner::HeldBuffer;
-use crate::objects::queue::shared_queue;
+use crate::objects::queue::host_memory_queue;
 
 pub(crate) fn import_buffer_protocol<'py>(
     py: Python<'py>,
@@ -63,7 +63,7 @@ pub(crate) fn import_buffer_protocol<'py>(
         "data",
     )
     .py()?;
-    let queue = shared_queue(py, devbuf::host::HOST)?;
+    let queue = host_memory_queue(py)?;
     wrap_foreign(py, foreign, queue, Owner::keep_alive(held), "data", None)
 }
 
@@ -111,7 +111,7 @@ fn import_array_interface<'py>(
     devbuf::check_ndim(shape.len() as i64, "shape").py()?;
     let foreign =
         interface::import_strided(dtype, &shape, strides.as_deref(), ptr, readonly, "data").py()?;
-    let queue = shared_queue(py, devbuf::host::HOST)?;
+    let queue = host_memory_queue(py)?;
     let owner = Owner::keep_alive(obj.clone().unbind());
     wrap_foreign(py, foreign, queue, owner, "data", None).map(Some)
 }

@@ -4,6 +4,7 @@
 
 use std::ffi::CStr;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use devbuf::dlpack::ManagedTensor;
 use devbuf::dlpark::ffi::{
@@ -20,7 +21,7 @@ use crate::import::ordering;
 use crate::import::wrap::{foreign_kind, wrap_classified};
 use crate::objects::array::PyArray;
 use crate::objects::foreign_objects::{self, capsule_name};
-use crate::objects::queue::{PyQueue, shared_queue_for_dlpack};
+use crate::objects::queue::{PyQueue, shared_queue, shared_queue_for_dlpack};
 use crate::shutdown;
 
 /// DLPack through the producer type's C exchange table, else `__dlpack__`. `None` when the object
@@ -117,6 +118,29 @@ fn reachable_queue(py: Python<'_>, device: DLDevice, key: &str) -> PyResult<Py<P
             err.value(py)
         ))
     })
+}
+
+/// The queue of the backend whose runtime recognises the memory at `ptr`, where several backends
+/// list `device`'s type (`devbuf::queue_for_dlpack_memory`) and the queue `chosen` for the device
+/// has no stream a producer could have been handed (kDLCPU's host-like backends); else `chosen`.
+fn routed_by_pointer(
+    py: Python<'_>,
+    device: DLDevice,
+    ptr: usize,
+    chosen: Py<PyQueue>,
+) -> PyResult<Py<PyQueue>> {
+    let queue = chosen.get().queue()?;
+    let interop = queue.interop();
+    if interop.native_stream().is_some() || interop.dlpack_work_stream().is_some() {
+        return Ok(chosen);
+    }
+    match devbuf::queue_for_dlpack_memory(device, ptr) {
+        Some(Ok(owner)) if !Arc::ptr_eq(&owner, queue) => {
+            shared_queue(py, &owner.device().selector)
+        }
+        Some(Err(err)) => Err(err).py(),
+        _ => Ok(chosen),
+    }
 }
 
 /// The producer type's `__dlpack_c_exchange_api__` table (or the seed's older name), if any.
@@ -233,6 +257,7 @@ fn import_managed<'py>(
             }
             None => reachable_queue(py, device, "device")?,
         };
+        let queue = routed_by_pointer(py, device, foreign.base(), queue)?;
         let kind = foreign_kind(&queue, &foreign, "data")?;
         Ok((foreign, queue, kind))
     })();

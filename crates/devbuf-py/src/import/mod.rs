@@ -68,7 +68,7 @@ fn copy_of<'py>(
     let named_device = match &queue {
         Some(queue) => {
             let target = queue.get().queue()?;
-            target.device().backend != devbuf::host::HOST && target.supports(MemKind::Device)
+            !target.reaches_any_host_memory() && target.supports(MemKind::Device)
         }
         None => false,
     };

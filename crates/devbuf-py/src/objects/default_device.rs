@@ -1,5 +1,5 @@
 //! The default device of `device=None`: the policy's choice (`devbuf::default_device`: the
-//! `DEVBUF_DEVICE` variable, else the first of cuda, sycl, opencl, host that allocates every kind),
+//! `DEVBUF_DEVICE` variable, else the first backend in the default order that allocates every kind),
 //! replaced for the whole process by `set_default_device()` (as `torch.set_default_device`) and for
 //! one thread inside a `with devbuf.Device(...)` block (as `with cupy.cuda.Device(n)`); and
 //! `default_device()`, `set_default_device()` and the reason `info` prints, as Python sees them.
@@ -105,8 +105,8 @@ pub(crate) fn exit_default(device: &PyDevice) -> PyResult<()> {
 
 /// The default device: the device of the innermost `with devbuf.Device(...)` block on this
 /// thread, else the one `set_default_device()` set, else devbuf's choice: the device
-/// `DEVBUF_DEVICE` names, else the first of cuda, sycl, opencl and host whose default device
-/// allocates host, device and shared memory.
+/// `DEVBUF_DEVICE` names, else the first backend, in the order `devbuf.backends()` lists them,
+/// whose default device allocates host, device and shared memory.
 #[pyfunction]
 pub fn default_device(py: Python<'_>) -> PyResult<Py<PyDevice>> {
     Ok(current_default(py)?.get().device.clone_ref(py))

@@ -43,6 +43,10 @@ pub struct PyBackendInfo {
     /// Whether it makes streams of its own on a device (`devbuf.Stream(device)`).
     #[pyo3(get)]
     makes_streams: bool,
+    /// Whether its default device may be the default device (`device=None`); a backend that may
+    /// not is skipped wherever it ranks.
+    #[pyo3(get)]
+    may_be_default: bool,
     /// Its place in the order the default device is looked for (lower first).
     #[pyo3(get)]
     default_rank: u8,
@@ -91,6 +95,7 @@ pub fn backends(py: Python<'_>) -> PyResult<Vec<PyBackendInfo>> {
                     .collect(),
                 protocols: descriptor.protocols.iter().map(|p| p.to_string()).collect(),
                 makes_streams: descriptor.makes_streams,
+                may_be_default: descriptor.may_be_default,
                 default_rank: descriptor.default_rank,
                 available: reason.is_none(),
                 reason,

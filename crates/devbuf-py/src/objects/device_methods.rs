@@ -18,8 +18,9 @@ use crate::objects::queue::{PyQueue, shared_queue};
 
 #[pymethods]
 impl PyDevice {
-    /// The device a selector names: "host", "sycl", "sycl:<filter string>", "cuda", "cuda:N",
-    /// "opencl", "opencl:P:D", or nothing for the default device.
+    /// The device a selector names: a backend's name (one of `devbuf.backends()`'s) for its
+    /// default device, or followed by `:` and what that backend reads ("cuda:1", "sycl:gpu"; each
+    /// backend's forms in the Devices guide), or nothing for the default device.
     /// A Device is taken as it is. An int is refused with the selector it likely means:
     /// cuda.core's and CuPy's `Device(0)` is `Device("cuda:0")` here, where every backend numbers
     /// its own devices.
@@ -125,7 +126,7 @@ impl PyDevice {
         Ok(false)
     }
 
-    /// Backend name: "host", "sycl", "cuda", "opencl".
+    /// Backend name (one of `devbuf.backends()`'s), the first word of its selectors.
     #[getter]
     fn backend(&self) -> &'static str {
         self.info.backend

@@ -228,6 +228,19 @@ pub(crate) fn shared_queue(py: Python<'_>, selector: &str) -> PyResult<Py<PyQueu
     Ok(shared)
 }
 
+/// DLPack's CPU device: host memory of the process.
+pub(crate) const CPU: DLDevice = DLDevice {
+    device_type: devbuf::dlpark::ffi::DLDeviceType::CPU,
+    device_id: 0,
+};
+
+/// The shared queue that takes host memory no backend allocated (a buffer-protocol import, an
+/// unpickled buffer whose device this process lacks, a copy to the CPU): the one a kDLCPU
+/// DLPack import goes to ([`devbuf::queue_for_dlpack_device`]), as the descriptors say.
+pub(crate) fn host_memory_queue(py: Python<'_>) -> PyResult<Py<PyQueue>> {
+    shared_queue_for_dlpack(py, CPU)
+}
+
 /// The shared queue of the device a DLPack producer names, cached by DLPack device.
 pub(crate) fn shared_queue_for_dlpack(py: Python<'_>, device: DLDevice) -> PyResult<Py<PyQueue>> {
     type ByDevice = Mutex<HashMap<(u32, i32), Py<PyQueue>>>;

@@ -31,8 +31,8 @@ impl PyQueue {
         let inner = queue.get().queue()?;
         let buffer = if ipc {
             py.detach(|| devbuf::ipc::alloc_shareable(inner, kind, nbytes))
-        // Host allocations take tens of nanoseconds: releasing the GIL would cost more.
-        } else if inner.device().backend == devbuf::host::HOST {
+        // Releasing the GIL would cost more than such an allocation.
+        } else if inner.allocates_cheaply() {
             Buffer::alloc(inner, kind, nbytes)
         } else {
             py.detach(|| Buffer::alloc(inner, kind, nbytes))
@@ -210,7 +210,7 @@ impl PyQueue {
         self.device.clone_ref(py)
     }
 
-    /// The backend's name: "host", "sycl", "cuda" or "opencl".
+    /// The backend's name (one of `devbuf.backends()`'s).
     #[getter]
     fn backend(&self) -> &'static str {
         self.backend_name()

@@ -30,66 +30,13 @@ fn the_default_order_is_the_descriptors_not_the_order_backends_are_compiled_in()
 
 /// Each descriptor against its backend: the kinds its devices allocate, the DLPack device types
 /// its memory is exported as, the device types it answers for, and whether it makes streams.
+/// The descriptor checks each backend's own tests run (`devbuf_core::descriptor_tests!`), on
+/// every backend compiled in.
 #[test]
 fn each_descriptor_says_what_its_backend_does() {
-    let every_type: Vec<_> = backends()
-        .iter()
-        .flat_map(|backend| backend.descriptor().dlpack_device_types)
-        .map(|entry| entry.device_type)
-        .collect();
     for backend in backends() {
-        let descriptor = backend.descriptor();
-        for &device_type in &every_type {
-            if !descriptor.has_dlpack_device_type(device_type) {
-                let device = dlpark::ffi::DLDevice {
-                    device_type,
-                    device_id: 0,
-                };
-                assert!(
-                    backend.queue_for_dlpack_device(device).is_none(),
-                    "{} answers for DLPack device type {} its descriptor does not list",
-                    descriptor.name,
-                    device_type.0
-                );
-            }
-        }
-        if backend.availability() != Availability::Available {
-            continue;
-        }
-        let stream = backend.open_stream("", StreamOptions::default());
-        assert_eq!(
-            stream.is_ok(),
-            descriptor.makes_streams,
-            "{}: {:?}",
-            descriptor.name,
-            stream.err()
-        );
-        for device in backend.devices().unwrap() {
-            assert_eq!(device.backend, descriptor.name);
-            assert!(
-                device
-                    .kinds
-                    .iter()
-                    .all(|kind| descriptor.kinds.contains(kind)),
-                "{}: {:?} not in {:?}",
-                device.selector,
-                device.kinds,
-                descriptor.kinds
-            );
-            if device.unusable_reason.is_some() {
-                continue;
-            }
-            let queue = crate::open(&device.selector).unwrap();
-            for &kind in &device.kinds {
-                let exported = queue.interop().dlpack_device(kind).device_type;
-                assert!(
-                    descriptor.has_dlpack_device_type(exported),
-                    "{} exports {kind:?} memory as DLPack device type {}, which its descriptor \
-                     does not list",
-                    device.selector,
-                    exported.0
-                );
-            }
+        for check in devbuf_core::conformance::DESCRIPTOR_CHECKS {
+            devbuf_core::conformance::assert_descriptor_check(check.name, backend.as_ref());
         }
     }
 }
@@ -125,7 +72,14 @@ fn the_dlpack_allocation_table_is_the_descriptors() {
                     entry.device_type.0
                 );
             }
-            assert_eq!(dlpack_kind_for(entry.device_type), entry.allocates);
+        }
+    }
+    // A backend that lists a device type as not allocating has no say: the one that allocates
+    // decides, and where none does, devbuf allocates nothing.
+    for backend in backends() {
+        for entry in backend.descriptor().dlpack_device_types {
+            let expected = allocates.get(&entry.device_type.0).copied();
+            assert_eq!(dlpack_kind_for(entry.device_type), expected);
         }
     }
     assert_eq!(dlpack_kind_for(DLDeviceType::CPU), Some(MemKind::Host));
@@ -154,6 +108,7 @@ const FIRST: BackendDescriptor = BackendDescriptor {
     protocols: &[Protocol::Cai],
     selector_words: &[],
     makes_streams: false,
+    may_be_default: true,
     default_rank: 0,
 };
 
@@ -223,6 +178,14 @@ impl Backend for Arena {
                 reason: format!("{} lists no such device", self.name()),
             }),
         })
+    }
+
+    fn claim_dlpack_pointer(
+        &self,
+        _device: dlpark::ffi::DLDevice,
+        ptr: usize,
+    ) -> Claim<Arc<dyn Queue>> {
+        self.claim_pointer(Protocol::Cai, ptr)
     }
 
     fn claim_pointer(&self, _protocol: Protocol, ptr: usize) -> Claim<Arc<dyn Queue>> {
@@ -337,4 +300,85 @@ fn a_shared_dlpack_device_type_goes_to_the_backend_that_has_the_device_in_either
         device_id: 0,
     };
     assert!(queue_for_dlpack_device_among([&with as &dyn Backend].into_iter(), cpu).is_err());
+}
+
+// -- Roles the descriptor states.
+
+const NEVER_DEFAULT: BackendDescriptor = BackendDescriptor {
+    name: "never-default",
+    may_be_default: false,
+    ..FIRST
+};
+
+/// A backend that allocates every kind and ranks first is still not the default device when its
+/// descriptor says it never is; the same backend that may be is.
+#[test]
+fn a_backend_that_may_not_be_the_default_device_is_skipped_wherever_it_ranks() {
+    let never = Arena::new(&NEVER_DEFAULT, false);
+    let why = crate::selection::backend_default(&never).unwrap_err();
+    assert!(why.contains("never the default device"), "{why}");
+    let may = Arena::new(&FIRST, false);
+    assert!(Arc::ptr_eq(
+        &crate::selection::backend_default(&may).unwrap(),
+        &may.queue
+    ));
+}
+
+const ALLOCATES_VULKAN: BackendDescriptor = BackendDescriptor {
+    name: "allocating",
+    dlpack_device_types: &[DlpackDeviceType::allocating(
+        DLDeviceType::VULKAN,
+        MemKind::Device,
+    )],
+    ..FIRST
+};
+
+/// Two backends list one DLPack device type, one allocating for it and one not (both valid): the
+/// allocating one decides, in either order.
+#[test]
+fn a_backend_that_does_not_allocate_for_a_shared_device_type_has_no_say() {
+    let (allocating, not) = (
+        Arena::new(&ALLOCATES_VULKAN, false),
+        Arena::new(&FIRST, false),
+    );
+    for order in [[&allocating, &not], [&not, &allocating]] {
+        let listed = order.iter().map(|arena| *arena as &dyn Backend);
+        assert_eq!(
+            dlpack_kind_among(listed, DLDeviceType::VULKAN),
+            Some(MemKind::Device)
+        );
+    }
+    let alone = [&not].map(|arena| arena as &dyn Backend);
+    assert_eq!(
+        dlpack_kind_among(alone.into_iter(), DLDeviceType::VULKAN),
+        None
+    );
+}
+
+/// Two host-like backends list one DLPack device type: each one's memory is imported onto its own
+/// queue whichever the device chose, in either order, and memory neither recognises stays with
+/// the queue chosen for the device; a type one backend alone lists asks nobody.
+#[test]
+fn dlpack_memory_of_a_shared_device_type_goes_to_the_backend_that_recognises_it() {
+    let (first, second) = (Arena::new(&FIRST, false), Arena::new(&SECOND, false));
+    let device = dlpark::ffi::DLDevice {
+        device_type: DLDeviceType::VULKAN,
+        device_id: 0,
+    };
+    let ours = |arena: &Arena| Buffer::alloc(&arena.queue, MemKind::Host, 64).unwrap();
+    let (in_first, in_second) = (ours(&first), ours(&second));
+    for order in [[&first, &second], [&second, &first]] {
+        let among = || order.iter().map(|arena| *arena as &dyn Backend);
+        for (buffer, owner) in [(&in_first, &first), (&in_second, &second)] {
+            let routed = queue_for_dlpack_memory_among(among(), device, buffer.ptr() as usize);
+            assert!(Arc::ptr_eq(&routed.unwrap().unwrap(), &owner.queue));
+        }
+        let numpy_like = [0u8; 64];
+        assert!(
+            queue_for_dlpack_memory_among(among(), device, numpy_like.as_ptr() as usize).is_none()
+        );
+    }
+    let alone = [&first].map(|arena| arena as &dyn Backend);
+    let ptr = in_first.ptr() as usize;
+    assert!(queue_for_dlpack_memory_among(alone.into_iter(), device, ptr).is_none());
 }
