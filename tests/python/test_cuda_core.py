@@ -235,8 +235,12 @@ def test_memory_handed_out_on_a_stream_its_owner_closed_still_reads(core, export
         (result,) = driver.cuMemsetD8Async(array.ptr, 9, N, theirs.handle)
         assert result == driver.CUresult.CUDA_SUCCESS, result
         theirs.close()
-        expected = 9 if "{export}" != "none" else None
         seen = set(array.to_bytes())
-        assert seen == {{expected}} if expected else len(seen) == 1, seen
+        if "{export}" != "none":
+            assert seen == {{9}}, seen
+        else:
+            # Never handed out: the write is the user's own, unordered with devbuf's read, which
+            # may see it in part (the read must still work, the stream being gone).
+            assert seen <= {{7, 9}}, seen
         """
     )
