@@ -44,7 +44,15 @@ fn release(alloc: &mut Allocation) {
         let (kind, base) = (alloc.kind, alloc.base);
         RELEASE_THREAD.send(Box::new(move || {
             let mut release = release;
-            settle(&mut release, kind, base, pending, handed_out, exported, true);
+            settle(
+                &mut release,
+                kind,
+                base,
+                pending,
+                handed_out,
+                exported,
+                true,
+            );
         }));
         return;
     }
