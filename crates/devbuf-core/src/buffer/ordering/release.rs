@@ -94,6 +94,16 @@ impl ReleaseThread {
     }
 }
 
+/// Blocks until the releases sent to devbuf's release thread so far have run.
+#[cfg(test)]
+pub(crate) fn wait_for_release_thread() {
+    let (done, ran) = mpsc::channel();
+    RELEASE_THREAD.send(Box::new(move || {
+        let _ = done.send(());
+    }));
+    ran.recv().expect("devbuf's release thread runs");
+}
+
 /// Whether the release of memory leaves other libraries' work on it to the runtime's own free
 /// ([`crate::Interop::wait_device_covers_every_queue`] is false, memory handed out). That free
 /// waits only for the commands the runtime has been given, and the release may run inside
