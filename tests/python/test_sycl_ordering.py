@@ -296,6 +296,6 @@ def test_memory_a_dpnp_host_task_lets_go_of_is_freed_after_writes_on_the_queues_
     script = tmp_path / "sequence.txt"
     script.write_text(sequence)
     run = subprocess.run([sys.executable, os.path.join(here, "ordering_machine.py"), "sycl", "replay", str(script)],
-                         capture_output=True, text=True, timeout=180, cwd=here)
+                         capture_output=True, text=True, timeout=90, cwd=here)
     assert run.returncode == 0, f"rc {run.returncode}:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}"
     assert "read what the model says" in run.stdout
