@@ -30,7 +30,7 @@ fn release(alloc: &mut Allocation) {
     let handed_out = list.take_handed_out();
     let exported = *alloc.exported.get_mut() != exported::NO;
     if left_to_the_runtimes_free(&alloc.release, exported)
-        && !(pending.is_empty() && handed_out.is_empty())
+        && (!handed_out.is_empty() || pending.iter().any(|work| !work.on(alloc.release.queue())))
     {
         let queue = Arc::clone(alloc.release.queue());
         let release = std::mem::replace(
@@ -108,11 +108,12 @@ pub(crate) fn wait_for_release_thread() {
 /// ([`crate::Interop::wait_device_covers_every_queue`] is false, memory handed out). That free
 /// waits only for the commands the runtime has been given, and the release may run inside
 /// another library's host task (dpnp's keep-alive tasks let go of the arrays, and so of the
-/// memory, there). Work on the queues the memory was handed out on may wait in the SYCL
-/// scheduler for that very host task: the free does not see it, and it would write freed
-/// memory; and a command submitted from a host task (a barrier) can deadlock with a thread
-/// waiting for that task. So such a release runs on devbuf's release thread, which waits on
-/// the host for all the work devbuf can see on the memory before it frees.
+/// memory, there). Work on the queues the memory was handed out on (or devbuf's on other
+/// queues) may wait in the SYCL scheduler for that very host task: the free does not see it, and
+/// it would write freed memory; and a command submitted from a host task (a barrier) can
+/// deadlock with a thread waiting for that task. So where there is such work, the release runs
+/// on devbuf's release thread, which waits on the host for all the work devbuf can see on the
+/// memory before it frees; work on the memory's own queue alone is left to the free at once.
 fn left_to_the_runtimes_free(release: &Release, exported: bool) -> bool {
     exported
         && !matches!(release, Release::Foreign { .. })
