@@ -277,3 +277,25 @@ def test_a_finalizer_run_by_a_syclobj_cache_eviction_may_import_again(sycl):
     )
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert run.stdout.strip() == "done", run.stderr[-2000:]
+
+
+@pytest.mark.parametrize("stream", [0, 1, 2, 3])
+def test_memory_a_dpnp_host_task_lets_go_of_is_freed_after_writes_on_the_queues_it_was_handed_out_on(sycl, stream, tmp_path):
+    """The ordering machine's sequence (ordering_sequences/dlpack_keepalive_release.txt, with the
+    DLPack `stream` varied over the machine's four streams): memory imported by dpnp.from_dlpack
+    and written by dpnp.copyto behind a long copy, then handed out as DLPack's `stream` to a queue
+    whose late copy into it waits in the SYCL scheduler for dpnp's keep-alive host task, which
+    lets go of the memory when the devbuf object is closed. The release ran inside that host
+    task: the runtime's free did not wait for the held copy, which then wrote freed memory (a
+    segfault), or the barrier the release submitted there deadlocked with a queue's wait (a hang).
+    A subprocess, since the failure is a crash or a hang."""
+    pytest.importorskip("dpnp")
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "ordering_sequences", "dlpack_keepalive_release.txt")) as f:
+        sequence = f.read().replace("protocol='dlpack-stream', stream=2", f"protocol='dlpack-stream', stream={stream}")
+    script = tmp_path / "sequence.txt"
+    script.write_text(sequence)
+    run = subprocess.run([sys.executable, os.path.join(here, "ordering_machine.py"), "sycl", "replay", str(script)],
+                         capture_output=True, text=True, timeout=90, cwd=here)
+    assert run.returncode == 0, f"rc {run.returncode}:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}"
+    assert "read what the model says" in run.stdout

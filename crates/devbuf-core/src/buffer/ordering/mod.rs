@@ -6,7 +6,7 @@
 //! allocation-level half of [`crate::ordering`]; `release` is an allocation's release after
 //! that work.
 
-mod release;
+pub(super) mod release;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

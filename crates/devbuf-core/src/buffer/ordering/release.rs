@@ -4,7 +4,7 @@
 //! worse.
 
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, mpsc};
 
 use crate::Queue;
 use crate::blocking::blocking;
@@ -26,9 +26,112 @@ impl Drop for Allocation {
 /// does not free it under that work.
 fn release(alloc: &mut Allocation) {
     let list = alloc.pending.list.get_mut();
-    let mut pending = std::mem::take(&mut list.work);
+    let pending = std::mem::take(&mut list.work);
+    let handed_out = list.take_handed_out();
     let exported = *alloc.exported.get_mut() != exported::NO;
-    for queue in list.take_handed_out() {
+    if left_to_the_runtimes_free(&alloc.release, exported)
+        && (!handed_out.is_empty() || pending.iter().any(|work| !work.on(alloc.release.queue())))
+    {
+        let queue = Arc::clone(alloc.release.queue());
+        let release = std::mem::replace(
+            &mut alloc.release,
+            Release::Foreign {
+                queue,
+                owner: None,
+                size: 0,
+            },
+        );
+        let (kind, base) = (alloc.kind, alloc.base);
+        RELEASE_THREAD.send(Box::new(move || {
+            let mut release = release;
+            settle(
+                &mut release,
+                kind,
+                base,
+                pending,
+                handed_out,
+                exported,
+                true,
+            );
+        }));
+        return;
+    }
+    settle(
+        &mut alloc.release,
+        alloc.kind,
+        alloc.base,
+        pending,
+        handed_out,
+        exported,
+        false,
+    );
+}
+
+/// A release that waits on the host, run off the thread that let go of the memory.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// devbuf's release thread ([`left_to_the_runtimes_free`]): started at its first release, it
+/// runs them in turn.
+struct ReleaseThread(OnceLock<Option<mpsc::Sender<Job>>>);
+
+static RELEASE_THREAD: ReleaseThread = ReleaseThread(OnceLock::new());
+
+impl ReleaseThread {
+    fn send(&self, job: Job) {
+        let sender = self.0.get_or_init(|| {
+            let (sender, jobs) = mpsc::channel::<Job>();
+            std::thread::Builder::new()
+                .name("devbuf-release".into())
+                .spawn(move || jobs.into_iter().for_each(|job| job()))
+                .ok()?;
+            Some(sender)
+        });
+        // Without the thread the job is dropped and the memory leaked: better than freeing it
+        // under work that may still write it.
+        if let Some(sender) = sender {
+            let _ = sender.send(job);
+        }
+    }
+}
+
+/// Blocks until the releases sent to devbuf's release thread so far have run.
+#[cfg(test)]
+pub(crate) fn wait_for_release_thread() {
+    let (done, ran) = mpsc::channel();
+    RELEASE_THREAD.send(Box::new(move || {
+        let _ = done.send(());
+    }));
+    ran.recv().expect("devbuf's release thread runs");
+}
+
+/// Whether the release of memory leaves other libraries' work on it to the runtime's own free
+/// ([`crate::Interop::wait_device_covers_every_queue`] is false, memory handed out). That free
+/// waits only for the commands the runtime has been given, and the release may run inside
+/// another library's host task (dpnp's keep-alive tasks let go of the arrays, and so of the
+/// memory, there). Work on the queues the memory was handed out on (or devbuf's on other
+/// queues) may wait in the SYCL scheduler for that very host task: the free does not see it, and
+/// it would write freed memory; and a command submitted from a host task (a barrier) can
+/// deadlock with a thread waiting for that task. So where there is such work, the release runs
+/// on devbuf's release thread, which waits on the host for all the work devbuf can see on the
+/// memory before it frees; work on the memory's own queue alone is left to the free at once.
+fn left_to_the_runtimes_free(release: &Release, exported: bool) -> bool {
+    exported
+        && !matches!(release, Release::Foreign { .. })
+        && !release.queue().interop().wait_device_covers_every_queue()
+}
+
+/// Frees memory of `release` after `pending` and other libraries' work on the queues it was
+/// `handed_out` on, which the host waits for first where `wait_on_host` ([`release`]).
+fn settle(
+    release: &mut Release,
+    kind: crate::MemKind,
+    base: usize,
+    mut pending: Vec<PendingWork>,
+    handed_out: Vec<Arc<dyn Queue>>,
+    exported: bool,
+    wait_on_host: bool,
+) {
+    for queue in handed_out {
         match queue.interop().foreign_work_event() {
             Ok(Some(event)) => pending.push(PendingWork {
                 queue: Some(queue),
@@ -37,14 +140,23 @@ fn release(alloc: &mut Allocation) {
             }),
             Ok(None) => {}
             // Unordered, the memory may still be written: leaked rather than freed.
-            Err(_) => return std::mem::forget(alloc.release.take_owner()),
+            Err(_) => return std::mem::forget(release.take_owner()),
         }
     }
-    let (kind, ptr) = (alloc.kind, NonNull::new(alloc.base as *mut u8));
+    // Unordered, the memory may still be written: leaked rather than freed.
+    if wait_on_host
+        && !pending
+            .iter()
+            .filter(|work| work.queue.is_some())
+            .all(|work| work.event.wait().is_ok())
+    {
+        return;
+    }
+    let ptr = NonNull::new(base as *mut u8);
     // The common case, kept short: memory devbuf allocated, never handed out, with no work
     // recorded on it goes straight back.
     if pending.is_empty() && !exported {
-        match (&mut alloc.release, ptr) {
+        match (release, ptr) {
             // Foreign memory with no work of ours on it: its owner goes now.
             (Release::Foreign { owner, .. }, _) => {
                 if let Some(owner) = owner.take() {
@@ -72,7 +184,7 @@ fn release(alloc: &mut Allocation) {
         }
         return;
     }
-    match (&mut alloc.release, ptr) {
+    match (release, ptr) {
         (Release::Queue { queue, size, align }, Some(ptr)) => {
             let (size, align) = (*size, *align);
             let Some(after) = release_point(queue, &pending, exported) else {
