@@ -79,6 +79,20 @@ def sycl_cases(report, floors):
     report.compare_calls("`np.asarray(x)` of SYCL shared USM handed to another library",
                          lambda: np.asarray(ours), lambda: np.asarray(memoryview(host_np)),
                          "of a memoryview", None, number=5000)
+    # The floor of that wait: the queue the memory was handed out on, waited for by its own
+    # library (dpctl's `wait()`, which lets the runtime's exceptions escape its C API, so devbuf
+    # waits for a barrier's event instead), then the same view.
+    handed_out_queue = ours.sycl_queue
+    report.compare_calls("`np.asarray(x)` of SYCL shared USM handed to another library",
+                         lambda: np.asarray(ours),
+                         lambda: (handed_out_queue.wait(), np.asarray(memoryview(host_np))),
+                         "dpctl's `wait()` of the queue handed out, then a memoryview's", number=5000)
+    report.compare_calls("`np.asarray(x)` of SYCL shared USM handed to another library",
+                         lambda: np.asarray(ours),
+                         lambda: (handed_out_queue.submit_barrier().wait(),
+                                  np.asarray(memoryview(host_np))),
+                         "a barrier's event on that queue waited for, then a memoryview's",
+                         number=5000)
 
     class ThirdParty:
         """A producer neither library owns (dpctl short-cuts its own memory objects): USM from
