@@ -2,27 +2,12 @@
 and lets the places that may compare one be: a backend's crate, the host backend, tests and test
 modules; kinds named "host" are no backend's name. Run by ci/test."""
 
-import importlib.machinery
-import importlib.util
-import pathlib
-import textwrap
+from fixture_trees import load_check, tree
 
-CHECK = pathlib.Path(__file__).resolve().parent / "backend-names"
-loader = importlib.machinery.SourceFileLoader("backend_names", str(CHECK))
-spec = importlib.util.spec_from_loader("backend_names", loader)
-backend_names = importlib.util.module_from_spec(spec)
-loader.exec_module(backend_names)
+backend_names = load_check("backend-names")
 
 NAMES = {"host", "sycl", "cuda", "opencl"}
 BACKEND_CRATES = {"devbuf-sycl", "devbuf-cuda"}
-
-
-def tree(root, files):
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    return root
 
 
 def found(root):

@@ -5,26 +5,15 @@ test modules, paths in comments and strings). Folder by folder too: a folder's f
 one node make a cycle no two files make, at the top and below, test modules left out. Run by
 ci/test."""
 
-import importlib.machinery
-import importlib.util
-import pathlib
-import textwrap
-
 import pytest
 
-CHECKER = pathlib.Path(__file__).resolve().parent / "module-cycles"
-loader = importlib.machinery.SourceFileLoader("module_cycles", str(CHECKER))
-spec = importlib.util.spec_from_loader("module_cycles", loader)
-module_cycles = importlib.util.module_from_spec(spec)
-loader.exec_module(module_cycles)
+from fixture_trees import load_check, tree
+
+module_cycles = load_check("module-cycles")
 
 
 def crate(root, files):
-    for name, text in files.items():
-        path = root / "src" / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    return root
+    return tree(root, {f"src/{name}": text for name, text in files.items()})
 
 
 def found(root):
@@ -75,14 +64,14 @@ def test_a_cycle_through_the_crate_root_s_own_items(tmp_path):
 def test_no_cycle_where_a_parent_only_declares_and_re_exports_its_children(tmp_path):
     root = crate(tmp_path, {
         "lib.rs": "pub mod mr;\nmod buffer;\npub use buffer::Buffer;\n",
-        "mr/mod.rs": textwrap.dedent("""\
+        "mr/mod.rs": """\
             mod pool;
             pub use pool::Pool;
             /// Not an edge: [`crate::buffer::Buffer`] and "crate::mr::pool::Pool" in a string.
             pub trait Resource {}
-            """),
+            """,
         "mr/pool.rs": "use super::Resource;\npub struct Pool;\nimpl Resource for Pool {}\n",
-        "buffer.rs": textwrap.dedent("""\
+        "buffer.rs": """\
             use crate::mr::Pool;
             pub struct Buffer(Pool);
             #[cfg(test)]
@@ -90,7 +79,7 @@ def test_no_cycle_where_a_parent_only_declares_and_re_exports_its_children(tmp_p
                 use super::*;
                 use crate::mr::Resource;
             }
-            """),
+            """,
     })
     graph = module_cycles.Crate(root).edges()
     assert graph["mr"] == []

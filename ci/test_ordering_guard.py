@@ -3,26 +3,11 @@ tiny tree written here, and lets the places that may call one be: the ordering m
 crate, the host backend, the conformance kit, tests, test modules, and its own allow-list (whose
 unused entries it reports too). Run by ci/test."""
 
-import importlib.machinery
-import importlib.util
-import pathlib
-import textwrap
+from fixture_trees import load_check, tree
 
-GUARD = pathlib.Path(__file__).resolve().parent / "ordering-guard"
-loader = importlib.machinery.SourceFileLoader("ordering_guard", str(GUARD))
-spec = importlib.util.spec_from_loader("ordering_guard", loader)
-ordering_guard = importlib.util.module_from_spec(spec)
-loader.exec_module(ordering_guard)
+ordering_guard = load_check("ordering-guard")
 
 CALL = "fn f(queue: &Q, event: &E) { queue.wait_event(event).unwrap(); }\n"
-
-
-def tree(root, files):
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    return root
 
 
 def test_a_call_outside_the_module_is_found(tmp_path):
