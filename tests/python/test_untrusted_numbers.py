@@ -292,11 +292,13 @@ def test_prefetch_refuses_a_stream_of_another_backend_naming_stream(backend):
 # -- Interpreter shutdown with daemon threads inside devbuf's calls into Python.
 
 
-SHUTDOWN = {
-    "a failure callback": """
+def failure_callback_loop(callback_body):
+    """A thread allocating past a limit forever, each failure calling a callback that runs
+    `callback_body` (one line) and asks for a retry."""
+    return f"""
         limited = mr.LimitingResourceAdaptor(mr.QueueMemoryResource("host"), 1024)
         def callback(nbytes):
-            time.sleep(0.02)
+            {callback_body}
             return True
         resource = mr.FailureCallbackResourceAdaptor(limited, callback)
         def work():
@@ -305,7 +307,11 @@ SHUTDOWN = {
                     devbuf.alloc(4096, "host", mr=resource)
                 except MemoryError:
                     pass
-        """,
+        """
+
+
+SHUTDOWN = {
+    "a failure callback": failure_callback_loop("time.sleep(0.02)"),
     "a log stream's write": """
         class Slow(io.StringIO):
             def write(self, text):
@@ -329,21 +335,7 @@ SHUTDOWN = {
             while True:
                 devbuf.alloc(64, "host", mr=resource)
         """,
-    "busy Python code in a callback": """
-        limited = mr.LimitingResourceAdaptor(mr.QueueMemoryResource("host"), 1024)
-        def callback(nbytes):
-            total = 0
-            for i in range(200_000):
-                total += i
-            return True
-        resource = mr.FailureCallbackResourceAdaptor(limited, callback)
-        def work():
-            while True:
-                try:
-                    devbuf.alloc(4096, "host", mr=resource)
-                except MemoryError:
-                    pass
-        """,
+    "busy Python code in a callback": failure_callback_loop("for i in range(200_000): i += 1"),
     "a DLPack producer": """
         class Slow:
             def __init__(self):
