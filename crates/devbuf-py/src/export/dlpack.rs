@@ -1,6 +1,8 @@
 //! `__dlpack__` (the method itself: `add_dlpack_method`) and `__dlpack_device__` of an `Array`
 //! (and so a `Buffer`): capsules of either DLPack ABI, zero-copy or copied.
 
+pub(crate) mod exchange_api;
+
 use std::ffi::{CStr, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
