@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyInt, PySlice, PyString};
 
-use crate::errors::IntoPyResult;
+use crate::errors::{IntoPyResult, wrong_type};
 use crate::objects::array::{PyArray, PyBuffer};
 use crate::objects::foreign_objects::resolve_queue;
 use crate::objects::queue::PyQueue;
@@ -577,15 +577,6 @@ fn alloc_general<'py>(
     Ok(made.into_ptr())
 }
 
-/// A TypeError naming `parameter`, what it takes and the type it got.
-fn wrong_type(value: &Bound<'_, PyAny>, parameter: &str, expected: &str) -> PyErr {
-    let got = value
-        .get_type()
-        .name()
-        .map_or_else(|_| "?".into(), |name| name.to_string());
-    PyTypeError::new_err(format!("{parameter}: expected {expected}, got {got}"))
-}
-
 /// `alloc`'s `nbytes` when it is not a plain non-negative int: an int index (NumPy's) is taken;
 /// a negative or huge one is a ValueError and anything else a TypeError, each naming `nbytes`.
 fn byte_count(nbytes: &Bound<'_, PyAny>) -> PyResult<usize> {
@@ -599,10 +590,7 @@ fn byte_count(nbytes: &Bound<'_, PyAny>) -> PyResult<usize> {
         Ok(n) => Err(PyValueError::new_err(format!(
             "nbytes: {n} bytes is more than any device's address space"
         ))),
-        Err(_) => Err(PyTypeError::new_err(format!(
-            "nbytes: expected an int number of bytes, got {}",
-            nbytes.get_type().name()?
-        ))),
+        Err(_) => Err(wrong_type(nbytes, "nbytes", "an int number of bytes")),
     }
 }
 
