@@ -1,8 +1,8 @@
 """Every `impl Interop for ...` in the workspace lists its methods in the order the trait declares
 them (crates/devbuf-core/src/interop/mod.rs), so that the backends' same-named files read side by
 side. A provided answers macro (`hands_nothing_out!()` and its halves, defined in
-crates/devbuf-core/src/hands_nothing_out.rs) counts as the methods it expands to, at its
-place. Run by ci/test; the fixture tests below hold the rule itself."""
+crates/devbuf-core/src/hands_nothing_out.rs; `exports_host_memory!()`, in
+crates/devbuf-core/src/host_like.rs) counts as the methods it expands to, at its place. Run by ci/test; the fixture tests below hold the rule itself."""
 
 import pathlib
 import re
@@ -11,7 +11,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TRAIT = ROOT / "crates/devbuf-core/src/interop/mod.rs"
-MACROS = ROOT / "crates/devbuf-core/src/hands_nothing_out.rs"
+MACROS = [ROOT / "crates/devbuf-core/src" / name for name in ("hands_nothing_out.rs", "host_like.rs")]
 METHOD = re.compile(r"^    (?:unsafe )?fn (\w+)", re.M)
 # A method, or a provided macro written in its place (`crate::`, `devbuf_core::` or `$crate::`).
 ITEM = r"^ {%d}(?:(?:unsafe )?fn (\w+)|(?:\$?crate|devbuf_core)::(\w+)!\(\);)"
@@ -66,7 +66,7 @@ def out_of_order(order, names):
 
 
 def impls():
-    provided = macros(MACROS.read_text())
+    provided = macros("\n".join(path.read_text() for path in MACROS))
     for path in sorted(ROOT.glob("crates/*/src/**/*.rs")):
         for name, names in impl_methods(path.read_text(), provided):
             yield f"{path.relative_to(ROOT)} ({name})", names

@@ -40,6 +40,7 @@ pub mod extent;
 mod hands_nothing_out;
 pub mod hints;
 pub mod host;
+mod host_like;
 pub mod interface;
 pub mod interop;
 pub mod ipc;

@@ -9,7 +9,7 @@ use opencl3::device::{
 use opencl3::error_codes::CL_PLATFORM_NOT_FOUND_KHR;
 use opencl3::platform::{Platform, get_platforms};
 
-use crate::usm::{
+use crate::usm_entry_points::{
     CL_DEVICE_DEVICE_MEM_CAPABILITIES_INTEL, CL_DEVICE_HOST_MEM_CAPABILITIES_INTEL,
     CL_DEVICE_SINGLE_DEVICE_SHARED_MEM_CAPABILITIES_INTEL, UsmApi, UsmFree,
 };

@@ -35,7 +35,7 @@ mod interop;
 mod ipc;
 mod memory;
 mod queue;
-mod usm;
+mod usm_entry_points;
 
 use std::sync::Arc;
 

@@ -5,6 +5,7 @@ use pyo3::exceptions::{
     PyBufferError, PyIndexError, PyMemoryError, PyRecursionError, PyRuntimeError, PyTypeError,
     PyValueError,
 };
+use pyo3::prelude::*;
 use pyo3::{PyErr, Python};
 
 /// The devbuf error that carries `raised` (what Python code devbuf called, a memory resource
@@ -51,4 +52,13 @@ impl<T> IntoPyResult<T> for devbuf::Result<T> {
     fn py(self) -> pyo3::PyResult<T> {
         self.map_err(to_py)
     }
+}
+
+/// The TypeError of an argument of the wrong type: its name, what it takes, and the type it got.
+pub(crate) fn wrong_type(value: &Bound<'_, PyAny>, name: &str, expected: &str) -> PyErr {
+    let got = value
+        .get_type()
+        .name()
+        .map_or_else(|_| "?".into(), |name| name.to_string());
+    PyTypeError::new_err(format!("{name}: expected {expected}, got {got}"))
 }

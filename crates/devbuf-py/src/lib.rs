@@ -2,31 +2,21 @@
 //! dictionaries in and out, while the model, the backends and the descriptor parsing live in the
 //! Rust crates.
 
-mod array_methods;
-mod array_refusals;
-mod array_views;
-mod array_writes;
-mod asarray;
-mod buffer_hints;
-mod buffer_methods;
-mod buffer_rmm;
+mod array;
+mod buffer;
 mod creation;
-mod dtypes;
+mod device;
 mod ecosystem;
 mod errors;
-mod exact_int;
 mod export;
 mod gil_as_lock;
-mod host_transfer;
 mod import;
-mod int_args;
-mod ipc;
-mod literals;
 mod mr;
 mod objects;
-mod pickle;
 mod shutdown;
+mod stream;
 mod stream_allocator;
+mod values;
 mod vectorcall;
 
 use devbuf::conformance::Outcome;
@@ -111,10 +101,7 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
         objects::default_device::default_device,
         m
     )?)?;
-    m.add_function(wrap_pyfunction!(
-        objects::device_methods::set_default_device,
-        m
-    )?)?;
+    m.add_function(wrap_pyfunction!(device::methods::set_default_device, m)?)?;
     m.add_function(wrap_pyfunction!(
         objects::default_device::_default_device_reason,
         m
@@ -123,10 +110,10 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
         objects::default_device::_note_default_device_reason,
         m
     )?)?;
-    buffer_methods::add_alloc(m)?;
+    buffer::methods::add_alloc(m)?;
     creation::register(m)?;
     m.add_function(wrap_pyfunction!(objects::event::get_elapsed_time, m)?)?;
-    m.add_function(wrap_pyfunction!(asarray::asarray, m)?)?;
+    m.add_function(wrap_pyfunction!(creation::asarray::asarray, m)?)?;
     m.add_function(wrap_pyfunction!(import::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(
         export::ordering::set_cai_export_stream,
@@ -134,14 +121,14 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?)?;
     m.add_function(wrap_pyfunction!(conformance_matrix, m)?)?;
     m.add_function(wrap_pyfunction!(conformance_checks, m)?)?;
-    m.add_class::<ipc::PyIpcHandle>()?;
-    m.add_function(wrap_pyfunction!(ipc::open_ipc, m)?)?;
-    m.add_function(wrap_pyfunction!(ipc::_ipc_handle_from_bytes, m)?)?;
-    m.add_function(wrap_pyfunction!(pickle::_rebuild, m)?)?;
+    m.add_class::<buffer::ipc::PyIpcHandle>()?;
+    m.add_function(wrap_pyfunction!(buffer::ipc::open_ipc, m)?)?;
+    m.add_function(wrap_pyfunction!(buffer::ipc::_ipc_handle_from_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(array::pickle::_rebuild, m)?)?;
     mr::resources::register(m)?;
     m.add(
         "DeviceFallbackWarning",
-        m.py().get_type::<pickle::DeviceFallbackWarning>(),
+        m.py().get_type::<array::pickle::DeviceFallbackWarning>(),
     )?;
     Ok(())
 }

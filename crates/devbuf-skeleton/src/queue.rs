@@ -4,7 +4,7 @@
 use std::any::Any;
 use std::ptr::NonNull;
 
-use devbuf_core::{CompletedEvent, DeviceInfo, Event, Interop, MemKind, Queue, Result};
+use devbuf_core::{DeviceInfo, Interop, MemKind, Queue, Result};
 
 use crate::device::device_info;
 use crate::memory::Memory;
@@ -30,9 +30,7 @@ impl Queue for SkeletonQueue {
         &self.device
     }
 
-    fn host_accessible(&self, _kind: MemKind) -> bool {
-        true
-    }
+    devbuf_core::works_on_the_calling_thread!();
 
     fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {
         self.memory.allocate(kind, size, align)
@@ -41,31 +39,6 @@ impl Queue for SkeletonQueue {
     unsafe fn deallocate(&self, ptr: NonNull<u8>, _kind: MemKind, size: usize, align: usize) {
         // SAFETY: the caller passes back exactly what `allocate` returned and was given, once.
         unsafe { self.memory.deallocate(ptr, size, align) }
-    }
-
-    unsafe fn copy(&self, dst: *mut u8, src: *const u8, len: usize) -> Result<()> {
-        // SAFETY: the caller guarantees both ranges are valid host memory for `len` bytes.
-        unsafe { std::ptr::copy(src, dst, len) };
-        Ok(())
-    }
-
-    unsafe fn fill(&self, dst: *mut u8, byte: u8, len: usize) -> Result<()> {
-        // SAFETY: the caller guarantees `dst` is valid host memory for `len` bytes.
-        unsafe { std::ptr::write_bytes(dst, byte, len) };
-        Ok(())
-    }
-
-    fn wait(&self) -> Result<()> {
-        Ok(())
-    }
-
-    fn record_event(&self) -> Result<Event> {
-        Ok(Event::new(CompletedEvent))
-    }
-
-    /// Work runs when it is enqueued: the host waits for another queue's event first.
-    fn wait_event(&self, event: &Event) -> Result<()> {
-        event.wait()
     }
 
     fn kind_of(&self, ptr: *const u8) -> MemKind {

@@ -26,6 +26,8 @@ use smallvec::SmallVec;
 use crate::spare::{self, Spare};
 use crate::{Array, Buffer, Error, Owner, Result};
 
+pub mod export_plan;
+
 /// The DLPack version devbuf produces.
 pub const VERSION: DLPackVersion = DLPackVersion {
     major: DLPACK_MAJOR_VERSION,

@@ -2,23 +2,12 @@
 //! libraries (nothing but devbuf enqueues on it, and it runs synchronously), and it shares memory
 //! between processes through a memfd ([`super::ipc`]).
 
-use dlpark::ffi::{DLDevice, DLDeviceType};
-
 use super::queue::HostQueue;
+use crate::Result;
 use crate::interop::{Holder, Interop, IpcSharing};
-use crate::{MemKind, Result};
 
 impl Interop for HostQueue {
-    fn dlpack_device(&self, _kind: MemKind) -> DLDevice {
-        DLDevice {
-            device_type: DLDeviceType::CPU,
-            device_id: 0,
-        }
-    }
-
-    fn dlpack_export_refusal(&self) -> Option<String> {
-        None
-    }
+    crate::exports_host_memory!();
 
     /// Its own allocations, by the registry; any other address may be host memory of the
     /// process, which nothing can tell from garbage: unchecked, its producer trusted.

@@ -9,7 +9,7 @@ use super::HOST;
 use super::device::host_device_info;
 use super::memory::HostMemory;
 use crate::interop::Interop;
-use crate::{Advice, CompletedEvent, DeviceInfo, Error, Event, Location, MemKind, Queue, Result};
+use crate::{Advice, DeviceInfo, Error, Event, Location, MemKind, Queue, Result};
 
 /// A queue on the host CPU.
 #[derive(Debug)]
@@ -45,9 +45,7 @@ impl Queue for HostQueue {
         &self.device
     }
 
-    fn host_accessible(&self, _kind: MemKind) -> bool {
-        true
-    }
+    crate::works_on_the_calling_thread!();
 
     /// Every kind but Unknown (what the device's list says, without scanning it on every
     /// allocation).
@@ -62,26 +60,6 @@ impl Queue for HostQueue {
     unsafe fn deallocate(&self, ptr: NonNull<u8>, kind: MemKind, size: usize, align: usize) {
         // SAFETY: the caller passes back exactly what `allocate` returned and was given, once.
         unsafe { self.memory.deallocate(ptr, kind, size, align) }
-    }
-
-    unsafe fn copy(&self, dst: *mut u8, src: *const u8, len: usize) -> Result<()> {
-        // SAFETY: the caller guarantees both ranges are valid host memory for `len` bytes.
-        unsafe { std::ptr::copy(src, dst, len) };
-        Ok(())
-    }
-
-    unsafe fn fill(&self, dst: *mut u8, byte: u8, len: usize) -> Result<()> {
-        // SAFETY: the caller guarantees `dst` is valid host memory for `len` bytes.
-        unsafe { std::ptr::write_bytes(dst, byte, len) };
-        Ok(())
-    }
-
-    fn wait(&self) -> Result<()> {
-        Ok(())
-    }
-
-    fn record_event(&self) -> Result<Event> {
-        Ok(Event::new(CompletedEvent))
     }
 
     /// The CPU: every host address of the process is its memory to fill and copy.
@@ -115,10 +93,6 @@ impl Queue for HostQueue {
                 .ok_or_else(|| unreadable(format!("no {name} line")))
         };
         Ok((field("MemAvailable")?, field("MemTotal")?))
-    }
-
-    fn wait_event(&self, event: &Event) -> Result<()> {
-        event.wait()
     }
 
     fn kind_of(&self, ptr: *const u8) -> MemKind {

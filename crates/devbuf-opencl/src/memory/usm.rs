@@ -14,7 +14,9 @@ use opencl3::types::{CL_FALSE, cl_event, cl_int, cl_uint};
 use parking_lot::Mutex;
 
 use super::strategy::{MemoryStrategy, QueueAccess, out_of_memory, span_holding, unknown_fill};
-use crate::usm::{CL_MEM_ALLOC_BASE_PTR_INTEL, CL_MEM_ALLOC_SIZE_INTEL, UsmApi, UsmFree};
+use crate::usm_entry_points::{
+    CL_MEM_ALLOC_BASE_PTR_INTEL, CL_MEM_ALLOC_SIZE_INTEL, UsmApi, UsmFree,
+};
 
 /// Memory through the platform's USM extension functions.
 pub(super) struct UsmMemory {

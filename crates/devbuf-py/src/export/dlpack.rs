@@ -1,11 +1,17 @@
 //! `__dlpack__` (the method itself: `add_dlpack_method`) and `__dlpack_device__` of an `Array`
 //! (and so a `Buffer`): capsules of either DLPack ABI, zero-copy or copied.
 
+pub(crate) mod exchange_api;
+
 use std::ffi::{CStr, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use devbuf::dlpack::export_plan::{
+    CopyTo, ExportOrdering, ExportPlan, ExportRequest, ExportedArray,
+    plain_export_is_streamless_zero_copy, plan_export,
+};
 use devbuf::dlpack::{self, DlpackTemplate, ManagedTensorAbi};
 use devbuf::dlpark::DlpackFlags;
 use devbuf::dlpark::ffi::{DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned};
@@ -20,7 +26,7 @@ use crate::errors::IntoPyResult;
 use crate::export::ordering;
 use crate::gil_as_lock::LastObject;
 use crate::objects::array::PyArray;
-use crate::objects::queue::{CPU, host_memory_queue};
+use crate::objects::queue::host_memory_queue;
 use crate::vectorcall::{Body, Signature};
 
 fn own_dlpack_device(array: &Array) -> DLDevice {
@@ -274,9 +280,12 @@ fn dlpack_in_place<'py>(
     let prepared = this.dlpack(&open);
     let template = match &prepared.template {
         Ok(template)
-            if prepared.refusal.is_none()
-                && !prepared.streamless_rule
-                && (versioned || !open.readonly()) =>
+            if plain_export_is_streamless_zero_copy(
+                prepared.refusal.is_some(),
+                prepared.streamless_rule,
+                versioned,
+                open.readonly(),
+            ) =>
         {
             template
         }
@@ -295,7 +304,8 @@ fn dlpack_in_place<'py>(
 
 /// `__dlpack__`, per the array API and DLPack 1.3: a versioned capsule when the consumer's
 /// `max_version` is at least 1.0 (`versioned`), the legacy one otherwise; `dl_device` and `copy`
-/// decide between a zero-copy export (also to the CPU for host-accessible memory) and a copy.
+/// decide between a zero-copy export (also to the CPU for host-accessible memory) and a copy, by
+/// core's rule (`devbuf::dlpack::export_plan`).
 #[cold]
 #[inline(never)]
 pub(crate) fn dlpack<'py>(
@@ -312,75 +322,60 @@ pub(crate) fn dlpack<'py>(
         Ok(template) => template.device(),
         Err(_) => own_dlpack_device(&open),
     };
-    let target = match dl_device {
-        None => own,
-        Some((device_type, device_id)) => DLDevice {
+    let exported = ExportedArray {
+        own,
+        kind: open.buffer().kind(),
+        host_accessible: open.buffer().is_host_accessible(),
+        readonly: open.readonly(),
+        refusal: prepared.refusal.as_deref(),
+        streamless_rule: prepared.streamless_rule,
+    };
+    let request = ExportRequest {
+        versioned,
+        dl_device: dl_device.map(|(device_type, device_id)| DLDevice {
             device_type: DLDeviceType(device_type as _),
             device_id,
-        },
+        }),
+        copy,
+        stream_given: stream.is_some_and(|s| !s.is_none()),
     };
-    let zero_copy = copy != Some(true)
-        && (target == own || (target == CPU && open.buffer().is_host_accessible()));
-    if zero_copy
-        && target == own
-        && let Some(refusal) = &prepared.refusal
-    {
-        return Err(PyBufferError::new_err(format!("__dlpack__: {refusal}")));
-    }
-    // The legacy capsule has no read-only flag: its consumer would take the memory as writable.
-    if zero_copy && !versioned && open.readonly() {
-        return Err(PyBufferError::new_err(
-            "__dlpack__: the array is read-only and a legacy (unversioned) DLPack capsule cannot \
-             say so; pass max_version=(1, 0) or later, or copy=True",
-        ));
-    }
-    let (array, copied) = if zero_copy {
-        // No stream for the own device, where the backend has no rule for that (host memory,
-        // SYCL): the generic rule without asking the backend (most calls).
-        if target == own && !prepared.streamless_rule && stream.is_none_or(|s| s.is_none()) {
-            ordering::prepare_streamless_dlpack_export(&open)?;
-        } else {
-            ordering::prepare_dlpack_export(&open, target, stream)?;
+    let (array, template, flags) = match plan_export(&exported, &request).py()? {
+        ExportPlan::ZeroCopy {
+            target,
+            ordering: order,
+        } => {
+            match order {
+                ExportOrdering::Streamless => ordering::prepare_streamless_dlpack_export(&open)?,
+                ExportOrdering::ForConsumer => {
+                    ordering::prepare_dlpack_export(&open, target, stream)?
+                }
+            }
+            match &prepared.template {
+                Ok(template) => (
+                    None,
+                    template.clone().on_device(target),
+                    DlpackFlags::empty(),
+                ),
+                Err(reason) => return Err(PyBufferError::new_err(reason.clone())),
+            }
         }
-        (None, false)
-    } else {
-        if copy == Some(false) {
-            return Err(PyBufferError::new_err(format!(
-                "dl_device: {:?} memory on DLPack device {:?} cannot be exported to {:?} without a copy, and copy=False",
-                open.buffer().kind(),
-                (own.device_type.0, own.device_id),
-                (target.device_type.0, target.device_id),
-            )));
+        ExportPlan::Copy { target, to } => {
+            let array: &Array = &open;
+            let copy = match to {
+                CopyTo::Host => {
+                    let host = Arc::clone(host_memory_queue(py)?.get().queue()?);
+                    py.detach(|| array.copy_to(&host, MemKind::Host)).py()?
+                }
+                CopyTo::OwnDevice => {
+                    let (queue, kind) = (array.buffer().queue(), array.buffer().kind());
+                    py.detach(|| array.copy_to(queue, kind)).py()?
+                }
+            };
+            let template = DlpackTemplate::new(&copy, target).py()?;
+            (Some(copy), template, DlpackFlags::IS_COPIED)
         }
-        let copy = if target == CPU {
-            let host = Arc::clone(host_memory_queue(py)?.get().queue()?);
-            let array: &Array = &open;
-            py.detach(|| array.copy_to(&host, MemKind::Host)).py()?
-        } else if target == own {
-            let array: &Array = &open;
-            let (queue, kind) = (array.buffer().queue(), array.buffer().kind());
-            py.detach(|| array.copy_to(queue, kind)).py()?
-        } else {
-            return Err(PyBufferError::new_err(format!(
-                "dl_device: devbuf copies to the CPU (1, 0) or to the array's own device {:?}, not to {:?}",
-                (own.device_type.0, own.device_id),
-                (target.device_type.0, target.device_id),
-            )));
-        };
-        (Some(copy), true)
     };
-    let flags = if copied {
-        DlpackFlags::IS_COPIED
-    } else {
-        DlpackFlags::empty()
-    };
-    let (array, template) = match &array {
-        Some(copy) => (copy, DlpackTemplate::new(copy, target).py()?),
-        None => match &prepared.template {
-            Ok(template) => (&*open, template.clone().on_device(target)),
-            Err(reason) => return Err(PyBufferError::new_err(reason.clone())),
-        },
-    };
+    let array = array.as_ref().unwrap_or(&open);
     Ok(if versioned {
         export_capsule::<DLManagedTensorVersioned>(py, array, template, flags)?
     } else {

@@ -5,7 +5,6 @@
 
 pub(crate) mod buffer_protocol;
 pub(crate) mod dlpack;
-pub(crate) mod dlpack_exchange_api;
 pub(crate) mod dpctl_attrs;
 pub(crate) mod interface_dicts;
 pub(crate) mod ordering;

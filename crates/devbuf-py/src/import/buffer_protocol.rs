@@ -78,7 +78,7 @@ fn import_array_interface<'py>(
     let Some(dtype) = obj.getattr_opt(intern!(py, "dtype"))? else {
         return Ok(None);
     };
-    let Ok(dtype) = crate::dtypes::from_python(&dtype) else {
+    let Ok(dtype) = crate::values::dtypes::from_python(&dtype) else {
         return Ok(None);
     };
     if dtype.buffer_format().is_some() {

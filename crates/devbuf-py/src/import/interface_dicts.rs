@@ -12,13 +12,13 @@ use pyo3::{ffi, intern};
 use smallvec::SmallVec;
 
 use crate::errors::IntoPyResult;
-use crate::exact_int::exact_int;
 use crate::import::buffer_protocol::import_buffer_protocol;
 use crate::import::ordering;
 use crate::import::wrap::wrap_foreign;
 use crate::objects::array::PyArray;
 use crate::objects::foreign_objects;
 use crate::objects::queue::shared_queue;
+use crate::values::exact_int::exact_int;
 
 /// A dimension list held on the stack (a heap allocation only past four dimensions).
 type Dims = SmallVec<[i64; 4]>;

@@ -29,66 +29,54 @@ fn one_kind(
     Ok(PyMemoryResource::devbuf(resource, queue, None))
 }
 
-/// The device's device memory, whatever kind a caller asks for (RMM's `CudaMemoryResource`;
-/// cuda.core's `DeviceMemoryResource`): as the current resource, every buffer of the device is
-/// device memory, as with RMM's.
-#[pyclass(frozen, extends = PyMemoryResource, subclass, module = "devbuf.mr", name = "DeviceMemoryResource")]
-pub struct PyDeviceResource;
+/// A `devbuf.mr` class whose resource is a device's memory of one kind only, whatever kind a
+/// caller asks for ([`one_kind`]): the class, its Python name, the kind, and `subclass` where
+/// Python code subclasses it.
+macro_rules! one_kind_resource {
+    ($(#[$doc:meta])* $class:ident, $python_name:tt, $kind:expr $(, $subclass:ident)?) => {
+        $(#[$doc])*
+        #[pyclass(frozen, extends = PyMemoryResource, $($subclass,)? module = "devbuf.mr", name = $python_name)]
+        pub struct $class;
 
-#[pymethods]
-impl PyDeviceResource {
-    #[new]
-    #[pyo3(signature = (device = None))]
-    fn new(
-        py: Python<'_>,
-        device: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<PyClassInitializer<Self>> {
-        Ok(
-            PyClassInitializer::from(one_kind(py, device, MemKind::Device)?)
-                .add_subclass(PyDeviceResource),
-        )
-    }
+        #[pymethods]
+        impl $class {
+            #[new]
+            #[pyo3(signature = (device = None))]
+            fn new(
+                py: Python<'_>,
+                device: Option<&Bound<'_, PyAny>>,
+            ) -> PyResult<PyClassInitializer<Self>> {
+                Ok(PyClassInitializer::from(one_kind(py, device, $kind)?).add_subclass($class))
+            }
+        }
+    };
 }
 
-/// The device's shared memory, which migrates between host and device (RMM's
-/// `ManagedMemoryResource`: CUDA managed memory, SYCL shared USM), whatever kind is asked.
-#[pyclass(frozen, extends = PyMemoryResource, module = "devbuf.mr", name = "ManagedMemoryResource")]
-pub struct PyManagedResource;
+one_kind_resource!(
+    /// The device's device memory, whatever kind a caller asks for (RMM's `CudaMemoryResource`;
+    /// cuda.core's `DeviceMemoryResource`): as the current resource, every buffer of the device is
+    /// device memory, as with RMM's.
+    PyDeviceResource,
+    "DeviceMemoryResource",
+    MemKind::Device,
+    subclass
+);
 
-#[pymethods]
-impl PyManagedResource {
-    #[new]
-    #[pyo3(signature = (device = None))]
-    fn new(
-        py: Python<'_>,
-        device: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<PyClassInitializer<Self>> {
-        Ok(
-            PyClassInitializer::from(one_kind(py, device, MemKind::Shared)?)
-                .add_subclass(PyManagedResource),
-        )
-    }
-}
+one_kind_resource!(
+    /// The device's shared memory, which migrates between host and device (RMM's
+    /// `ManagedMemoryResource`: CUDA managed memory, SYCL shared USM), whatever kind is asked.
+    PyManagedResource,
+    "ManagedMemoryResource",
+    MemKind::Shared
+);
 
-/// The device's host memory, which the device reaches (RMM's `PinnedHostMemoryResource`: CUDA
-/// pinned memory, SYCL host USM), whatever kind is asked.
-#[pyclass(frozen, extends = PyMemoryResource, module = "devbuf.mr", name = "PinnedHostMemoryResource")]
-pub struct PyPinnedHostResource;
-
-#[pymethods]
-impl PyPinnedHostResource {
-    #[new]
-    #[pyo3(signature = (device = None))]
-    fn new(
-        py: Python<'_>,
-        device: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<PyClassInitializer<Self>> {
-        Ok(
-            PyClassInitializer::from(one_kind(py, device, MemKind::Host)?)
-                .add_subclass(PyPinnedHostResource),
-        )
-    }
-}
+one_kind_resource!(
+    /// The device's host memory, which the device reaches (RMM's `PinnedHostMemoryResource`: CUDA
+    /// pinned memory, SYCL host USM), whatever kind is asked.
+    PyPinnedHostResource,
+    "PinnedHostMemoryResource",
+    MemKind::Host
+);
 
 /// A stream-ordered pool of the device's `kind` memory (default "device"; "shared" is RMM's
 /// experimental `CudaAsyncManagedMemoryResource`), with the settings of RMM's

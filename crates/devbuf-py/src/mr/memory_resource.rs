@@ -325,7 +325,7 @@ impl PyMemoryResource {
     #[pyo3(signature = (nbytes, kind = None, *, stream = None))]
     fn allocate(
         slf: &Bound<'_, Self>,
-        #[pyo3(from_py_with = crate::int_args::nbytes)] nbytes: usize,
+        #[pyo3(from_py_with = crate::values::int_args::nbytes)] nbytes: usize,
         kind: Option<&str>,
         stream: Option<&Bound<'_, PyQueue>>,
     ) -> PyResult<usize> {
@@ -356,8 +356,8 @@ impl PyMemoryResource {
     #[pyo3(signature = (ptr, nbytes, kind = None, *, stream = None))]
     fn deallocate(
         slf: &Bound<'_, Self>,
-        #[pyo3(from_py_with = crate::int_args::ptr)] ptr: usize,
-        #[pyo3(from_py_with = crate::int_args::nbytes)] nbytes: usize,
+        #[pyo3(from_py_with = crate::values::int_args::ptr)] ptr: usize,
+        #[pyo3(from_py_with = crate::values::int_args::nbytes)] nbytes: usize,
         kind: Option<&str>,
         stream: Option<&Bound<'_, PyQueue>>,
     ) -> PyResult<()> {

@@ -147,7 +147,7 @@ impl PyLimitingResource {
     #[new]
     fn new(
         upstream_mr: &Bound<'_, PyMemoryResource>,
-        #[pyo3(from_py_with = crate::int_args::allocation_limit)] allocation_limit: usize,
+        #[pyo3(from_py_with = crate::values::int_args::allocation_limit)] allocation_limit: usize,
     ) -> PyResult<PyClassInitializer<Self>> {
         let limited = PyMemoryResource::over(upstream_mr, |up| {
             LimitingResource::new(up, allocation_limit)

@@ -21,9 +21,9 @@ use pyo3::types::{PyBytes, PyDict, PyString};
 use pyo3::{PyTraverseError, PyVisit};
 
 use crate::errors::{IntoPyResult, carry};
-use crate::int_args;
 use crate::mr::memory_resource::{PyMemoryResource, resource_arg, resource_of};
 use crate::shutdown;
+use crate::values::int_args;
 
 /// Blocks of one size (`block_size`, rounded up to a multiple of 256) cut from chunks of
 /// `blocks_to_preallocate` blocks taken from `upstream_mr`; a larger request is a MemoryError.

@@ -1,6 +1,6 @@
 //! `Array` (a typed, strided view) and `Buffer` (its byte-array subclass): the objects every
 //! protocol exports. This file holds what they hold; their Python methods are in
-//! `array_methods` and `buffer_methods`, each protocol's export in `export`.
+//! `crate::array` and `crate::buffer`, each protocol's export in `export`.
 
 use std::sync::OnceLock;
 

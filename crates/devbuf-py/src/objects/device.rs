@@ -1,5 +1,5 @@
 //! What a `Device` (a device of one backend) holds, and what `devbuf.backends()` and
-//! `devbuf.devices()` list. Its Python methods are in `device_methods`.
+//! `devbuf.devices()` list. Its Python methods are in `crate::device`.
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,6 @@
 //! What a `Stream` (an ordered stream of work on one device and context; `Queue` is its earlier
 //! name) holds, the queue each device shares, and the capsules that carry a queue's runtime handle
-//! to other libraries. Its Python methods are in `queue_methods`.
+//! to other libraries. Its Python methods are in `crate::stream`.
 
 use std::collections::HashMap;
 use std::ffi::c_void;

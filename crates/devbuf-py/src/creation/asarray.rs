@@ -30,13 +30,13 @@ pub fn asarray<'py>(
     dtype: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyArray>> {
     let dtype = match dtype {
-        Some(dtype) if !dtype.is_none() => Some(crate::dtypes::from_python(dtype)?),
+        Some(dtype) if !dtype.is_none() => Some(crate::values::dtypes::from_python(dtype)?),
         _ => None,
     };
     // A NumPy scalar (np.float64 is a float) has memory of its own: imported, as NumPy's asarray.
-    let python_value = (crate::literals::is_python_scalar(obj)
-        && !crate::literals::is_numpy_scalar(obj)?)
-        || crate::literals::is_sequence(obj);
+    let python_value = (crate::values::literals::is_python_scalar(obj)
+        && !crate::values::literals::is_numpy_scalar(obj)?)
+        || crate::values::literals::is_sequence(obj);
     if python_value {
         if copy == Some(false) {
             return Err(PyValueError::new_err(
@@ -44,7 +44,7 @@ pub fn asarray<'py>(
                  making an array of it",
             ));
         }
-        let literal = crate::literals::literal(obj, "obj")?;
+        let literal = crate::values::literals::literal(obj, "obj")?;
         return crate::creation::from_literal(py, &literal, dtype, kind, device);
     }
     let array = crate::import::asarray(py, obj, copy, device, sync, kind)?;

@@ -49,7 +49,7 @@ impl PyArray {
     #[getter]
     fn dtype(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let dtype = self.array(py)?.layout().dtype();
-        crate::dtypes::to_python(py, dtype)
+        crate::values::dtypes::to_python(py, dtype)
     }
 
     /// The NumPy typestr of the element type ("<f4"...); bfloat16 has none.
@@ -285,7 +285,7 @@ impl PyArray {
     /// a 0-d array for one element, as CuPy returns), slices with any step, `...` and `None`.
     /// Nothing is copied; there is no fancy or boolean indexing.
     fn __getitem__(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyArray>> {
-        crate::array_views::getitem(slf, key)
+        crate::array::views::getitem(slf, key)
     }
 
     /// The same elements in `shape` (ints or one sequence; one may be -1): a view where the
@@ -297,26 +297,26 @@ impl PyArray {
         shape: &Bound<'_, PyTuple>,
         copy: Option<bool>,
     ) -> PyResult<Py<PyArray>> {
-        crate::array_views::reshape(slf, shape, copy)
+        crate::array::views::reshape(slf, shape, copy)
     }
 
     /// The view with the dimensions reversed (`x.transpose()`).
     #[getter(T)]
     fn transposed(slf: &Bound<'_, Self>) -> PyResult<Py<PyArray>> {
-        crate::array_views::transpose(slf, &PyTuple::empty(slf.py()))
+        crate::array::views::transpose(slf, &PyTuple::empty(slf.py()))
     }
 
     /// The view with the dimensions permuted: `axes` (ints or one sequence) names, for each
     /// dimension of the result, the dimension it was; none reverses them.
     #[pyo3(signature = (*axes))]
     fn transpose(slf: &Bound<'_, Self>, axes: &Bound<'_, PyTuple>) -> PyResult<Py<PyArray>> {
-        crate::array_views::transpose(slf, axes)
+        crate::array::views::transpose(slf, axes)
     }
 
     /// A C-contiguous, writable copy on the same device and of the same kind of memory, as
     /// NumPy's and CuPy's `x.copy()`: only the elements' bytes are copied.
     fn copy(slf: &Bound<'_, Self>) -> PyResult<Py<PyArray>> {
-        crate::array_views::compact_copy(slf)
+        crate::array::views::compact_copy(slf)
     }
 
     /// The array on `device` (a selector, a Device or a Stream), the array API's `to_device`:
@@ -373,7 +373,7 @@ impl PyArray {
         out: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let stream = stream.as_deref();
-        crate::host_transfer::to_numpy(slf, out, stream)
+        crate::array::host_transfer::to_numpy(slf, out, stream)
     }
 
     /// `get()` under Numba's name, with its argument order: `copy_to_host(out=None, stream=None)`.
@@ -384,7 +384,7 @@ impl PyArray {
         stream: Option<StreamArg<'py>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let stream = stream.as_deref();
-        crate::host_transfer::to_numpy(slf, out, stream)
+        crate::array::host_transfer::to_numpy(slf, out, stream)
     }
 
     /// NumPy's conversion (`np.asarray(arr)`): a view of host-accessible memory; memory the host
@@ -395,7 +395,7 @@ impl PyArray {
         dtype: Option<&Bound<'py, PyAny>>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        crate::host_transfer::numpy_view(slf, dtype, copy)
+        crate::array::host_transfer::numpy_view(slf, dtype, copy)
     }
 
     /// The SYCL USM array interface (version 1), for SYCL memory.
@@ -452,13 +452,13 @@ impl PyArray {
     /// DLPack 1.3's C exchange table ("dlpack_exchange_api" capsule).
     #[classattr]
     fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Py<PyCapsule>> {
-        crate::export::dlpack_exchange_api::capsule(py).map(Bound::unbind)
+        crate::export::dlpack::exchange_api::capsule(py).map(Bound::unbind)
     }
 
     /// The exchange table under the name of the proposal it came from.
     #[classattr]
     fn __c_dlpack_exchange_api__(py: Python<'_>) -> PyResult<Py<PyCapsule>> {
-        crate::export::dlpack_exchange_api::capsule(py).map(Bound::unbind)
+        crate::export::dlpack::exchange_api::capsule(py).map(Bound::unbind)
     }
 
     unsafe fn __getbuffer__(
@@ -475,7 +475,7 @@ impl PyArray {
 
     /// Pickling (protocol 5: host-accessible memory out-of-band, zero-copy); see `pickle.rs`.
     fn __reduce_ex__<'py>(slf: &Bound<'py, Self>, protocol: i64) -> PyResult<Bound<'py, PyTuple>> {
-        crate::pickle::reduce_ex(slf, protocol)
+        crate::array::pickle::reduce_ex(slf, protocol)
     }
 
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {

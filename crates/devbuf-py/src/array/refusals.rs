@@ -31,9 +31,9 @@ fn no_kernels(operation: &str) -> PyErr {
 fn binary(other: &Bound<'_, PyAny>, symbol: &str) -> PyResult<Py<PyAny>> {
     let py = other.py();
     let ours_or_python = other.is_instance_of::<PyArray>()
-        || crate::literals::is_python_scalar(other)
-        || crate::literals::is_sequence(other)
-        || crate::literals::is_numpy_scalar(other)?;
+        || crate::values::literals::is_python_scalar(other)
+        || crate::values::literals::is_sequence(other)
+        || crate::values::literals::is_numpy_scalar(other)?;
     if ours_or_python {
         return Err(no_kernels(&format!("x {symbol} value")));
     }

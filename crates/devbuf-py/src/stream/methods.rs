@@ -1,6 +1,7 @@
 //! `Stream`'s (`Queue`'s) Python methods: making, adopting and exporting streams, recording and
 //! waiting for events, allocating on a stream. They reach the default device, other libraries'
-//! objects and events, so they sit above those modules (what a stream holds is in `queue`).
+//! objects and events, so they sit above those modules (what a stream holds is in
+//! `crate::objects::queue`).
 
 use std::sync::Arc;
 
@@ -125,7 +126,7 @@ impl PyQueue {
     #[pyo3(signature = (handle, device = None, *, owner = None))]
     fn from_handle(
         py: Python<'_>,
-        #[pyo3(from_py_with = crate::int_args::handle)] handle: usize,
+        #[pyo3(from_py_with = crate::values::int_args::handle)] handle: usize,
         device: Option<&Bound<'_, PyAny>>,
         owner: Option<Py<PyAny>>,
     ) -> PyResult<Py<PyQueue>> {
@@ -243,7 +244,7 @@ impl PyQueue {
     #[pyo3(signature = (nbytes, kind = "shared", *, ipc = false))]
     pub(crate) fn alloc(
         slf: &Bound<'_, Self>,
-        #[pyo3(from_py_with = crate::int_args::nbytes)] nbytes: usize,
+        #[pyo3(from_py_with = crate::values::int_args::nbytes)] nbytes: usize,
         kind: &str,
         ipc: bool,
     ) -> PyResult<Py<PyBuffer>> {

@@ -47,14 +47,16 @@ impl PyArray {
                 this.readonly_reason(py, &array)
             )));
         }
-        if !(crate::literals::is_python_scalar(value) || crate::literals::is_numpy_scalar(value)?) {
+        if !(crate::values::literals::is_python_scalar(value)
+            || crate::values::literals::is_numpy_scalar(value)?)
+        {
             return Err(PyTypeError::new_err(format!(
                 "value: fill takes one scalar (bool, int, float or complex), not a {}; to copy \
                  an array's elements in, assign it: x[...] = value",
                 value.get_type().name()?
             )));
         }
-        let value = crate::literals::scalar(value, "value")?;
+        let value = crate::values::literals::scalar(value, "value")?;
         let destination: &Array = &array;
         write(
             py,
@@ -91,7 +93,7 @@ impl PyArray {
                 this.readonly_reason(py, &array)
             )));
         }
-        let index = crate::array_views::basic_index(key)?;
+        let index = crate::array::views::basic_index(key)?;
         let layout = array.layout().index(&index).py()?;
         let destination = Array::new(array.buffer().clone(), layout).py()?;
         drop(array);
@@ -123,11 +125,13 @@ fn written<'py>(
     if let Ok(ours) = value.cast::<PyArray>() {
         return Ok(Written::Imported(ours.clone()));
     }
-    if crate::literals::is_python_scalar(value) || crate::literals::is_numpy_scalar(value)? {
-        return crate::literals::scalar(value, "value").map(Written::Scalar);
+    if crate::values::literals::is_python_scalar(value)
+        || crate::values::literals::is_numpy_scalar(value)?
+    {
+        return crate::values::literals::scalar(value, "value").map(Written::Scalar);
     }
-    if crate::literals::is_sequence(value) {
-        let literal = crate::literals::literal(value, "value")?;
+    if crate::values::literals::is_sequence(value) {
+        let literal = crate::values::literals::literal(value, "value")?;
         let dtype = destination.layout().dtype();
         let values = py.detach(|| literal.to_host_array(dtype, "value")).py()?;
         return Ok(Written::Values(values));

@@ -3,8 +3,10 @@
 //! without saying which argument. Each converter is a function named after its argument, for
 //! `#[pyo3(from_py_with = int_args::name)]`.
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+
+use crate::errors::wrong_type;
 
 /// `value` as a `usize`: a TypeError naming `key` for a non-int, a ValueError for a negative int
 /// or one past what a `usize` holds. Ints by `__index__` (NumPy's) are taken.
@@ -17,7 +19,7 @@ pub(crate) fn count(value: &Bound<'_, PyAny>, key: &str) -> PyResult<usize> {
         Ok(n) => Err(PyValueError::new_err(format!(
             "{key}: {n} is more than any address space holds"
         ))),
-        Err(_) => Err(wrong_type(value, key)),
+        Err(_) => Err(wrong_type(value, key, "an int")),
     }
 }
 
@@ -31,18 +33,8 @@ pub(crate) fn exponent(value: &Bound<'_, PyAny>, key: &str) -> PyResult<i32> {
         Ok(n) => Err(PyValueError::new_err(format!(
             "{key}: {n} is not an exponent of a size in bytes"
         ))),
-        Err(_) => Err(wrong_type(value, key)),
+        Err(_) => Err(wrong_type(value, key, "an int")),
     }
-}
-
-fn wrong_type(value: &Bound<'_, PyAny>, key: &str) -> PyErr {
-    PyTypeError::new_err(format!(
-        "{key}: expected an int, got {}",
-        value
-            .get_type()
-            .name()
-            .map_or_else(|_| "?".into(), |name| name.to_string())
-    ))
 }
 
 macro_rules! count_args {

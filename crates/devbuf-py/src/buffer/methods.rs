@@ -10,12 +10,12 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyInt, PySlice, PyString};
 
-use crate::errors::IntoPyResult;
-use crate::exact_int::exact_int;
+use crate::errors::{IntoPyResult, wrong_type};
 use crate::objects::array::{PyArray, PyBuffer};
 use crate::objects::foreign_objects::resolve_queue;
 use crate::objects::queue::PyQueue;
 use crate::objects::streams::StreamArg;
+use crate::values::exact_int::exact_int;
 use crate::vectorcall::{Arguments, Body, Signature};
 
 #[pymethods]
@@ -45,8 +45,8 @@ impl PyBuffer {
     #[pyo3(signature = (ptr, nbytes, device = None, *, owner = None, deleter = None))]
     fn from_handle(
         py: Python<'_>,
-        #[pyo3(from_py_with = crate::int_args::ptr)] ptr: usize,
-        #[pyo3(from_py_with = crate::int_args::nbytes)] nbytes: usize,
+        #[pyo3(from_py_with = crate::values::int_args::ptr)] ptr: usize,
+        #[pyo3(from_py_with = crate::values::int_args::nbytes)] nbytes: usize,
         device: Option<&Bound<'_, PyAny>>,
         owner: Option<Py<PyAny>>,
         deleter: Option<Py<PyAny>>,
@@ -68,7 +68,7 @@ impl PyBuffer {
         stream: Option<&Bound<'py, PyAny>>,
         mr: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        crate::buffer_rmm::from_host(py, data, kind, device, stream, mr)
+        crate::buffer::rmm::from_host(py, data, kind, device, stream, mr)
     }
 
     /// Copies `data` (bytes-like, as `from_host` takes) into this buffer's first bytes, RMM's
@@ -79,7 +79,7 @@ impl PyBuffer {
         data: &Bound<'_, PyAny>,
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        crate::buffer_rmm::copy_into_start(slf, data, stream, "copy_from_host")
+        crate::buffer::rmm::copy_into_start(slf, data, stream, "copy_from_host")
     }
 
     /// Copies the bytes of `source` (device memory: anything `devbuf.asarray` takes) into this
@@ -90,13 +90,13 @@ impl PyBuffer {
         source: &Bound<'_, PyAny>,
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        crate::buffer_rmm::copy_into_start(slf, source, stream, "copy_from_device")
+        crate::buffer::rmm::copy_into_start(slf, source, stream, "copy_from_device")
     }
 
     /// The bytes this buffer may grow to without new memory (RMM's `DeviceBuffer.capacity()`):
     /// its allocation's, from its start; for memory devbuf did not allocate, its size.
     fn capacity(slf: &Bound<'_, Self>) -> PyResult<usize> {
-        crate::buffer_rmm::capacity(slf)
+        crate::buffer::rmm::capacity(slf)
     }
 
     /// Makes the buffer `new_size` bytes long, keeping its first bytes (RMM's
@@ -111,7 +111,7 @@ impl PyBuffer {
         new_size: usize,
         stream: Option<&Bound<'_, PyQueue>>,
     ) -> PyResult<()> {
-        use crate::buffer_rmm::{NewSize, change_size};
+        use crate::buffer::rmm::{NewSize, change_size};
         change_size(slf, NewSize::Size(new_size), stream, "resize")
     }
 
@@ -123,7 +123,7 @@ impl PyBuffer {
         new_capacity: usize,
         stream: Option<&Bound<'_, PyQueue>>,
     ) -> PyResult<()> {
-        use crate::buffer_rmm::{NewSize, change_size};
+        use crate::buffer::rmm::{NewSize, change_size};
         change_size(slf, NewSize::Capacity(new_capacity), stream, "reserve")
     }
 
@@ -163,8 +163,11 @@ impl PyBuffer {
     /// With `readonly=True` (or for a read-only buffer) it opens read-only; host memory is then
     /// sealed so that no other process can map it writable again, while this one keeps writing.
     #[pyo3(signature = (*, readonly = false))]
-    fn ipc_handle(slf: &Bound<'_, Self>, readonly: bool) -> PyResult<crate::ipc::PyIpcHandle> {
-        crate::ipc::export(slf.as_super().get(), slf.py(), readonly)
+    fn ipc_handle(
+        slf: &Bound<'_, Self>,
+        readonly: bool,
+    ) -> PyResult<crate::buffer::ipc::PyIpcHandle> {
+        crate::buffer::ipc::export(slf.as_super().get(), slf.py(), readonly)
     }
 
     /// A typed view: `dtype` anything `numpy.dtype()` takes (np.float32, "float32", "<f4"),
@@ -182,7 +185,7 @@ impl PyBuffer {
     ) -> PyResult<Py<PyArray>> {
         let py = slf.py();
         let this = slf.as_super().get();
-        let dtype = crate::dtypes::from_python(dtype)?;
+        let dtype = crate::values::dtypes::from_python(dtype)?;
         let array = this.array(py)?;
         let buffer = array.buffer();
         let offset = usize::try_from(offset).map_err(|_| {
@@ -287,7 +290,7 @@ impl PyBuffer {
     ) -> PyResult<()> {
         let stream = stream.as_deref();
         let array = slf.as_super().get().array(slf.py())?;
-        crate::buffer_hints::prefetch(slf.py(), array.buffer(), location, stream)
+        crate::buffer::hints::prefetch(slf.py(), array.buffer(), location, stream)
     }
 
     /// Tells the runtime how this shared memory will be used: `advice` is CUDA's name of it
@@ -301,7 +304,7 @@ impl PyBuffer {
         location: Option<&str>,
     ) -> PyResult<()> {
         let array = slf.as_super().get().array(slf.py())?;
-        crate::buffer_hints::advise(slf.py(), array.buffer(), advice, location)
+        crate::buffer::hints::advise(slf.py(), array.buffer(), advice, location)
     }
 
     /// Blocks until all pending work on this memory (from any queue) has completed, and once the
@@ -322,7 +325,7 @@ impl PyBuffer {
             .ok()
             .filter(|slice| slice.getattr("step").is_ok_and(|step| step.is_none()));
         let Some(slice) = contiguous else {
-            return crate::array_views::getitem(slf.as_super(), key).map(Py::into_any);
+            return crate::array::views::getitem(slf.as_super(), key).map(Py::into_any);
         };
         let this = slf.as_super().get();
         let array = this.array(py)?;
@@ -574,15 +577,6 @@ fn alloc_general<'py>(
     Ok(made.into_ptr())
 }
 
-/// A TypeError naming `parameter`, what it takes and the type it got.
-fn wrong_type(value: &Bound<'_, PyAny>, parameter: &str, expected: &str) -> PyErr {
-    let got = value
-        .get_type()
-        .name()
-        .map_or_else(|_| "?".into(), |name| name.to_string());
-    PyTypeError::new_err(format!("{parameter}: expected {expected}, got {got}"))
-}
-
 /// `alloc`'s `nbytes` when it is not a plain non-negative int: an int index (NumPy's) is taken;
 /// a negative or huge one is a ValueError and anything else a TypeError, each naming `nbytes`.
 fn byte_count(nbytes: &Bound<'_, PyAny>) -> PyResult<usize> {
@@ -596,10 +590,7 @@ fn byte_count(nbytes: &Bound<'_, PyAny>) -> PyResult<usize> {
         Ok(n) => Err(PyValueError::new_err(format!(
             "nbytes: {n} bytes is more than any device's address space"
         ))),
-        Err(_) => Err(PyTypeError::new_err(format!(
-            "nbytes: expected an int number of bytes, got {}",
-            nbytes.get_type().name()?
-        ))),
+        Err(_) => Err(wrong_type(nbytes, "nbytes", "an int number of bytes")),
     }
 }
 

@@ -1,6 +1,6 @@
 //! `Device`'s Python methods (its streams, `with device:`) and `set_default_device`: they reach
 //! the shared queues, the default device and other libraries' device objects, so they sit above
-//! those modules (what a Device holds is in `device`).
+//! those modules (what a Device holds is in `crate::objects::device`).
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;

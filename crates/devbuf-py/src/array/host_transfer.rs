@@ -27,7 +27,7 @@ pub(crate) fn to_numpy<'py>(
     let this = slf.get();
     let array = this.array(py)?;
     let numpy = py.import(intern!(py, "numpy"))?;
-    let dtype = crate::dtypes::to_python(py, array.layout().dtype())?;
+    let dtype = crate::values::dtypes::to_python(py, array.layout().dtype())?;
     let current = match stream {
         None => {
             crate::objects::current_stream::current_on(py, Some(&array.buffer().device().selector))
@@ -107,7 +107,7 @@ fn checked_out<'py>(
         }
         return Ok(out.clone());
     }
-    let dtype = crate::dtypes::to_python(py, layout.dtype())?;
+    let dtype = crate::values::dtypes::to_python(py, layout.dtype())?;
     let shape: Vec<usize> = out.getattr("shape")?.extract()?;
     if shape != layout.shape() || !out.getattr("dtype")?.eq(&dtype)? {
         return Err(PyValueError::new_err(format!(

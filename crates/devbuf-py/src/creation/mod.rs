@@ -3,6 +3,8 @@
 //! `device`, `stream` and `mr`) and a C-contiguous view; and the arrays `asarray` makes of
 //! Python scalars and sequences. Values are encoded by `devbuf::DType::encode`.
 
+pub(crate) mod asarray;
+
 use devbuf::{Array, DType, Layout, Literal, MemKind, Scalar};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -56,7 +58,7 @@ fn allocate(
     at: Placement<'_, '_>,
 ) -> PyResult<Py<PyArray>> {
     let layout = Layout::contiguous(dtype, shape, 0).py()?;
-    let buffer = crate::buffer_methods::alloc(
+    let buffer = crate::buffer::methods::alloc(
         py,
         layout.nbytes(),
         at.kind.unwrap_or("shared"),
@@ -79,7 +81,7 @@ fn fill(py: Python<'_>, array: &Py<PyArray>, value: Scalar) -> PyResult<()> {
 fn dtype_or(dtype: Option<&Bound<'_, PyAny>>, default: DType) -> PyResult<DType> {
     dtype
         .filter(|dtype| !dtype.is_none())
-        .map_or(Ok(default), crate::dtypes::from_python)
+        .map_or(Ok(default), crate::values::dtypes::from_python)
 }
 
 /// `devbuf.empty(shape, dtype=float64, *, kind="shared", device=None, stream=None, mr=None)`:
@@ -161,7 +163,7 @@ pub(crate) fn full<'py>(
     mr: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Py<PyArray>> {
     let stream = stream.as_deref();
-    let value = crate::literals::scalar(fill_value, "fill_value")?;
+    let value = crate::values::literals::scalar(fill_value, "fill_value")?;
     let dtype = dtype_or(dtype, value.default_dtype())?;
     // Refused values are refused before anything is allocated.
     dtype.encode(value).py()?;

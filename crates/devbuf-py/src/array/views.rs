@@ -210,7 +210,7 @@ impl PyArray {
     /// axis, which must be contiguous, holds as many new elements as its bytes make (a 0-d array
     /// keeps its item size). A view: nothing is copied or converted.
     fn view(slf: &Bound<'_, Self>, dtype: &Bound<'_, PyAny>) -> PyResult<Py<PyArray>> {
-        let dtype = crate::dtypes::from_python(dtype)?;
+        let dtype = crate::values::dtypes::from_python(dtype)?;
         let layout = slf.get().array(slf.py())?.layout().with_dtype(dtype).py()?;
         view(slf, layout)
     }

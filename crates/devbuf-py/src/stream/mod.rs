@@ -1,0 +1,3 @@
+//! `Stream`'s (`Queue`'s) Python methods (what a stream holds is `crate::objects::queue`).
+
+pub(crate) mod methods;
