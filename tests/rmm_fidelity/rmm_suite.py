@@ -49,8 +49,6 @@ NOT_APPLICABLE = [
 # id or of its error (searched in "id\nerror").
 CAUSES = [
     ("`stream=None` means the buffer's or resource's own queue, not a TypeError", r"_stream_none\n"),
-    ("the buffer protocol is for memory the host can read: `bytes(buffer)` of device memory is a "
-     "BufferError", r"BufferError: device memory on .* is not host-accessible"),
     ("a 0-byte buffer owns a 1-byte allocation (its pointer is not null)",
      r"^test_(device_buffer.py::test_rmm_device_buffer\[0\]|pinned_host_memory_resource.py::"
      r"test_pinned_host_memory_resource_with_device_buffer)\n.*assert \d+ == 0"),
