@@ -56,8 +56,6 @@ CAUSES = [
     ("a callback resource's exception reaches the caller as raised", r"test_callback_mr_error.*\n.*My alloc error"),
     ("devbuf's pools hand out no IPC-shareable memory", r"pool_handle|enable_fabric"),
     ("`initial_pool_size > maximum_pool_size` is a ValueError", r"initial_pool_size: \d+ bytes is more than maximum_pool_size"),
-    ("a pool serves one request of up to about 8/9 of its maximum size",
-     r"test_reinitialize_max_pool_size\n.*the pool holds \d+ bytes and may hold at most"),
     ("the error of a new stream's flags given with an existing one names devbuf's arguments",
      r"test_flags_with_obj_raises\n.*Regex pattern did not match"),
     ("devbuf lacks `{}`", r"DevbufLacks: devbuf has no counterpart of ([\w.]+)"),
