@@ -442,7 +442,8 @@ class Buffer(Array):
     def nbytes(self) -> int: ...
     @property
     def ptr(self) -> int:
-        """The address of the first byte. Not an export: work other code does through it is
+        """The address of the first byte; 0 for a 0-byte buffer, which holds no memory, except on
+        SYCL (dpctl refuses a null pointer). Not an export: work other code does through it is
         ordered by that code, not by devbuf."""
     @property
     def owned(self) -> bool: ...

@@ -49,9 +49,6 @@ NOT_APPLICABLE = [
 # id or of its error (searched in "id\nerror").
 CAUSES = [
     ("`stream=None` means the buffer's or resource's own queue, not a TypeError", r"_stream_none\n"),
-    ("a 0-byte buffer owns a 1-byte allocation (its pointer is not null)",
-     r"^test_(device_buffer.py::test_rmm_device_buffer\[0\]|pinned_host_memory_resource.py::"
-     r"test_pinned_host_memory_resource_with_device_buffer)\n.*assert \d+ == 0"),
     ("`__sizeof__` is the Python object's size, not the device memory's", r"rmm_device_buffer\[5\]\n.*assert \d+ == 5"),
     ("a callback resource's exception reaches the caller as raised", r"test_callback_mr_error.*\n.*My alloc error"),
     ("devbuf's pools hand out no IPC-shareable memory", r"pool_handle|enable_fabric"),

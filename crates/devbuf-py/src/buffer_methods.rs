@@ -154,7 +154,8 @@ impl PyBuffer {
         Ok(slf.as_super().get().array(slf.py())?.buffer().len())
     }
 
-    /// Address of the first byte.
+    /// Address of the first byte; 0 for a 0-byte buffer, which holds no memory, except on SYCL
+    /// (dpctl refuses a null pointer).
     #[getter]
     fn ptr(slf: &Bound<'_, Self>) -> PyResult<usize> {
         Ok(slf.as_super().get().array(slf.py())?.buffer().ptr() as usize)
