@@ -37,7 +37,7 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
         matches!(kind, MemKind::Host | MemKind::Shared)
     }
 
-    /// Allocates `size` bytes (never 0: [`crate::Buffer`] asks none or 1) aligned to `align` (a power
+    /// Allocates `size` bytes (never 0: an empty [`crate::Buffer`] takes none or 1) aligned to `align` (a power
     /// of two). The memory must be released with [`Queue::deallocate`] with the same arguments.
     fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>>;
 
