@@ -442,7 +442,8 @@ class Buffer(Array):
     def nbytes(self) -> int: ...
     @property
     def ptr(self) -> int:
-        """The address of the first byte. Not an export: work other code does through it is
+        """The address of the first byte; 0 for a 0-byte buffer, which holds no memory, except on
+        SYCL (dpctl refuses a null pointer). Not an export: work other code does through it is
         ordered by that code, not by devbuf."""
     @property
     def owned(self) -> bool: ...
@@ -459,6 +460,9 @@ class Buffer(Array):
     def copy_from_host(self, data: Any, *, stream: Stream | None = None) -> None: ...
     def copy_from_device(self, source: Any, *, stream: Stream | None = None) -> None: ...
     def tobytes(self, stream: Stream | None = None) -> bytes: ...
+    def __bytes__(self) -> bytes:
+        """``bytes(buffer)``: a copy on the host, as ``to_bytes()``, of any kind of memory (RMM's
+        DeviceBuffer); the buffer protocol (``memoryview``) stays for host-readable memory."""
     def capacity(self) -> int:
         """The bytes the buffer may grow to without new memory (RMM's ``capacity()``)."""
     def resize(self, new_size: int, stream: Stream | None = None) -> None:

@@ -171,6 +171,17 @@ def measure():
         return pair
 
     paths["copy 1 KiB device to device, enqueued"] = per_call(driver, copy, lambda: (settled(), settled()))
+
+    def empty(_):
+        buffer = devbuf.alloc(0, "device", device="cuda:0")
+        buffer.fill(1)
+        buffer.copy_from(devbuf.alloc(0, "device", device="cuda:0"))
+        buffer.to_bytes()
+        buffer.__cuda_array_interface__
+        buffer.__dlpack__(stream=-1)
+
+    paths["an empty device buffer: alloc, fill, copy, to_bytes, CAI and DLPack exports, free"] = per_call(
+        driver, empty)
     return paths
 
 

@@ -81,7 +81,7 @@ RULE_CALLS = {
         "Array.reshape", "Array.T", "Array.transpose", "Array.__getitem__", "Array.__reduce_ex__", "asarray",
         "from_dlpack", "Array.__cuda_array_interface__", "Array.__sycl_usm_array_interface__", "empty_like",
         "Array.copy_from", "Stream.__enter__", "Stream.__exit__", "Buffer.ipc_handle", "IpcHandle.__bytes__",
-        "open_ipc", "Buffer.tobytes",
+        "open_ipc", "Buffer.tobytes", "Buffer.__bytes__",
     },
     "stream_waits": {
         "Stream.synchronize", "Stream.record", "Stream.wait", "Stream.query", "Event.synchronize", "Event.wait",
@@ -248,7 +248,7 @@ class Machine(ResourceRules, WriteRules):
           reader=st.sampled_from(["to_bytes", "to_bytes(stream=)", "host view", "get", "get(out=)", "copy_to_host",
                                   "copy_from", "copy", "to_device", "asarray(copy=True)", "reshape(copy=True)",
                                   "pickle", "re-export", "with stream", "strided", "transposed", "from_dlpack",
-                                  "ipc", "tobytes", "tobytes(stream=)"]))
+                                  "ipc", "tobytes", "tobytes(stream=)", "bytes()"]))
     @step
     def devbuf_reads(self, memory, reader, stream):
         obj, backend = memory.obj, self.backend
@@ -259,6 +259,8 @@ class Machine(ResourceRules, WriteRules):
             seen = obj.to_bytes(stream=on)
         elif reader in ("tobytes", "tobytes(stream=)") and isinstance(obj, devbuf.Buffer):
             seen = obj.tobytes(stream=on) if reader == "tobytes(stream=)" else obj.tobytes()
+        elif reader == "bytes()" and isinstance(obj, devbuf.Buffer):
+            seen = bytes(obj)  # RMM's DeviceBuffer: a copy of any kind of memory
         elif reader == "host view" and obj.kind != "device":
             seen = np.asarray(obj).tobytes()  # the buffer protocol: NumPy reads through the object
             memory.anchored = True

@@ -40,16 +40,8 @@ class Owner:
 
 
 def one_block_pool(upstream, kind, nbytes):
-    """A pool at its maximum with one block of `nbytes` (the smallest such pool the pool's own
-    rounding allows)."""
-    for size in (nbytes, nbytes + nbytes // 8, nbytes + nbytes // 4, 2 * nbytes - 1):
-        pool = mr.PoolMemoryResource(upstream, size, size, kind=kind)
-        try:
-            pool.deallocate(pool.allocate(nbytes, kind), nbytes, kind)
-            return pool
-        except MemoryError:
-            continue
-    raise AssertionError(f"no one-block pool of {kind} memory holds {nbytes} bytes")
+    """A pool at its maximum with one block of `nbytes`."""
+    return mr.PoolMemoryResource(upstream, nbytes, nbytes, kind=kind)
 
 
 # The resources that serve one kind of memory, whatever kind is asked (RMM's CudaMemoryResource,
@@ -172,11 +164,7 @@ class ResourceRules(Base):
             source.queue.synchronize()
         backend.stream_writes(ptr, nbytes, kind, 255 - value, on)
         source.deallocate(ptr, nbytes, kind, stream=on)
-        # Finding F4 (reported on issue 44): a pool whose maximum is the one block it served refuses
-        # that request after release() (it grows by more than the request); not released here
-        # until fixed.
-        if then == "release" and isinstance(source, (mr.PoolMemoryResource, mr.AsyncMemoryResource)) \
-                and not resource.startswith("one-block pool"):
+        if then == "release" and isinstance(source, (mr.PoolMemoryResource, mr.AsyncMemoryResource)):
             source.release()
         elif then == "replay":
             mr.replay(self.replay_log, source, kind)

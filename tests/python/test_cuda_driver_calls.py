@@ -60,6 +60,8 @@ BUDGETS = {
     "copy 1 KiB device to device, enqueued": (
         {"cuMemcpyAsync": 1, "cuEventRecord": 1},
         "the copy, and the event that records it as pending work on both buffers"),
+    "an empty device buffer: alloc, fill, copy, to_bytes, CAI and DLPack exports, free": (
+        {}, "no memory (a null pointer, as RMM's): nothing to allocate, touch, order or free"),
 }
 
 

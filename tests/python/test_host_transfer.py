@@ -75,6 +75,20 @@ def test_implicit_conversion_of_device_memory_raises(device):
         np.array(array)
 
 
+@pytest.mark.parametrize("kind", ["device", "shared", "host"])
+def test_bytes_of_a_buffer_copies_every_kind_to_the_host(device, kind):
+    # RMM's DeviceBuffer: bytes(buffer) is its bytes, device memory included; the buffer protocol
+    # itself stays for memory the host can read.
+    if kind not in device.kinds:
+        pytest.skip(f"{device} has no {kind} memory")
+    buffer = devbuf.Buffer.from_host(bytes(range(200)), kind, device)
+    assert bytes(buffer) == bytes(range(200)) == buffer.to_bytes()
+    assert bytes(devbuf.alloc(0, kind, device=device)) == b""
+    if kind == "device" and device.backend != "host":
+        with pytest.raises(BufferError, match="not host-accessible"):
+            memoryview(buffer)
+
+
 def test_implicit_conversion_of_host_readable_memory_views_it(device):
     if "shared" not in device.kinds:
         pytest.skip(f"{device} has no shared memory")

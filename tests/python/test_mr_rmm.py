@@ -83,6 +83,31 @@ def test_binning_serves_every_kind_on_every_backend(backend):
                 assert buffer.to_bytes() == bytes([i + 1]) * buffer.nbytes
 
 
+@pytest.mark.parametrize("backend", backend_names())
+def test_a_pool_serves_one_request_of_its_whole_maximum_in_every_kind(backend):
+    # RMM's contract: a request of up to maximum_pool_size bytes fits an empty pool. Not a size
+    # class of the pool's allocator (classes step by an eighth): a block rounded up to the
+    # request's class would pass the maximum.
+    require_backend(backend)
+    maximum = (8 << 20) + 100 * 256
+    for device in devbuf.devices(backend):
+        if not device.usable:
+            continue
+        for kind in usable_kinds(device):
+            for initial in (0, maximum):
+                pool = mr.PoolMemoryResource(queue_mr(device.selector), initial, maximum, kind=kind)
+                for _ in range(2):
+                    whole = devbuf.alloc(maximum, kind, mr=pool)
+                    assert pool.pool_size() == maximum, (device, kind, initial)
+                    with pytest.raises(MemoryError):
+                        devbuf.alloc(256, kind, mr=pool)  # the block holds that request alone
+                    whole.fill(7)
+                    assert whole.to_bytes() == b"\x07" * maximum
+                    del whole
+                    pool.release()
+                    assert pool.pool_size() == 0
+
+
 def test_a_failure_callback_spills_a_python_cache_on_a_limiting_resource():
     limited = mr.LimitingResourceAdaptor(queue_mr(), allocation_limit=4096)
     cache = {key: devbuf.alloc(1024, "host", mr=limited) for key in "abc"}

@@ -144,6 +144,22 @@ def test_arena_is_the_pool_and_callbacks_are_a_resource():
     assert calls == [("allocate", 256), ("deallocate", 256)]
 
 
+@pytest.mark.parametrize("raised, caught", [
+    (MemoryError, MemoryError), (RuntimeError, RuntimeError), (ValueError, RuntimeError),
+    (Exception, RuntimeError), (BaseException, RuntimeError), (KeyboardInterrupt, KeyboardInterrupt),
+])
+def test_a_callback_resources_failure_is_a_memory_or_runtime_error(raised, caught):
+    # RMM's contract for its callback resource; the interpreter's own exits pass as raised.
+    def allocate(nbytes, stream):
+        raise raised("no memory for you")
+
+    callback = mr.CallbackMemoryResource(allocate, lambda *_: None, DEVICE)
+    with pytest.raises(caught, match="no memory for you") as err:
+        devbuf.alloc(256, "device", device=DEVICE, mr=callback)
+    assert type(err.value) is caught
+    assert type(err.value.__cause__ or err.value) is raised
+
+
 def test_buffer_from_host_and_copies_into_its_start():
     buffer = devbuf.Buffer.from_host(b"abc", "device", DEVICE)
     assert buffer.kind == "device" and buffer.tobytes() == b"abc"

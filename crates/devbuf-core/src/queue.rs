@@ -37,7 +37,7 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
         matches!(kind, MemKind::Host | MemKind::Shared)
     }
 
-    /// Allocates `size` bytes (never 0: [`crate::Buffer`] rounds 0 up) aligned to `align` (a power
+    /// Allocates `size` bytes (never 0: an empty [`crate::Buffer`] takes none or 1) aligned to `align` (a power
     /// of two). The memory must be released with [`Queue::deallocate`] with the same arguments.
     fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>>;
 
@@ -170,6 +170,15 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// call instead of paying more to release and take it again. False unless a backend says
     /// otherwise.
     fn allocates_cheaply(&self) -> bool {
+        false
+    }
+
+    /// Whether a 0-byte buffer of this queue holds no memory and has a null pointer, as RMM's,
+    /// CuPy's and PyTorch's do (CAI and DLPack allow a null data pointer for an array of no
+    /// elements). False unless a backend says otherwise: a 0-byte buffer then owns a 1-byte
+    /// allocation, so its pointer classifies as its kind, which a backend whose consumers refuse
+    /// a null pointer needs (docs/guide/memory-kinds.md, "Empty buffers").
+    fn empty_buffers_are_null(&self) -> bool {
         false
     }
 

@@ -323,6 +323,11 @@ impl Queue for CudaQueue {
         kind == MemKind::Device && self.allocator == DeviceAllocator::StreamOrdered
     }
 
+    /// As RMM's, CuPy's and PyTorch's: CAI v3 and DLPack take a null pointer for no elements.
+    fn empty_buffers_are_null(&self) -> bool {
+        true
+    }
+
     /// Stream-ordered device memory (`cuMemFreeAsync`), unless the allocation fell back to
     /// `cuMemAlloc`; pinned and managed memory are freed at once.
     fn frees_in_order(&self, ptr: NonNull<u8>, kind: MemKind) -> bool {

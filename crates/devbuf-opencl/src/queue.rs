@@ -190,6 +190,12 @@ impl Queue for OpenClQueue {
         }
     }
 
+    /// Its memory goes out through DLPack and the buffer protocol, which take a null pointer for no
+    /// bytes (no array-interface protocol describes it).
+    fn empty_buffers_are_null(&self) -> bool {
+        true
+    }
+
     fn kind_of(&self, ptr: *const u8) -> MemKind {
         if ptr.is_null() {
             return MemKind::Unknown;

@@ -634,6 +634,13 @@ impl Queue for SyclQueue {
         }
     }
 
+    /// dpctl refuses a null pointer in `__sycl_usm_array_interface__` ("the pointer 0x0 is not
+    /// bound to SyclContext"), even for no elements, and so do dpnp's arrays built on it: an empty
+    /// buffer owns a 1-byte allocation, as dpnp's own empty arrays do.
+    fn empty_buffers_are_null(&self) -> bool {
+        false
+    }
+
     fn kind_of(&self, ptr: *const u8) -> MemKind {
         classify(&self.context, self.knows_usm, ptr)
     }

@@ -50,7 +50,10 @@ class CallbackMemoryResource(MemoryResource):
     nbytes, stream)`. `stream` is the devbuf.Stream of the allocation when the caller named one,
     else None (so that `upstream.allocate(nbytes, stream)` asks for the upstream's own kind).
     The resource is on `device` (default: the default device); what the functions return is
-    checked as any Python resource's (see the guide, "Resources written in Python")."""
+    checked as any Python resource's (see the guide, "Resources written in Python"). As RMM's,
+    an exception of `allocate_func` other than MemoryError and RuntimeError reaches the caller
+    as a RuntimeError with its message (the exception its cause); the interpreter's own exits
+    (KeyboardInterrupt, SystemExit) pass as raised."""
 
     def __init__(self, allocate_func: Callable[[int, Any], int],
                  deallocate_func: Callable[[int, int, Any], None], device: Any = None) -> None:
@@ -60,7 +63,12 @@ class CallbackMemoryResource(MemoryResource):
 
     def allocate(self, nbytes: int, kind: str | None = None, *, stream: Any = None) -> int:
         """`allocate_func(nbytes, stream)`."""
-        return self.allocate_func(nbytes, stream)
+        try:
+            return self.allocate_func(nbytes, stream)
+        except (MemoryError, RuntimeError, KeyboardInterrupt, SystemExit, GeneratorExit):
+            raise
+        except BaseException as err:  # RMM's contract: any other failure is a RuntimeError
+            raise RuntimeError(str(err)) from err
 
     def deallocate(self, ptr: int, nbytes: int, kind: str | None = None, *, stream: Any = None) -> None:
         """`deallocate_func(ptr, nbytes, stream)`."""

@@ -64,8 +64,9 @@ impl Buffer {
     /// through the device's current resource for `kind` ([`mr::current`]) when one is set on
     /// this queue.
     ///
-    /// A zero-byte buffer still owns a real (1-byte) allocation, so its pointer is unique and
-    /// classifies as `kind`.
+    /// A zero-byte buffer holds no memory and has a null pointer where the queue says so
+    /// ([`Queue::empty_buffers_are_null`]); elsewhere it owns a real (1-byte) allocation, so its
+    /// pointer is unique and classifies as `kind`.
     pub fn alloc_aligned(
         queue: &Arc<dyn Queue>,
         kind: MemKind,
@@ -95,13 +96,16 @@ impl Buffer {
         // A resource of one kind (RMM's) decides the kind, as RMM's resources do.
         let kind = resource.serves(kind, nbytes.max(1), align);
         check_allocation(queue, kind, align)?;
-        let size = nbytes.max(1);
-        let ptr = resource.allocate(kind, size, align)?;
+        let size = allocation_size(queue, nbytes);
         let release = Release::Resource {
             resource: Arc::clone(resource),
             size,
             align,
         };
+        if size == 0 {
+            return Ok(Self::empty(kind, release));
+        }
+        let ptr = resource.allocate(kind, size, align)?;
         Self::allocated(kind, ptr, nbytes, release, queue.allocates_in_order(kind))
     }
 
@@ -112,14 +116,34 @@ impl Buffer {
         align: usize,
     ) -> Result<Buffer> {
         check_allocation(queue, kind, align)?;
-        let size = nbytes.max(1);
-        let ptr = queue.allocate(kind, size, align)?;
+        let size = allocation_size(queue, nbytes);
         let release = Release::Queue {
             queue: Arc::clone(queue),
             size,
             align,
         };
+        if size == 0 {
+            return Ok(Self::empty(kind, release));
+        }
+        let ptr = queue.allocate(kind, size, align)?;
         Self::allocated(kind, ptr, nbytes, release, queue.allocates_in_order(kind))
+    }
+
+    /// A 0-byte buffer of `kind` with a null pointer and no memory: `release` (of size 0) names
+    /// only where more of it would come from ([`Buffer::grown`]), and frees nothing.
+    fn empty(kind: MemKind, release: Release) -> Buffer {
+        Buffer {
+            alloc: SharedAllocation::new(|| Allocation {
+                base: 0,
+                kind,
+                release,
+                pending: Pending::default(),
+                exported: AtomicU8::new(exported::NO),
+                read_only: false,
+            }),
+            offset: 0,
+            len: 0,
+        }
     }
 
     /// The buffer of fresh memory at `ptr`. With `in_order`, the allocation itself is work on the
@@ -347,6 +371,16 @@ impl Buffer {
             offset: self.offset.saturating_add(range.start),
             len: range.len(),
         })
+    }
+}
+
+/// The bytes to allocate for a buffer of `nbytes` on `queue`: none for an empty buffer where the
+/// queue's empty buffers are null, else at least one.
+fn allocation_size(queue: &Arc<dyn Queue>, nbytes: usize) -> usize {
+    if nbytes == 0 && queue.empty_buffers_are_null() {
+        0
+    } else {
+        nbytes.max(1)
     }
 }
 

@@ -199,7 +199,9 @@ pub(super) fn copying_queue<'a>(dst: &'a Buffer, src: &'a Buffer) -> Option<&'a 
 }
 
 pub(super) fn reaches(queue: &Arc<dyn Queue>, buffer: &Buffer) -> bool {
-    Arc::ptr_eq(queue, buffer.queue())
+    // No bytes to reach (and perhaps a null pointer, which no runtime is asked about).
+    buffer.is_empty()
+        || Arc::ptr_eq(queue, buffer.queue())
         || buffer.is_host_accessible()
         || queue.kind_of(buffer.ptr()) != MemKind::Unknown
         || queue.copies_reach(buffer.ptr())
@@ -215,7 +217,9 @@ fn on_own_device(queue: &Arc<dyn Queue>, buffer: &Buffer) -> bool {
 /// memory of another runtime is filled only by a queue that reaches any host memory
 /// ([`Queue::reaches_any_host_memory`]).
 fn fills(queue: &Arc<dyn Queue>, buffer: &Buffer) -> bool {
-    Arc::ptr_eq(queue, buffer.queue())
+    // No bytes to reach (and perhaps a null pointer, which no runtime is asked about).
+    buffer.is_empty()
+        || Arc::ptr_eq(queue, buffer.queue())
         || queue.kind_of(buffer.ptr()) != MemKind::Unknown
         || (queue.reaches_any_host_memory() && buffer.is_host_accessible())
 }

@@ -72,6 +72,11 @@ impl Queue for HostQueue {
         true
     }
 
+    /// NumPy's buffer protocol and DLPack take a null pointer for no bytes.
+    fn empty_buffers_are_null(&self) -> bool {
+        true
+    }
+
     fn keeps_time(&self) -> bool {
         true
     }

@@ -64,7 +64,10 @@ fn small_blocks_kept_for_reuse_give_way_before_the_pool_grows() {
 fn a_pool_stops_at_its_maximum_size() {
     let resource: Arc<dyn MemoryResource> = bounded_host_pool(2 << 20);
     let _held = alloc(&resource, 1 << 20);
-    let err = Buffer::alloc_from(&resource, MemKind::Host, 1 << 20, 256).unwrap_err();
+    // Up to the maximum, exactly...
+    let _rest = alloc(&resource, 1 << 20);
+    // ...and no further.
+    let err = Buffer::alloc_from(&resource, MemKind::Host, 256, 256).unwrap_err();
     assert!(matches!(err, Error::OutOfMemory { .. }), "{err}");
     assert!(err.to_string().contains("at most 2097152"), "{err}");
 }

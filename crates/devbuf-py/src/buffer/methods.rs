@@ -140,13 +140,22 @@ impl PyBuffer {
         slf.call_method("to_bytes", (), Some(&kwargs))
     }
 
+    /// `bytes(buffer)`: the bytes copied to the host, as `to_bytes()`, for every kind of memory
+    /// (RMM's `DeviceBuffer`). Python asks for `__bytes__` before the buffer protocol, which
+    /// stays for memory the host can read (CuPy's rule): `memoryview` of device memory is still
+    /// a BufferError.
+    fn __bytes__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        slf.call_method0("to_bytes")
+    }
+
     /// Number of bytes.
     #[getter]
     fn nbytes(slf: &Bound<'_, Self>) -> PyResult<usize> {
         Ok(slf.as_super().get().array(slf.py())?.buffer().len())
     }
 
-    /// Address of the first byte.
+    /// Address of the first byte; 0 for a 0-byte buffer, which holds no memory, except on SYCL
+    /// (dpctl refuses a null pointer).
     #[getter]
     fn ptr(slf: &Bound<'_, Self>) -> PyResult<usize> {
         Ok(slf.as_super().get().array(slf.py())?.buffer().ptr() as usize)

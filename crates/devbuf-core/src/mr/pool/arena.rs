@@ -29,6 +29,9 @@ pub(super) struct Block {
     pub(super) retired: usize,
     /// The units they take.
     pub(super) retired_units: usize,
+    /// The block's allocator, set aside while one request takes the whole block
+    /// ([`Arena::take_whole`]); `units` then serves that request alone.
+    pub(super) set_aside: Option<Allocator>,
 }
 
 impl Block {
@@ -93,6 +96,14 @@ impl std::fmt::Debug for AllocationDebug {
     }
 }
 
+/// The units of the smallest free range offset-allocator hands a request of `units` units out
+/// of: its size class, up to an eighth more than the request (None past the largest class).
+pub(super) fn class_units(units: u32) -> Option<u32> {
+    let class = offset_allocator::ext::min_allocator_size(units);
+    // The largest classes wrap to 0 in offset-allocator's u32 arithmetic.
+    (class >= units).then_some(class)
+}
+
 /// The units a request of `size` bytes aligned to `align` takes: blocks start on a unit, and a
 /// larger alignment takes the slack to align within the block.
 pub(super) fn units_for(size: usize, align: usize) -> Option<usize> {
@@ -136,23 +147,62 @@ impl Arena {
     }
 
     pub(super) fn try_allocate(&mut self, units: u32, align: usize) -> Option<NonNull<u8>> {
-        for (slot, block) in self.blocks.iter_mut().enumerate() {
-            let Some(block) = block else { continue };
+        for (slot, entry) in self.blocks.iter_mut().enumerate() {
+            let Some(block) = entry else { continue };
+            // A block taken whole has room for nothing else (its allocator's is not memory).
+            if block.set_aside.is_some() {
+                continue;
+            }
             if let Some(allocation) = block.units.allocate(units) {
-                block.live = block.live.saturating_add(1);
-                // Units offset-allocator handed out lie inside the block, padded for `align`:
-                // no sum here passes the block's end, an address upstream handed out.
-                #[allow(
-                    clippy::arithmetic_side_effects,
-                    reason = "inside the block, see above"
-                )]
-                let addr = (block.base + allocation.offset as usize * UNIT).next_multiple_of(align);
-                self.handed_out
-                    .insert(addr, (slot, AllocationDebug(allocation)));
-                return NonNull::new(addr as *mut u8);
+                return self.hand_out(slot, allocation, align);
             }
         }
-        None
+        self.take_whole(units, align)
+    }
+
+    /// Hands one request a block with nothing in it that holds its units, when no allocator
+    /// found it space: offset-allocator serves a request only from a free range of its size
+    /// class, up to an eighth more than it, so the block of exactly the request's size that a
+    /// pool near its maximum can take (or its initial block, of the maximum) would refuse it.
+    /// The block's allocator is set aside until the request is freed.
+    fn take_whole(&mut self, units: u32, align: usize) -> Option<NonNull<u8>> {
+        let class = class_units(units)?;
+        let (slot, block) = self
+            .blocks
+            .iter_mut()
+            .enumerate()
+            .find_map(|(slot, entry)| {
+                let block = entry.as_mut()?;
+                let fits = block.size / UNIT >= units as usize;
+                (fits && block.live == 0 && block.set_aside.is_none()).then_some((slot, block))
+            })?;
+        // Nodes for the allocation and the rest of its class; offset-allocator keeps one spare.
+        let mut whole = Allocator::with_max_allocs(class, 3);
+        let allocation = whole.allocate(units)?;
+        block.set_aside = Some(std::mem::replace(&mut block.units, whole));
+        self.hand_out(slot, allocation, align)
+    }
+
+    /// Records `allocation`, made in the block in `slot`, as handed out.
+    fn hand_out(
+        &mut self,
+        slot: usize,
+        allocation: Allocation,
+        align: usize,
+    ) -> Option<NonNull<u8>> {
+        let block = self.blocks.get_mut(slot)?.as_mut()?;
+        block.live = block.live.saturating_add(1);
+        // Units offset-allocator handed out lie inside the block, padded for `align` (a block
+        // taken whole holds the request's units): no sum here passes the block's end, an
+        // address upstream handed out.
+        #[allow(
+            clippy::arithmetic_side_effects,
+            reason = "inside the block, see above"
+        )]
+        let addr = (block.base + allocation.offset as usize * UNIT).next_multiple_of(align);
+        self.handed_out
+            .insert(addr, (slot, AllocationDebug(allocation)));
+        NonNull::new(addr as *mut u8)
     }
 
     /// Bytes of the units handed out (deferred and retired frees included: their memory is
@@ -173,6 +223,11 @@ impl Arena {
         {
             block.units.free(allocation.0);
             block.live = block.live.saturating_sub(1);
+            if block.live == 0
+                && let Some(units) = block.set_aside.take()
+            {
+                block.units = units;
+            }
             self.drain_if_done(slot);
         }
     }

@@ -12,14 +12,14 @@
 mod arena;
 mod recent;
 
-/// The bytes a block must have to serve a request of `units` units: offset-allocator rounds a
-/// request up to its bin size (an eighth at most) when it looks for space. Saturates: so large a
-/// request is refused by the growth that follows.
+/// The bytes of a block any request of `units` units fits in: its size class (offset-allocator
+/// looks for a free range of the class, up to an eighth more than the request). Saturates: so
+/// large a request is refused by the growth that follows.
 fn growth_for(units: usize) -> usize {
-    units
-        .saturating_add(units / 8)
-        .saturating_add(1)
-        .saturating_mul(UNIT)
+    u32::try_from(units)
+        .ok()
+        .and_then(arena::class_units)
+        .map_or(usize::MAX, |class| (class as usize).saturating_mul(UNIT))
 }
 
 #[cfg(test)]
@@ -269,6 +269,7 @@ impl PoolResource {
             live: 0,
             retired: 0,
             retired_units: 0,
+            set_aside: None,
         };
         match arena.blocks.iter_mut().find(|slot| slot.is_none()) {
             Some(slot) => *slot = Some(block),
@@ -328,9 +329,22 @@ impl PoolResource {
         }
     }
 
+    /// The smallest block that serves a request of `units` units: one of its size class, or,
+    /// under a maximum that leaves no room for that, one of exactly its size, which it then takes
+    /// whole (`Arena::take_whole`): a pool serves one request of up to its maximum size.
+    fn needed_for(&self, units: usize) -> usize {
+        let class = growth_for(units);
+        match self.maximum_size {
+            Some(maximum) if class > maximum.saturating_sub(self.pool_size()) => {
+                units.saturating_mul(UNIT)
+            }
+            _ => class,
+        }
+    }
+
     /// How much to take from upstream for a request of `units` units that did not fit.
     fn growth(&self, units: usize) -> usize {
-        let needed = growth_for(units);
+        let needed = self.needed_for(units);
         let wanted = needed.max(MIN_GROWTH).max(self.pool_size() / 4);
         // Under a maximum, no more than is left: a small request fits a nearly full pool.
         match self.maximum_size {
@@ -399,7 +413,7 @@ impl Adaptor for PoolResource {
                 return Ok(ptr);
             }
             let grown;
-            (arena, grown) = self.grow(arena, growth_for(units));
+            (arena, grown) = self.grow(arena, self.needed_for(units));
             grown.map_err(|_| err)?;
         }
         let allocated = arena
