@@ -214,6 +214,34 @@ def test_a_cai_export_names_devbufs_stream_for_a_cuda_core_consumer(core):
     )
 
 
+@pytest.mark.parametrize("export", ["dlpack", "cai"])
+def test_work_pending_on_a_stream_its_owner_closed_is_joined_for_the_next_consumer(core, export):
+    # devbuf's fill is still pending on cuda.core's stream when cuda.core destroys it: the next
+    # consumer is ordered after the fill through its event, joined on a stream that still exists
+    # (never a wait on, or a CAI `stream` naming, the destroyed one), and reads the fill.
+    run(
+        f"""
+        theirs = device.create_stream()
+        array = devbuf.alloc(N, "device", device="cuda")
+        array.fill(7, stream=devbuf.Stream(theirs), blocking=False)
+        dead = int(theirs.handle)
+        theirs.close()
+        if "{export}" == "dlpack":
+            view = StridedMemoryView.from_dlpack(array.view("uint8"), stream_ptr=int(stream.handle))
+        else:
+            named = array.__cuda_array_interface__["stream"]
+            assert named not in (None, dead), named
+            view = StridedMemoryView.from_cuda_array_interface(
+                array.view("uint8"), stream_ptr=int(stream.handle)
+            )
+        host = LegacyPinnedMemoryResource().allocate(N)
+        Buffer.from_handle(view.ptr, N).copy_to(host, stream=stream)
+        stream.sync()
+        assert host_bytes(host) == bytes([7]) * N, set(host_bytes(host))
+        """
+    )
+
+
 @pytest.mark.parametrize("export", ["dlpack", "cai", "none"])
 @pytest.mark.parametrize("blocking", [True, False])
 def test_memory_handed_out_on_a_stream_its_owner_closed_still_reads(core, export, blocking):

@@ -136,6 +136,14 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// where the runtime allows it.
     fn wait_event(&self, event: &Event) -> Result<()>;
 
+    /// Whether work can still be enqueued on this queue: false once the library that owns the
+    /// stream it adopted destroyed it ([`crate::KeepsStream::stream_alive`]). The work already
+    /// there completes by itself and its events stay valid to wait for, so devbuf joins that work
+    /// on another queue instead of on this one (docs/architecture.md, "The ordering invariant").
+    fn takes_work(&self) -> bool {
+        true
+    }
+
     /// Whether all work enqueued so far has completed, without blocking, other libraries' work on
     /// this queue included (a devbuf stream's `query`). The default asks an
     /// event recorded now, which a runtime whose records are work of their own may not have

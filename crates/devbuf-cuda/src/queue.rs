@@ -483,6 +483,11 @@ impl Queue for CudaQueue {
         Ok(self.stream.is_idle()?)
     }
 
+    /// Not once another library destroyed the stream this queue adopted.
+    fn takes_work(&self) -> bool {
+        self.stream.is_alive()
+    }
+
     /// `cuMemGetInfo` in the stream's context: the device's free and total memory.
     fn memory_info(&self) -> Result<(usize, usize)> {
         let _current = crate::context::enter(self.stream.context().raw())?;

@@ -239,8 +239,9 @@ impl Buffer {
     /// The queue a consumer must synchronize with to see every write that may still be pending on
     /// this allocation (CAI v3's producer rule; a re-export to another consumer), made to follow
     /// everything [`Buffer::order_access`] orders after: `None` when nothing can be pending; else
-    /// the one queue with pending work, or `home` when there is none or several (pending work on
-    /// other queues joined there).
+    /// the one queue with pending work while it takes work ([`Queue::takes_work`]), or `home`
+    /// when there is none, several, or that one's stream is gone (pending work on other queues
+    /// joined there by its events).
     pub fn sync_queue(&self, home: &Arc<dyn Queue>) -> Result<Option<Arc<dyn Queue>>> {
         let consumers = self.may_have_foreign_work();
         if self.alloc.pending.is_empty() {
@@ -268,11 +269,13 @@ impl Buffer {
         let target = match pending.work.as_slice() {
             _ if pending.allocation_unrecorded() => Some(Arc::clone(home)),
             [] if !consumers => None,
+            // A queue whose stream its owner destroyed takes no more work: its event is joined
+            // on `home` below.
             [
                 PendingWork {
                     queue: Some(only), ..
                 },
-            ] => Some(Arc::clone(only)),
+            ] if only.takes_work() => Some(Arc::clone(only)),
             _ => Some(Arc::clone(home)),
         };
         if let Some(target) = &target
