@@ -318,6 +318,11 @@ class Cuda:
                 devbuf.set_cai_export_stream(True)
             handle = interface["stream"] or 1
             data = interface["data"][0]
+            if protocol == "cai-no-stream":
+                # The option hands synchronization to the user (CAI v3's producer option, as
+                # devbuf documents it): the user waits for the work pending on the memory, other
+                # consumers' on the streams devbuf handed out included, before this consumer writes.
+                memory.synchronize()
         elif protocol in ("dlpack-stream", "dlpack-none"):
             handle = stream.stream if protocol == "dlpack-stream" else None
             capsule = memory.__dlpack__(stream=handle, max_version=(1, 0))
