@@ -322,7 +322,7 @@ class Cuda:
                 # The option hands synchronization to the user (CAI v3's producer option, as
                 # devbuf documents it): the user waits for the work pending on the memory, other
                 # consumers' on the streams devbuf handed out included, before this consumer writes.
-                memory.synchronize()
+                memory.buffer.synchronize()
         elif protocol in ("dlpack-stream", "dlpack-none"):
             handle = stream.stream if protocol == "dlpack-stream" else None
             capsule = memory.__dlpack__(stream=handle, max_version=(1, 0))
