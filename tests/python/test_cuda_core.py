@@ -163,6 +163,13 @@ PRELUDE = textwrap.dedent(
 
     def host_bytes(buffer):
         return ctypes.string_at(int(buffer.handle), buffer.size)
+
+    def read_on_stream(view):
+        # The N bytes at `view` as cuda.core reads them: copied to pinned memory on `stream`.
+        host = LegacyPinnedMemoryResource().allocate(N)
+        Buffer.from_handle(view.ptr, N).copy_to(host, stream=stream)
+        stream.sync()
+        return host_bytes(host)
     """
 )
 
@@ -188,10 +195,8 @@ def test_a_dlpack_export_to_a_cuda_core_stream_waits_for_devbuf_work(core):
         array = devbuf.alloc(N, "device", device="cuda")
         array.fill(3, blocking=False)
         view = StridedMemoryView.from_dlpack(array.view("uint8"), stream_ptr=int(stream.handle))
-        host = LegacyPinnedMemoryResource().allocate(N)
-        Buffer.from_handle(view.ptr, N).copy_to(host, stream=stream)
-        stream.sync()
-        assert host_bytes(host) == bytes([3]) * N, set(host_bytes(host))
+        seen = read_on_stream(view)
+        assert seen == bytes([3]) * N, set(seen)
         """
     )
 
@@ -206,10 +211,8 @@ def test_a_cai_export_names_devbufs_stream_for_a_cuda_core_consumer(core):
         view = StridedMemoryView.from_cuda_array_interface(
             array.view("uint8"), stream_ptr=int(stream.handle)
         )
-        host = LegacyPinnedMemoryResource().allocate(N)
-        Buffer.from_handle(view.ptr, N).copy_to(host, stream=stream)
-        stream.sync()
-        assert host_bytes(host) == bytes([4]) * N, set(host_bytes(host))
+        seen = read_on_stream(view)
+        assert seen == bytes([4]) * N, set(seen)
         """
     )
 
@@ -234,10 +237,8 @@ def test_work_pending_on_a_stream_its_owner_closed_is_joined_for_the_next_consum
             view = StridedMemoryView.from_cuda_array_interface(
                 array.view("uint8"), stream_ptr=int(stream.handle)
             )
-        host = LegacyPinnedMemoryResource().allocate(N)
-        Buffer.from_handle(view.ptr, N).copy_to(host, stream=stream)
-        stream.sync()
-        assert host_bytes(host) == bytes([7]) * N, set(host_bytes(host))
+        seen = read_on_stream(view)
+        assert seen == bytes([7]) * N, set(seen)
         """
     )
 
