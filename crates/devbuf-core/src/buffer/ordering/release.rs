@@ -56,32 +56,15 @@ fn release(alloc: &mut Allocation) {
         }));
         return;
     }
-    // Nothing recorded and never handed out: straight back, without the runtime (hot).
-    if pending.is_empty() && !exported {
-        return settle(
-            &mut alloc.release,
-            alloc.kind,
-            alloc.base,
-            pending,
-            handed_out,
-            false,
-            false,
-        );
-    }
-    // Ordering the release submits to the runtime, which may block there: a SYCL runtime's
-    // submission waits for its scheduler, which another thread may hold while it waits for a host
-    // task that needs the embedding language's lock (dpnp's take the GIL). So it runs as a wait.
-    blocking(|| {
-        settle(
-            &mut alloc.release,
-            alloc.kind,
-            alloc.base,
-            pending,
-            handed_out,
-            exported,
-            false,
-        )
-    });
+    settle(
+        &mut alloc.release,
+        alloc.kind,
+        alloc.base,
+        pending,
+        handed_out,
+        exported,
+        false,
+    );
 }
 
 /// A release that waits on the host, run off the thread that let go of the memory.
