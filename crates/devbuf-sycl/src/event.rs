@@ -11,10 +11,20 @@ use devbuf_sycl_sys as sys;
 use crate::loader::SYCL;
 use crate::raw::{RawEvent, RawQueue, owned_handle};
 
+/// Runs `call`, a submission to the SYCL runtime or a wait, as a call that may block
+/// ([`devbuf_core::blocking`]: Python's GIL released): a submission waits for the scheduler's
+/// lock, which another thread may hold while it waits for a host task, and dpnp's host tasks take
+/// the GIL (docs/architecture.md, "Blocking calls and the GIL").
+pub(crate) fn through_the_scheduler<T>(call: impl FnOnce() -> T) -> T {
+    devbuf_core::blocking(call)
+}
+
 /// Submits a barrier on `queue`: its event completes after all work enqueued there so far.
 pub(crate) fn barrier(queue: &RawQueue) -> Result<RawEvent> {
     // SAFETY: the queue is live; the call catches the runtime's exceptions.
-    let event = unsafe { queue.rt.api().DPCTLQueue_SubmitBarrier(queue.as_ptr()) };
+    let event = through_the_scheduler(|| unsafe {
+        queue.rt.api().DPCTLQueue_SubmitBarrier(queue.as_ptr())
+    });
     // SAFETY: `event` is null or an event we own.
     unsafe { RawEvent::from_raw(queue.rt, event) }.ok_or_else(|| {
         Error::runtime(
@@ -31,13 +41,13 @@ pub(crate) fn barrier_for(queue: &RawQueue, event: &SyclEvent) -> Result<RawEven
     let dependencies = [event.event.as_ptr()];
     // SAFETY: the queue and the event are live and of one runtime; the call catches the
     // runtime's exceptions and returns the barrier's event, which we own.
-    let barrier = unsafe {
+    let barrier = through_the_scheduler(|| unsafe {
         queue.rt.api().DPCTLQueue_SubmitBarrierForEvents(
             queue.as_ptr(),
             dependencies.as_ptr(),
             dependencies.len(),
         )
-    };
+    });
     // SAFETY: `barrier` is null or an event we own.
     unsafe { RawEvent::from_raw(queue.rt, barrier) }.ok_or_else(|| {
         Error::runtime(
@@ -98,7 +108,9 @@ impl SyclEvent {
 impl QueueEvent for SyclEvent {
     fn wait(&self) -> Result<()> {
         // SAFETY: the event is live; the call catches the runtime's exceptions.
-        unsafe { self.event.rt.api().DPCTLEvent_Wait(self.event.as_ptr()) };
+        through_the_scheduler(|| unsafe {
+            self.event.rt.api().DPCTLEvent_Wait(self.event.as_ptr())
+        });
         match self.status() {
             sys::DPCTLSyclEventStatusType_DPCTL_COMPLETE => Ok(()),
             status => Err(Error::runtime(

@@ -14,7 +14,7 @@ use devbuf_core::{
 use devbuf_sycl_sys as sys;
 use parking_lot::Mutex;
 
-use crate::event::{SyclEvent, barrier, barrier_for};
+use crate::event::{SyclEvent, barrier, barrier_for, through_the_scheduler};
 use crate::loader::Runtime;
 use crate::loader::SYCL;
 use crate::memory::classify;
@@ -381,11 +381,13 @@ impl SyclQueue {
         operation: &'static str,
         enqueue: impl FnOnce(sys::DPCTLSyclQueueRef) -> sys::DPCTLSyclEventRef,
     ) -> Result<()> {
-        self.last.submit(|| {
-            let event = enqueue(self.commands.as_ptr());
-            // SAFETY: `event` is null or an event we own.
-            unsafe { RawEvent::from_raw(self.runtime(), event) }.ok_or_else(|| {
-                Error::runtime(SYCL, operation, "the SYCL runtime refused the command")
+        through_the_scheduler(|| {
+            self.last.submit(|| {
+                let event = enqueue(self.commands.as_ptr());
+                // SAFETY: `event` is null or an event we own.
+                unsafe { RawEvent::from_raw(self.runtime(), event) }.ok_or_else(|| {
+                    Error::runtime(SYCL, operation, "the SYCL runtime refused the command")
+                })
             })
         })
     }

@@ -20,6 +20,8 @@ struct HandedOutQueue {
     host: HostQueue,
     foreign_work: bool,
     covers_every_queue: bool,
+    /// The barrier `foreign_work_event` returns, when given: else one already complete.
+    barrier: Option<Event>,
     orders: AtomicUsize,
     fences: AtomicUsize,
     event_waits: AtomicUsize,
@@ -91,7 +93,11 @@ impl Interop for HandedOutQueue {
     }
     fn foreign_work_event(&self) -> Result<Option<Event>> {
         self.fences.fetch_add(1, Ordering::SeqCst);
-        Ok(Some(Event::new(CompletedEvent)))
+        Ok(Some(
+            self.barrier
+                .clone()
+                .unwrap_or_else(|| Event::new(CompletedEvent)),
+        ))
     }
     fn handed_out_event(&self) -> Result<Event> {
         self.record_event()
@@ -278,6 +284,90 @@ fn a_release_follows_other_libraries_work_on_the_queues_it_was_handed_out_on() {
         "the stream's consumers were not waited for"
     );
     assert_eq!(count(&a.event_waits), 1);
+}
+
+/// The name of the thread on which foreign memory handed out on another queue is let go, where
+/// the device wait of its queue does or does not cover every queue.
+fn thread_letting_go_of_foreign_memory(covers_every_queue: bool) -> Option<String> {
+    let ((_, qa), (_, qs)) = (
+        queue(true, covers_every_queue),
+        queue(true, covers_every_queue),
+    );
+    let mut memory = vec![0u8; 64];
+    let (told, let_go_on) = std::sync::mpsc::channel();
+    // SAFETY: `memory` outlives the buffer, which the release thread lets go of before the wait
+    // below returns.
+    let buffer = unsafe {
+        Buffer::from_foreign(
+            qa,
+            memory.as_mut_ptr(),
+            memory.len(),
+            MemKind::Host,
+            Owner::deleter(move || {
+                let _ = told.send(std::thread::current().name().map(str::to_owned));
+            }),
+        )
+    };
+    buffer.hand_out_on(&qs);
+    drop(buffer);
+    crate::buffer::ordering::release::wait_for_release_thread();
+    let_go_on.recv().unwrap()
+}
+
+#[test]
+fn foreign_memory_whose_release_waits_is_let_go_on_the_release_thread_where_the_device_wait_misses_queues()
+ {
+    // SYCL: the last reference may go inside dpnp's host task, where a wait for work the
+    // scheduler holds behind that task never ends (the ordering machine hung there).
+    assert_eq!(
+        thread_letting_go_of_foreign_memory(false).as_deref(),
+        Some("devbuf-release")
+    );
+    // CUDA: the device wait covers every queue; the owner goes on the thread that let go.
+    assert_ne!(
+        thread_letting_go_of_foreign_memory(true).as_deref(),
+        Some("devbuf-release")
+    );
+}
+
+/// An event that completes once asked three times, counting blocking waits (clones count
+/// together).
+#[derive(Clone, Debug, Default)]
+struct CompletesWhenPolled {
+    polls: Arc<AtomicUsize>,
+    waits: Arc<AtomicUsize>,
+}
+
+impl crate::QueueEvent for CompletesWhenPolled {
+    fn wait(&self) -> Result<()> {
+        self.waits.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+    fn is_complete(&self) -> Result<bool> {
+        Ok(self.polls.fetch_add(1, Ordering::SeqCst) >= 2)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+#[test]
+fn the_release_thread_asks_whether_work_is_done_rather_than_waiting_inside_the_runtime() {
+    // A SYCL wait holds the scheduler's lock while it waits for host tasks, which may need the
+    // GIL held by a thread waiting for that lock (the ordering machine hung there).
+    let barrier = CompletesWhenPolled::default();
+    let handed_out = Arc::new(HandedOutQueue {
+        foreign_work: true,
+        barrier: Some(Event::new(barrier.clone())),
+        ..HandedOutQueue::default()
+    });
+    let (_, qa) = queue(true, false);
+    let buffer = Buffer::alloc(&qa, MemKind::Host, 64).unwrap();
+    buffer.hand_out_on(&(handed_out as Arc<dyn Queue>));
+    drop(buffer);
+    crate::buffer::ordering::release::wait_for_release_thread();
+    assert_eq!(count(&barrier.waits), 0);
+    assert_eq!(count(&barrier.polls), 3);
 }
 
 #[test]

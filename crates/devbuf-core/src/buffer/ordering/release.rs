@@ -5,12 +5,13 @@
 
 use std::ptr::NonNull;
 use std::sync::{Arc, OnceLock, mpsc};
+use std::time::Duration;
 
-use crate::Queue;
 use crate::blocking::blocking;
 use crate::buffer::allocation::{Allocation, PendingWork, Release, exported, let_go};
 use crate::mr::FreeAfter;
 use crate::ordering::release_to_queue;
+use crate::{Event, Queue, Result};
 
 impl Drop for Allocation {
     #[inline]
@@ -29,9 +30,7 @@ fn release(alloc: &mut Allocation) {
     let pending = std::mem::take(&mut list.work);
     let handed_out = list.take_handed_out();
     let exported = *alloc.exported.get_mut() != exported::NO;
-    if left_to_the_runtimes_free(&alloc.release, exported)
-        && (!handed_out.is_empty() || pending.iter().any(|work| !work.on(alloc.release.queue())))
-    {
+    if runs_on_the_release_thread(&alloc.release, exported, &pending, &handed_out) {
         let queue = Arc::clone(alloc.release.queue());
         let release = std::mem::replace(
             &mut alloc.release,
@@ -56,21 +55,38 @@ fn release(alloc: &mut Allocation) {
         }));
         return;
     }
-    settle(
-        &mut alloc.release,
-        alloc.kind,
-        alloc.base,
-        pending,
-        handed_out,
-        exported,
-        false,
-    );
+    // Nothing recorded and never handed out: straight back, without the runtime (hot).
+    if pending.is_empty() && !exported {
+        return settle(
+            &mut alloc.release,
+            alloc.kind,
+            alloc.base,
+            pending,
+            handed_out,
+            false,
+            false,
+        );
+    }
+    // Ordering the release submits to the runtime, which may block there: a SYCL runtime's
+    // submission waits for its scheduler, which another thread may hold while it waits for a host
+    // task that needs the embedding language's lock (dpnp's take the GIL). So it runs as a wait.
+    blocking(|| {
+        settle(
+            &mut alloc.release,
+            alloc.kind,
+            alloc.base,
+            pending,
+            handed_out,
+            exported,
+            false,
+        )
+    });
 }
 
 /// A release that waits on the host, run off the thread that let go of the memory.
 type Job = Box<dyn FnOnce() + Send>;
 
-/// devbuf's release thread ([`left_to_the_runtimes_free`]): started at its first release, it
+/// devbuf's release thread ([`runs_on_the_release_thread`]): started at its first release, it
 /// runs them in turn.
 struct ReleaseThread(OnceLock<Option<mpsc::Sender<Job>>>);
 
@@ -104,20 +120,47 @@ pub(crate) fn wait_for_release_thread() {
     ran.recv().expect("devbuf's release thread runs");
 }
 
-/// Whether the release of memory leaves other libraries' work on it to the runtime's own free
-/// ([`crate::Interop::wait_device_covers_every_queue`] is false, memory handed out). That free
-/// waits only for the commands the runtime has been given, and the release may run inside
+/// Whether the release runs on devbuf's release thread rather than on the thread that let go of
+/// the memory: where the runtime's device wait does not cover every queue
+/// ([`crate::Interop::wait_device_covers_every_queue`] is false: SYCL), the release may run inside
 /// another library's host task (dpnp's keep-alive tasks let go of the arrays, and so of the
-/// memory, there). Work on the queues the memory was handed out on (or devbuf's on other
-/// queues) may wait in the SYCL scheduler for that very host task: the free does not see it, and
-/// it would write freed memory; and a command submitted from a host task (a barrier) can
-/// deadlock with a thread waiting for that task. So where there is such work, the release runs
-/// on devbuf's release thread, which waits on the host for all the work devbuf can see on the
-/// memory before it frees; work on the memory's own queue alone is left to the free at once.
-fn left_to_the_runtimes_free(release: &Release, exported: bool) -> bool {
-    exported
-        && !matches!(release, Release::Foreign { .. })
-        && !release.queue().interop().wait_device_covers_every_queue()
+/// memory, there), where waiting for work the scheduler holds behind that very task never ends
+/// (found by the ordering machine: a foreign release's wait, inside dpnp's task). So a release
+/// that waits goes to the release thread:
+/// - memory devbuf allocated and handed out, whose free is left to the runtime's own: that free
+///   waits only for the commands the runtime has been given, not for work on the queues the
+///   memory was handed out on (or devbuf's on other queues) that may wait in the scheduler behind
+///   the host task, so the thread waits for all the work devbuf can see first (work on the
+///   memory's own queue alone is left to the free at once);
+/// - foreign memory with work of devbuf's or other libraries' to wait for before its owner goes.
+fn runs_on_the_release_thread(
+    release: &Release,
+    exported: bool,
+    pending: &[PendingWork],
+    handed_out: &[Arc<dyn Queue>],
+) -> bool {
+    if release.queue().interop().wait_device_covers_every_queue() {
+        return false;
+    }
+    if let Release::Foreign { .. } = release {
+        return !handed_out.is_empty() || pending.iter().any(|work| work.queue.is_some());
+    }
+    exported && (!handed_out.is_empty() || pending.iter().any(|work| !work.on(release.queue())))
+}
+
+/// Waits for `event` on devbuf's release thread by asking whether it is complete, never inside
+/// the runtime: a SYCL wait holds the scheduler's lock while it waits for host tasks before the
+/// event, and a thread that holds the GIL (any Python library's next submission) waits for that
+/// lock while dpnp's host task waits for the GIL. The runtime enqueues work held behind a host
+/// task when the task ends, so the event completes without our wait.
+fn wait_without_the_runtimes_lock(event: &Event) -> Result<()> {
+    const LONGEST_PAUSE: Duration = Duration::from_millis(1);
+    let mut pause = Duration::from_micros(2);
+    while !event.is_complete()? {
+        std::thread::sleep(pause);
+        pause = pause.saturating_mul(2).min(LONGEST_PAUSE);
+    }
+    Ok(())
 }
 
 /// Frees memory of `release` after `pending` and other libraries' work on the queues it was
@@ -148,7 +191,7 @@ fn settle(
         && !pending
             .iter()
             .filter(|work| work.queue.is_some())
-            .all(|work| work.event.wait().is_ok())
+            .all(|work| wait_without_the_runtimes_lock(&work.event).is_ok())
     {
         return;
     }
@@ -221,8 +264,10 @@ fn settle(
                     .all(|w| w.event.wait().is_ok())
                     && (!wait_device || queue.wait_device().is_ok())
             };
-            let done =
-                (pending.iter().all(|w| w.queue.is_none()) && !wait_device) || blocking(ours);
+            // On the release thread the work was waited for already.
+            let done = wait_on_host
+                || (pending.iter().all(|w| w.queue.is_none()) && !wait_device)
+                || blocking(ours);
             match owner.take() {
                 Some(owner) if done => let_go(owner),
                 owner => std::mem::forget(owner),
