@@ -373,6 +373,30 @@ def test_the_program_exits_0_with_daemon_threads_inside_calls_into_python(inside
         assert code == 0 and "main done" in output, f"attempt {attempt}: exit {code}\n{output}"
 
 
+def test_the_program_exits_0_with_daemon_threads_blocked_in_the_sycl_runtime():
+    # devbuf releases the GIL while it submits to the SYCL runtime and while it waits there
+    # (docs/architecture.md, "Blocking calls and the GIL"): daemon threads doing so when the
+    # program ends must not take it down (CPython 3.11 ends them with a forced unwind as they take
+    # the GIL back, which passes through devbuf's frames).
+    require_backend("sycl")
+    script = """
+        import threading, time
+        import devbuf
+        def work():
+            while True:
+                memory = devbuf.alloc(1 << 22, "device", device="sycl")
+                memory.fill(1)
+                del memory
+        for _ in range(4):
+            threading.Thread(target=work, daemon=True).start()
+        time.sleep(0.3)
+        print("main done", flush=True)
+        """
+    for attempt in range(3):
+        code, output = run_child(script)
+        assert code == 0 and "main done" in output, f"attempt {attempt}: exit {code}\n{output}"
+
+
 # -- bfloat16 by its bytes; paths as the OS takes them.
 
 

@@ -58,8 +58,9 @@ fn conformance_checks() -> Vec<&'static str> {
     devbuf::matrix::checks()
 }
 
-/// Lets other Python threads run while devbuf waits for a device before releasing memory: the
-/// releases run from deallocators and capsule destructors, with the GIL held.
+/// Lets other Python threads run while devbuf blocks in a runtime (a wait before releasing
+/// memory, from deallocators and capsule destructors; a SYCL submission): docs/architecture.md,
+/// "Blocking calls and the GIL".
 fn release_gil_while(wait: &mut dyn FnMut()) {
     /// The wait, which `detach` runs on this very thread.
     struct OnThisThread<'a>(&'a mut dyn FnMut());

@@ -4,6 +4,7 @@
 
 use std::any::Any;
 use std::sync::Arc;
+use std::time::Duration;
 
 use devbuf_core::{Error, ExportedHandle, QueueEvent, Result};
 use devbuf_sycl_sys as sys;
@@ -94,6 +95,20 @@ impl SyclEvent {
         })
     }
 
+    /// The runtime's own wait, for an event whose status it cannot give.
+    fn wait_inside_the_runtime(&self) -> Result<()> {
+        // SAFETY: the event is live; the call catches the runtime's exceptions.
+        unsafe { self.event.rt.api().DPCTLEvent_Wait(self.event.as_ptr()) };
+        match self.status() {
+            sys::DPCTLSyclEventStatusType_DPCTL_COMPLETE => Ok(()),
+            status => Err(Error::runtime(
+                SYCL,
+                "DPCTLEvent_Wait",
+                format!("the event is not complete after waiting (status {status})"),
+            )),
+        }
+    }
+
     fn status(&self) -> sys::DPCTLSyclEventStatusType {
         // SAFETY: the event is live; the call catches the runtime's exceptions.
         unsafe {
@@ -106,19 +121,35 @@ impl SyclEvent {
 }
 
 impl QueueEvent for SyclEvent {
+    /// Asks for the event's status until it is complete rather than waiting inside the runtime
+    /// (`DPCTLEvent_Wait`): a SYCL wait holds the scheduler's graph lock while it waits for host
+    /// tasks before the event, dpnp's host tasks take the GIL, and a thread holding the GIL (dpnp
+    /// submitting on another thread) waits for that lock: a deadlock, seen with dpnp working on
+    /// other threads (docs/architecture.md, "Blocking calls and the GIL"). The runtime enqueues
+    /// work held behind a host task when the task ends, so the status completes without our
+    /// wait. A status the runtime cannot give falls back to its wait.
     fn wait(&self) -> Result<()> {
-        // SAFETY: the event is live; the call catches the runtime's exceptions.
-        through_the_scheduler(|| unsafe {
-            self.event.rt.api().DPCTLEvent_Wait(self.event.as_ptr())
-        });
-        match self.status() {
-            sys::DPCTLSyclEventStatusType_DPCTL_COMPLETE => Ok(()),
-            status => Err(Error::runtime(
-                SYCL,
-                "DPCTLEvent_Wait",
-                format!("the event is not complete after waiting (status {status})"),
-            )),
-        }
+        /// Yields before the first sleep: most waits end within microseconds.
+        const YIELDS: u32 = 64;
+        const LONGEST_PAUSE: Duration = Duration::from_micros(100);
+        through_the_scheduler(|| {
+            let (mut yields, mut pause) = (0, Duration::from_micros(1));
+            loop {
+                match self.status() {
+                    sys::DPCTLSyclEventStatusType_DPCTL_COMPLETE => return Ok(()),
+                    sys::DPCTLSyclEventStatusType_DPCTL_SUBMITTED
+                    | sys::DPCTLSyclEventStatusType_DPCTL_RUNNING => {}
+                    _ => return self.wait_inside_the_runtime(),
+                }
+                if yields < YIELDS {
+                    yields = yields.saturating_add(1);
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(pause);
+                    pause = pause.saturating_mul(2).min(LONGEST_PAUSE);
+                }
+            }
+        })
     }
 
     fn is_complete(&self) -> Result<bool> {

@@ -20,8 +20,6 @@ struct HandedOutQueue {
     host: HostQueue,
     foreign_work: bool,
     covers_every_queue: bool,
-    /// The barrier `foreign_work_event` returns, when given: else one already complete.
-    barrier: Option<Event>,
     orders: AtomicUsize,
     fences: AtomicUsize,
     event_waits: AtomicUsize,
@@ -93,11 +91,7 @@ impl Interop for HandedOutQueue {
     }
     fn foreign_work_event(&self) -> Result<Option<Event>> {
         self.fences.fetch_add(1, Ordering::SeqCst);
-        Ok(Some(
-            self.barrier
-                .clone()
-                .unwrap_or_else(|| Event::new(CompletedEvent)),
-        ))
+        Ok(Some(Event::new(CompletedEvent)))
     }
     fn handed_out_event(&self) -> Result<Event> {
         self.record_event()
@@ -328,46 +322,6 @@ fn foreign_memory_whose_release_waits_is_let_go_on_the_release_thread_where_the_
         thread_letting_go_of_foreign_memory(true).as_deref(),
         Some("devbuf-release")
     );
-}
-
-/// An event that completes once asked three times, counting blocking waits (clones count
-/// together).
-#[derive(Clone, Debug, Default)]
-struct CompletesWhenPolled {
-    polls: Arc<AtomicUsize>,
-    waits: Arc<AtomicUsize>,
-}
-
-impl crate::QueueEvent for CompletesWhenPolled {
-    fn wait(&self) -> Result<()> {
-        self.waits.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
-    fn is_complete(&self) -> Result<bool> {
-        Ok(self.polls.fetch_add(1, Ordering::SeqCst) >= 2)
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
-
-#[test]
-fn the_release_thread_asks_whether_work_is_done_rather_than_waiting_inside_the_runtime() {
-    // A SYCL wait holds the scheduler's lock while it waits for host tasks, which may need the
-    // GIL held by a thread waiting for that lock (the ordering machine hung there).
-    let barrier = CompletesWhenPolled::default();
-    let handed_out = Arc::new(HandedOutQueue {
-        foreign_work: true,
-        barrier: Some(Event::new(barrier.clone())),
-        ..HandedOutQueue::default()
-    });
-    let (_, qa) = queue(true, false);
-    let buffer = Buffer::alloc(&qa, MemKind::Host, 64).unwrap();
-    buffer.hand_out_on(&(handed_out as Arc<dyn Queue>));
-    drop(buffer);
-    crate::buffer::ordering::release::wait_for_release_thread();
-    assert_eq!(count(&barrier.waits), 0);
-    assert_eq!(count(&barrier.polls), 3);
 }
 
 #[test]

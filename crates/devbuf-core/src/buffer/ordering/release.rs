@@ -5,13 +5,12 @@
 
 use std::ptr::NonNull;
 use std::sync::{Arc, OnceLock, mpsc};
-use std::time::Duration;
 
+use crate::Queue;
 use crate::blocking::blocking;
 use crate::buffer::allocation::{Allocation, PendingWork, Release, exported, let_go};
 use crate::mr::FreeAfter;
 use crate::ordering::release_to_queue;
-use crate::{Event, Queue, Result};
 
 impl Drop for Allocation {
     #[inline]
@@ -148,21 +147,6 @@ fn runs_on_the_release_thread(
     exported && (!handed_out.is_empty() || pending.iter().any(|work| !work.on(release.queue())))
 }
 
-/// Waits for `event` on devbuf's release thread by asking whether it is complete, never inside
-/// the runtime: a SYCL wait holds the scheduler's lock while it waits for host tasks before the
-/// event, and a thread that holds the GIL (any Python library's next submission) waits for that
-/// lock while dpnp's host task waits for the GIL. The runtime enqueues work held behind a host
-/// task when the task ends, so the event completes without our wait.
-fn wait_without_the_runtimes_lock(event: &Event) -> Result<()> {
-    const LONGEST_PAUSE: Duration = Duration::from_millis(1);
-    let mut pause = Duration::from_micros(2);
-    while !event.is_complete()? {
-        std::thread::sleep(pause);
-        pause = pause.saturating_mul(2).min(LONGEST_PAUSE);
-    }
-    Ok(())
-}
-
 /// Frees memory of `release` after `pending` and other libraries' work on the queues it was
 /// `handed_out` on, which the host waits for first where `wait_on_host` ([`release`]).
 fn settle(
@@ -191,7 +175,7 @@ fn settle(
         && !pending
             .iter()
             .filter(|work| work.queue.is_some())
-            .all(|work| wait_without_the_runtimes_lock(&work.event).is_ok())
+            .all(|work| work.event.wait().is_ok())
     {
         return;
     }
