@@ -75,7 +75,12 @@ fn release_gil_while(wait: &mut dyn FnMut()) {
         return wait();
     }
     let wait = OnThisThread(wait);
-    Python::attach(|py| py.detach(move || wait.run()));
+    Python::attach(|py| {
+        py.detach(move || {
+            wait.run();
+            shutdown::wait_for_exit_if_finalizing();
+        })
+    });
 }
 
 // Not free-threaded: `gil_as_lock`'s types take the GIL as their lock.

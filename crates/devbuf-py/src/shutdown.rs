@@ -14,6 +14,8 @@
 //! - [`call`], [`call_method`] and [`is_true`] run the Python code in a frame that turns the
 //!   forced unwind into a thread that waits for the process to end (nothing of devbuf's is locked
 //!   while Python code runs, so nothing else waits for it).
+//! - [`wait_for_exit_if_finalizing`] does the same for a thread about to take back the GIL it
+//!   released while devbuf blocked in a runtime (`release_gil_while`).
 
 use std::ffi::c_int;
 use std::ptr;
@@ -105,6 +107,23 @@ fn guarded<R>(body: impl FnOnce() -> R) -> R {
     let result = body();
     std::mem::forget(guard);
     result
+}
+
+/// Called with the GIL released, before this thread takes it back: once finalization began,
+/// CPython ends a thread other than the main one as it takes the GIL back (the forced unwind
+/// above), which meets pyo3's and devbuf's frames (the process aborted with "exception not
+/// rethrown": `test_untrusted_numbers.py`, daemon threads blocked in the SYCL runtime). Such a
+/// thread waits for the process to end instead, as CPython 3.14 makes it. A finalization that
+/// begins between this check and the GIL's return is not covered: CPython offers no way to take
+/// the GIL back that cannot end the thread.
+pub(crate) fn wait_for_exit_if_finalizing() {
+    // SAFETY: neither takes arguments or fails.
+    let on_the_main_thread = unsafe { libc::gettid() == libc::getpid() };
+    if !on_the_main_thread && is_finalizing() {
+        loop {
+            std::thread::park();
+        }
+    }
 }
 
 /// Whether the interpreter is finalizing (CPython's `Py_IsFinalizing`, `_Py_IsFinalizing` before

@@ -328,7 +328,29 @@ impl Allocation {
 /// into a C caller (DLPack deleters run this from `extern "C"` code); the panic message has
 /// already been printed.
 pub(super) fn let_go(owner: Owner) {
-    let _ = catch_unwind(AssertUnwindSafe(move || drop(owner)));
+    let _ = catch_unwind(AssertUnwindSafe(move || {
+        let ended = WaitIfTheThreadIsEnded;
+        drop(owner);
+        std::mem::forget(ended);
+    }));
+}
+
+/// Dropped only while unwinding out of an owner's drop. A Rust panic goes on to `let_go`'s catch;
+/// any other unwind is the thread being ended under us (CPython 3.11 to 3.13 end a thread that
+/// takes the GIL once finalization began with a forced unwind: a Python owner, or a DLPack
+/// producer's deleter, let go of on devbuf's release thread at exit), which a catch may not stop
+/// (glibc aborts the process with "exception not rethrown"): the thread waits for the process to
+/// end instead, as CPython 3.14 makes such a thread wait.
+struct WaitIfTheThreadIsEnded;
+
+impl Drop for WaitIfTheThreadIsEnded {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            loop {
+                std::thread::park();
+            }
+        }
+    }
 }
 
 /// Refuses allocations `queue` cannot make.
