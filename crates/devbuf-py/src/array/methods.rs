@@ -226,13 +226,7 @@ impl PyArray {
         let stream = stream.as_deref();
         let py = slf.py();
         let this = slf.get();
-        let destination = this.array(py)?;
-        if destination.readonly() {
-            return Err(PyValueError::new_err(format!(
-                "copy_from: this array is read-only: {}",
-                this.readonly_reason(py, &destination)
-            )));
-        }
+        let destination = this.writable_array(py, "copy_from: this array is read-only")?;
         let imported = crate::import::import_object(py, source, false, true)?;
         let source = imported.get().array(py)?;
         let destination = if slf.is_instance_of::<PyBuffer>() {

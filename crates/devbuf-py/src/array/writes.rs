@@ -40,13 +40,7 @@ impl PyArray {
         let stream = stream.as_deref();
         let py = slf.py();
         let this = slf.get();
-        let array = this.array(py)?;
-        if array.readonly() {
-            return Err(PyValueError::new_err(format!(
-                "fill: this array is read-only: {}",
-                this.readonly_reason(py, &array)
-            )));
-        }
+        let array = this.writable_array(py, "fill: this array is read-only")?;
         if !(crate::values::literals::is_python_scalar(value)
             || crate::values::literals::is_numpy_scalar(value)?)
         {
@@ -86,13 +80,7 @@ impl PyArray {
     ) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        let array = this.array(py)?;
-        if array.readonly() {
-            return Err(PyValueError::new_err(format!(
-                "assignment destination is read-only: {}",
-                this.readonly_reason(py, &array)
-            )));
-        }
+        let array = this.writable_array(py, "assignment destination is read-only")?;
         let index = crate::array::views::basic_index(key)?;
         let layout = array.layout().index(&index).py()?;
         let destination = Array::new(array.buffer().clone(), layout).py()?;

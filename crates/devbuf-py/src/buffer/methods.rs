@@ -250,13 +250,7 @@ impl PyBuffer {
         let stream = stream.as_deref();
         let value = byte_value(value)?;
         let this = slf.as_super().get();
-        let array = this.array(slf.py())?;
-        if array.readonly() {
-            return Err(PyValueError::new_err(format!(
-                "fill: this buffer is read-only: {}",
-                this.readonly_reason(slf.py(), &array)
-            )));
-        }
+        let array = this.writable_array(slf.py(), "fill: this buffer is read-only")?;
         let buffer = array.buffer();
         let current = match stream {
             None => crate::objects::current_stream::current_on(

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use devbuf::dlpack::DlpackTemplate;
 use devbuf::{Array, Buffer};
-use pyo3::exceptions::PyBufferError;
+use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
@@ -132,8 +132,25 @@ impl PyArray {
         }
     }
 
+    /// This object's array, open for a write; a read-only one is a ValueError that starts with
+    /// `refusal` ("fill: this array is read-only") and says why.
+    pub(crate) fn writable_array<'a>(
+        &'a self,
+        py: Python<'a>,
+        refusal: &str,
+    ) -> PyResult<OpenArray<'a>> {
+        let array = self.array(py)?;
+        if array.readonly() {
+            return Err(PyValueError::new_err(format!(
+                "{refusal}: {}",
+                self.readonly_reason(py, &array)
+            )));
+        }
+        Ok(array)
+    }
+
     /// Why writes through `array` (this object's, open and read-only) are refused.
-    pub(crate) fn readonly_reason(&self, py: Python<'_>, array: &Array) -> String {
+    fn readonly_reason(&self, py: Python<'_>, array: &Array) -> String {
         if array.buffer().is_read_only() {
             return "its memory is mapped for reading only (an IPC handle opened read-only)".into();
         }
