@@ -69,6 +69,7 @@ class Sycl:
                                       *(devbuf.Stream(q) for q in self.user_queues)]}
         self.private = dpctl.SyclQueue(selector, property="in_order")  # the test's own reads/writes
         self.scratch = {}
+        self.late_queues = set()
         self.staging = []
 
     # -- consumers of exported memory ------------------------------------------------------------
@@ -76,9 +77,13 @@ class Sycl:
     def late(self, queue):
         """Queues a long copy on `queue` in dpctl's record of its events, so that the next dpnp
         operation there (or the next command of an in-order queue) runs well after it."""
-        if queue not in self.scratch:
-            self.scratch[queue] = [self.dm.MemoryUSMDevice(LATE_BYTES, queue=queue) for _ in range(2)]
-        big = self.scratch[queue]
+        # One pair per context, not per queue: each sequence's streams are new queues, and 128 MiB
+        # kept for each of them grew a long run past the machine's memory (OOM-killed at 13 GB).
+        context = queue.sycl_context
+        if context not in self.scratch:
+            self.scratch[context] = [self.dm.MemoryUSMDevice(LATE_BYTES, queue=queue) for _ in range(2)]
+        big = self.scratch[context]
+        self.late_queues.add(queue)
         event = queue.memcpy_async(big[1], big[0], LATE_BYTES)
         self.manager[queue].add_event_pair(event, event)
 
@@ -190,9 +195,10 @@ class Sycl:
 
     def finish_all(self):
         """Waits for every queue's work (the test's knowledge, not a consumer's)."""
-        for queue in [*self.scratch, *(s.sycl_queue for s in self.streams[self.device]),
+        for queue in [*self.late_queues, *(s.sycl_queue for s in self.streams[self.device]),
                       *(queue for _, queue in self.staging)]:
             queue.wait()
+        self.late_queues.clear()
         self.staging.clear()
 
     def raw_stream(self, device):
