@@ -4,7 +4,7 @@
 
 use std::any::Any;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use devbuf_core::{Error, ExportedHandle, QueueEvent, Result};
 use devbuf_sycl_sys as sys;
@@ -127,18 +127,23 @@ impl QueueEvent for SyclEvent {
     /// submitting on another thread) waits for that lock: a deadlock, seen with dpnp working on
     /// other threads (docs/architecture.md, "Blocking calls and the GIL"). The runtime enqueues
     /// work held behind a host task when the task ends, so the status completes without our
-    /// wait. A status the runtime cannot give falls back to its wait.
+    /// wait. Past `POLLING`, or for a status the runtime cannot give, the runtime's own wait
+    /// takes over: it also pushes work the runtime has not started (a random ordering-machine
+    /// run under load stalled once with every waiter polling).
     fn wait(&self) -> Result<()> {
         /// Yields before the first sleep: most waits end within microseconds.
         const YIELDS: u32 = 64;
         const LONGEST_PAUSE: Duration = Duration::from_micros(100);
+        const POLLING: Duration = Duration::from_millis(200);
         through_the_scheduler(|| {
+            let started = Instant::now();
             let (mut yields, mut pause) = (0, Duration::from_micros(1));
             loop {
                 match self.status() {
                     sys::DPCTLSyclEventStatusType_DPCTL_COMPLETE => return Ok(()),
                     sys::DPCTLSyclEventStatusType_DPCTL_SUBMITTED
-                    | sys::DPCTLSyclEventStatusType_DPCTL_RUNNING => {}
+                    | sys::DPCTLSyclEventStatusType_DPCTL_RUNNING
+                        if started.elapsed() < POLLING => {}
                     _ => return self.wait_inside_the_runtime(),
                 }
                 if yields < YIELDS {
