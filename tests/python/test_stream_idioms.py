@@ -5,6 +5,8 @@ are absent (so `hasattr` says False) where they cannot be answered; on every bac
 descriptor says it makes streams. test_cuda_stream_idioms.py runs the same tests on CUDA, for
 ci/test's runs on the CUDA test driver."""
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -102,12 +104,18 @@ def test_with_stream_enqueues_there(device):
     stream = devbuf.Stream(device)
     big = devbuf.alloc(256 << 20, "device", device=device)
     # The device's queue idle first (the allocation, earlier tests' frees), so that only where
-    # the fill ran can keep it busy.
-    device.default_stream.synchronize()
-    with stream:
-        big.fill(1, blocking=False)
-    busy = not stream.query()
-    idle_elsewhere = device.default_stream.query()
+    # the fill ran can keep it busy; no collection meanwhile, whose frees of earlier tests' memory
+    # would be queued there (seen once on the test driver with its delay).
+    gc.collect()
+    gc.disable()
+    try:
+        device.default_stream.synchronize()
+        with stream:
+            big.fill(1, blocking=False)
+        busy = not stream.query()
+        idle_elsewhere = device.default_stream.query()
+    finally:
+        gc.enable()
     stream.synchronize()
     assert busy and idle_elsewhere, "the fill ran on the current stream, not the device's queue"
 
