@@ -127,10 +127,11 @@ pub(crate) fn wait_for_release_thread() {
 /// (found by the ordering machine: a foreign release's wait, inside dpnp's task). So a release
 /// that waits goes to the release thread:
 /// - memory devbuf allocated and handed out, whose free is left to the runtime's own: that free
-///   waits only for the commands the runtime has been given, not for work on the queues the
-///   memory was handed out on (or devbuf's on other queues) that may wait in the scheduler behind
-///   the host task, so the thread waits for all the work devbuf can see first (work on the
-///   memory's own queue alone is left to the free at once);
+///   waits only for the commands the runtime has been given, not for work the scheduler still
+///   holds behind a host task (on the queues the memory was handed out on, or devbuf's own,
+///   which follow barriers on those queues), so the thread waits for all the work devbuf can see
+///   first. (Work on the memory's own queue was once left to the free: a random machine run under
+///   load then crashed in a copy on devbuf's command queue, run after the free.)
 /// - foreign memory with work of devbuf's or other libraries' to wait for before its owner goes.
 fn runs_on_the_release_thread(
     release: &Release,
@@ -144,7 +145,7 @@ fn runs_on_the_release_thread(
     if let Release::Foreign { .. } = release {
         return !handed_out.is_empty() || pending.iter().any(|work| work.queue.is_some());
     }
-    exported && (!handed_out.is_empty() || pending.iter().any(|work| !work.on(release.queue())))
+    exported && (!handed_out.is_empty() || pending.iter().any(|work| work.queue.is_some()))
 }
 
 /// Frees memory of `release` after `pending` and other libraries' work on the queues it was
