@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import weakref
 
 import numpy as np
@@ -415,6 +416,11 @@ def test_python_deallocate_of_memory_handed_out_runs_after_the_work_pending_on_i
             buffer.fill(value, blocking=False)
         buffer.__sycl_usm_array_interface__  # handed out
         del buffer  # the fills are still running
+    # The release waits for them on devbuf's release thread (docs/architecture.md, the ordering
+    # invariant): it comes back after `del`.
+    deadline = time.monotonic() + 30
+    while len(seen) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert seen == [b"\x0a" * 3] * 3
 
 
