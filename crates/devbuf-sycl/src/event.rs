@@ -95,7 +95,8 @@ impl SyclEvent {
         })
     }
 
-    /// The runtime's own wait, for an event whose status it cannot give.
+    /// The runtime's own wait: for an event whose status it cannot give, or still pending after
+    /// `wait`'s polling.
     fn wait_inside_the_runtime(&self) -> Result<()> {
         // SAFETY: the event is live; the call catches the runtime's exceptions.
         unsafe { self.event.rt.api().DPCTLEvent_Wait(self.event.as_ptr()) };

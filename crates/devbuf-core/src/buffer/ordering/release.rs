@@ -139,13 +139,10 @@ fn runs_on_the_release_thread(
     pending: &[PendingWork],
     handed_out: &[Arc<dyn Queue>],
 ) -> bool {
-    if release.queue().interop().wait_device_covers_every_queue() {
-        return false;
-    }
-    if let Release::Foreign { .. } = release {
-        return !handed_out.is_empty() || pending.iter().any(|work| work.queue.is_some());
-    }
-    exported && (!handed_out.is_empty() || pending.iter().any(|work| work.queue.is_some()))
+    let waits = !handed_out.is_empty() || pending.iter().any(|work| work.queue.is_some());
+    waits
+        && (exported || matches!(release, Release::Foreign { .. }))
+        && !release.queue().interop().wait_device_covers_every_queue()
 }
 
 /// Frees memory of `release` after `pending` and other libraries' work on the queues it was
