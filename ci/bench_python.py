@@ -164,6 +164,28 @@ def sycl_cases(report, floors):
                          lambda: dm.as_usm_memory(dpnp_array), "`dpctl.memory.as_usm_memory`",
                          number=2000)
     handed_out_queue_cases(report)
+    strided_write_cases(report, dpnp)
+
+
+def strided_write_cases(report, dpnp):
+    """One column of a 1000x1000 float32 array set to one value (`x[:, 0] = 5`: 1000 runs of 4
+    bytes), waited for, against dpnp's kernel doing the same on the same kind of memory. Shared
+    USM of the CPU device is the host's own memory, which devbuf writes on the host; device USM
+    is not host-accessible (SYCL's rule), so devbuf writes it a runtime copy per run."""
+    for kind, goal, number in (("shared", 1.0, 200), ("device", None, 10)):
+        ours = devbuf.zeros((1000, 1000), dtype="float32", kind=kind)
+        theirs = dpnp.zeros((1000, 1000), dtype="float32", usm_type=kind)
+        queue = theirs.sycl_queue
+
+        def ours_fill(ours=ours):
+            ours[:, 0] = 5
+
+        def theirs_fill(theirs=theirs, queue=queue):
+            theirs[:, 0] = 5
+            queue.wait()
+
+        report.compare_calls(f"`x[:, 0] = 5` of a 1000x1000 float32 array, SYCL {kind} USM",
+                             ours_fill, theirs_fill, "dpnp's, waited for", goal, number=number)
 
 
 def handed_out_queue_cases(report):

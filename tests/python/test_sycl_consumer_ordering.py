@@ -78,6 +78,19 @@ def test_devbuf_commands_come_after_dpnp_work_on_our_queue(dpnp):
     assert np.asarray(array)[-1] == 0
 
 
+@pytest.mark.parametrize("kind", ["shared", "host"])
+def test_a_strided_write_on_the_host_comes_after_dpnp_work_on_our_queue(dpnp, kind):
+    # The CPU device's shared and host memory is the host's own: devbuf writes a strided view
+    # there on the host, once the work other libraries may have on the memory is done.
+    array = zeros(kind)
+    theirs = dpnp.asarray(array, copy=False)
+    theirs += 1  # returns before the kernel ran
+    array[::4096] = 5
+    written = np.asarray(array)
+    assert (written[::4096] == 5).all()
+    assert written[1] == written[-1] == 1
+
+
 def test_a_pooled_block_given_to_dpctl_is_not_handed_out_while_dpctls_queue_writes_it(sycl):
     pool = devbuf.mr.PoolMemoryResource(devbuf.mr.QueueMemoryResource())
     nbytes = N * 4

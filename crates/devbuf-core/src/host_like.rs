@@ -12,12 +12,17 @@
 /// queue's event is the host's wait, since work runs when it is enqueued.
 ///
 /// Written inside `impl Queue for ...`, where `host_accessible` would be; stands for
-/// `host_accessible`, `copy`, `fill`, `wait`, `record_event` and `wait_event`.
+/// `host_accessible`, `host_resident`, `copy`, `fill`, `wait`, `record_event` and `wait_event`.
 #[macro_export]
 macro_rules! works_on_the_calling_thread {
     () => {
         /// Every kind is host memory.
         fn host_accessible(&self, _kind: $crate::MemKind) -> bool {
+            true
+        }
+
+        /// Every kind is the host's own memory.
+        fn host_resident(&self, _kind: $crate::MemKind) -> bool {
             true
         }
 

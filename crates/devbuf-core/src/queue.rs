@@ -37,6 +37,18 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
         matches!(kind, MemKind::Host | MemKind::Shared)
     }
 
+    /// Whether memory of `kind` that this queue allocated lives in the host's own memory, so that
+    /// the host CPU writes it at memory speed, with no page migration and no bus in between: host
+    /// memory (pinned or USM host allocations), and any host-accessible kind of a device that is
+    /// the host's processor. Writes that would take one runtime command per contiguous run (a
+    /// strided view's elements) then run on the host instead, after the host's wait for the work
+    /// on the memory (docs/architecture.md, "Strided writes"). Must imply
+    /// [`Queue::host_accessible`]. Host memory alone unless a backend says otherwise: shared
+    /// memory of a GPU migrates its pages to whichever processor touches them.
+    fn host_resident(&self, kind: MemKind) -> bool {
+        kind == MemKind::Host
+    }
+
     /// Allocates `size` bytes (never 0: an empty [`crate::Buffer`] takes none or 1) aligned to `align` (a power
     /// of two). The memory must be released with [`Queue::deallocate`] with the same arguments.
     fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>>;

@@ -13,7 +13,7 @@ use devbuf_core::{
 };
 use opencl3::command_queue::CommandQueue;
 use opencl3::context::Context;
-use opencl3::device::Device;
+use opencl3::device::{CL_DEVICE_TYPE_CPU, Device};
 use opencl3::event::Event as ClEvent;
 use opencl3::types::{cl_device_id, cl_int, cl_uint};
 use parking_lot::Mutex;
@@ -38,6 +38,10 @@ pub struct OpenClQueue {
     /// Identifies this queue in the events it records (shared with them, so never reused while
     /// one is alive).
     pub(crate) identity: Arc<()>,
+    /// Whether the device is the host's processor (a CPU device, as PoCL's and Intel's CPU
+    /// runtimes are): its host-accessible memory is then the host's own
+    /// ([`Queue::host_resident`]).
+    pub(crate) on_the_host_processor: bool,
 }
 
 impl OpenClQueue {
@@ -69,7 +73,14 @@ impl OpenClQueue {
                     err.to_string(),
                 )
             })?;
+        // A device whose type cannot be read is taken for one that is not the host's processor
+        // (its strided writes stay commands).
+        let on_the_host_processor = entry
+            .device
+            .dev_type()
+            .is_ok_and(|device_type| device_type & CL_DEVICE_TYPE_CPU != 0);
         Ok(OpenClQueue {
+            on_the_host_processor,
             queue,
             context,
             device: entry.device,
@@ -126,6 +137,11 @@ impl fmt::Debug for OpenClQueue {
 impl Queue for OpenClQueue {
     fn device(&self) -> &DeviceInfo {
         &self.info
+    }
+
+    /// Host memory everywhere; shared memory too where the device is the host's processor.
+    fn host_resident(&self, kind: MemKind) -> bool {
+        kind == MemKind::Host || (self.on_the_host_processor && self.host_accessible(kind))
     }
 
     fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {

@@ -123,6 +123,14 @@ impl Device {
         }
     }
 
+    /// Whether this device is the host's own processor (a CPU device), whose memory of every kind
+    /// is the host's.
+    pub(crate) fn is_host_processor(&self) -> bool {
+        // SAFETY: `self` is live; the call catches the runtime's exceptions.
+        let device_type = unsafe { self.rt.api().DPCTLDevice_GetDeviceType(self.as_ptr()) };
+        device_type == sys::DPCTLSyclDeviceType_DPCTL_CPU
+    }
+
     /// dpctl's filter string for this root device, "backend:type:n" (`SyclDevice.filter_string`).
     pub(crate) fn filter_string(&self) -> String {
         let api = self.rt.api();

@@ -100,6 +100,9 @@ pub struct SyclQueue {
     /// Whether `commands` was made with profiling, so that its events carry timestamps. devbuf
     /// makes its queues so (the cost is within noise: docs/guide/streams.md, "Timing").
     pub(crate) profiling: bool,
+    /// Whether the device is the host's processor (a CPU device): its host-accessible memory is
+    /// then the host's own ([`Queue::host_resident`]).
+    pub(crate) on_the_host_processor: bool,
 }
 
 /// The properties of the in-order queues devbuf makes: timestamps on, so that any stream times
@@ -174,6 +177,7 @@ impl SyclQueue {
             Arc::new(())
         };
         Ok(SyclQueue {
+            on_the_host_processor: device.is_host_processor(),
             info: device.info(),
             knows_usm: context.knows_usm(),
             multi_device_context: context.devices().len() > 1,
@@ -437,6 +441,12 @@ impl fmt::Debug for SyclQueue {
 impl Queue for SyclQueue {
     fn device(&self) -> &DeviceInfo {
         &self.info
+    }
+
+    /// Host USM everywhere; shared USM too where the device is the host's processor (a CPU
+    /// device's allocations are the host's memory; a GPU's shared pages migrate).
+    fn host_resident(&self, kind: MemKind) -> bool {
+        kind == MemKind::Host || (self.on_the_host_processor && self.host_accessible(kind))
     }
 
     fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {

@@ -349,6 +349,12 @@ impl Buffer {
         self.alloc.kind == MemKind::Host || self.alloc.queue().host_accessible(self.alloc.kind)
     }
 
+    /// Whether these bytes live in the host's own memory ([`Queue::host_resident`]): the host
+    /// writes them as fast as any command would.
+    pub fn is_host_resident(&self) -> bool {
+        self.alloc.queue().host_resident(self.alloc.kind)
+    }
+
     /// Whether two views share one allocation.
     pub fn same_allocation(&self, other: &Buffer) -> bool {
         SharedAllocation::ptr_eq(&self.alloc, &other.alloc)

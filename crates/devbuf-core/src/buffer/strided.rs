@@ -1,12 +1,13 @@
 //! Copies of scattered byte runs between two [`Buffer`]s: what a copy between arrays of
 //! different layouts moves (a strided slice, a transpose), and nothing else. One runtime copy per
-//! run, all on one queue and waited for once; staged through the host, run by run, when no
-//! queue reaches both sides.
+//! run, all on one queue and waited for once; a memory copy per run on the host when both sides
+//! are the host's own memory; staged through the host, run by run, when no queue reaches both
+//! sides.
 
 use std::sync::Arc;
 
 use super::Buffer;
-use super::ordering::record_enqueued;
+use super::ordering::{Access, record_enqueued};
 use super::transfer::{Reach, check_reaches, copying_queue};
 use crate::{Error, Event, Queue, Result};
 
@@ -70,6 +71,9 @@ impl Buffer {
         if runs.len == 0 || runs.starts.is_empty() {
             return Ok(());
         }
+        if self.is_host_resident() && src.is_host_resident() {
+            return self.copy_runs_on_host(src, runs);
+        }
         let Some(queue) = copying_queue(self, src) else {
             return self.copy_runs_staged(src, runs);
         };
@@ -107,6 +111,21 @@ impl Buffer {
         }
         let source = (!self.same_allocation(src)).then(|| src.clone());
         record_enqueued(queue, &[self, src], source)
+    }
+
+    /// [`Buffer::copy_runs_from`] between two views of the host's own memory
+    /// ([`Buffer::is_host_resident`]): the host waits for the work that may still touch either
+    /// (the ordering invariant's host access, as a host view's), then copies run by run, a memory
+    /// copy a run where a runtime command a run costs microseconds each.
+    fn copy_runs_on_host(&self, src: &Buffer, runs: Runs<'_>) -> Result<()> {
+        src.order_access(Access::Host)?;
+        self.order_access(Access::Host)?;
+        for &(to, from) in runs.starts {
+            // SAFETY: host-resident memory is host-accessible; both runs lie inside their views
+            // (checked), which we hold, and no work is left on either (waited for above).
+            unsafe { std::ptr::copy(src.ptr().add(from), self.ptr().add(to), runs.len) };
+        }
+        Ok(())
     }
 
     /// [`Buffer::copy_runs_from`] between queues that cannot reach each other's memory: the

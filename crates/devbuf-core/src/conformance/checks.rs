@@ -10,7 +10,7 @@ use super::kit::{
     supported_kinds,
 };
 use crate::mr::FreeAfter;
-use crate::{Buffer, DEFAULT_ALIGNMENT, Error, HostQueue, MemKind, Queue};
+use crate::{Buffer, DEFAULT_ALIGNMENT, Error, HostQueue, MemKind, Queue, Runs};
 
 pub(super) fn alloc_each_kind(queue: &Arc<dyn Queue>) -> Outcome {
     let unsupported: Vec<_> = MemKind::ALLOCATABLE
@@ -97,6 +97,54 @@ pub(super) fn fill_patterns(queue: &Arc<dyn Queue>) -> Outcome {
         let mut expected = vec![0xA5; len];
         expected[10..21].fill(0x3C);
         expect_bytes(&buffer, &expected, &format!("{kind} fill"))
+    })
+}
+
+/// Memory the queue calls the host's own ([`Queue::host_resident`]) is memory the host
+/// dereferences, and a strided write into it, which then runs on the host, waits for the work
+/// still pending on it first: a fill enqueued just before, which would otherwise overwrite the
+/// written runs after the host wrote them.
+pub(super) fn host_resident_memory_takes_strided_writes_in_order(
+    queue: &Arc<dyn Queue>,
+) -> Outcome {
+    const LEN: usize = 8 << 20;
+    const STEP: usize = 4096;
+    for_each_kind(queue, |kind| {
+        if !queue.host_resident(kind) {
+            return Ok(());
+        }
+        if !queue.host_accessible(kind) {
+            return Err(format!(
+                "{kind} is the host's own memory (host_resident), yet not host-accessible"
+            ));
+        }
+        let buffer = alloc(queue, kind, LEN)?;
+        let source = ctx(
+            Buffer::alloc(&HostQueue::shared(), MemKind::Host, LEN / STEP),
+            || "allocating host-backend memory".into(),
+        )?;
+        ctx(source.copy_from_host(&vec![0xC3; LEN / STEP]), || {
+            "writing the source".into()
+        })?;
+        let starts: Vec<(usize, usize)> = (0..LEN / STEP).map(|run| (run * STEP, run)).collect();
+        let runs = Runs {
+            len: 1,
+            starts: &starts,
+        };
+        ctx(buffer.enqueue_fill_on(0, queue), || {
+            format!("filling {kind}")
+        })?;
+        ctx(buffer.copy_runs_from(&source, runs), || {
+            format!("writing every {STEP}th byte of {kind}")
+        })?;
+        let expected: Vec<u8> = (0..LEN)
+            .map(|at| if at % STEP == 0 { 0xC3 } else { 0 })
+            .collect();
+        expect_bytes(
+            &buffer,
+            &expected,
+            &format!("{kind} strided write after a fill"),
+        )
     })
 }
 

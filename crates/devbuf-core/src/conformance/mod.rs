@@ -44,6 +44,7 @@ macro_rules! __conformance_checks {
                 align: checks::alignment_honoured,
                 copy: checks::copy_round_trips,
                 fill: checks::fill_patterns,
+                host_resident: checks::host_resident_memory_takes_strided_writes_in_order,
                 busy_free: checks::release_waits_for_enqueued_work,
                 kind_of: checks::classifies_own_pointers,
                 foreign: imports::classifies_foreign_pointers,

@@ -211,7 +211,9 @@ impl PyArray {
     /// converted, reshaped or broadcast). A Buffer is bytes: it takes the elements of any source
     /// of its size, in C order, a raw copy as CuPy's `MemoryPointer.copy_from` and dpctl.memory's
     /// `copy_from_device` make. Either side may have any layout (a transpose, a strided slice):
-    /// only the bytes the elements occupy move, one copy per contiguous run.
+    /// only the bytes the elements occupy move, one copy per contiguous run (a memory copy on the
+    /// host where both sides are the host's own memory, as host memory and a CPU device's shared
+    /// memory are, and the copy is waited for).
     /// With `blocking=False` the copy is only enqueued on this array's queue: it is pending work
     /// that the protocols then report (CAI's `stream`) or wait for. `stream` (a `devbuf.Stream`
     /// that reaches both sides) runs the copy instead: the pending work is then that stream's,
