@@ -186,6 +186,22 @@ def strided_write_cases(report, dpnp):
 
         report.compare_calls(f"`x[:, 0] = 5` of a 1000x1000 float32 array, SYCL {kind} USM",
                              ours_fill, theirs_fill, "dpnp's, waited for", goal, number=number)
+    # The same inside `with stream:` (a devbuf stream of the device): waited for, so it runs on
+    # the host too.
+    stream = devbuf.Stream("sycl")
+    ours = devbuf.zeros((1000, 1000), dtype="float32", kind="shared")
+    theirs = dpnp.zeros((1000, 1000), dtype="float32", usm_type="shared")
+
+    def ours_on_stream():
+        with stream:
+            ours[:, 0] = 5
+
+    def theirs_fill():
+        theirs[:, 0] = 5
+        theirs.sycl_queue.wait()
+
+    report.compare_calls("`with stream: x[:, 0] = 5` of a 1000x1000 float32 array, SYCL shared USM",
+                         ours_on_stream, theirs_fill, "dpnp's, waited for", 1.0, number=200)
 
 
 def handed_out_queue_cases(report):

@@ -151,6 +151,19 @@ impl Array {
         Ok(())
     }
 
+    /// Whether a waited-for write into this array's elements (of `source`'s elements, or of one
+    /// value when `None`) runs on the host rather than as runtime copies: the elements lie in
+    /// several runs on one side, and both sides are the host's own memory
+    /// ([`Buffer::copy_runs_from`]). Then a caller that named a stream and waits for the write
+    /// loses nothing by letting it run so: the host waits for all the work on the memory first.
+    pub fn writes_on_the_host(&self, source: Option<&Array>) -> bool {
+        let in_runs = !self.layout.is_c_contiguous()
+            || source.is_some_and(|source| !source.layout.is_c_contiguous());
+        in_runs
+            && self.buffer.is_host_resident()
+            && source.is_none_or(|source| source.buffer.is_host_resident())
+    }
+
     /// Both arrays' bytes, when each is one C-contiguous run: the copy is then one copy.
     #[allow(
         clippy::arithmetic_side_effects,

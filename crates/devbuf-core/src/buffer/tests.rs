@@ -48,6 +48,8 @@ struct DeferredQueue {
     event_waits: Arc<AtomicUsize>,
     device_waits: AtomicUsize,
     deallocations: AtomicUsize,
+    /// Copies enqueued (each one runtime command).
+    copies: AtomicUsize,
     fail: Arc<AtomicBool>,
 }
 
@@ -61,6 +63,7 @@ impl DeferredQueue {
             event_waits: Arc::new(AtomicUsize::new(0)),
             device_waits: AtomicUsize::new(0),
             deallocations: AtomicUsize::new(0),
+            copies: AtomicUsize::new(0),
             fail: Arc::new(AtomicBool::new(false)),
         })
     }
@@ -82,6 +85,7 @@ impl Queue for DeferredQueue {
         unsafe { self.host.deallocate(ptr, kind, size, align) }
     }
     unsafe fn copy(&self, dst: *mut u8, src: *const u8, len: usize) -> Result<()> {
+        self.copies.fetch_add(1, Ordering::SeqCst);
         // SAFETY: forwarded unchanged from the caller's contract.
         unsafe { self.host.copy(dst, src, len) }
     }
@@ -522,4 +526,44 @@ fn only_a_queue_that_reaches_any_host_memory_fills_another_runtimes_host_memory(
     assert!(cpu.reaches_any_host_memory());
     buffer.enqueue_fill_on(7, &cpu).unwrap();
     assert_eq!(buffer.to_vec().unwrap(), vec![7; 64]);
+}
+
+#[test]
+fn strided_writes_between_the_hosts_own_memory_run_on_the_host_after_the_work_on_it() {
+    // The deferred queue's host memory is host-resident (the default answer); its device memory
+    // is host-accessible but not the host's own.
+    let (deferred, queue) = deferred("strided");
+    let starts = [(0, 0), (4, 1), (8, 2)];
+    let runs = Runs {
+        len: 1,
+        starts: &starts,
+    };
+    for (kind, on_the_host) in [(MemKind::Host, true), (MemKind::Device, false)] {
+        let destination = Buffer::alloc(&queue, kind, 12).unwrap();
+        let source = Buffer::alloc(&queue, kind, 3).unwrap();
+        source.copy_from_host(&[7, 8, 9]).unwrap();
+        destination.enqueue_fill_on(1, &queue).unwrap();
+        assert!(destination.has_pending_work());
+        let copies = deferred.copies.load(Ordering::SeqCst);
+        destination.copy_runs_from(&source, runs).unwrap();
+        let commands = deferred.copies.load(Ordering::SeqCst) - copies;
+        assert_eq!(commands, if on_the_host { 0 } else { 3 }, "{kind}");
+        // Waited for either way: the host's access waits for the fill, the commands are waited.
+        assert!(!destination.has_pending_work(), "{kind}");
+        assert_eq!(
+            destination.to_vec().unwrap(),
+            [7, 1, 1, 1, 8, 1, 1, 1, 9, 1, 1, 1],
+            "{kind}"
+        );
+        // What a caller naming a stream asks before it lets a waited-for write run so.
+        let layout = |shape: &[usize], strides: &[isize]| {
+            crate::Layout::new(crate::DType::UINT8, shape, Some(strides), 0, false).unwrap()
+        };
+        let column = crate::Array::new(destination.clone(), layout(&[3], &[4])).unwrap();
+        let row = crate::Array::new(source.clone(), layout(&[3], &[1])).unwrap();
+        assert_eq!(column.writes_on_the_host(Some(&row)), on_the_host, "{kind}");
+        assert_eq!(column.writes_on_the_host(None), on_the_host, "{kind}");
+        let contiguous = crate::Array::new(destination, layout(&[3], &[1])).unwrap();
+        assert!(!contiguous.writes_on_the_host(Some(&row)), "{kind}");
+    }
 }

@@ -251,7 +251,11 @@ impl PyArray {
             }),
             Some(_) => None,
         };
-        match (stream.or(current.as_ref()), blocking) {
+        // A waited-for copy on the host, after all the memory's work, needs no stream's command.
+        let runner = stream
+            .or(current.as_ref())
+            .filter(|_| !(blocking && destination.writes_on_the_host(Some(source))));
+        match (runner, blocking) {
             (None, true) => py.detach(|| destination.copy_elements_from(source)).py(),
             (None, false) => {
                 let queue = destination.buffer().queue().clone();

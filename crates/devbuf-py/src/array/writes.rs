@@ -145,7 +145,8 @@ fn assign(py: Python<'_>, destination: &Array, source: &Array) -> PyResult<()> {
 /// Runs `command` for `destination` (reading `source`, if any) with the GIL released: on
 /// `stream`, else on the stream of an enclosing `with stream:` block of the destination's device
 /// that reaches the source, else on the memory's own queues (`command` is then given no queue
-/// and waits itself); without `blocking`, on the destination's own queue. An enqueued command
+/// and waits itself); without `blocking`, on the destination's own queue. A waited-for write that
+/// runs on the host ([`Array::writes_on_the_host`]) is given no queue either. An enqueued command
 /// returns its event, waited for when `blocking`.
 fn write(
     py: Python<'_>,
@@ -164,7 +165,11 @@ fn write(
         }),
         Some(_) => None,
     };
-    let queue = match (stream.or(current.as_ref()), blocking) {
+    // A waited-for write on the host, after all the memory's work, needs no stream's command.
+    let runner = stream
+        .or(current.as_ref())
+        .filter(|_| !(blocking && destination.writes_on_the_host(source)));
+    let queue = match (runner, blocking) {
         (Some(stream), _) => Some(stream.get().queue()?.clone()),
         (None, true) => None,
         (None, false) => Some(destination.buffer().queue().clone()),
