@@ -238,47 +238,20 @@ impl PyArray {
             destination.clone()
         };
         let source: &Array = &source;
-        // Inside `with stream:`, a stream of the destination's device runs the copy when it can
-        // reach the source (the same device, or memory the host can read).
-        let current = match stream {
-            None => crate::objects::current_stream::current_on(
-                py,
-                Some(&destination.buffer().device().selector),
-            )
-            .filter(|_| {
-                source.buffer().is_host_accessible()
-                    || source.buffer().device().selector == destination.buffer().device().selector
-            }),
-            Some(_) => None,
-        };
-        // A waited-for copy on the host, after all the memory's work, needs no stream's command.
-        let runner = stream
-            .or(current.as_ref())
-            .filter(|_| !(blocking && destination.writes_on_the_host(Some(source))));
-        match (runner, blocking) {
-            (None, true) => py.detach(|| destination.copy_elements_from(source)).py(),
-            (None, false) => {
-                let queue = destination.buffer().queue().clone();
-                py.detach(|| {
-                    destination
-                        .enqueue_copy_elements_from(source, &queue)
-                        .map(drop)
-                })
-                .py()
-            }
-            (Some(stream), blocking) => {
-                let queue = stream.get().queue()?;
-                py.detach(|| {
-                    let copied = destination.enqueue_copy_elements_from(source, queue)?;
-                    if blocking {
-                        devbuf::ordering::wait_for_event(&copied)
-                    } else {
-                        Ok(())
-                    }
-                })
-                .py()
-            }
-        }
+        let destination = &destination;
+        super::writes::write(
+            py,
+            destination,
+            Some(source),
+            stream,
+            blocking,
+            |queue| match queue {
+                None => destination.copy_elements_from(source).map(|()| None),
+                Some(queue) => destination
+                    .enqueue_copy_elements_from(source, queue)
+                    .map(Some),
+            },
+        )
     }
 
     /// A view of the elements selected by `key`, NumPy's basic indexing: ints (a dimension goes;

@@ -148,7 +148,7 @@ fn assign(py: Python<'_>, destination: &Array, source: &Array) -> PyResult<()> {
 /// and waits itself); without `blocking`, on the destination's own queue. A waited-for write that
 /// runs on the host ([`Array::writes_on_the_host`]) is given no queue either. An enqueued command
 /// returns its event, waited for when `blocking`.
-fn write(
+pub(crate) fn write(
     py: Python<'_>,
     destination: &Array,
     source: Option<&Array>,
