@@ -12,7 +12,7 @@
 /// queue's event is the host's wait, since work runs when it is enqueued.
 ///
 /// Written inside `impl Queue for ...`, where `host_accessible` would be; stands for
-/// `host_accessible`, `host_resident`, `copy`, `fill`, `wait`, `record_event` and `wait_event`.
+/// `host_accessible`, `on_the_host_processor`, `copy`, `fill`, `wait`, `record_event` and `wait_event`.
 #[macro_export]
 macro_rules! works_on_the_calling_thread {
     () => {
@@ -21,8 +21,8 @@ macro_rules! works_on_the_calling_thread {
             true
         }
 
-        /// Every kind is the host's own memory.
-        fn host_resident(&self, _kind: $crate::MemKind) -> bool {
+        /// Its work runs on the host's processor, over the host's own memory.
+        fn on_the_host_processor(&self) -> bool {
             true
         }
 

@@ -37,16 +37,22 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
         matches!(kind, MemKind::Host | MemKind::Shared)
     }
 
+    /// Whether this queue's device is the host's own processor (a CPU device), so that its
+    /// host-accessible memory is the host's own ([`Queue::host_resident`]). False unless a
+    /// backend says otherwise.
+    fn on_the_host_processor(&self) -> bool {
+        false
+    }
+
     /// Whether memory of `kind` that this queue allocated lives in the host's own memory, so that
     /// the host CPU writes it at memory speed, with no page migration and no bus in between: host
     /// memory (pinned or USM host allocations), and any host-accessible kind of a device that is
-    /// the host's processor. Writes that would take one runtime command per contiguous run (a
-    /// strided view's elements) then run on the host instead, after the host's wait for the work
-    /// on the memory (docs/architecture.md, "Strided writes"). Must imply
-    /// [`Queue::host_accessible`]. Host memory alone unless a backend says otherwise: shared
-    /// memory of a GPU migrates its pages to whichever processor touches them.
+    /// the host's processor ([`Queue::on_the_host_processor`]). Writes that would take one runtime
+    /// command per contiguous run (a strided view's elements) then run on the host instead, after
+    /// the host's wait for the work on the memory (docs/architecture.md, "Strided writes"). Not
+    /// a GPU's shared memory: its pages migrate to whichever processor touches them.
     fn host_resident(&self, kind: MemKind) -> bool {
-        kind == MemKind::Host
+        kind == MemKind::Host || (self.on_the_host_processor() && self.host_accessible(kind))
     }
 
     /// Allocates `size` bytes (never 0: an empty [`crate::Buffer`] takes none or 1) aligned to `align` (a power

@@ -40,7 +40,7 @@ pub struct OpenClQueue {
     pub(crate) identity: Arc<()>,
     /// Whether the device is the host's processor (a CPU device, as PoCL's and Intel's CPU
     /// runtimes are): its host-accessible memory is then the host's own
-    /// ([`Queue::host_resident`]).
+    /// ([`Queue::on_the_host_processor`]).
     pub(crate) on_the_host_processor: bool,
 }
 
@@ -139,9 +139,9 @@ impl Queue for OpenClQueue {
         &self.info
     }
 
-    /// Host memory everywhere; shared memory too where the device is the host's processor.
-    fn host_resident(&self, kind: MemKind) -> bool {
-        kind == MemKind::Host || (self.on_the_host_processor && self.host_accessible(kind))
+    /// A CPU device's.
+    fn on_the_host_processor(&self) -> bool {
+        self.on_the_host_processor
     }
 
     fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {

@@ -101,7 +101,7 @@ pub struct SyclQueue {
     /// makes its queues so (the cost is within noise: docs/guide/streams.md, "Timing").
     pub(crate) profiling: bool,
     /// Whether the device is the host's processor (a CPU device): its host-accessible memory is
-    /// then the host's own ([`Queue::host_resident`]).
+    /// then the host's own ([`Queue::on_the_host_processor`]).
     pub(crate) on_the_host_processor: bool,
 }
 
@@ -443,10 +443,9 @@ impl Queue for SyclQueue {
         &self.info
     }
 
-    /// Host USM everywhere; shared USM too where the device is the host's processor (a CPU
-    /// device's allocations are the host's memory; a GPU's shared pages migrate).
-    fn host_resident(&self, kind: MemKind) -> bool {
-        kind == MemKind::Host || (self.on_the_host_processor && self.host_accessible(kind))
+    /// A CPU device's.
+    fn on_the_host_processor(&self) -> bool {
+        self.on_the_host_processor
     }
 
     fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {
