@@ -105,10 +105,14 @@ def test_with_stream_enqueues_there(device):
     big = devbuf.alloc(256 << 20, "device", device=device)
     # The device's queue idle first (the allocation, earlier tests' frees), so that only where
     # the fill ran can keep it busy; no collection meanwhile, whose frees of earlier tests' memory
-    # would be queued there (seen once on the test driver with its delay).
+    # would be queued there (seen once on the test driver with its delay). The allocation is
+    # waited for through the memory, so that devbuf forgets it: else ordering the fill after it
+    # records an event on the device's queue, which a query right after may still see running
+    # (3 of 16 runs on the test driver with its delay).
     gc.collect()
     gc.disable()
     try:
+        big.synchronize()
         device.default_stream.synchronize()
         with stream:
             big.fill(1, blocking=False)
