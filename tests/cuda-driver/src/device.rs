@@ -154,6 +154,10 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, device: CUdevice
     })
 }
 
+/// The largest pitch a 2-D copy takes (`CU_DEVICE_ATTRIBUTE_MAX_PITCH`), what an H100 and an
+/// H200 report.
+pub(crate) const MAX_PITCH: usize = i32::MAX as usize;
+
 /// Device `ordinal`'s answer for `attribute`; `None` for numbers the driver does not know.
 pub(crate) fn attribute(attribute: u32, ordinal: usize) -> Option<i32> {
     if attribute == 0 || attribute >= ATTRIBUTE_LIMIT {
@@ -193,6 +197,8 @@ pub(crate) fn attribute(attribute: u32, ordinal: usize) -> Option<i32> {
         2048
     } else if is(A::CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT) {
         2
+    } else if is(A::CU_DEVICE_ATTRIBUTE_MAX_PITCH) {
+        MAX_PITCH as i32
     } else if is(A::CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT) {
         512
     } else if is(A::CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES) {

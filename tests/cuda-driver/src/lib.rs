@@ -121,8 +121,9 @@
 //! would see it: copies between devices work through unified addressing with or without it),
 //! `cuDeviceGetP2PAttribute`, read-only pool access, MIG identifiers in `CUDA_VISIBLE_DEVICES`,
 //! execution affinity and CIG contexts (CUDA_ERROR_NOT_SUPPORTED), green
-//! contexts, CUDA arrays, textures and surfaces, checkpointing, coredump attributes, 2D/3D and
-//! batch copies, virtual memory management (`cuMemCreate`, `cuMemMap`, ...), exportable and host
+//! contexts, CUDA arrays, textures and surfaces, checkpointing, coredump attributes, 3-D and
+//! batch copies, the synchronous 2-D copies (`cuMemcpy2D`, `cuMemcpy2DUnaligned`; `cuMemcpy2DAsync`
+//! is modelled, with the worst case its documentation allows, in `transfer_2d`), virtual memory management (`cuMemCreate`, `cuMemMap`, ...), exportable and host
 //! memory pools (CUDA_ERROR_NOT_SUPPORTED), which addresses a pool's kept memory is reused at (a
 //! new allocation gets fresh addresses; only the figures show the reuse), the implicit
 //! synchronization `cuMemFree` and `cuMemFreeHost` "may perform" (a GPU's driver waits there for
@@ -172,3 +173,4 @@ mod stream;
 mod stream_api;
 mod stream_ordered;
 mod transfer;
+mod transfer_2d;

@@ -140,6 +140,17 @@ pub(crate) enum Op {
         source: Place,
         len: usize,
     },
+    /// `height` rows of `width` bytes, row `i` from `source + i * source_pitch` to
+    /// `destination + i * destination_pitch` (`cuMemcpy2DAsync`).
+    Copy2D {
+        operation: &'static str,
+        destination: Place,
+        source: Place,
+        width: usize,
+        height: usize,
+        destination_pitch: usize,
+        source_pitch: usize,
+    },
     Fill {
         operation: &'static str,
         destination: Place,
@@ -222,6 +233,37 @@ pub(crate) fn execute(context: &Context, op: Op) {
                 Ok(((from, _source), (to, _destination))) => unsafe {
                     std::ptr::copy(from, to, len)
                 },
+                Err(why) => context.fault(operation, &why),
+            }
+        }
+        Op::Copy2D {
+            operation,
+            destination,
+            source,
+            width,
+            height,
+            destination_pitch,
+            source_pitch,
+        } => {
+            delay();
+            let opened = source
+                .open()
+                .and_then(|source| Ok((source, destination.open()?)));
+            match opened {
+                Ok(((from, _source), (to, _destination))) => {
+                    for row in 0..height {
+                        // SAFETY: every row lies in live memory (the spans were checked when
+                        // enqueued and the state guards keep them allocated); `copy` allows
+                        // overlap, which the documentation leaves undefined.
+                        unsafe {
+                            std::ptr::copy(
+                                from.add(row * source_pitch),
+                                to.add(row * destination_pitch),
+                                width,
+                            )
+                        };
+                    }
+                }
                 Err(why) => context.fault(operation, &why),
             }
         }

@@ -42,6 +42,7 @@ use crate::stream::*;
 use crate::stream_api::*;
 use crate::stream_ordered::*;
 use crate::transfer::*;
+use crate::transfer_2d::*;
 
 /// `CUdriverProcAddressQueryResult`.
 const SYMBOL_FOUND: i32 = 0;
@@ -150,6 +151,7 @@ table! {
     "cuMemPoolTrimTo" 11020 => cuMemPoolTrimTo;
     "cuMemcpy" 4000 => cuMemcpy, cuMemcpy_ptds;
     "cuMemcpyAsync" 4000 => cuMemcpyAsync, cuMemcpyAsync_ptsz;
+    "cuMemcpy2DAsync" 3020 => cuMemcpy2DAsync_v2, cuMemcpy2DAsync_v2_ptsz;
     "cuMemcpyPeer" 4000 => cuMemcpyPeer, cuMemcpyPeer_ptds;
     "cuMemcpyPeerAsync" 4000 => cuMemcpyPeerAsync, cuMemcpyPeerAsync_ptsz;
     "cuMemcpyHtoD" 3020 => cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds;

@@ -43,7 +43,7 @@ use crate::stream::Dependency;
 use crate::stream::{self, NullStream, Stream};
 
 /// What one side of a copy is, when it is enqueued.
-enum Side {
+pub(crate) enum Side {
     Memory(Place),
     Pageable(u64),
 }
@@ -51,7 +51,7 @@ enum Side {
 /// Classifies `[address, address + len)`: memory the driver allocated (all of it inside one
 /// allocation), or pageable host memory. A device address the driver does not know (freed, or
 /// never allocated) is CUDA_ERROR_INVALID_VALUE.
-fn side(address: u64, len: usize, synchronous: bool) -> DriverResult<Side> {
+pub(crate) fn side(address: u64, len: usize, synchronous: bool) -> DriverResult<Side> {
     if address == 0 {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
@@ -96,7 +96,7 @@ fn is_host(side: &Side) -> bool {
 #[derive(Clone, Copy)]
 pub(crate) struct Call {
     pub synchronous: bool,
-    null: NullStream,
+    pub null: NullStream,
 }
 
 pub(crate) const ASYNC: Call = Call {
@@ -154,23 +154,7 @@ pub(crate) fn copy_between(
         if plain_copy && !(reachable(&to, ordinal) && reachable(&from, ordinal)) {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let host_source = is_host(&from);
-        let host_destination = is_host(&to);
-        let always = synchronous
-            && (stream.context.flags() & SYNC_MEMOPS != 0
-                || sync_memops(&to)
-                || sync_memops(&from));
-        // When the calling thread must wait for the copy to complete.
-        let wait = match (&to, &from) {
-            _ if always || (host_source && host_destination) => true,
-            (Side::Pageable(_), _) => true,
-            (_, Side::Pageable(_)) => false,
-            _ => synchronous && (host_source || host_destination),
-        };
-        if synchronous && matches!(from, Side::Pageable(_)) {
-            stream.drain();
-            stream.context.sticky_error()?;
-        }
+        let wait = host_waits(&stream, call, &to, &from)?;
         let source = match from {
             Side::Memory(place) => place,
             // Pageable to pageable: the enqueuing thread waits, so the source stays valid.
@@ -184,10 +168,7 @@ pub(crate) fn copy_between(
                 Place::Staged(bytes.into())
             }
         };
-        let destination = match to {
-            Side::Memory(place) => place,
-            Side::Pageable(address) => Place::Pageable(address as usize),
-        };
+        let destination = destination_place(to);
         // cuMemcpyPeer: "serialized with respect [to] all pending and future asynchronous work in
         // to the current context, srcContext, and dstContext"; the double holds a synchronous copy
         // between devices through unified addressing (cuMemcpy) to the same rule.
@@ -226,7 +207,7 @@ pub(crate) fn copy_between(
 /// same chapter names `cudaMemcpyPeerAsync` for copies of pool memory between devices without
 /// that access, which the driver stages through the host ("p2h2p"); the double copies directly,
 /// with the same result (the staging's bandwidth is not modelled).
-fn reachable(side: &Side, ordinal: usize) -> bool {
+pub(crate) fn reachable(side: &Side, ordinal: usize) -> bool {
     let Side::Memory(place) = side else {
         return true;
     };
@@ -273,13 +254,46 @@ fn finish_joined(stream: &Arc<Stream>, op: Op, wait: bool, others: &[Arc<Stream>
 
 /// Enqueues `op`, and with `wait` blocks until it has run; the context's sticky error then
 /// surfaces at once.
-fn finish(stream: &Arc<Stream>, op: Op, wait: bool) -> DriverResult {
+pub(crate) fn finish(stream: &Arc<Stream>, op: Op, wait: bool) -> DriverResult {
     let sequence = stream.enqueue(op, vec![]);
     if wait {
         stream.wait_for(sequence);
         stream.context.sticky_error()?;
     }
     Ok(())
+}
+
+/// Whether the calling thread waits for a copy from `from` to `to` to complete, by the rules in
+/// this module's documentation; a synchronous copy from pageable memory first drains its stream.
+pub(crate) fn host_waits(
+    stream: &Arc<Stream>,
+    call: Call,
+    to: &Side,
+    from: &Side,
+) -> DriverResult<bool> {
+    let synchronous = call.synchronous;
+    let (host_source, host_destination) = (is_host(from), is_host(to));
+    let always = synchronous
+        && (stream.context.flags() & SYNC_MEMOPS != 0 || sync_memops(to) || sync_memops(from));
+    let wait = match (to, from) {
+        _ if always || (host_source && host_destination) => true,
+        (Side::Pageable(_), _) => true,
+        (_, Side::Pageable(_)) => false,
+        _ => synchronous && (host_source || host_destination),
+    };
+    if synchronous && matches!(from, Side::Pageable(_)) {
+        stream.drain();
+        stream.context.sticky_error()?;
+    }
+    Ok(wait)
+}
+
+/// Where a copy writes: driver memory, or pageable memory the enqueuing thread waits for.
+pub(crate) fn destination_place(to: Side) -> Place {
+    match to {
+        Side::Memory(place) => place,
+        Side::Pageable(address) => Place::Pageable(address as usize),
+    }
 }
 
 macro_rules! copies {
