@@ -76,6 +76,6 @@ pub use kind::{DeviceInfo, MemKind};
 pub use last_command::LastCommand;
 pub use ordering::Access;
 pub use owner::{KeptAlive, Owner};
-pub use queue::{DEFAULT_ALIGNMENT, Queue};
+pub use queue::{DEFAULT_ALIGNMENT, Queue, Rows, copy_row_by_row};
 pub use stream::{HandleSource, KeepsStream, StreamOptions, StreamOwner};
 pub use timing::InstantEvent;

@@ -94,6 +94,20 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// memory), do not overlap, and stay alive until the copy completes.
     unsafe fn copy(&self, dst: *mut u8, src: *const u8, len: usize) -> Result<()>;
 
+    /// Enqueues copies of `rows.count` rows of `rows.width` bytes, row `i` from
+    /// `src + i * rows.src_pitch` to `dst + i * rows.dst_pitch`, ordered like [`Queue::copy`]:
+    /// what a strided view's elements take (a column, every other row). The default is
+    /// [`copy_row_by_row`]; a runtime with a 2-D copy makes it one command (CUDA's
+    /// `cuMemcpy2DAsync`), where a command per row would cost microseconds each.
+    ///
+    /// # Safety
+    /// Every row is a range [`Queue::copy`] takes, and the rows of one side do not overlap
+    /// (each pitch is at least the width).
+    unsafe fn copy_rows(&self, dst: *mut u8, src: *const u8, rows: Rows) -> Result<()> {
+        // SAFETY: the caller's.
+        unsafe { copy_row_by_row(self, dst, src, rows) }
+    }
+
     /// Enqueues setting `len` bytes at `dst` to `byte`, ordered like [`Queue::copy`]. Memory the
     /// runtime will not set is set from the host only where the runtime shows it is host memory;
     /// elsewhere the runtime's error is returned (an address it does not know may be a device's).
@@ -234,6 +248,43 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
 
     /// Downcasting, for backend-specific protocol details.
     fn as_any(&self) -> &dyn Any;
+}
+
+/// Rows of equal width a fixed distance apart on each side of a copy ([`Queue::copy_rows`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rows {
+    /// Bytes per row.
+    pub width: usize,
+    /// How many rows.
+    pub count: usize,
+    /// Bytes from one row's start to the next one's in the destination (at least `width`).
+    pub dst_pitch: usize,
+    /// The same in the source.
+    pub src_pitch: usize,
+}
+
+/// [`Queue::copy_rows`] as one [`Queue::copy`] per row: the default, and a backend's fallback
+/// where its runtime refuses a 2-D copy.
+///
+/// # Safety
+/// As for [`Queue::copy_rows`].
+pub unsafe fn copy_row_by_row<Q: Queue + ?Sized>(
+    queue: &Q,
+    dst: *mut u8,
+    src: *const u8,
+    rows: Rows,
+) -> Result<()> {
+    for row in 0..rows.count {
+        // SAFETY: every row is a range `copy` takes (the caller's).
+        unsafe {
+            queue.copy(
+                dst.add(row * rows.dst_pitch),
+                src.add(row * rows.src_pitch),
+                rows.width,
+            )?
+        };
+    }
+    Ok(())
 }
 
 /// The error of a backend without memory hints.

@@ -41,6 +41,7 @@ mod memory;
 mod peer;
 pub mod protocol;
 mod queue;
+mod rows;
 mod stream;
 
 pub use backend::{CudaBackend, DESCRIPTOR, classify, default_queue, queue_for_pointer};

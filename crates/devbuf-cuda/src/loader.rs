@@ -57,6 +57,7 @@ pub(crate) const REQUIRED_ENTRY_POINTS: &[&str] = &[
     "cuMemFreeHost",
     "cuMemAllocManaged",
     "cuMemcpyAsync",
+    "cuMemcpy2DAsync_v2",
     "cuMemcpyPeerAsync",
     "cuDeviceCanAccessPeer",
     "cuPointerGetAttribute",

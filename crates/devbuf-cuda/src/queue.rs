@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUcontext, CUresult, CUstream};
 use devbuf_core::{
-    Advice, DeviceInfo, Error, Event, Interop, Location, MemKind, Queue, Result, StreamOwner,
+    Advice, DeviceInfo, Error, Event, Interop, Location, MemKind, Queue, Result, Rows, StreamOwner,
+    copy_row_by_row,
 };
 use parking_lot::Mutex;
 
@@ -18,6 +19,7 @@ use crate::loader::{self, BACKEND, DriverError, call};
 use crate::memory::{self, CudaKind, DeviceAllocator, NATIVE_ALIGNMENT};
 use crate::peer;
 use crate::protocol::{self, ProtocolStream};
+use crate::rows;
 use crate::stream::Stream;
 
 /// A queue on one CUDA device: its primary context and one stream, on which every copy, fill and
@@ -404,6 +406,24 @@ impl Queue for CudaQueue {
                     false => Err(err.into()),
                 }
             }
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    unsafe fn copy_rows(&self, dst: *mut u8, src: *const u8, rows: Rows) -> Result<()> {
+        if rows.count < 2 || rows.width == 0 {
+            // SAFETY: the caller's.
+            return unsafe { copy_row_by_row(self, dst, src, rows) };
+        }
+        // SAFETY: the caller's; our stream is alive.
+        match unsafe { rows::copy_2d(self.context().raw(), self.stream.raw(), dst, src, rows) } {
+            Ok(()) => Ok(()),
+            // What the driver may refuse of a 2-D copy and not of a copy per row (`rows`): each
+            // row then finds its way.
+            // SAFETY: the caller's.
+            Err(err) if err.is(CUresult::CUDA_ERROR_INVALID_VALUE) => unsafe {
+                copy_row_by_row(self, dst, src, rows)
+            },
             Err(err) => Err(err.into()),
         }
     }

@@ -26,12 +26,9 @@ impl Array {
         let element = self.fill_element(value, key)?;
         let layout = &self.layout;
         if !layout.is_c_contiguous() {
-            let (pattern, runs) = self.fill_runs(&element)?;
-            let runs = Runs {
-                len: pattern.len(),
-                starts: &runs,
-            };
-            return self.buffer.copy_runs_from(&pattern, runs);
+            // The host's own memory is filled by memory copies on the host (copy_runs_from).
+            let fill = self.fill_runs(&element, !self.buffer.is_host_resident())?;
+            return self.buffer.copy_runs_from(&fill.pattern, fill.runs());
         }
         let bytes = self
             .buffer
@@ -70,12 +67,10 @@ impl Array {
         let element = self.fill_element(value, key)?;
         let layout = &self.layout;
         if !layout.is_c_contiguous() {
-            let (pattern, runs) = self.fill_runs(&element)?;
-            let runs = Runs {
-                len: pattern.len(),
-                starts: &runs,
-            };
-            return self.buffer.enqueue_copy_runs_from(&pattern, runs, queue);
+            let fill = self.fill_runs(&element, true)?;
+            return self
+                .buffer
+                .enqueue_copy_runs_from(&fill.pattern, fill.runs(), queue);
         }
         let bytes = self
             .buffer
@@ -107,19 +102,53 @@ impl Array {
         self.layout.dtype.encode_as(value, key)
     }
 
-    /// Host memory holding one contiguous run of this (strided) array's elements, each
-    /// `element`, and where every run starts: what a run-by-run fill copies.
+    /// Host memory holding contiguous runs of this (strided) array's elements, each `element`,
+    /// and the runs a fill copies from it. With `as_rows`,
+    /// consecutive runs read consecutive runs of the pattern (up to [`PATTERN_BYTES`] of them, then
+    /// again from the first), so that a queue copies them as rows ([`Queue::copy_rows`]: a 2-D
+    /// copy reads a row per row); else every run reads the one run there is, which the host's
+    /// memory copies keep in cache.
     #[allow(
         clippy::arithmetic_side_effects,
         reason = "positions inside the array's bytes, which Array::new placed inside its buffer; \
                   an element is one item, at least a byte"
     )]
-    fn fill_runs(&self, element: &[u8]) -> Result<(Buffer, Vec<(usize, usize)>)> {
+    fn fill_runs(&self, element: &[u8], as_rows: bool) -> Result<FillRuns> {
         let (len, starts) = self.layout.copy_runs(&self.layout);
-        let pattern = host_pattern(element, len / element.len())?;
-        Ok((pattern, starts.into_iter().map(|(to, _)| (to, 0)).collect()))
+        // An empty array has no runs (and runs of 0 bytes).
+        let rows = match PATTERN_BYTES.checked_div(len) {
+            Some(fit) if as_rows => starts.len().min(fit).max(1),
+            _ => 1,
+        };
+        let pattern = host_pattern(element, rows * len / element.len())?;
+        let from = (0..rows).map(|row| row * len).cycle();
+        let starts = starts.into_iter().map(|(to, _)| to).zip(from).collect();
+        Ok(FillRuns {
+            pattern,
+            len,
+            starts,
+        })
     }
 }
+
+/// What a strided fill copies: runs of `len` bytes from `pattern` into the array.
+struct FillRuns {
+    pattern: Buffer,
+    len: usize,
+    starts: Vec<(usize, usize)>,
+}
+
+impl FillRuns {
+    fn runs(&self) -> Runs<'_> {
+        Runs {
+            len: self.len,
+            starts: &self.starts,
+        }
+    }
+}
+
+/// The most host memory a strided fill's pattern takes when its runs are copied as rows.
+const PATTERN_BYTES: usize = 256 << 10;
 
 /// `count` copies of `element` in host memory of the host backend, which every queue's copies
 /// read.

@@ -1,15 +1,16 @@
 //! Copies of scattered byte runs between two [`Buffer`]s: what a copy between arrays of
-//! different layouts moves (a strided slice, a transpose), and nothing else. One runtime copy per
-//! run, all on one queue and waited for once; a memory copy per run on the host when both sides
-//! are the host's own memory; staged through the host, run by run, when no queue reaches both
-//! sides.
+//! different layouts moves (a strided slice, a transpose), and nothing else. Runs a fixed step
+//! apart on both sides go to the queue as rows ([`Queue::copy_rows`]: one 2-D copy where the
+//! runtime has one, a copy per run where not), all on one queue and waited for once; a memory
+//! copy per run on the host when both sides are the host's own memory; staged through the host
+//! when no queue reaches both sides.
 
 use std::sync::Arc;
 
 use super::Buffer;
 use super::ordering::{Access, record_enqueued};
 use super::transfer::{Reach, check_reaches, copying_queue};
-use crate::{Error, Event, Queue, Result};
+use crate::{Error, Event, Queue, Result, Rows};
 
 /// `len`-byte runs to copy: each `(destination offset, source offset)`, relative to the start
 /// of each view.
@@ -22,6 +23,53 @@ pub struct Runs<'a> {
 }
 
 impl Runs<'_> {
+    /// Enqueues the runs from `src` to `dst` on `queue`: each stretch of runs a fixed step apart
+    /// on both sides (at least a run's length, forward) as one [`Queue::copy_rows`], any other run
+    /// as one [`Queue::copy`].
+    ///
+    /// # Safety
+    /// Every run lies inside memory at `dst` and `src` that `queue` reaches and that stays alive
+    /// until the copies complete; the runs of one side do not overlap.
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "offsets of runs inside the views (the caller's), so no sum or step wraps"
+    )]
+    unsafe fn enqueue(&self, queue: &dyn Queue, dst: *mut u8, src: *const u8) -> Result<()> {
+        let starts = self.starts;
+        let mut first = 0;
+        while let Some(&(to, from)) = starts.get(first) {
+            let (mut count, mut dst_pitch, mut src_pitch) = (1, 0, 0);
+            if let Some(&(next_to, next_from)) = starts.get(first + 1)
+                && next_to >= to + self.len
+                && next_from >= from + self.len
+            {
+                (dst_pitch, src_pitch) = (next_to - to, next_from - from);
+                count = 2;
+                while starts.get(first + count)
+                    == Some(&(to + count * dst_pitch, from + count * src_pitch))
+                {
+                    count += 1;
+                }
+            }
+            // SAFETY: the caller's; rows a step of at least their length apart do not overlap.
+            unsafe {
+                if count == 1 {
+                    queue.copy(dst.add(to), src.add(from), self.len)?;
+                } else {
+                    let rows = Rows {
+                        width: self.len,
+                        count,
+                        dst_pitch,
+                        src_pitch,
+                    };
+                    queue.copy_rows(dst.add(to), src.add(from), rows)?;
+                }
+            }
+            first += count;
+        }
+        Ok(())
+    }
+
     /// Checks that every run lies inside both views, and that the runs of one allocation do not
     /// meet (compared by their spans: disjoint interleaved runs are refused too).
     fn check(&self, dst: &Buffer, src: &Buffer) -> Result<()> {
@@ -79,11 +127,9 @@ impl Buffer {
         };
         self.order_on(queue)?;
         src.order_on(queue)?;
-        for &(to, from) in runs.starts {
-            // SAFETY: both runs lie inside their views (checked), which we hold; the queue
-            // reaches both and we wait for it before returning.
-            unsafe { queue.copy(self.ptr().add(to), src.ptr().add(from), runs.len)? };
-        }
+        // SAFETY: the runs lie inside their views (checked), which we hold, and those of one
+        // allocation do not meet (checked); the queue reaches both and we wait for it below.
+        unsafe { runs.enqueue(queue.as_ref(), self.ptr(), src.ptr())? };
         self.finish_on(queue, &[src])
     }
 
@@ -103,11 +149,9 @@ impl Buffer {
         self.order_on(queue)?;
         src.order_on(queue)?;
         if runs.len > 0 {
-            for &(to, from) in runs.starts {
-                // SAFETY: the runs lie inside their views (checked) and `queue` reaches both;
-                // both allocations record the work and outlive it.
-                unsafe { queue.copy(self.ptr().add(to), src.ptr().add(from), runs.len)? };
-            }
+            // SAFETY: the runs lie inside their views (checked) and do not meet, and `queue`
+            // reaches both; both allocations record the work and outlive it.
+            unsafe { runs.enqueue(queue.as_ref(), self.ptr(), src.ptr())? };
         }
         let source = (!self.same_allocation(src)).then(|| src.clone());
         record_enqueued(queue, &[self, src], source)
@@ -142,20 +186,30 @@ impl Buffer {
             )
         })?;
         let mut staged = vec![0u8; bytes];
+        // The runs packed one after another in `staged`: gathered there, then scattered.
+        let chunks = || (0..).step_by(runs.len);
+        let gather: Vec<_> = chunks().zip(runs.starts.iter().map(|run| run.1)).collect();
+        let scatter: Vec<_> = runs.starts.iter().map(|run| run.0).zip(chunks()).collect();
         let result = (|| {
             let queue = src.queue();
             src.order_on(queue)?;
-            for (chunk, &(_, from)) in staged.chunks_exact_mut(runs.len).zip(runs.starts) {
-                // SAFETY: the run lies inside the source view, the chunk is ours; waited below.
-                unsafe { queue.copy(chunk.as_mut_ptr(), src.ptr().add(from), runs.len)? };
-            }
+            let gather = Runs {
+                len: runs.len,
+                starts: &gather,
+            };
+            // SAFETY: each run lies inside the source view and each chunk inside `staged`
+            // (`bytes` of them), which is ours; waited below.
+            unsafe { gather.enqueue(queue.as_ref(), staged.as_mut_ptr(), src.ptr())? };
             src.finish_on(queue, &[])?;
             let queue = self.queue();
             self.order_on(queue)?;
-            for (chunk, &(to, _)) in staged.chunks_exact(runs.len).zip(runs.starts) {
-                // SAFETY: the run lies inside this view, the chunk is ours; waited below.
-                unsafe { queue.copy(self.ptr().add(to), chunk.as_ptr(), runs.len)? };
-            }
+            let scatter = Runs {
+                len: runs.len,
+                starts: &scatter,
+            };
+            // SAFETY: each run lies inside this view and each chunk inside `staged`; the
+            // runs were checked not to meet; waited below.
+            unsafe { scatter.enqueue(queue.as_ref(), self.ptr(), staged.as_ptr())? };
             self.finish_on(queue, &[])
         })();
         if result.is_err() {
@@ -168,8 +222,126 @@ impl Buffer {
 
 #[cfg(test)]
 mod tests {
+    use std::any::Any;
+    use std::ptr::NonNull;
+
+    use parking_lot::Mutex;
+
     use super::*;
-    use crate::{HostQueue, MemKind};
+    use crate::{DeviceInfo, HostQueue, MemKind};
+
+    /// The host queue, recording what it is asked to copy: each `copy` as `None`, each
+    /// `copy_rows` as its rows.
+    #[derive(Debug, Default)]
+    struct Recording {
+        host: HostQueue,
+        calls: Mutex<Vec<Option<Rows>>>,
+    }
+
+    impl Queue for Recording {
+        fn device(&self) -> &DeviceInfo {
+            self.host.device()
+        }
+        fn allocate(&self, kind: MemKind, size: usize, align: usize) -> Result<NonNull<u8>> {
+            self.host.allocate(kind, size, align)
+        }
+        unsafe fn deallocate(&self, ptr: NonNull<u8>, kind: MemKind, size: usize, align: usize) {
+            // SAFETY: forwarded unchanged from the caller's contract.
+            unsafe { self.host.deallocate(ptr, kind, size, align) }
+        }
+        unsafe fn copy(&self, dst: *mut u8, src: *const u8, len: usize) -> Result<()> {
+            self.calls.lock().push(None);
+            // SAFETY: forwarded unchanged from the caller's contract.
+            unsafe { self.host.copy(dst, src, len) }
+        }
+        unsafe fn copy_rows(&self, dst: *mut u8, src: *const u8, rows: Rows) -> Result<()> {
+            self.calls.lock().push(Some(rows));
+            // SAFETY: forwarded unchanged from the caller's contract.
+            unsafe { self.host.copy_rows(dst, src, rows) }
+        }
+        unsafe fn fill(&self, dst: *mut u8, byte: u8, len: usize) -> Result<()> {
+            // SAFETY: forwarded unchanged from the caller's contract.
+            unsafe { self.host.fill(dst, byte, len) }
+        }
+        fn wait(&self) -> Result<()> {
+            self.host.wait()
+        }
+        fn record_event(&self) -> Result<Event> {
+            self.host.record_event()
+        }
+        fn wait_event(&self, event: &Event) -> Result<()> {
+            self.host.wait_event(event)
+        }
+        fn kind_of(&self, ptr: *const u8) -> MemKind {
+            self.host.kind_of(ptr)
+        }
+        fn interop(&self) -> &dyn crate::Interop {
+            &self.host
+        }
+        fn as_any(&self) -> &dyn Any {
+            self
+        }
+    }
+
+    #[test]
+    fn runs_a_fixed_step_apart_go_to_the_queue_as_rows() {
+        let recording = Arc::new(Recording::default());
+        let queue: Arc<dyn Queue> = recording.clone();
+        let src = Buffer::alloc(&queue, MemKind::Device, 64).unwrap();
+        src.copy_from_host(&(0..64).collect::<Vec<u8>>()).unwrap();
+        let dst = Buffer::alloc(&queue, MemKind::Device, 64).unwrap();
+        let rows = |width, count, dst_pitch, src_pitch| {
+            Some(Rows {
+                width,
+                count,
+                dst_pitch,
+                src_pitch,
+            })
+        };
+        // Three rows 8 apart here and 3 apart there; a run that breaks the step; two rows 2
+        // apart here and 10 there; a run stepping back (no pitch is negative); a run whose step
+        // is shorter than the run (rows would overlap).
+        let starts = [
+            (0, 0),
+            (8, 3),
+            (16, 6),
+            (20, 40),
+            (22, 50),
+            (17, 60),
+            (40, 61),
+        ];
+        let calls = [rows(2, 3, 8, 3), rows(2, 2, 2, 10)];
+        for enqueued in [false, true] {
+            dst.fill(0xff).unwrap();
+            recording.calls.lock().clear();
+            let runs = Runs {
+                len: 2,
+                starts: &starts[..5],
+            };
+            if enqueued {
+                dst.enqueue_copy_runs_from(&src, runs, &queue)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+            } else {
+                dst.copy_runs_from(&src, runs).unwrap();
+            }
+            assert_eq!(*recording.calls.lock(), calls, "enqueued: {enqueued}");
+            let mut expected = vec![0xff; 64];
+            for &(to, from) in &starts[..5] {
+                expected[to..to + 2].copy_from_slice(&[from as u8, from as u8 + 1]);
+            }
+            assert_eq!(dst.to_vec().unwrap(), expected);
+        }
+        recording.calls.lock().clear();
+        let runs = Runs {
+            len: 2,
+            starts: &starts[4..],
+        };
+        dst.copy_runs_from(&src, runs).unwrap();
+        // (22, 50) then (17, 60) steps back; (17, 60) then (40, 61) steps 1 < 2 in the source.
+        assert_eq!(*recording.calls.lock(), [None, None, None]);
+    }
 
     #[test]
     fn only_the_runs_move_and_overlaps_are_refused() {

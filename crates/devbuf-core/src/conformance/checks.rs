@@ -86,6 +86,68 @@ pub(super) fn copy_round_trips(queue: &Arc<dyn Queue>) -> Outcome {
     })())
 }
 
+/// Runs a fixed step apart, the rows [`Queue::copy_rows`] takes (one 2-D copy where the runtime
+/// has one), between every two kinds and from host-backend memory, waited for and enqueued: each
+/// row lands where it belongs and the bytes between the rows stay as they were.
+pub(super) fn copy_rows_move_only_the_rows(queue: &Arc<dyn Queue>) -> Outcome {
+    const ROWS: usize = 37;
+    const WIDTH: usize = 5;
+    const DST_PITCH: usize = 64;
+    const SRC_PITCH: usize = 11;
+    let kinds = match supported_kinds(queue) {
+        Ok(kinds) => kinds,
+        Err(skip) => return skip,
+    };
+    let starts: Vec<(usize, usize)> = (0..ROWS)
+        .map(|row| (3 + row * DST_PITCH, 1 + row * SRC_PITCH))
+        .collect();
+    let runs = Runs {
+        len: WIDTH,
+        starts: &starts,
+    };
+    let (dst_len, src_len) = (ROWS * DST_PITCH, ROWS * SRC_PITCH + 1);
+    let source_bytes = pattern(src_len, 3);
+    let mut expected = vec![0x5A; dst_len];
+    for &(to, from) in &starts {
+        expected[to..to + WIDTH].copy_from_slice(&source_bytes[from..from + WIDTH]);
+    }
+    outcome((|| {
+        let host = ctx(
+            Buffer::alloc(&HostQueue::shared(), MemKind::Host, src_len),
+            || "allocating host-backend memory".into(),
+        )?;
+        let mut sources = vec![("host-backend memory".to_owned(), host)];
+        for &from in &kinds {
+            sources.push((from.to_string(), alloc(queue, from, src_len)?));
+        }
+        for (from, src) in &sources {
+            ctx(src.copy_from_host(&source_bytes), || {
+                format!("writing {from}")
+            })?;
+            for &to in &kinds {
+                for enqueued in [false, true] {
+                    let what = format!(
+                        "{ROWS} rows of {WIDTH} bytes from {from} to {to}{}",
+                        if enqueued { ", enqueued" } else { "" }
+                    );
+                    let dst = alloc(queue, to, dst_len)?;
+                    ctx(dst.fill(0x5A), || format!("filling {to}"))?;
+                    if enqueued {
+                        let copied = ctx(dst.enqueue_copy_runs_from(src, runs, queue), || {
+                            what.clone()
+                        })?;
+                        ctx(copied.wait(), || format!("waiting for {what}"))?;
+                    } else {
+                        ctx(dst.copy_runs_from(src, runs), || what.clone())?;
+                    }
+                    expect_bytes(&dst, &expected, &what)?;
+                }
+            }
+        }
+        Ok(())
+    })())
+}
+
 pub(super) fn fill_patterns(queue: &Arc<dyn Queue>) -> Outcome {
     for_each_kind(queue, |kind| {
         let len = 1001;

@@ -43,6 +43,7 @@ macro_rules! __conformance_checks {
                 alloc: checks::alloc_each_kind,
                 align: checks::alignment_honoured,
                 copy: checks::copy_round_trips,
+                rows: checks::copy_rows_move_only_the_rows,
                 fill: checks::fill_patterns,
                 host_resident: checks::host_resident_memory_takes_strided_writes_in_order,
                 busy_free: checks::release_waits_for_enqueued_work,
