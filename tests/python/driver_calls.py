@@ -172,6 +172,26 @@ def measure():
 
     paths["copy 1 KiB device to device, enqueued"] = per_call(driver, copy, lambda: (settled(), settled()))
 
+    def matrix():
+        """A settled 100x100 float32 device array (row-major: a column is 100 runs 400 bytes apart)."""
+        array = devbuf.zeros((100, 100), "float32", device="cuda:0")
+        array.buffer.synchronize()
+        return array
+
+    def fill_column(array):
+        array[:, 0] = 5
+        return array
+
+    def enqueue_fill_column(array):
+        array[:, 0].fill(5, blocking=False)
+        return array
+
+    paths["x[:, 0] = 5 of a 100x100 float32 device array, waited for"] = per_call(driver, fill_column, matrix)
+    paths["x[:, 0].fill(5, blocking=False) of a 100x100 float32 device array"] = per_call(
+        driver, enqueue_fill_column, matrix)
+    paths["x[:, 0].get() of a 100x100 float32 device array"] = per_call(
+        driver, lambda array: array[:, 0].get(), matrix)
+
     def empty(_):
         buffer = devbuf.alloc(0, "device", device="cuda:0")
         buffer.fill(1)

@@ -60,6 +60,19 @@ BUDGETS = {
     "copy 1 KiB device to device, enqueued": (
         {"cuMemcpyAsync": 1, "cuEventRecord": 1},
         "the copy, and the event that records it as pending work on both buffers"),
+    "x[:, 0] = 5 of a 100x100 float32 device array, waited for": (
+        {"cuMemcpy2DAsync_v2": 1, "cuStreamSynchronize": 1},
+        "the column's 100 elements, 400 bytes apart, as one 2-D copy from a host pattern of 100 "
+        "elements (a copy per element made 100 cuMemcpyAsync), and the host's wait for it"),
+    "x[:, 0].fill(5, blocking=False) of a 100x100 float32 device array": (
+        {"cuMemcpy2DAsync_v2": 1, "cuEventRecord": 1},
+        "the one 2-D copy, and the event that records it as pending work on the array"),
+    "x[:, 0].get() of a 100x100 float32 device array": (
+        {"cuMemHostAlloc": 1, "cuMemFreeHost": 1, "cuCtxGetCurrent": 2, "cuCtxPushCurrent": 2,
+         "cuCtxPopCurrent": 2, "cuMemcpy2DAsync_v2": 1, "cuMemcpyAsync": 1, "cuStreamSynchronize": 2},
+        "the column gathered by one 2-D copy into pinned host memory (a copy per element made 100 "
+        "cuMemcpyAsync), waited for, then copied into NumPy's array and waited for; the pinned "
+        "memory's allocation and free each make the device's context current (get, push, pop)"),
     "an empty device buffer: alloc, fill, copy, to_bytes, CAI and DLPack exports, free": (
         {}, "no memory (a null pointer, as RMM's): nothing to allocate, touch, order or free"),
 }
