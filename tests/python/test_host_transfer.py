@@ -63,6 +63,22 @@ def test_get_of_a_strided_view(device):
     np.testing.assert_array_equal(out, values[::2])
 
 
+@pytest.mark.parametrize("kind", ["device", "shared", "host"])
+def test_get_of_columns_and_rows_of_every_kind(device, kind):
+    """Runs a fixed step apart (a column, every other row) land in NumPy's array as rows: one
+    2-D copy on CUDA, a copy per row elsewhere, memcpys on the host for the host's own memory."""
+    if kind not in device.kinds:
+        pytest.skip(f"{device} has no {kind} memory")
+    values = np.arange(35 * 9, dtype=np.float32).reshape(35, 9)
+    array = devbuf.alloc(values.nbytes, kind, device=device).view("float32", values.shape)
+    array.copy_from(values)
+    np.testing.assert_array_equal(array[:, 2].get(), values[:, 2])
+    np.testing.assert_array_equal(array[1::2, 3:7].get(), values[1::2, 3:7])
+    out = bytearray(35 * 4)
+    array[:, 8].get(out=out)
+    np.testing.assert_array_equal(np.frombuffer(out, np.float32), values[:, 8])
+
+
 def test_implicit_conversion_of_device_memory_raises(device):
     array = device_array(device, np.arange(4, dtype=np.float32))
     if array.buffer.kind == "device" and device.backend == "host":

@@ -98,6 +98,29 @@ impl Array {
         }
     }
 
+    /// Copies the elements in C order into `dst`, host memory of this array's `nbytes`, on
+    /// `queue`, and waits: only the elements' bytes move, straight into `dst` (a strided view's
+    /// runs, as rows where they are: [`Buffer::copy_runs_to_host_on`]).
+    pub fn copy_elements_to_host_on(&self, dst: &mut [u8], queue: &Arc<dyn Queue>) -> Result<()> {
+        let packed = Layout::contiguous(self.layout.dtype, &self.layout.shape, 0)?;
+        if dst.len() != packed.nbytes() {
+            return Err(Error::invalid(
+                "out",
+                format!(
+                    "destination has {} bytes, the elements {}",
+                    dst.len(),
+                    packed.nbytes()
+                ),
+            ));
+        }
+        let (len, starts) = packed.copy_runs(&self.layout);
+        let runs = Runs {
+            len,
+            starts: &starts,
+        };
+        self.buffer.copy_runs_to_host_on(dst, runs, queue)
+    }
+
     /// A writable copy of the elements in a new `kind` allocation on `queue`. An array whose
     /// elements fill their span (contiguous in any order) is copied whole and keeps its strides;
     /// any other (a strided slice) becomes C-contiguous, and only its elements' bytes move.

@@ -70,27 +70,40 @@ impl Runs<'_> {
         Ok(())
     }
 
-    /// Checks that every run lies inside both views, and that the runs of one allocation do not
-    /// meet (compared by their spans: disjoint interleaved runs are refused too).
-    fn check(&self, dst: &Buffer, src: &Buffer) -> Result<()> {
+    /// Where the runs start and end on each side: (destination, source), each `(low, end)`.
+    fn spans(&self) -> ((usize, usize), (usize, usize)) {
         let span = |pick: fn(&(usize, usize)) -> usize| {
             let low = self.starts.iter().map(pick).min().unwrap_or(0);
             let last = self.starts.iter().map(pick).max().unwrap_or(0);
             // A run that would end past the address space ends past any view.
             (low, last.saturating_add(self.len))
         };
-        let (dst_span, src_span) = (span(|r| r.0), span(|r| r.1));
-        for (side, view, (_, end)) in [("destination", dst, dst_span), ("source", src, src_span)] {
-            if end > view.len {
+        (span(|r| r.0), span(|r| r.1))
+    }
+
+    /// Checks that every run ends inside a destination of `dst_len` bytes and a source of
+    /// `src_len`.
+    fn check_ends(&self, dst_len: usize, src_len: usize) -> Result<()> {
+        let ((_, dst_end), (_, src_end)) = self.spans();
+        for (side, len, end) in [
+            ("destination", dst_len, dst_end),
+            ("source", src_len, src_end),
+        ] {
+            if end > len {
                 return Err(Error::invalid(
                     "src",
-                    format!(
-                        "a run ends at byte {end}, past the {side}'s {} bytes",
-                        view.len
-                    ),
+                    format!("a run ends at byte {end}, past the {side}'s {len} bytes"),
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Checks that every run lies inside both views, and that the runs of one allocation do not
+    /// meet (compared by their spans: disjoint interleaved runs are refused too).
+    fn check(&self, dst: &Buffer, src: &Buffer) -> Result<()> {
+        self.check_ends(dst.len, src.len)?;
+        let (dst_span, src_span) = self.spans();
         // Inside the views (checked above), so inside their allocations: no sum wraps.
         let (dst_low, dst_high) = (
             dst.offset.saturating_add(dst_span.0),
@@ -155,6 +168,39 @@ impl Buffer {
         }
         let source = (!self.same_allocation(src)).then(|| src.clone());
         record_enqueued(queue, &[self, src], source)
+    }
+
+    /// Copies `runs` of this view into `dst`, host memory the caller holds (the runs' destination
+    /// offsets index it), on `queue`, and waits: a gather of a strided view's elements with no
+    /// staging copy, as rows where they are ([`Queue::copy_rows`]: one 2-D copy on CUDA). Memory
+    /// that is the host's own ([`Buffer::is_host_resident`]) is read on the host, after the host's
+    /// wait for the work on it.
+    pub fn copy_runs_to_host_on(
+        &self,
+        dst: &mut [u8],
+        runs: Runs<'_>,
+        queue: &Arc<dyn Queue>,
+    ) -> Result<()> {
+        check_reaches(queue, self, Reach::CopyToHost)?;
+        runs.check_ends(dst.len(), self.len)?;
+        if runs.len == 0 || runs.starts.is_empty() {
+            return Ok(());
+        }
+        if self.is_host_resident() {
+            self.order_access(Access::Host)?;
+            for &(to, from) in runs.starts {
+                // SAFETY: the run lies inside this view (checked), host memory the host may read
+                // with no work left on it (waited for above), and inside `dst`, which we borrow;
+                // `copy` allows the caller's `dst` to be these very bytes.
+                unsafe { std::ptr::copy(self.ptr().add(from), dst.as_mut_ptr().add(to), runs.len) };
+            }
+            return Ok(());
+        }
+        self.order_on(queue)?;
+        // SAFETY: the runs lie inside this view and inside `dst` (checked), which we borrow until
+        // the copies are waited for below; `queue` reaches both (checked, and host memory).
+        unsafe { runs.enqueue(queue.as_ref(), dst.as_mut_ptr(), self.ptr())? };
+        self.finish_on(queue, &[])
     }
 
     /// [`Buffer::copy_runs_from`] between two views of the host's own memory

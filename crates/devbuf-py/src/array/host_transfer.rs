@@ -3,7 +3,6 @@
 //! dpctl refuse an implicit conversion (NumPy would otherwise wrap the Array in a 0-d object array).
 //! Nothing in the crate depends on this module.
 
-use devbuf::{Buffer, MemKind};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
@@ -47,19 +46,16 @@ pub(crate) fn to_numpy<'py>(
         return Ok(target);
     }
     if layout.is_c_contiguous() {
-        copy_into(py, &this.contiguous_bytes(py, "get")?, &target, &queue)?;
+        let source = this.contiguous_bytes(py, "get")?;
+        write_into(py, &target, |dst| source.copy_to_host_on(dst, &queue))?;
         return Ok(target);
     }
-    // Strided: the elements gathered on the device side into host memory (only their bytes
-    // move), then into NumPy's; on a device without host memory (PoCL), into device memory.
+    // Strided: only the elements' bytes move, straight into NumPy's memory (one 2-D copy where
+    // the runtime has one).
     let source: &devbuf::Array = &array;
-    let staging = if queue.supports(MemKind::Host) {
-        MemKind::Host
-    } else {
-        MemKind::Device
-    };
-    let gathered = py.detach(|| source.compact_copy(&queue, staging)).py()?;
-    copy_into(py, gathered.buffer(), &target, &queue)?;
+    write_into(py, &target, |dst| {
+        source.copy_elements_to_host_on(dst, &queue)
+    })?;
     Ok(target)
 }
 
@@ -121,13 +117,12 @@ fn checked_out<'py>(
     Ok(out.clone())
 }
 
-/// Copies `source` (C-contiguous bytes) into `target`'s memory, a writable C-contiguous host
-/// array of the same size, on `queue`, with the GIL released.
-fn copy_into(
+/// Runs `copy` on `target`'s memory, a writable C-contiguous host array, with the GIL released:
+/// `copy` writes it and returns once done.
+fn write_into(
     py: Python<'_>,
-    source: &Buffer,
     target: &Bound<'_, PyAny>,
-    queue: &std::sync::Arc<dyn devbuf::Queue>,
+    copy: impl FnOnce(&mut [u8]) -> devbuf::Result<()> + Send,
 ) -> PyResult<()> {
     let memoryview = py
         .import(intern!(py, "builtins"))?
@@ -146,9 +141,9 @@ fn copy_into(
     let (ptr, len) = (view.buf_ptr() as usize, view.len_bytes());
     let copied = py.detach(|| {
         // SAFETY: the view holds the target's writable, contiguous `len` bytes for as long as we
-        // hold `view`, which outlives the copy (copy_to_host_on waits for it).
+        // hold `view`, which outlives the copy (`copy` waits for it).
         let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
-        source.copy_to_host_on(dst, queue)
+        copy(dst)
     });
     if copied.is_err() {
         // The copy may still be writing into the target: it stays alive.
