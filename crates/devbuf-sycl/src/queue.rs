@@ -9,7 +9,7 @@ use std::sync::{Arc, Weak};
 
 use devbuf_core::{
     Advice, DeviceInfo, Error, Event, ExportedHandle, ForeignObject, Interop, LastCommand,
-    Location, MemKind, Queue, QueueEvent, Result,
+    Location, MemKind, Queue, QueueEvent, Result, Rows, copy_row_by_row,
 };
 use devbuf_sycl_sys as sys;
 use parking_lot::Mutex;
@@ -103,6 +103,9 @@ pub struct SyclQueue {
     /// Whether the device is the host's processor (a CPU device): its host-accessible memory is
     /// then the host's own ([`Queue::on_the_host_processor`]).
     pub(crate) on_the_host_processor: bool,
+    /// Rows copied on this context and device, and the kernel that copies them at once
+    /// ([`crate::rows`]), shared by every queue on them.
+    pub(crate) row_copies: Arc<crate::rows::RowCopies>,
 }
 
 /// The properties of the in-order queues devbuf makes: timestamps on, so that any stream times
@@ -176,7 +179,9 @@ impl SyclQueue {
         } else {
             Arc::new(())
         };
+        let row_copies = crate::rows::copies_for(&context, &device)?;
         Ok(SyclQueue {
+            row_copies,
             on_the_host_processor: device.is_host_processor(),
             info: device.info(),
             knows_usm: context.knows_usm(),
@@ -513,6 +518,16 @@ impl Queue for SyclQueue {
             // SAFETY: the caller guarantees both ranges; the call catches the runtime's exceptions.
             unsafe { api.DPCTLQueue_Memcpy(queue, dst.cast(), src.cast(), len) }
         })
+    }
+
+    unsafe fn copy_rows(&self, dst: *mut u8, src: *const u8, rows: Rows) -> Result<()> {
+        // SAFETY: the caller's, for either way.
+        unsafe {
+            if crate::rows::copy(self, dst, src, rows)? {
+                return Ok(());
+            }
+            copy_row_by_row(self, dst, src, rows)
+        }
     }
 
     unsafe fn fill(&self, dst: *mut u8, byte: u8, len: usize) -> Result<()> {

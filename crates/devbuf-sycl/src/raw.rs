@@ -1,4 +1,4 @@
-//! Owned handles to SYCL objects (devices, contexts, queues, events), each freed through the C
+//! Owned handles to SYCL objects (devices, contexts, queues, events, kernels), each freed through the C
 //! API on drop, and the context queries devbuf needs (the device queries are in
 //! [`crate::device`]).
 //!
@@ -72,6 +72,14 @@ owned_handle!(
 owned_handle!(
     /// A `sycl::event`.
     RawEvent, sys::DPCTLSyclEventRef, DPCTLEvent_Delete
+);
+owned_handle!(
+    /// A `sycl::kernel_bundle` in the executable state.
+    KernelBundle, sys::DPCTLSyclKernelBundleRef, DPCTLKernelBundle_Delete
+);
+owned_handle!(
+    /// A `sycl::kernel`.
+    Kernel, sys::DPCTLSyclKernelRef, DPCTLKernel_Delete
 );
 
 impl Context {

@@ -86,31 +86,33 @@ pub(super) fn copy_round_trips(queue: &Arc<dyn Queue>) -> Outcome {
     })())
 }
 
-/// Runs a fixed step apart, the rows [`Queue::copy_rows`] takes (one 2-D copy where the runtime
-/// has one), between every two kinds and from host-backend memory, waited for and enqueued: each
-/// row lands where it belongs and the bytes between the rows stay as they were.
+/// Runs a fixed step apart, the rows [`Queue::copy_rows`] takes (one 2-D copy or kernel where the
+/// runtime has one), between every two kinds and from host-backend memory, with the source's rows
+/// apart and packed (a fill's pattern), waited for and enqueued, and from every kind into host
+/// memory with packed rows (`get()`): each row lands where it belongs and the bytes between the
+/// rows stay as they were.
 pub(super) fn copy_rows_move_only_the_rows(queue: &Arc<dyn Queue>) -> Outcome {
     const ROWS: usize = 37;
     const WIDTH: usize = 5;
-    const DST_PITCH: usize = 64;
-    const SRC_PITCH: usize = 11;
     let kinds = match supported_kinds(queue) {
         Ok(kinds) => kinds,
         Err(skip) => return skip,
     };
-    let starts: Vec<(usize, usize)> = (0..ROWS)
-        .map(|row| (3 + row * DST_PITCH, 1 + row * SRC_PITCH))
-        .collect();
-    let runs = Runs {
-        len: WIDTH,
-        starts: &starts,
+    let rows = |dst_pitch: usize, src_pitch: usize| -> Vec<(usize, usize)> {
+        (0..ROWS)
+            .map(|row| (3 + row * dst_pitch, 1 + row * src_pitch))
+            .collect()
     };
-    let (dst_len, src_len) = (ROWS * DST_PITCH, ROWS * SRC_PITCH + 1);
+    let (apart, packed) = (rows(64, 11), rows(64, WIDTH));
+    let (dst_len, src_len) = (ROWS * 64, ROWS * 64);
     let source_bytes = pattern(src_len, 3);
-    let mut expected = vec![0x5A; dst_len];
-    for &(to, from) in &starts {
-        expected[to..to + WIDTH].copy_from_slice(&source_bytes[from..from + WIDTH]);
-    }
+    let expect = |starts: &[(usize, usize)], len: usize| {
+        let mut expected = vec![0x5A; len];
+        for &(to, from) in starts {
+            expected[to..to + WIDTH].copy_from_slice(&source_bytes[from..from + WIDTH]);
+        }
+        expected
+    };
     outcome((|| {
         let host = ctx(
             Buffer::alloc(&HostQueue::shared(), MemKind::Host, src_len),
@@ -124,24 +126,51 @@ pub(super) fn copy_rows_move_only_the_rows(queue: &Arc<dyn Queue>) -> Outcome {
             ctx(src.copy_from_host(&source_bytes), || {
                 format!("writing {from}")
             })?;
-            for &to in &kinds {
-                for enqueued in [false, true] {
-                    let what = format!(
-                        "{ROWS} rows of {WIDTH} bytes from {from} to {to}{}",
-                        if enqueued { ", enqueued" } else { "" }
-                    );
-                    let dst = alloc(queue, to, dst_len)?;
-                    ctx(dst.fill(0x5A), || format!("filling {to}"))?;
-                    if enqueued {
-                        let copied = ctx(dst.enqueue_copy_runs_from(src, runs, queue), || {
-                            what.clone()
-                        })?;
-                        ctx(copied.wait(), || format!("waiting for {what}"))?;
-                    } else {
-                        ctx(dst.copy_runs_from(src, runs), || what.clone())?;
+            for (source_rows, starts) in [("apart", &apart), ("packed", &packed)] {
+                let runs = Runs { len: WIDTH, starts };
+                let expected = expect(starts, dst_len);
+                for &to in &kinds {
+                    for enqueued in [false, true] {
+                        let what = format!(
+                            "{ROWS} rows of {WIDTH} bytes from {from} ({source_rows}) to {to}{}",
+                            if enqueued { ", enqueued" } else { "" }
+                        );
+                        let dst = alloc(queue, to, dst_len)?;
+                        ctx(dst.fill(0x5A), || format!("filling {to}"))?;
+                        if enqueued {
+                            let copied = ctx(dst.enqueue_copy_runs_from(src, runs, queue), || {
+                                what.clone()
+                            })?;
+                            ctx(copied.wait(), || format!("waiting for {what}"))?;
+                        } else {
+                            ctx(dst.copy_runs_from(src, runs), || what.clone())?;
+                        }
+                        expect_bytes(&dst, &expected, &what)?;
                     }
-                    expect_bytes(&dst, &expected, &what)?;
                 }
+            }
+            // Into host memory, the rows packed there: what `get()` of a column does.
+            let gather: Vec<(usize, usize)> = apart
+                .iter()
+                .enumerate()
+                .map(|(row, &(_, from))| (row * WIDTH, from))
+                .collect();
+            let runs = Runs {
+                len: WIDTH,
+                starts: &gather,
+            };
+            let mut got = vec![0x5A; ROWS * WIDTH];
+            ctx(src.copy_runs_to_host_on(&mut got, runs, queue), || {
+                format!("{ROWS} rows of {from} into packed host memory")
+            })?;
+            let mut expected = vec![0x5A; ROWS * WIDTH];
+            for &(to, from) in &gather {
+                expected[to..to + WIDTH].copy_from_slice(&source_bytes[from..from + WIDTH]);
+            }
+            if got != expected {
+                return Err(format!(
+                    "{ROWS} rows of {from} into packed host memory: got {got:?}, expected {expected:?}"
+                ));
             }
         }
         Ok(())
