@@ -165,6 +165,10 @@ required_symbols!(
     DPCTLEvent_GetProfilingInfoEnd,
     DPCTLEvent_Wait,
     DPCTLFilterSelector_Create,
+    DPCTLKernelBundle_CreateFromOCLSource,
+    DPCTLKernelBundle_Delete,
+    DPCTLKernelBundle_GetKernel,
+    DPCTLKernel_Delete,
     DPCTLQueue_AreEq,
     DPCTLQueue_Copy,
     DPCTLQueue_Create,
@@ -179,12 +183,14 @@ required_symbols!(
     DPCTLQueue_Prefetch,
     DPCTLQueue_SubmitBarrier,
     DPCTLQueue_SubmitBarrierForEvents,
+    DPCTLQueue_SubmitRange,
     DPCTLUSM_GetPointerDevice,
     DPCTLUSM_GetPointerType,
     DPCTLaligned_alloc_device,
     DPCTLaligned_alloc_host,
     DPCTLaligned_alloc_shared,
     DPCTLfree_with_queue,
+    DPCTLmalloc_host,
 );
 
 #[cfg(test)]
