@@ -22,6 +22,9 @@ pub struct Runs<'a> {
     pub starts: &'a [(usize, usize)],
 }
 
+/// Where runs start and end on each side: (destination, source), each `(low, end)`.
+type Spans = ((usize, usize), (usize, usize));
+
 impl Runs<'_> {
     /// Enqueues the runs from `src` to `dst` on `queue`: each stretch of runs a fixed step apart
     /// on both sides (at least a run's length, forward) as one [`Queue::copy_rows`], any other run
@@ -71,7 +74,7 @@ impl Runs<'_> {
     }
 
     /// Where the runs start and end on each side: (destination, source), each `(low, end)`.
-    fn spans(&self) -> ((usize, usize), (usize, usize)) {
+    fn spans(&self) -> Spans {
         let span = |pick: fn(&(usize, usize)) -> usize| {
             let low = self.starts.iter().map(pick).min().unwrap_or(0);
             let last = self.starts.iter().map(pick).max().unwrap_or(0);
@@ -82,9 +85,10 @@ impl Runs<'_> {
     }
 
     /// Checks that every run ends inside a destination of `dst_len` bytes and a source of
-    /// `src_len`.
-    fn check_ends(&self, dst_len: usize, src_len: usize) -> Result<()> {
-        let ((_, dst_end), (_, src_end)) = self.spans();
+    /// `src_len`, given the runs' [`Runs::spans`]; returns them.
+    fn check_ends(&self, dst_len: usize, src_len: usize) -> Result<Spans> {
+        let spans = self.spans();
+        let ((_, dst_end), (_, src_end)) = spans;
         for (side, len, end) in [
             ("destination", dst_len, dst_end),
             ("source", src_len, src_end),
@@ -96,14 +100,13 @@ impl Runs<'_> {
                 ));
             }
         }
-        Ok(())
+        Ok(spans)
     }
 
     /// Checks that every run lies inside both views, and that the runs of one allocation do not
     /// meet (compared by their spans: disjoint interleaved runs are refused too).
     fn check(&self, dst: &Buffer, src: &Buffer) -> Result<()> {
-        self.check_ends(dst.len, src.len)?;
-        let (dst_span, src_span) = self.spans();
+        let (dst_span, src_span) = self.check_ends(dst.len, src.len)?;
         // Inside the views (checked above), so inside their allocations: no sum wraps.
         let (dst_low, dst_high) = (
             dst.offset.saturating_add(dst_span.0),
