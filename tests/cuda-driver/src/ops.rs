@@ -224,10 +224,7 @@ pub(crate) fn execute(context: &Context, op: Op) {
             len,
         } => {
             delay();
-            let opened = source
-                .open()
-                .and_then(|source| Ok((source, destination.open()?)));
-            match opened {
+            match open_both(&source, &destination) {
                 // SAFETY: both ranges are `len` bytes of live memory (checked when enqueued, and
                 // held allocated by the state guards); `copy` allows them to overlap.
                 Ok(((from, _source), (to, _destination))) => unsafe {
@@ -246,10 +243,7 @@ pub(crate) fn execute(context: &Context, op: Op) {
             source_pitch,
         } => {
             delay();
-            let opened = source
-                .open()
-                .and_then(|source| Ok((source, destination.open()?)));
-            match opened {
+            match open_both(&source, &destination) {
                 Ok(((from, _source), (to, _destination))) => {
                     for row in 0..height {
                         // SAFETY: every row lies in live memory (the spans were checked when
@@ -299,6 +293,16 @@ pub(crate) fn execute(context: &Context, op: Op) {
             }
         }
     }
+}
+
+/// A copy's two places opened ([`Place::open`]): the source's, then the destination's.
+type Opened<'a> = (*mut u8, Option<RwLockReadGuard<'a, State>>);
+
+fn open_both<'a>(
+    source: &'a Place,
+    destination: &'a Place,
+) -> Result<(Opened<'a>, Opened<'a>), String> {
+    Ok((source.open()?, destination.open()?))
 }
 
 /// `DEVBUF_CUDA_TEST_DELAY_US`: makes every copy and fill take a while, so that a missing wait

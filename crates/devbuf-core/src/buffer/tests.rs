@@ -50,6 +50,8 @@ struct DeferredQueue {
     deallocations: AtomicUsize,
     /// Copies enqueued (each one runtime command).
     copies: AtomicUsize,
+    /// What `copy_rows` was asked, in turn (each row then one of `copies`).
+    rows: Mutex<Vec<crate::Rows>>,
     fail: Arc<AtomicBool>,
 }
 
@@ -64,6 +66,7 @@ impl DeferredQueue {
             device_waits: AtomicUsize::new(0),
             deallocations: AtomicUsize::new(0),
             copies: AtomicUsize::new(0),
+            rows: Mutex::new(Vec::new()),
             fail: Arc::new(AtomicBool::new(false)),
         })
     }
@@ -88,6 +91,11 @@ impl Queue for DeferredQueue {
         self.copies.fetch_add(1, Ordering::SeqCst);
         // SAFETY: forwarded unchanged from the caller's contract.
         unsafe { self.host.copy(dst, src, len) }
+    }
+    unsafe fn copy_rows(&self, dst: *mut u8, src: *const u8, rows: crate::Rows) -> Result<()> {
+        self.rows.lock().push(rows);
+        // SAFETY: forwarded unchanged from the caller's contract.
+        unsafe { crate::copy_row_by_row(self, dst, src, rows) }
     }
     unsafe fn fill(&self, dst: *mut u8, byte: u8, len: usize) -> Result<()> {
         // SAFETY: forwarded unchanged from the caller's contract.
@@ -566,4 +574,66 @@ fn strided_writes_between_the_hosts_own_memory_run_on_the_host_after_the_work_on
         let contiguous = crate::Array::new(destination, layout(&[3], &[1])).unwrap();
         assert!(!contiguous.writes_on_the_host(Some(&row)), "{kind}");
     }
+}
+
+#[test]
+fn runs_a_fixed_step_apart_go_to_the_queue_as_rows() {
+    let (deferred, queue) = deferred("rows");
+    let src = Buffer::alloc(&queue, MemKind::Device, 64).unwrap();
+    src.copy_from_host(&(0..64).collect::<Vec<u8>>()).unwrap();
+    let dst = Buffer::alloc(&queue, MemKind::Device, 64).unwrap();
+    let rows = |width, count, dst_pitch, src_pitch| crate::Rows {
+        width,
+        count,
+        dst_pitch,
+        src_pitch,
+    };
+    // Three rows 8 apart here and 3 apart there; a run that breaks the step; two rows 2 apart
+    // here and 10 there; a run stepping back (no pitch is negative); a run whose step is shorter
+    // than the run (rows would overlap).
+    let starts = [
+        (0, 0),
+        (8, 3),
+        (16, 6),
+        (20, 40),
+        (22, 50),
+        (17, 60),
+        (40, 61),
+    ];
+    let copies = || deferred.copies.load(Ordering::SeqCst);
+    for enqueued in [false, true] {
+        dst.fill(0xff).unwrap();
+        deferred.rows.lock().clear();
+        let before = copies();
+        let runs = Runs {
+            len: 2,
+            starts: &starts[..5],
+        };
+        if enqueued {
+            dst.enqueue_copy_runs_from(&src, runs, &queue).unwrap();
+        } else {
+            dst.copy_runs_from(&src, runs).unwrap();
+        }
+        assert_eq!(
+            *deferred.rows.lock(),
+            [rows(2, 3, 8, 3), rows(2, 2, 2, 10)],
+            "enqueued: {enqueued}"
+        );
+        assert_eq!(copies() - before, 5, "a copy per row by default");
+        let mut expected = vec![0xff; 64];
+        for &(to, from) in &starts[..5] {
+            expected[to..to + 2].copy_from_slice(&[from as u8, from as u8 + 1]);
+        }
+        assert_eq!(dst.to_vec().unwrap(), expected);
+    }
+    deferred.rows.lock().clear();
+    let before = copies();
+    let runs = Runs {
+        len: 2,
+        starts: &starts[4..],
+    };
+    dst.copy_runs_from(&src, runs).unwrap();
+    // (22, 50) then (17, 60) steps back; (17, 60) then (40, 61) steps 1 < 2 in the source.
+    assert!(deferred.rows.lock().is_empty());
+    assert_eq!(copies() - before, 3);
 }
