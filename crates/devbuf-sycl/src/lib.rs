@@ -56,6 +56,7 @@ mod loader;
 mod memory;
 mod queue;
 mod raw;
+mod row_kernel;
 mod rows;
 
 use std::sync::Arc;

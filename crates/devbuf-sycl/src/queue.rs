@@ -104,8 +104,8 @@ pub struct SyclQueue {
     /// then the host's own ([`Queue::on_the_host_processor`]).
     pub(crate) on_the_host_processor: bool,
     /// Rows copied on this context and device, and the kernel that copies them at once
-    /// ([`crate::rows`]), shared by every queue on them.
-    pub(crate) row_copies: Arc<crate::rows::RowCopies>,
+    /// ([`crate::row_kernel`]), shared by every queue on them.
+    pub(crate) row_copies: Arc<crate::row_kernel::RowCopies>,
 }
 
 /// The properties of the in-order queues devbuf makes: timestamps on, so that any stream times
@@ -179,7 +179,7 @@ impl SyclQueue {
         } else {
             Arc::new(())
         };
-        let row_copies = crate::rows::copies_for(&context, &device)?;
+        let row_copies = crate::row_kernel::copies_for(&context, &device)?;
         Ok(SyclQueue {
             row_copies,
             on_the_host_processor: device.is_host_processor(),
@@ -523,7 +523,7 @@ impl Queue for SyclQueue {
     unsafe fn copy_rows(&self, dst: *mut u8, src: *const u8, rows: Rows) -> Result<()> {
         // SAFETY: the caller's, for either way.
         unsafe {
-            if crate::rows::copy(self, dst, src, rows)? {
+            if self.copy_rows_at_once(dst, src, rows)? {
                 return Ok(());
             }
             copy_row_by_row(self, dst, src, rows)
