@@ -1,8 +1,8 @@
 """CUDA benchmarks for a GPU machine, devbuf against CuPy and Numba in the same run:
 256 MiB device-to-device and pinned host-to-device copies (goal: >= 0.95x CuPy's bandwidth),
 alloc+free from the driver's stream-ordered pool and from devbuf's own pool against CuPy's memory
-pool, devbuf's pool against its host pool (goal: <= 1.5x: a pool hit stays on the host), and a
-Numba kernel launched with three devbuf arrays against three Numba DeviceNDArrays (goal: <= 1.2x
+pool, devbuf's pool against its host pool (goal: <= 1.5x: a pool hit stays on the host), a strided
+column written and read back against CuPy's (goal: <= 1x), and a Numba kernel launched with three devbuf arrays against three Numba DeviceNDArrays (goal: <= 1.2x
 the launch time). Prints a Markdown table. Exits with the reason where there is no GPU; with
 `--smoke` on the CUDA test driver every case runs once and no figure is printed (a check that the
 script runs, before it goes to a GPU machine). Each peer's rows stand alone: where CuPy cannot be
@@ -103,6 +103,25 @@ def cupy_rows(cupy):
     theirs = timed(lambda: c_dst.data.copy_from_host(c_pinned.ptr, LEN), sync_cupy, 5)
     gbps = lambda seconds: LEN / seconds / 1e9  # noqa: E731
     rows.append(("copy 256 MiB pinned host to device", f"{gbps(ours):.1f} GB/s", f"{gbps(theirs):.1f} GB/s", theirs / ours, "≥ 0.95×"))
+
+    # A strided column (1000 runs of 4 bytes) written and read back, each waited for: devbuf's one
+    # cuMemcpy2DAsync (from a host pattern, into NumPy's array) against CuPy's kernel and copy.
+    ours_matrix = devbuf.zeros((1000, 1000), "float32", device="cuda")
+    theirs_matrix = cupy.zeros((1000, 1000), dtype=cupy.float32)
+
+    def ours_fill():
+        ours_matrix[:, 0] = 5
+
+    def theirs_fill():
+        theirs_matrix[:, 0] = 5
+
+    ours, theirs = timed(ours_fill, sync_ours, 200), timed(theirs_fill, sync_cupy, 200)
+    rows.append(("`x[:, 0] = 5` of a 1000x1000 float32 device array", f"{ours * 1e6:.1f} µs",
+                 f"{theirs * 1e6:.1f} µs", ours / theirs, "≤ 1×"))
+    ours = timed(lambda: ours_matrix[:, 0].get(), empty, 200)
+    theirs = timed(lambda: theirs_matrix[:, 0].get(), empty, 200)
+    rows.append(("`x[:, 0].get()` of a 1000x1000 float32 device array", f"{ours * 1e6:.1f} µs",
+                 f"{theirs * 1e6:.1f} µs", ours / theirs, "≤ 1×"))
 
     # Allocation: the driver's stream-ordered pool (devbuf's default) and devbuf's own pool,
     # against CuPy's memory pool.
