@@ -73,6 +73,23 @@ impl Runs<'_> {
         Ok(())
     }
 
+    /// Copies the runs from `src` to `dst` on the host, a memory copy each (which allows a run's
+    /// two sides to be the same bytes).
+    ///
+    /// # Safety
+    /// Every run lies inside host memory at `dst` and `src` that the host may read and write now,
+    /// with no work left on it.
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "offsets of runs inside the views (the caller's)"
+    )]
+    unsafe fn copy_on_the_host(&self, dst: *mut u8, src: *const u8) {
+        for &(to, from) in self.starts {
+            // SAFETY: the caller's.
+            unsafe { std::ptr::copy(src.add(from), dst.add(to), self.len) };
+        }
+    }
+
     /// Where the runs start and end on each side: (destination, source), each `(low, end)`.
     fn spans(&self) -> Spans {
         let span = |pick: fn(&(usize, usize)) -> usize| {
@@ -191,12 +208,10 @@ impl Buffer {
         }
         if self.is_host_resident() {
             self.order_access(Access::Host)?;
-            for &(to, from) in runs.starts {
-                // SAFETY: the run lies inside this view (checked), host memory the host may read
-                // with no work left on it (waited for above), and inside `dst`, which we borrow;
-                // `copy` allows the caller's `dst` to be these very bytes.
-                unsafe { std::ptr::copy(self.ptr().add(from), dst.as_mut_ptr().add(to), runs.len) };
-            }
+            // SAFETY: the runs lie inside this view (checked), host memory the host may read with
+            // no work left on it (waited for above), and inside `dst`, which we borrow (and which
+            // may be these very bytes).
+            unsafe { runs.copy_on_the_host(dst.as_mut_ptr(), self.ptr()) };
             return Ok(());
         }
         self.order_on(queue)?;
@@ -213,11 +228,9 @@ impl Buffer {
     fn copy_runs_on_host(&self, src: &Buffer, runs: Runs<'_>) -> Result<()> {
         src.order_access(Access::Host)?;
         self.order_access(Access::Host)?;
-        for &(to, from) in runs.starts {
-            // SAFETY: host-resident memory is host-accessible; both runs lie inside their views
-            // (checked), which we hold, and no work is left on either (waited for above).
-            unsafe { std::ptr::copy(src.ptr().add(from), self.ptr().add(to), runs.len) };
-        }
+        // SAFETY: host-resident memory is host-accessible; the runs lie inside their views
+        // (checked), which we hold, and no work is left on either (waited for above).
+        unsafe { runs.copy_on_the_host(self.ptr(), src.ptr()) };
         Ok(())
     }
 
@@ -240,16 +253,11 @@ impl Buffer {
         let gather: Vec<_> = chunks().zip(runs.starts.iter().map(|run| run.1)).collect();
         let scatter: Vec<_> = runs.starts.iter().map(|run| run.0).zip(chunks()).collect();
         let result = (|| {
-            let queue = src.queue();
-            src.order_on(queue)?;
             let gather = Runs {
                 len: runs.len,
                 starts: &gather,
             };
-            // SAFETY: each run lies inside the source view and each chunk inside `staged`
-            // (`bytes` of them), which is ours; waited below.
-            unsafe { gather.enqueue(queue.as_ref(), staged.as_mut_ptr(), src.ptr())? };
-            src.finish_on(queue, &[])?;
+            src.copy_runs_to_host_on(&mut staged, gather, src.queue())?;
             let queue = self.queue();
             self.order_on(queue)?;
             let scatter = Runs {
